@@ -1,0 +1,537 @@
+//! Configuration: one TOML (or YAML) file plus `AGUI_GATEWAY__…` overrides.
+//!
+//! Everything is checked at start-up, and each error names the file and the
+//! key, because an operator reading a failed deploy's log should not have to
+//! guess which line to fix. `agui-gateway check-config` runs the same checks.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The file `serve` reads when no `--config` is given.
+pub const DEFAULT_PATH: &str = "config/gateway.toml";
+
+/// The development secret shipped in `config/gateway.toml`; the gateway warns
+/// loudly at start-up while it is in use.
+pub const DEV_SECRET: &str = "agui-gateway-development-secret-change-me";
+
+/// The whole configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub server: ServerConfig,
+    pub auth: AuthConfig,
+    #[serde(default)]
+    pub demo: DemoConfig,
+    #[serde(default)]
+    pub agents: Vec<AgentConfig>,
+    /// Where the file was read from (set by [`Config::load`]).
+    #[serde(skip)]
+    pub source: PathBuf,
+}
+
+/// The listening side.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address to listen on, e.g. `127.0.0.1:8080`; port 0 picks a free one.
+    pub listen: String,
+    /// Largest accepted request body (bytes); larger → 413 `too_large`.
+    pub max_body_bytes: usize,
+    /// Interval of `: keepalive` comments on idle SSE responses.
+    #[serde(with = "humantime_serde")]
+    pub keepalive: Duration,
+    /// How long shutdown waits for open streams before closing them.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: "127.0.0.1:8080".into(),
+            max_body_bytes: 1024 * 1024,
+            keepalive: Duration::from_secs(15),
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// JWT verification.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Accepted `alg` values; anything else is rejected (`alg: none` always is).
+    #[serde(default = "default_algorithms")]
+    pub algorithms: Vec<String>,
+    /// Shared secret for HS256/384/512 (`${ENV}` allowed); at least 32 bytes.
+    pub hs_secret: Option<String>,
+    /// PEM public key (RSA, EC or Ed25519) for RS*/PS*/ES*/EdDSA tokens.
+    pub public_key_pem: Option<PathBuf>,
+    /// A JWKS document on disk.
+    pub jwks_file: Option<PathBuf>,
+    /// A JWKS URL, fetched and cached per its `Cache-Control`.
+    pub jwks_url: Option<String>,
+    /// Shortest and longest time a fetched JWKS is trusted.
+    #[serde(default = "default_jwks_min", with = "humantime_serde")]
+    pub jwks_min_refresh: Duration,
+    #[serde(default = "default_jwks_max", with = "humantime_serde")]
+    pub jwks_max_refresh: Duration,
+    /// At most one re-fetch for an unknown `kid` per this interval.
+    #[serde(default = "default_jwks_kid", with = "humantime_serde")]
+    pub jwks_unknown_kid_interval: Duration,
+    /// Required `iss`, when set.
+    pub issuer: Option<String>,
+    /// Accepted `aud` values, when set.
+    pub audience: Option<Vec<String>>,
+    /// Clock skew allowed on `exp` and `nbf`.
+    #[serde(default = "default_leeway", with = "humantime_serde")]
+    pub leeway: Duration,
+    /// Which claims carry what.
+    #[serde(default)]
+    pub claims: ClaimNames,
+}
+
+fn default_algorithms() -> Vec<String> {
+    vec!["HS256".into()]
+}
+fn default_jwks_min() -> Duration {
+    Duration::from_secs(60)
+}
+fn default_jwks_max() -> Duration {
+    Duration::from_secs(3600)
+}
+fn default_jwks_kid() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_leeway() -> Duration {
+    Duration::from_secs(30)
+}
+
+/// Claim names, for identity providers that do not use ours.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClaimNames {
+    pub sub: String,
+    pub roles: String,
+    pub tenant: String,
+    pub threads: String,
+}
+
+impl Default for ClaimNames {
+    fn default() -> Self {
+        ClaimNames {
+            sub: "sub".into(),
+            roles: "roles".into(),
+            tenant: "tenant".into(),
+            threads: "threads".into(),
+        }
+    }
+}
+
+/// The built-in demo agent.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DemoConfig {
+    /// Start it (agents then reach it with `url = "demo:"`).
+    pub enabled: bool,
+    /// Loopback address it listens on; port 0 picks a free one.
+    pub listen: String,
+    /// Pause between streamed tokens, so a person can watch it stream.
+    #[serde(with = "humantime_serde")]
+    pub token_delay: Duration,
+}
+
+impl Default for DemoConfig {
+    fn default() -> Self {
+        DemoConfig {
+            enabled: false,
+            listen: "127.0.0.1:0".into(),
+            token_delay: Duration::from_millis(20),
+        }
+    }
+}
+
+/// How strictly an agent's stream is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum VerifyMode {
+    /// A violation ends the run with `RUN_ERROR upstream_protocol_violation`.
+    #[default]
+    Strict,
+    /// A violation is logged and the event forwarded.
+    Lenient,
+}
+
+/// One upstream agent.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// The name clients use (`/v1/agents/{id}/run`).
+    pub id: String,
+    /// Where to POST `RunAgentInput`; `demo:` means the built-in demo agent.
+    pub url: String,
+    #[serde(default)]
+    pub description: String,
+    /// Extra request headers; values may use `${ENV_VAR}`. Never logged.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Roles that may run this agent; `"*"` means any authenticated user.
+    #[serde(default = "any_role")]
+    pub roles: Vec<String>,
+    #[serde(default)]
+    pub verify: VerifyMode,
+    #[serde(default)]
+    pub timeouts: Timeouts,
+    /// Largest SSE frame accepted from this agent.
+    #[serde(default = "default_frame")]
+    pub max_frame_bytes: usize,
+}
+
+fn any_role() -> Vec<String> {
+    vec!["*".into()]
+}
+fn default_frame() -> usize {
+    crate::protocol::sse::DEFAULT_MAX_FRAME_BYTES
+}
+
+/// Upstream time limits; each failure ends the run with `upstream_timeout`
+/// (or `upstream_unavailable` for connect).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Timeouts {
+    #[serde(with = "humantime_serde")]
+    pub connect: Duration,
+    /// From request sent to the first event.
+    #[serde(with = "humantime_serde")]
+    pub first_event: Duration,
+    /// Longest silence between two events.
+    #[serde(with = "humantime_serde")]
+    pub idle: Duration,
+    /// Longest whole run.
+    #[serde(with = "humantime_serde")]
+    pub total: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(5),
+            first_event: Duration::from_secs(60),
+            idle: Duration::from_secs(120),
+            total: Duration::from_secs(1800),
+        }
+    }
+}
+
+/// A configuration problem, naming file and key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}: {key}: {message}")]
+pub struct ConfigError {
+    pub file: String,
+    pub key: String,
+    pub message: String,
+}
+
+impl Config {
+    /// Reads `path` (TOML or YAML by extension), applies `AGUI_GATEWAY__…`
+    /// environment overrides, and validates. All problems are returned, not
+    /// just the first.
+    pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
+        let file = path.display().to_string();
+        let err = |key: &str, message: String| ConfigError {
+            file: file.clone(),
+            key: key.into(),
+            message,
+        };
+        if !path.exists() {
+            return Err(vec![err("-", "file not found".into())]);
+        }
+        let built = config::Config::builder()
+            .add_source(config::File::from(path))
+            .add_source(
+                config::Environment::with_prefix("AGUI_GATEWAY")
+                    .prefix_separator("__")
+                    .separator("__")
+                    .try_parsing(true),
+            )
+            .build()
+            .map_err(|e| vec![err("-", e.to_string())])?;
+        let mut cfg: Config = serde_path_to_error::deserialize(built).map_err(|e| {
+            let key = e.path().to_string();
+            vec![err(
+                if key == "." { "-" } else { &key },
+                e.into_inner().to_string(),
+            )]
+        })?;
+        cfg.source = path.to_path_buf();
+        cfg.resolve_paths();
+        let problems = cfg.validate();
+        if problems.is_empty() {
+            Ok(cfg)
+        } else {
+            Err(problems
+                .into_iter()
+                .map(|(key, message)| err(&key, message))
+                .collect())
+        }
+    }
+
+    /// Makes key-file paths relative to the config file's folder.
+    fn resolve_paths(&mut self) {
+        let base = self
+            .source
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        for p in [&mut self.auth.public_key_pem, &mut self.auth.jwks_file]
+            .into_iter()
+            .flatten()
+        {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        }
+    }
+
+    /// Every problem as (key, message).
+    pub fn validate(&self) -> Vec<(String, String)> {
+        let mut problems = Vec::new();
+        let mut bad = |key: String, message: String| problems.push((key, message));
+
+        if self.server.listen.parse::<std::net::SocketAddr>().is_err() {
+            bad(
+                "server.listen".into(),
+                format!("'{}' is not an ip:port address", self.server.listen),
+            );
+        }
+        if self.server.max_body_bytes < 1024 {
+            bad(
+                "server.max_body_bytes".into(),
+                "must be at least 1024".into(),
+            );
+        }
+        if self.demo.enabled && self.demo.listen.parse::<std::net::SocketAddr>().is_err() {
+            bad(
+                "demo.listen".into(),
+                format!("'{}' is not an ip:port address", self.demo.listen),
+            );
+        }
+
+        let a = &self.auth;
+        if a.algorithms.is_empty() {
+            bad("auth.algorithms".into(), "list at least one algorithm".into());
+        }
+        let mut needs_secret = false;
+        let mut needs_public = false;
+        for (i, alg) in a.algorithms.iter().enumerate() {
+            match alg.as_str() {
+                "HS256" | "HS384" | "HS512" => needs_secret = true,
+                "RS256" | "RS384" | "RS512" | "PS256" | "PS384" | "PS512" | "ES256" | "ES384"
+                | "EdDSA" => needs_public = true,
+                other => bad(
+                    format!("auth.algorithms[{i}]"),
+                    format!("'{other}' is not a supported algorithm"),
+                ),
+            }
+        }
+        if needs_secret {
+            match a.hs_secret.as_deref().map(expand_env) {
+                None => bad(
+                    "auth.hs_secret".into(),
+                    "an HS algorithm is enabled but no secret is set".into(),
+                ),
+                Some(Err(var)) => bad(
+                    "auth.hs_secret".into(),
+                    format!("references unset environment variable {var}"),
+                ),
+                Some(Ok(s)) if s.len() < 32 => bad(
+                    "auth.hs_secret".into(),
+                    "must be at least 32 bytes (256 bits)".into(),
+                ),
+                _ => {}
+            }
+        }
+        if needs_public && a.public_key_pem.is_none() && a.jwks_file.is_none() && a.jwks_url.is_none()
+        {
+            bad(
+                "auth".into(),
+                "an asymmetric algorithm is enabled: set public_key_pem, jwks_file or jwks_url"
+                    .into(),
+            );
+        }
+        for (key, p) in [
+            ("auth.public_key_pem", &a.public_key_pem),
+            ("auth.jwks_file", &a.jwks_file),
+        ] {
+            if let Some(p) = p {
+                if !p.exists() {
+                    bad(key.into(), format!("{} does not exist", p.display()));
+                }
+            }
+        }
+        if let Some(u) = &a.jwks_url {
+            if reqwest::Url::parse(u).is_err() {
+                bad("auth.jwks_url".into(), format!("'{u}' is not a URL"));
+            }
+        }
+        if a.jwks_min_refresh > a.jwks_max_refresh {
+            bad(
+                "auth.jwks_min_refresh".into(),
+                "must not exceed jwks_max_refresh".into(),
+            );
+        }
+
+        let mut seen = std::collections::HashSet::new();
+        for (i, agent) in self.agents.iter().enumerate() {
+            let k = |f: &str| format!("agents[{i}].{f}");
+            if agent.id.is_empty()
+                || !agent
+                    .id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            {
+                bad(k("id"), format!("'{}' must be 1+ of A-Z a-z 0-9 - _ .", agent.id));
+            }
+            if !seen.insert(agent.id.as_str()) {
+                bad(k("id"), format!("duplicate agent id '{}'", agent.id));
+            }
+            if agent.url == crate::upstream::DEMO_URL {
+                if !self.demo.enabled {
+                    bad(k("url"), "'demo:' needs [demo] enabled = true".into());
+                }
+            } else {
+                match reqwest::Url::parse(&agent.url) {
+                    Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+                    _ => bad(k("url"), format!("'{}' is not an http(s) URL", agent.url)),
+                }
+            }
+            for (name, value) in &agent.headers {
+                if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                    bad(k(&format!("headers.{name}")), "not a valid header name".into());
+                }
+                if let Err(var) = expand_env(value) {
+                    bad(
+                        k(&format!("headers.{name}")),
+                        format!("references unset environment variable {var}"),
+                    );
+                }
+            }
+            if agent.roles.is_empty() {
+                bad(
+                    k("roles"),
+                    "empty: nobody could run this agent (use [\"*\"] for everyone)".into(),
+                );
+            }
+            let t = &agent.timeouts;
+            for (name, d) in [
+                ("connect", t.connect),
+                ("first_event", t.first_event),
+                ("idle", t.idle),
+                ("total", t.total),
+            ] {
+                if d.is_zero() {
+                    bad(k(&format!("timeouts.{name}")), "must be greater than 0".into());
+                }
+            }
+            if agent.max_frame_bytes < 1024 {
+                bad(k("max_frame_bytes"), "must be at least 1024".into());
+            }
+        }
+        problems
+    }
+}
+
+/// Replaces `${NAME}` with the environment variable's value; `Err(NAME)` when unset.
+pub fn expand_env(value: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            out.push_str(&rest[start..]);
+            return Ok(out);
+        };
+        let name = &after[..end];
+        out.push_str(&std::env::var(name).map_err(|_| name.to_owned())?);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &tempfile::TempDir, text: &str) -> PathBuf {
+        let p = dir.path().join("g.toml");
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    const SECRET: &str = "0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn minimal_config_gets_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(&dir, &format!("[auth]\nhs_secret = \"{SECRET}\"\n"));
+        let c = Config::load(&p).unwrap();
+        assert_eq!(c.server.listen, "127.0.0.1:8080");
+        assert_eq!(c.auth.algorithms, ["HS256"]);
+        assert!(c.agents.is_empty());
+    }
+
+    #[test]
+    fn errors_name_file_and_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(
+            &dir,
+            &format!(
+                "[auth]\nhs_secret = \"short\"\nalgorithms=[\"HS256\",\"none\"]\n\
+                 [[agents]]\nid=\"a\"\nurl=\"ftp://x\"\n[[agents]]\nid=\"a\"\nurl=\"http://x\"\n\
+                 headers={{Authorization=\"Bearer ${{AGUI_TEST_UNSET_VAR}}\"}}\n"
+            ),
+        );
+        let errs = Config::load(&p).unwrap_err();
+        let text: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+        let has = |s: &str| text.iter().any(|t| t.contains(s));
+        assert!(has("auth.hs_secret: must be at least 32 bytes"), "{text:?}");
+        assert!(has("auth.algorithms[1]: 'none'"), "{text:?}");
+        assert!(has("agents[0].url"), "{text:?}");
+        assert!(has("agents[1].id: duplicate"), "{text:?}");
+        assert!(has("agents[1].headers.Authorization: references unset environment variable AGUI_TEST_UNSET_VAR"), "{text:?}");
+        assert!(text.iter().all(|t| t.starts_with(&p.display().to_string())));
+    }
+
+    #[test]
+    fn unknown_and_mistyped_keys_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(&dir, &format!("[auth]\nhs_secret = \"{SECRET}\"\n[server]\nlisen = \"x\"\n"));
+        let e = &Config::load(&p).unwrap_err()[0];
+        assert_eq!(e.key, "server.lisen", "{e}");
+        let p = write(&dir, &format!("[auth]\nhs_secret = \"{SECRET}\"\n[server]\nmax_body_bytes = \"lots\"\n"));
+        let e = &Config::load(&p).unwrap_err()[0];
+        assert_eq!(e.key, "server.max_body_bytes", "{e}");
+    }
+
+    #[test]
+    fn expand_env_replaces_and_reports() {
+        // SAFETY: no other test reads or writes this variable.
+        unsafe { std::env::set_var("AGUI_TEST_SET_VAR", "v") };
+        assert_eq!(expand_env("a ${AGUI_TEST_SET_VAR} b").unwrap(), "a v b");
+        assert_eq!(expand_env("plain").unwrap(), "plain");
+        assert_eq!(expand_env("${AGUI_NOPE_X}").unwrap_err(), "AGUI_NOPE_X");
+    }
+
+    #[test]
+    fn shipped_configs_are_valid() {
+        for f in ["config/gateway.toml"] {
+            let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(f);
+            Config::load(&p).unwrap_or_else(|e| panic!("{f}: {e:?}"));
+        }
+    }
+}

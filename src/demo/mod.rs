@@ -1,0 +1,270 @@
+//! A small scripted AG-UI agent, so a newcomer sees the gateway work with
+//! nothing else installed.
+//!
+//! It is a real HTTP server on a loopback port: the gateway reaches it exactly
+//! as it reaches any agent (config `url = "demo:"` resolves to its address),
+//! so the demo exercises the full upstream path. A run shows what real agents
+//! send: reasoning, a server-side tool call with its result, `STATE_SNAPSHOT`
+//! and `STATE_DELTA`, streamed text. Ask it to "transfer", "delete" or
+//! "approve" something and it stops with an interrupt
+//! (`outcome.type = "interrupt"`); send the answer in `resume` and it carries on.
+
+use crate::config::DemoConfig;
+use crate::protocol::event::now_millis;
+use crate::protocol::input::{Content, ContentPart, Message, ResumeStatus};
+use crate::protocol::sse::encode_data;
+use crate::protocol::{Event, RunAgentInput};
+use axum::body::{Body, Bytes};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use bytes::BytesMut;
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Starts the demo agent; returns the address it listens on.
+pub async fn start(cfg: &DemoConfig) -> std::io::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(&cfg.listen).await?;
+    let addr = listener.local_addr()?;
+    let delay = cfg.token_delay;
+    let app = Router::new().route("/agent", post(move |body: Bytes| run(body, delay)));
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!("demo agent stopped: {e}");
+        }
+    });
+    tracing::info!(%addr, "demo agent listening");
+    Ok(addr)
+}
+
+async fn run(body: Bytes, delay: Duration) -> Response {
+    let input = match RunAgentInput::from_json(&body) {
+        Ok(i) => i,
+        Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
+    };
+    let script = script(&input);
+    let frames = futures::stream::unfold(script.into_iter(), move |mut steps| async move {
+        let (pause, event) = steps.next()?;
+        if pause {
+            tokio::time::sleep(delay).await;
+        }
+        let mut buf = BytesMut::new();
+        encode_data(event.json(), None, &mut buf);
+        Some((Ok::<_, std::convert::Infallible>(buf.freeze()), steps))
+    });
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(frames))
+        .expect("static response parts")
+}
+
+/// The text of the newest user message.
+fn last_user_text(input: &RunAgentInput) -> String {
+    input
+        .messages
+        .iter()
+        .rev()
+        .find_map(|m| match m {
+            Message::User(u) => Some(match &u.content {
+                Content::Text(t) => t.clone(),
+                Content::Parts(parts) => parts
+                    .iter()
+                    .filter_map(|p| match p {
+                        ContentPart::Text(t) => Some(t.text.as_str()),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            }),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// Words that make the demo ask for approval first.
+const NEEDS_APPROVAL: &[&str] = &["transfer", "delete", "approve"];
+
+/// A run as (pause-before?, event) steps.
+fn script(input: &RunAgentInput) -> Vec<(bool, Event)> {
+    let ids = Ids::new(&input.run_id);
+    let mut s = Script::default();
+    s.emit(json!({"type":"RUN_STARTED","threadId":input.thread_id,"runId":input.run_id,"protocolVersion":"1.0"}));
+
+    if let Some(resume) = input.resume.as_ref().filter(|r| !r.is_empty()) {
+        let answer = &resume[0];
+        let approved = answer.status == ResumeStatus::Resolved
+            && answer
+                .payload
+                .as_ref()
+                .and_then(|p| p.get("approved"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+        let call_id = answer
+            .interrupt_id
+            .strip_prefix("int-")
+            .unwrap_or(&answer.interrupt_id);
+        let result = if approved { "transfer executed" } else { "transfer declined by user" };
+        s.emit(json!({"type":"TOOL_CALL_RESULT","messageId":ids.make("result"),"toolCallId":call_id,"content":result,"role":"tool"}));
+        s.emit(json!({"type":"STATE_DELTA","delta":[{"op":"add","path":"/approval","value": if approved {"approved"} else {"declined"}}]}));
+        let reply = if approved {
+            "Done: the transfer went through."
+        } else {
+            "Understood, I did not make the transfer."
+        };
+        s.text(&ids.make("reply"), reply);
+        s.emit(json!({"type":"RUN_FINISHED","threadId":input.thread_id,"runId":input.run_id,"outcome":{"type":"success"}}));
+        return s.steps;
+    }
+
+    let question = last_user_text(input);
+    let turns = input
+        .state
+        .as_ref()
+        .and_then(|st| st.get("turns"))
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    s.emit(json!({"type":"STATE_SNAPSHOT","snapshot":{"turns":turns,"topic":question}}));
+
+    let reasoning_id = ids.make("reasoning");
+    s.emit(json!({"type":"REASONING_START","messageId":reasoning_id}));
+    s.emit(json!({"type":"REASONING_MESSAGE_START","messageId":reasoning_id,"role":"reasoning"}));
+    for word in ["Let", " me", " look", " that", " up."] {
+        s.pause(json!({"type":"REASONING_MESSAGE_CONTENT","messageId":reasoning_id,"delta":word}));
+    }
+    s.emit(json!({"type":"REASONING_MESSAGE_END","messageId":reasoning_id}));
+    s.emit(json!({"type":"REASONING_END","messageId":reasoning_id}));
+
+    let lower = question.to_lowercase();
+    if NEEDS_APPROVAL.iter().any(|w| lower.contains(w)) {
+        let msg_id = ids.make("ask");
+        s.text(&msg_id, "This needs your approval first.");
+        let call_id = ids.make("call");
+        let args = json!({"amount": 500, "to": "acct-9"}).to_string();
+        s.emit(json!({"type":"TOOL_CALL_START","toolCallId":call_id,"toolCallName":"transfer_funds","parentMessageId":msg_id}));
+        s.pause(json!({"type":"TOOL_CALL_ARGS","toolCallId":call_id,"delta":args}));
+        s.emit(json!({"type":"TOOL_CALL_END","toolCallId":call_id}));
+        s.emit(json!({"type":"RUN_FINISHED","threadId":input.thread_id,"runId":input.run_id,"outcome":{
+            "type":"interrupt",
+            "interrupts":[{
+                "id": format!("int-{call_id}"),
+                "reason":"tool_call",
+                "message": format!("Approve transfer_funds({args})?"),
+                "toolCallId": call_id,
+                "responseSchema": {"type":"object","properties":{"approved":{"type":"boolean"}},"required":["approved"]}
+            }]
+        }}));
+        return s.steps;
+    }
+
+    let msg_id = ids.make("msg");
+    let call_id = ids.make("call");
+    s.emit(json!({"type":"TEXT_MESSAGE_START","messageId":msg_id,"role":"assistant"}));
+    s.emit(json!({"type":"TEXT_MESSAGE_END","messageId":msg_id}));
+    s.emit(json!({"type":"TOOL_CALL_START","toolCallId":call_id,"toolCallName":"lookup","parentMessageId":msg_id}));
+    s.pause(json!({"type":"TOOL_CALL_ARGS","toolCallId":call_id,"delta":"{\"q\": "}));
+    s.pause(json!({"type":"TOOL_CALL_ARGS","toolCallId":call_id,"delta":json!(question).to_string() + "}"}));
+    s.emit(json!({"type":"TOOL_CALL_END","toolCallId":call_id}));
+    s.pause(json!({"type":"TOOL_CALL_RESULT","messageId":ids.make("result"),"toolCallId":call_id,"content":format!("{} characters, {} words", question.chars().count(), question.split_whitespace().count()),"role":"tool"}));
+    s.emit(json!({"type":"STATE_DELTA","delta":[{"op":"replace","path":"/turns","value":turns + 1}]}));
+    let answer = format!(
+        "You said \"{question}\". This is the agui-gateway demo agent: every event you see came through the gateway."
+    );
+    s.text(&ids.make("answer"), &answer);
+    s.emit(json!({"type":"RUN_FINISHED","threadId":input.thread_id,"runId":input.run_id,"outcome":{"type":"success"}}));
+    s.steps
+}
+
+/// Ids unique per run, readable in logs.
+struct Ids {
+    prefix: String,
+}
+
+impl Ids {
+    fn new(run_id: &str) -> Ids {
+        Ids {
+            prefix: run_id.chars().take(24).collect(),
+        }
+    }
+    fn make(&self, what: &str) -> String {
+        format!("{}-{what}", self.prefix)
+    }
+}
+
+#[derive(Default)]
+struct Script {
+    steps: Vec<(bool, Event)>,
+}
+
+impl Script {
+    fn add(&mut self, pause: bool, mut v: Value) {
+        v["timestamp"] = now_millis().into();
+        self.steps.push((pause, Event::build(v)));
+    }
+    fn emit(&mut self, v: Value) {
+        self.add(false, v)
+    }
+    fn pause(&mut self, v: Value) {
+        self.add(true, v)
+    }
+    /// A streamed assistant text message, one word per content event.
+    fn text(&mut self, id: &str, text: &str) {
+        self.emit(json!({"type":"TEXT_MESSAGE_START","messageId":id,"role":"assistant"}));
+        for (i, word) in text.split(' ').enumerate() {
+            let delta = if i == 0 { word.to_owned() } else { format!(" {word}") };
+            self.pause(json!({"type":"TEXT_MESSAGE_CONTENT","messageId":id,"delta":delta}));
+        }
+        self.emit(json!({"type":"TEXT_MESSAGE_END","messageId":id}));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::verify::Verifier;
+
+    fn input(text: &str, resume: Option<Value>) -> RunAgentInput {
+        let mut v = json!({"threadId":"t","runId":"r1","messages":[{"id":"u","role":"user","content":text}]});
+        if let Some(r) = resume {
+            v["resume"] = r;
+        }
+        RunAgentInput::from_json(v.to_string().as_bytes()).unwrap()
+    }
+
+    fn verified(steps: &[(bool, Event)]) -> Vec<String> {
+        let mut v = Verifier::new();
+        steps
+            .iter()
+            .map(|(_, e)| {
+                v.check(e).unwrap();
+                e.kind().to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn plain_run_has_every_kind_of_event_and_verifies() {
+        let kinds = verified(&script(&input("hello there", None)));
+        for k in ["REASONING_MESSAGE_CONTENT", "TOOL_CALL_ARGS", "TOOL_CALL_RESULT", "STATE_SNAPSHOT", "STATE_DELTA", "TEXT_MESSAGE_CONTENT"] {
+            assert!(kinds.iter().any(|x| x == k), "missing {k}");
+        }
+        assert_eq!(kinds.last().unwrap(), "RUN_FINISHED");
+    }
+
+    #[test]
+    fn approval_words_interrupt_and_resume_continues() {
+        let steps = script(&input("please transfer 500", None));
+        verified(&steps);
+        let last = steps.last().unwrap().1.body().clone();
+        assert_eq!(last["outcome"]["type"], "interrupt");
+        let id = last["outcome"]["interrupts"][0]["id"].as_str().unwrap().to_owned();
+        let call = last["outcome"]["interrupts"][0]["toolCallId"].clone();
+        let resumed = script(&input("", Some(json!([{"interruptId": id, "status":"resolved","payload":{"approved":true}}]))));
+        verified(&resumed);
+        let result = resumed.iter().find(|(_, e)| e.kind().as_str() == "TOOL_CALL_RESULT").unwrap();
+        assert_eq!(result.1.body()["toolCallId"], call);
+        assert_eq!(result.1.body()["content"], "transfer executed");
+    }
+}

@@ -1,0 +1,14 @@
+//! agui-gateway: a secure, multi-viewer proxy in front of AG-UI agents.
+//!
+//! The modules read as the data path: [`protocol`] (the pure AG-UI wire model)
+//! → [`upstream`] (agent HTTP client and routing) → [`server`] (what clients
+//! talk to), with [`auth`] and [`config`] beside them, and [`demo`] as a
+//! stand-alone AG-UI agent the default config runs so the gateway works out of
+//! the box.
+
+pub mod auth;
+pub mod config;
+pub mod demo;
+pub mod protocol;
+pub mod server;
+pub mod upstream;

@@ -1,0 +1,188 @@
+//! The `agui-gateway` binary: `serve` (default), `check-config`, `token`.
+
+use agui_gateway::auth::{mint, Authenticator, MintRequest};
+use agui_gateway::config::{Config, DEFAULT_PATH};
+use agui_gateway::server::{self, AppState};
+use agui_gateway::upstream::AgentRegistry;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+#[derive(Parser)]
+#[command(name = "agui-gateway", version, about = "Secure multi-viewer gateway for AG-UI agents")]
+struct Cli {
+    /// Configuration file (TOML or YAML).
+    #[arg(long, global = true, default_value = DEFAULT_PATH, env = "AGUI_GATEWAY_CONFIG")]
+    config: PathBuf,
+    /// Log format: `text` or `json`.
+    #[arg(long, global = true, default_value = "text")]
+    log_format: String,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway (the default).
+    Serve,
+    /// Validate the configuration and print every problem.
+    CheckConfig,
+    /// Mint a development JWT with the configured HS secret.
+    Token {
+        #[arg(long, default_value = "dev")]
+        sub: String,
+        /// Comma-separated role names.
+        #[arg(long, default_value = "", value_delimiter = ',')]
+        roles: Vec<String>,
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Lifetime in seconds.
+        #[arg(long, default_value_t = 3600)]
+        ttl: u64,
+        /// Thread grants as JSON, e.g. '{"team-7-*":["view","meta"]}'.
+        #[arg(long)]
+        threads: Option<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(&cli.log_format);
+    let config = match Config::load(&cli.config) {
+        Ok(c) => c,
+        Err(problems) => {
+            for p in &problems {
+                eprintln!("config error: {p}");
+            }
+            return ExitCode::from(2);
+        }
+    };
+    match cli.command.unwrap_or(Command::Serve) {
+        Command::CheckConfig => match Authenticator::from_config(&config.auth) {
+            Ok(_) => {
+                println!(
+                    "{}: ok ({} agents)",
+                    config.source.display(),
+                    config.agents.len()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("config error: {}: {e}", config.source.display());
+                ExitCode::from(2)
+            }
+        },
+        Command::Token {
+            sub,
+            roles,
+            tenant,
+            ttl,
+            threads,
+        } => {
+            let threads = match threads.map(|t| serde_json::from_str(&t)).transpose() {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("--threads is not JSON: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let req = MintRequest {
+                subject: sub,
+                roles: roles.into_iter().filter(|r| !r.is_empty()).collect(),
+                tenant,
+                ttl_secs: ttl,
+                threads,
+            };
+            match mint(&config.auth, &req) {
+                Ok(token) => {
+                    println!("{token}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("cannot mint a token: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Command::Serve => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime");
+            match rt.block_on(serve(config)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!("{e}");
+                    eprintln!("agui-gateway: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn init_logging(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("AGUI_GATEWAY_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn serve(config: Config) -> Result<(), String> {
+    let demo_addr = if config.demo.enabled {
+        Some(
+            agui_gateway::demo::start(&config.demo)
+                .await
+                .map_err(|e| format!("demo agent: cannot listen on {}: {e}", config.demo.listen))?,
+        )
+    } else {
+        None
+    };
+    if config.auth.hs_secret.as_deref() == Some(agui_gateway::config::DEV_SECRET) {
+        tracing::warn!("auth.hs_secret is the public development secret from config/gateway.toml: anyone can mint tokens. Set AGUI_GATEWAY__AUTH__HS_SECRET before exposing this gateway.");
+    }
+    let auth = Authenticator::from_config(&config.auth)?;
+    let agents = AgentRegistry::from_config(&config.agents, demo_addr)?;
+    let state = Arc::new(AppState {
+        config,
+        auth,
+        agents,
+        metrics: Default::default(),
+    });
+    let running = server::start(state.clone())
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", state.config.server.listen))?;
+    // Tests and scripts read this line to find an ephemeral port.
+    println!("agui-gateway listening on http://{}", running.addr);
+    tracing::info!(addr = %running.addr, agents = state.config.agents.len(), "gateway listening");
+
+    let stop = running.shutdown_handle();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down");
+        let _ = stop.send(true);
+    });
+    running.wait().await.map_err(|e| e.to_string())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

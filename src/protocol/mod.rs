@@ -1,0 +1,15 @@
+//! The AG-UI wire model, pure: no I/O, no clocks but event timestamps.
+//!
+//! Data flows through it in this order: [`sse`] turns bytes into frames,
+//! [`event`] turns a frame into a lossless [`Event`], [`chunks`] expands
+//! `*_CHUNK` events, [`verify`] checks the stream against the AG-UI client's
+//! rules. [`input`] is the request side (`RunAgentInput` and what it holds).
+
+pub mod chunks;
+pub mod event;
+pub mod input;
+pub mod sse;
+pub mod verify;
+
+pub use event::{Event, EventError, EventType};
+pub use input::RunAgentInput;

@@ -1,0 +1,103 @@
+//! The error every route answers with: `{"error":{"code","message"}}`.
+//!
+//! `code` is one of the spec's stable codes; the HTTP status follows from it,
+//! so a handler cannot pair a code with the wrong status. Authentication
+//! failures add `reason` (e.g. `token_expired`) so clients can tell a refresh
+//! from a re-login without parsing prose.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// Stable error codes from the client contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    Unauthenticated,
+    Forbidden,
+    NotFound,
+    Invalid,
+    Conflict,
+    RateLimited,
+    TooLarge,
+    Unavailable,
+    Internal,
+}
+
+impl ErrorCode {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::Unauthenticated => "unauthenticated",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::Invalid => "invalid",
+            ErrorCode::Conflict => "conflict",
+            ErrorCode::RateLimited => "rate_limited",
+            ErrorCode::TooLarge => "too_large",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::Internal => "internal",
+        }
+    }
+
+    /// The HTTP status that goes with the code.
+    pub fn status(self) -> StatusCode {
+        match self {
+            ErrorCode::Unauthenticated => StatusCode::UNAUTHORIZED,
+            ErrorCode::Forbidden => StatusCode::FORBIDDEN,
+            ErrorCode::NotFound => StatusCode::NOT_FOUND,
+            ErrorCode::Invalid => StatusCode::BAD_REQUEST,
+            ErrorCode::Conflict => StatusCode::CONFLICT,
+            ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+            ErrorCode::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+/// An error answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub code: ErrorCode,
+    pub message: String,
+    /// Finer, stable sub-code (authentication only, for now).
+    pub reason: Option<&'static str>,
+}
+
+impl ApiError {
+    /// An error with `code` and a human-readable `message`.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            code,
+            message: message.into(),
+            reason: None,
+        }
+    }
+}
+
+impl From<crate::auth::AuthFailure> for ApiError {
+    fn from(f: crate::auth::AuthFailure) -> ApiError {
+        ApiError {
+            code: ErrorCode::Unauthenticated,
+            message: f.to_string(),
+            reason: Some(f.reason()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut error = json!({"code": self.code.as_str(), "message": self.message});
+        if let Some(r) = self.reason {
+            error["reason"] = r.into();
+        }
+        let mut resp = (self.code.status(), axum::Json(json!({ "error": error }))).into_response();
+        if self.code == ErrorCode::Unauthenticated {
+            resp.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer error=\"invalid_token\""),
+            );
+        }
+        resp
+    }
+}

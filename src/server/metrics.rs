@@ -1,0 +1,43 @@
+//! Prometheus counters, kept as plain atomics: the hot path pays one relaxed
+//! add per event and nothing else.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+/// Process-wide counters.
+#[derive(Default)]
+pub struct Metrics {
+    pub runs_started: AtomicU64,
+    pub events_forwarded: AtomicU64,
+    pub auth_failures: AtomicU64,
+    /// Runs that ended, by terminal code (`success`, `interrupt`, `upstream_timeout`, …).
+    runs_ended: Mutex<Vec<(String, u64)>>,
+}
+
+impl Metrics {
+    /// Counts a finished run under `outcome`.
+    pub fn run_ended(&self, outcome: &str) {
+        let mut ended = self.runs_ended.lock().expect("metrics lock");
+        match ended.iter_mut().find(|(o, _)| o == outcome) {
+            Some((_, n)) => *n += 1,
+            None => ended.push((outcome.to_owned(), 1)),
+        }
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let counter = |out: &mut String, name: &str, help: &str, v: u64| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+        };
+        counter(&mut out, "agui_runs_started_total", "Runs sent to an upstream agent.", self.runs_started.load(Relaxed));
+        counter(&mut out, "agui_events_forwarded_total", "Events forwarded to clients.", self.events_forwarded.load(Relaxed));
+        counter(&mut out, "agui_auth_failures_total", "Requests refused for authentication.", self.auth_failures.load(Relaxed));
+        let _ = writeln!(out, "# HELP agui_runs_ended_total Runs that ended, by outcome or error code.\n# TYPE agui_runs_ended_total counter");
+        for (outcome, n) in self.runs_ended.lock().expect("metrics lock").iter() {
+            let _ = writeln!(out, "agui_runs_ended_total{{outcome=\"{outcome}\"}} {n}");
+        }
+        out
+    }
+}

@@ -1,0 +1,77 @@
+//! What clients talk to: the HTTP routes ([`http`]), their error shape
+//! ([`error`]) and the counters behind `/metrics` ([`metrics`]).
+
+pub mod error;
+pub mod http;
+pub mod metrics;
+
+use crate::auth::Authenticator;
+use crate::config::Config;
+use crate::upstream::AgentRegistry;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+
+/// Everything a request handler needs, shared by reference count.
+pub struct AppState {
+    pub config: Config,
+    pub auth: Authenticator,
+    pub agents: AgentRegistry,
+    pub metrics: metrics::Metrics,
+}
+
+/// A running gateway: its bound address and a handle to stop it.
+pub struct Running {
+    pub addr: SocketAddr,
+    shutdown: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Running {
+    /// Stops accepting, lets open streams finish for up to `shutdown_grace`,
+    /// then returns.
+    pub async fn shutdown(self) -> std::io::Result<()> {
+        let _ = self.shutdown.send(true);
+        self.task.await.unwrap_or(Ok(()))
+    }
+
+    /// Waits until the server stops by itself (it only does on error).
+    pub async fn wait(self) -> std::io::Result<()> {
+        self.task.await.unwrap_or(Ok(()))
+    }
+
+    /// A sender that triggers graceful shutdown.
+    pub fn shutdown_handle(&self) -> tokio::sync::watch::Sender<bool> {
+        self.shutdown.clone()
+    }
+}
+
+/// Binds `state.config.server.listen` and serves until shut down.
+pub async fn start(state: Arc<AppState>) -> std::io::Result<Running> {
+    let listener = TcpListener::bind(&state.config.server.listen).await?;
+    let addr = listener.local_addr()?;
+    let grace = state.config.server.shutdown_grace;
+    let app = http::router(state);
+    let (tx, mut rx) = tokio::sync::watch::channel(false);
+    let mut grace_rx = tx.subscribe();
+    let task = tokio::spawn(async move {
+        let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        });
+        tokio::select! {
+            r = server => r,
+            _ = async {
+                let _ = grace_rx.wait_for(|stop| *stop).await;
+                tokio::time::sleep(grace).await;
+            } => {
+                tracing::warn!("shutdown grace {grace:?} passed; closing remaining streams");
+                Ok(())
+            }
+        }
+    });
+    Ok(Running {
+        addr,
+        shutdown: tx,
+        task,
+    })
+}

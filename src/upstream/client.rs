@@ -1,0 +1,313 @@
+//! One upstream run: POST `RunAgentInput`, decode SSE, normalize, verify.
+//!
+//! The run is driven by its own task that feeds a bounded channel, so a slow
+//! consumer applies backpressure all the way to the agent's socket. The task
+//! watches the channel: when the consumer drops the [`RunStream`] the HTTP
+//! response is dropped at once and the agent sees its connection close, even
+//! while it is silent. Whatever goes wrong, the stream ends with exactly one
+//! terminal event (`RUN_FINISHED` from the agent, or a `RUN_ERROR` with one of
+//! the [`UpstreamCode`]s), so every consumer can rely on runs ending.
+
+use super::Agent;
+use crate::config::VerifyMode;
+use crate::protocol::chunks::ChunkNormalizer;
+use crate::protocol::event::run_error;
+use crate::protocol::sse::{SseDecoder, SseFrame};
+use crate::protocol::verify::Verifier;
+use crate::protocol::Event;
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tokio::sync::mpsc;
+use tokio::time::{timeout_at, Instant};
+use tokio_util::task::AbortOnDropHandle;
+
+/// Stable `RUN_ERROR.code`s for runs the gateway had to end itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamCode {
+    /// Connection refused, DNS failure, TLS failure, connect timeout.
+    Unavailable,
+    /// A non-2xx status (the code carries it: `upstream_http_503`).
+    Http(u16),
+    /// The stream ended (or broke) before `RUN_FINISHED`/`RUN_ERROR`.
+    Incomplete,
+    /// `first_event`, `idle` or `total` time limit passed.
+    Timeout,
+    /// The agent broke the AG-UI rules (strict verification).
+    ProtocolViolation,
+    /// One SSE frame exceeded `max_frame_bytes`.
+    FrameTooLarge,
+}
+
+impl UpstreamCode {
+    /// The wire code, e.g. `upstream_timeout`.
+    pub fn as_string(&self) -> String {
+        match self {
+            UpstreamCode::Unavailable => "upstream_unavailable".into(),
+            UpstreamCode::Http(status) => format!("upstream_http_{status}"),
+            UpstreamCode::Incomplete => "upstream_incomplete".into(),
+            UpstreamCode::Timeout => "upstream_timeout".into(),
+            UpstreamCode::ProtocolViolation => "upstream_protocol_violation".into(),
+            UpstreamCode::FrameTooLarge => "upstream_frame_too_large".into(),
+        }
+    }
+}
+
+/// How much of an error response body goes into `RUN_ERROR.message`.
+const ERROR_BODY_EXCERPT: usize = 512;
+/// Events buffered between the upstream task and the consumer.
+const CHANNEL_EVENTS: usize = 64;
+
+/// The events of one run, ending with its terminal event. Dropping it drops
+/// the upstream request.
+pub struct RunStream {
+    rx: mpsc::Receiver<Event>,
+    _task: AbortOnDropHandle<()>,
+}
+
+impl Stream for RunStream {
+    type Item = Event;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+impl RunStream {
+    /// Starts a run on `agent` with `body` (serialized `RunAgentInput`).
+    pub fn start(agent: Arc<Agent>, body: Bytes) -> RunStream {
+        let (tx, rx) = mpsc::channel(CHANNEL_EVENTS);
+        let task = tokio::spawn(async move {
+            let mut run = Run {
+                agent: &agent,
+                tx: &tx,
+                chunks: ChunkNormalizer::new(),
+                verifier: Verifier::new(),
+                frames: Vec::new(),
+                events: Vec::new(),
+                ended: false,
+                seen_any: false,
+            };
+            if let Err(failure) = run.drive(body).await {
+                if let Some((code, message)) = failure {
+                    tracing::warn!(agent = %agent.id, code = %code.as_string(), "{message}");
+                    let _ = tx.send(run_error(&code.as_string(), message)).await;
+                }
+            }
+        });
+        RunStream {
+            rx,
+            _task: AbortOnDropHandle::new(task),
+        }
+    }
+}
+
+/// `Err(Some(..))`: end the run with this code; `Err(None)`: the consumer left.
+type Failure = Option<(UpstreamCode, String)>;
+
+struct Run<'a> {
+    agent: &'a Agent,
+    tx: &'a mpsc::Sender<Event>,
+    chunks: ChunkNormalizer,
+    verifier: Verifier,
+    frames: Vec<SseFrame>,
+    events: Vec<Event>,
+    /// The run's stream has ended (terminal event forwarded).
+    ended: bool,
+    /// At least one frame arrived (tells idle from first-event timeouts).
+    seen_any: bool,
+}
+
+fn fail(code: UpstreamCode, message: impl Into<String>) -> Failure {
+    Some((code, message.into()))
+}
+
+impl Run<'_> {
+    async fn drive(&mut self, body: Bytes) -> Result<(), Failure> {
+        let t = &self.agent.timeouts;
+        let started = Instant::now();
+        let total_deadline = started + t.total;
+        let first_deadline = (started + t.first_event).min(total_deadline);
+
+        let request = self
+            .agent
+            .http
+            .post(self.agent.url.clone())
+            .headers(self.agent.headers.clone())
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .body(body)
+            .send();
+        let response = tokio::select! {
+            _ = self.tx.closed() => return Err(None),
+            r = timeout_at(first_deadline, request) => match r {
+                Err(_) => return Err(fail(UpstreamCode::Timeout, format!(
+                    "no response from agent '{}' within first_event timeout {:?}", self.agent.id, t.first_event))),
+                Ok(Err(e)) => return Err(fail(UpstreamCode::Unavailable, format!(
+                    "agent '{}' unreachable: {}", self.agent.id, describe(&e)))),
+                Ok(Ok(r)) => r,
+            }
+        };
+
+        let status = response.status();
+        if !status.is_success() {
+            let excerpt = read_excerpt(response, first_deadline).await;
+            return Err(fail(
+                UpstreamCode::Http(status.as_u16()),
+                format!("agent '{}' answered HTTP {}: {excerpt}", self.agent.id, status.as_u16()),
+            ));
+        }
+        let content_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        if !content_type.starts_with("text/event-stream") {
+            return Err(fail(
+                UpstreamCode::ProtocolViolation,
+                format!("agent '{}' answered Content-Type '{content_type}', expected text/event-stream", self.agent.id),
+            ));
+        }
+
+        let mut decoder = SseDecoder::new(self.agent.max_frame_bytes);
+        let mut body = response.bytes_stream();
+        let mut deadline = first_deadline;
+        loop {
+            let next = tokio::select! {
+                _ = self.tx.closed() => return Err(None),
+                n = timeout_at(deadline, body.next()) => n,
+            };
+            let chunk = match next {
+                Err(_) => {
+                    let which = if deadline == total_deadline {
+                        format!("total timeout {:?}", t.total)
+                    } else if self.seen_any {
+                        format!("idle timeout {:?}", t.idle)
+                    } else {
+                        format!("first_event timeout {:?}", t.first_event)
+                    };
+                    return Err(fail(
+                        UpstreamCode::Timeout,
+                        format!("agent '{}' exceeded its {which}", self.agent.id),
+                    ));
+                }
+                Ok(None) => {
+                    decoder.finish(&mut self.frames).map_err(|e| {
+                        fail(UpstreamCode::FrameTooLarge, e.to_string())
+                    })?;
+                    self.forward_frames().await?;
+                    if self.ended {
+                        return Ok(());
+                    }
+                    return Err(fail(
+                        UpstreamCode::Incomplete,
+                        format!("agent '{}' ended the stream without RUN_FINISHED or RUN_ERROR", self.agent.id),
+                    ));
+                }
+                Ok(Some(Err(e))) => {
+                    return Err(fail(
+                        UpstreamCode::Incomplete,
+                        format!("agent '{}' stream broke: {}", self.agent.id, describe(&e)),
+                    ))
+                }
+                Ok(Some(Ok(bytes))) => bytes,
+            };
+            decoder
+                .feed(&chunk, &mut self.frames)
+                .map_err(|e| fail(UpstreamCode::FrameTooLarge, format!("agent '{}': {e}", self.agent.id)))?;
+            let had_events = !self.frames.is_empty();
+            self.forward_frames().await?;
+            if self.ended {
+                return Ok(()); // dropping `body` closes the upstream connection
+            }
+            if had_events {
+                deadline = (Instant::now() + t.idle).min(total_deadline);
+            }
+        }
+    }
+
+    /// Parses, normalizes, verifies and sends every decoded frame.
+    async fn forward_frames(&mut self) -> Result<(), Failure> {
+        let strict = self.agent.verify == VerifyMode::Strict;
+        for frame in std::mem::take(&mut self.frames) {
+            self.seen_any = true;
+            let event = match Event::parse(frame.data) {
+                Ok(e) => e,
+                Err(e) if strict => {
+                    return Err(fail(UpstreamCode::ProtocolViolation, format!("frame_not_event: {e}")))
+                }
+                Err(e) => {
+                    tracing::warn!(agent = %self.agent.id, "skipping SSE frame that is not an event: {e}");
+                    continue;
+                }
+            };
+            let pushed = self.chunks.push(event.clone(), &mut self.events);
+            if let Err(e) = pushed {
+                if strict {
+                    return Err(fail(UpstreamCode::ProtocolViolation, format!("chunk_expansion: {e}")));
+                }
+                tracing::warn!(agent = %self.agent.id, "forwarding chunk that could not be expanded: {e}");
+                self.events.push(event);
+            }
+            for event in std::mem::take(&mut self.events) {
+                if let Err(v) = self.verifier.check(&event) {
+                    if strict {
+                        return Err(fail(
+                            UpstreamCode::ProtocolViolation,
+                            format!("{} (event {})", v, event.kind()),
+                        ));
+                    }
+                    tracing::warn!(agent = %self.agent.id, rule = v.rule, "forwarding event that breaks the AG-UI rules: {}", v.message);
+                }
+                let terminal = event.kind().is_terminal();
+                self.tx.send(event).await.map_err(|_| None)?;
+                if terminal {
+                    self.ended = true;
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Error text without the request URL (it may carry credentials in its
+/// query string): a category, then the chain of underlying causes.
+fn describe(e: &reqwest::Error) -> String {
+    let mut text = String::from(if e.is_connect() {
+        "connection failed"
+    } else if e.is_timeout() {
+        "timed out"
+    } else if e.is_body() || e.is_decode() {
+        "response body failed"
+    } else {
+        "request failed"
+    });
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+async fn read_excerpt(response: reqwest::Response, deadline: Instant) -> String {
+    let mut body = response.bytes_stream();
+    let mut buf = Vec::new();
+    while buf.len() < ERROR_BODY_EXCERPT {
+        match timeout_at(deadline.max(Instant::now() + std::time::Duration::from_secs(2)), body.next()).await {
+            Ok(Some(Ok(b))) => buf.extend_from_slice(&b),
+            _ => break,
+        }
+    }
+    buf.truncate(ERROR_BODY_EXCERPT);
+    let text = String::from_utf8_lossy(&buf).trim().to_owned();
+    if text.is_empty() {
+        "(empty body)".into()
+    } else {
+        text
+    }
+}

@@ -1,0 +1,11 @@
+//! Upstream agents: which agent a run goes to ([`routing`]) and the HTTP
+//! client that POSTs `RunAgentInput` and reads its SSE back ([`client`]).
+
+pub mod client;
+pub mod routing;
+
+pub use client::{RunStream, UpstreamCode};
+pub use routing::{Agent, AgentRegistry};
+
+/// The `url` value that points an agent at the built-in demo agent.
+pub const DEMO_URL: &str = "demo:";
