@@ -1,0 +1,208 @@
+"""A scripted AG-UI agent built with the PyPI `ag-ui-protocol` package.
+
+Each URL path is one scenario, good or faulty, so the integration tests can
+point a gateway agent at exactly the behaviour they check. Events are built
+with `ag_ui.core` models and written with `ag_ui.encoder.EventEncoder`, the
+way a real Python agent does it; the fault scenarios write raw bytes where the
+point is to break the protocol.
+
+Usage: scripted_agent.py  -> prints "listening <port>" on stdout, then serves.
+It prints "DISCONNECTED <scenario>" when a client drops a stalled stream.
+"""
+
+import asyncio
+import json
+import os
+import socket
+import sys
+
+import uvicorn
+from ag_ui.core import (
+    CustomEvent,
+    EventType,
+    RunFinishedEvent,
+    RunStartedEvent,
+    StateDeltaEvent,
+    StateSnapshotEvent,
+    StepFinishedEvent,
+    StepStartedEvent,
+    TextMessageChunkEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    ToolCallChunkEvent,
+    ToolCallResultEvent,
+    ReasoningStartEvent,
+    ReasoningMessageChunkEvent,
+    ReasoningEndEvent,
+)
+from ag_ui.encoder import EventEncoder
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+ENC = EventEncoder()
+TS = 1795344400000  # fixed timestamps: the stream is byte-for-byte repeatable
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def happy_events(thread_id: str, run_id: str):
+    """A full, valid run that uses chunks, unknown fields and most event kinds."""
+    t = TS
+    yield RunStartedEvent(thread_id=thread_id, run_id=run_id, timestamp=t)
+    yield StepStartedEvent(step_name="plan", timestamp=t + 1)
+    yield ReasoningStartEvent(message_id="rs1", timestamp=t + 2)
+    yield ReasoningMessageChunkEvent(message_id="rs1", delta="thinking", timestamp=t + 3)
+    yield ReasoningEndEvent(message_id="rs1", timestamp=t + 4)
+    yield StateSnapshotEvent(snapshot={"count": 1, "items": ["a"]}, timestamp=t + 5)
+    # A chunked tool call, as many framework adapters stream them.
+    yield ToolCallChunkEvent(
+        tool_call_id="tc1", tool_call_name="search", parent_message_id="m0", delta='{"q":', timestamp=t + 6
+    )
+    yield ToolCallChunkEvent(tool_call_id="tc1", delta='"rust"}', timestamp=t + 7)
+    yield ToolCallResultEvent(message_id="tr1", tool_call_id="tc1", content="3 results", role="tool", timestamp=t + 8)
+    yield StateDeltaEvent(delta=[{"op": "replace", "path": "/count", "value": 2}], timestamp=t + 9)
+    # Extra fields a newer protocol or a vendor might add: must survive.
+    yield TextMessageStartEvent(message_id="m1", role="assistant", timestamp=t + 10, vendor_hint={"x": [1, 2.5]})
+    for i, word in enumerate(["Hello", " wörld", " \u2603", " \U0001F600"]):
+        yield TextMessageContentEvent(message_id="m1", delta=word, timestamp=t + 11 + i)
+    yield TextMessageEndEvent(message_id="m1", timestamp=t + 20)
+    yield TextMessageChunkEvent(message_id="m2", role="assistant", delta="chunked ", timestamp=t + 21)
+    yield TextMessageChunkEvent(delta="text", timestamp=t + 22)
+    yield CustomEvent(name="progress", value={"pct": 100}, timestamp=t + 23)
+    yield StepFinishedEvent(step_name="plan", timestamp=t + 24)
+    yield RunFinishedEvent(thread_id=thread_id, run_id=run_id, timestamp=t + 25, outcome={"type": "success"})
+
+
+async def read_input(request: Request) -> dict:
+    try:
+        return json.loads(await request.body())
+    except Exception:
+        return {}
+
+
+def sse(gen, status=200):
+    return StreamingResponse(gen, status_code=status, media_type="text/event-stream")
+
+
+async def handle(request: Request) -> Response:
+    scenario = request.path_params["scenario"]
+    body = await read_input(request)
+    thread_id = body.get("threadId", "t")
+    run_id = body.get("runId", "r")
+
+    if scenario == "ok":
+        async def gen():
+            for ev in happy_events(thread_id, run_id):
+                yield ENC.encode(ev)
+        return sse(gen())
+
+    if scenario == "crlf":
+        # Same events, CRLF framing, BOM, comments, cut into 7-byte pieces.
+        raw = "\ufeff: hello\r\n\r\n" + "".join(
+            ENC.encode(ev).replace("\n", "\r\n") + ": keepalive\r\n\r\n" for ev in happy_events(thread_id, run_id)
+        )
+        data = raw.encode("utf-8")
+
+        async def gen():
+            for i in range(0, len(data), 7):
+                yield data[i : i + 7]
+                await asyncio.sleep(0)
+        return sse(gen())
+
+    if scenario == "echo":
+        async def gen():
+            yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+            seen = {
+                "input": body,
+                "authorization": request.headers.get("authorization"),
+                "accept": request.headers.get("accept"),
+            }
+            yield ENC.encode(CustomEvent(name="echo", value=seen))
+            yield ENC.encode(RunFinishedEvent(thread_id=thread_id, run_id=run_id))
+        return sse(gen())
+
+    if scenario == "unknown-type":
+        async def gen():
+            yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+            yield 'data: {"type":"FUTURE_EVENT","payload":{"deep":[1,{"a":null}]},"n":12345678901234567}\n\n'
+            yield 'data: {"type":"THINKING_START","title":"legacy"}\n\n'
+            yield ENC.encode(RunFinishedEvent(thread_id=thread_id, run_id=run_id))
+        return sse(gen())
+
+    if scenario == "http500":
+        return PlainTextResponse("internal kaboom: database on fire", status_code=500)
+
+    if scenario == "wrong-ctype":
+        return Response('{"hello":"json"}', media_type="application/json")
+
+    if scenario == "garbage":
+        async def gen():
+            yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+            yield b"data: {this is not json\xff\xfe\n\n"
+            yield ENC.encode(RunFinishedEvent(thread_id=thread_id, run_id=run_id))
+        return sse(gen())
+
+    if scenario == "violation":
+        async def gen():
+            yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+            yield ENC.encode(TextMessageContentEvent(message_id="never-started", delta="x"))
+            yield ENC.encode(RunFinishedEvent(thread_id=thread_id, run_id=run_id))
+        return sse(gen())
+
+    if scenario == "no-finish":
+        async def gen():
+            yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+            yield ENC.encode(TextMessageStartEvent(message_id="m1", role="assistant"))
+            yield ENC.encode(TextMessageContentEvent(message_id="m1", delta="half"))
+        return sse(gen())
+
+    if scenario == "big-frame":
+        async def gen():
+            yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+            yield ENC.encode(CustomEvent(name="huge", value="x" * (2 * 1024 * 1024)))
+            yield ENC.encode(RunFinishedEvent(thread_id=thread_id, run_id=run_id))
+        return sse(gen())
+
+    if scenario in ("stall", "stall-first"):
+        async def gen():
+            try:
+                if scenario == "stall":
+                    yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+                    yield ENC.encode(TextMessageStartEvent(message_id="m1", role="assistant"))
+                else:
+                    yield b": connected\n\n"
+                await asyncio.sleep(3600)
+            finally:
+                say(f"DISCONNECTED {scenario}")
+        return sse(gen())
+
+    if scenario == "die":
+        async def gen():
+            yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+            yield ENC.encode(TextMessageStartEvent(message_id="m1", role="assistant"))
+            yield ENC.encode(TextMessageContentEvent(message_id="m1", delta="about to"))
+            await asyncio.sleep(0.05)
+            say("DYING")
+            os._exit(1)
+        return sse(gen())
+
+    return PlainTextResponse(f"unknown scenario {scenario}", status_code=404)
+
+
+def main() -> None:
+    app = Starlette(routes=[Route("/{scenario}", handle, methods=["POST"])])
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    say(f"listening {sock.getsockname()[1]}")
+    config = uvicorn.Config(app, log_level="warning", lifespan="off")
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

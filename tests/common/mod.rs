@@ -1,0 +1,286 @@
+//! Shared harness for the integration tests: real processes on loopback.
+//!
+//! [`Gateway`] runs the `agui-gateway` binary with a generated config; [`PyAgent`]
+//! runs one of the Python agents in `tests/agents/` (built with the real PyPI
+//! AG-UI packages). Both pick free ports and report them on stdout, which the
+//! harness reads: nothing here sleeps to wait for a process, it waits for the
+//! line the process prints when it is ready.
+
+#![allow(dead_code)]
+
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+
+/// The HS secret every test gateway uses.
+pub const SECRET: &str = "integration-test-secret-0123456789abcdef";
+
+/// How long any single wait in a test may take before it fails.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The Python with the AG-UI packages: `$AGUI_TEST_PYTHON` or `.venv/bin/python`.
+pub fn python() -> PathBuf {
+    if let Ok(p) = std::env::var("AGUI_TEST_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let p = repo().join(".venv/bin/python");
+    assert!(
+        p.exists(),
+        "{} is missing: run `bash .ci/run` once (it creates the test venv), or set AGUI_TEST_PYTHON",
+        p.display()
+    );
+    p
+}
+
+/// A child process whose stdout lines arrive on a channel; killed on drop.
+pub struct Proc {
+    pub child: Child,
+    lines: mpsc::UnboundedReceiver<String>,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Proc {
+    /// Spawns `cmd`, capturing stdout lines and all of stderr.
+    pub fn spawn(mut cmd: Command) -> Proc {
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().expect("spawn test process");
+        let (tx, lines) = mpsc::unbounded_channel();
+        let stdout = child.stdout.take().unwrap();
+        tokio::spawn(async move {
+            let mut r = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = r.next_line().await {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = stderr.clone();
+        let err = child.stderr.take().unwrap();
+        tokio::spawn(async move {
+            let mut r = BufReader::new(err).lines();
+            while let Ok(Some(line)) = r.next_line().await {
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        Proc {
+            child,
+            lines,
+            stderr,
+        }
+    }
+
+    /// Waits for a stdout line starting with `prefix` and returns it.
+    pub async fn expect_line(&mut self, prefix: &str) -> String {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            match tokio::time::timeout_at(deadline, self.lines.recv()).await {
+                Ok(Some(line)) if line.starts_with(prefix) => return line,
+                Ok(Some(_)) => continue,
+                Ok(None) => panic!(
+                    "process exited before printing '{prefix}'; stderr:\n{}",
+                    self.stderr()
+                ),
+                Err(_) => panic!("timed out waiting for '{prefix}'; stderr:\n{}", self.stderr()),
+            }
+        }
+    }
+
+    /// Everything the process wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+}
+
+/// A Python AG-UI agent from `tests/agents/`.
+pub struct PyAgent {
+    pub proc: Proc,
+    pub port: u16,
+}
+
+impl PyAgent {
+    /// Starts `tests/agents/<script>` and waits until it listens.
+    pub async fn start(script: &str) -> PyAgent {
+        let mut cmd = Command::new(python());
+        cmd.arg(repo().join("tests/agents").join(script))
+            .env("PYTHONUNBUFFERED", "1")
+            .current_dir(repo());
+        let mut proc = Proc::spawn(cmd);
+        let line = proc.expect_line("listening ").await;
+        let port = line["listening ".len()..].trim().parse().unwrap();
+        PyAgent { proc, port }
+    }
+
+    /// The URL of `path` on this agent.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}/{}", self.port, path.trim_start_matches('/'))
+    }
+}
+
+/// A running `agui-gateway` process.
+pub struct Gateway {
+    pub proc: Proc,
+    pub base: String,
+    pub config_path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Gateway {
+    /// Starts the gateway with `extra` TOML appended to a base config (test
+    /// secret, ephemeral port, demo agent off unless `extra` turns it on).
+    pub async fn start(extra: &str) -> Gateway {
+        Self::start_with_env(extra, &[]).await
+    }
+
+    /// Like [`Gateway::start`], with environment variables for the process.
+    pub async fn start_with_env(extra: &str, env: &[(&str, &str)]) -> Gateway {
+        let dir = tempfile::tempdir().unwrap();
+        let config_path = dir.path().join("gateway.toml");
+        let base = format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nkeepalive = \"1s\"\nshutdown_grace = \"1s\"\n\n\
+             [auth]\nalgorithms = [\"HS256\"]\nhs_secret = \"{SECRET}\"\nleeway = \"0s\"\n\n"
+        );
+        std::fs::write(&config_path, format!("{base}{extra}\n")).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_agui-gateway"));
+        cmd.arg("--config").arg(&config_path).arg("serve");
+        cmd.env("AGUI_GATEWAY_LOG", "info,agui_gateway=debug");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut proc = Proc::spawn(cmd);
+        let line = proc.expect_line("agui-gateway listening on ").await;
+        let base = line["agui-gateway listening on ".len()..].trim().to_owned();
+        Gateway {
+            proc,
+            base,
+            config_path,
+            _dir: dir,
+        }
+    }
+
+    /// The URL of `path` on the gateway.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// The run endpoint of `agent`.
+    pub fn run_url(&self, agent: &str) -> String {
+        self.url(&format!("/v1/agents/{agent}/run"))
+    }
+}
+
+/// Signs a test token with [`SECRET`]; `claims` are merged over a default
+/// (`sub` = "alice", roles ["user"], exp in one hour).
+pub fn token(claims: Value) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let mut c = json!({"sub": "alice", "roles": ["user"], "exp": now + 3600});
+    for (k, v) in claims.as_object().unwrap() {
+        c[k] = v.clone();
+    }
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &c,
+        &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .unwrap()
+}
+
+/// A minimal valid `RunAgentInput`.
+pub fn input(thread: &str, run: &str, text: &str) -> Value {
+    json!({
+        "threadId": thread, "runId": run,
+        "messages": [{"id": "u1", "role": "user", "content": text}],
+        "tools": [], "context": []
+    })
+}
+
+/// The HTTP client tests use.
+pub fn http() -> reqwest::Client {
+    reqwest::Client::builder().timeout(WAIT).build().unwrap()
+}
+
+/// POSTs a run and returns (status, raw body).
+pub async fn post_run(url: &str, token: &str, body: &Value) -> (u16, String) {
+    let resp = http()
+        .post(url)
+        .bearer_auth(token)
+        .json(body)
+        .send()
+        .await
+        .expect("request");
+    let status = resp.status().as_u16();
+    (status, resp.text().await.expect("body"))
+}
+
+/// Splits an SSE body the way the AG-UI client does (frames on `\n\n`, `data:`
+/// lines joined), independently of the gateway's own decoder. Comments are
+/// dropped.
+pub fn sse_data(body: &str) -> Vec<String> {
+    body.split("\n\n")
+        .filter_map(|frame| {
+            let data: Vec<&str> = frame
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(|l| l.strip_prefix(' ').unwrap_or(l))
+                .collect();
+            (!data.is_empty()).then(|| data.join("\n"))
+        })
+        .collect()
+}
+
+/// The events of an SSE body as JSON values.
+pub fn sse_events(body: &str) -> Vec<Value> {
+    sse_data(body)
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("not JSON: {d}: {e}")))
+        .collect()
+}
+
+/// The `type` of each event.
+pub fn types(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| e["type"].as_str().unwrap_or("?").to_owned())
+        .collect()
+}
+
+/// Asserts the stream ends with exactly one terminal event, a `RUN_ERROR`
+/// with `code`, and returns its message.
+pub fn assert_run_error(events: &[Value], code: &str) -> String {
+    let terminals: Vec<_> = events
+        .iter()
+        .filter(|e| matches!(e["type"].as_str(), Some("RUN_ERROR" | "RUN_FINISHED")))
+        .collect();
+    assert_eq!(terminals.len(), 1, "exactly one terminal event: {events:#?}");
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "RUN_ERROR", "{events:#?}");
+    assert_eq!(last["code"], code, "{last}");
+    last["message"].as_str().unwrap().to_owned()
+}
+
+/// Path of a shared fixture stream.
+pub fn fixture(name: &str) -> PathBuf {
+    repo().join("../shared/fixtures/streams").join(name)
+}
+
+/// True when `path` exists (for messages).
+pub fn exists(path: &Path) -> bool {
+    path.exists()
+}

@@ -1,0 +1,39 @@
+// Runs one AG-UI run with the stock @ag-ui/client HttpAgent and prints what the
+// client saw as one JSON line: every event it delivered, its folded messages
+// and state, any error, and any warnings the client printed about stripping or
+// dropping material it did not recognise.
+//
+// usage: node httpagent.mjs <url> <token-or-""> <threadId> <runId> <user text>
+import { HttpAgent } from "@ag-ui/client";
+
+const [url, token, threadId, runId, text] = process.argv.slice(2);
+const warnings = [];
+const warn = console.warn;
+console.warn = (...args) => {
+  warnings.push(args.map(String).join(" "));
+};
+
+const agent = new HttpAgent({
+  url,
+  headers: token ? { Authorization: `Bearer ${token}` } : {},
+  threadId,
+  initialMessages: [{ id: "u1", role: "user", content: text }],
+});
+const events = [];
+let error = null;
+try {
+  await agent.runAgent(
+    { runId },
+    {
+      onEvent({ event }) {
+        events.push(event);
+      },
+    },
+  );
+} catch (e) {
+  error = String(e && e.message ? e.message : e);
+}
+console.warn = warn;
+process.stdout.write(
+  JSON.stringify({ events, messages: agent.messages, state: agent.state, error, warnings }) + "\n",
+);

@@ -1,0 +1,232 @@
+//! Upstream faults against the real gateway binary and a real Python agent
+//! (`tests/agents/scripted_agent.py`, built with PyPI `ag-ui-protocol`).
+//!
+//! Every fault must end the run with exactly one terminal `RUN_ERROR` carrying
+//! its stable code, and the gateway must go on serving the next run.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+
+fn agent(id: &str, url: &str, extra: &str) -> String {
+    format!("[[agents]]\nid = \"{id}\"\nurl = \"{url}\"\n{extra}\n")
+}
+
+/// One gateway in front of one scripted agent, with one gateway agent per scenario.
+async fn setup(scenarios: &[(&str, &str)]) -> (Gateway, PyAgent) {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let mut cfg = agent("ok", &py.url("ok"), "");
+    for (scenario, extra) in scenarios {
+        cfg.push_str(&agent(scenario, &py.url(scenario), extra));
+    }
+    (Gateway::start(&cfg).await, py)
+}
+
+async fn run(gw: &Gateway, agent: &str) -> Vec<Value> {
+    let (status, body) = post_run(&gw.run_url(agent), &token(json!({})), &input("t1", "r1", "hi")).await;
+    assert_eq!(status, 200, "{body}");
+    sse_events(&body)
+}
+
+async fn still_serving(gw: &Gateway) {
+    let events = run(gw, "ok").await;
+    assert_eq!(events.last().unwrap()["type"], "RUN_FINISHED", "{events:#?}");
+}
+
+#[tokio::test]
+async fn http_500_becomes_run_error_with_status_and_body_excerpt() {
+    let (gw, _py) = setup(&[("http500", "")]).await;
+    let events = run(&gw, "http500").await;
+    let msg = assert_run_error(&events, "upstream_http_500");
+    assert!(msg.contains("database on fire"), "{msg}");
+    assert_eq!(events.len(), 1, "nothing but the error: {events:#?}");
+    still_serving(&gw).await;
+}
+
+#[tokio::test]
+async fn garbage_bytes_are_a_protocol_violation() {
+    let (gw, _py) = setup(&[("garbage", "")]).await;
+    let events = run(&gw, "garbage").await;
+    assert_eq!(events[0]["type"], "RUN_STARTED");
+    let msg = assert_run_error(&events, "upstream_protocol_violation");
+    assert!(msg.contains("not valid JSON"), "{msg}");
+    still_serving(&gw).await;
+}
+
+#[tokio::test]
+async fn order_violation_names_the_rule_and_event() {
+    let (gw, _py) = setup(&[("violation", "")]).await;
+    let events = run(&gw, "violation").await;
+    let msg = assert_run_error(&events, "upstream_protocol_violation");
+    assert!(msg.contains("message_pairing") && msg.contains("TEXT_MESSAGE_CONTENT"), "{msg}");
+    // The offending event itself is not forwarded.
+    assert_eq!(types(&events), ["RUN_STARTED", "RUN_ERROR"]);
+    still_serving(&gw).await;
+}
+
+#[tokio::test]
+async fn lenient_agent_forwards_the_violation() {
+    let (gw, _py) = setup(&[("violation", "verify = \"lenient\"")]).await;
+    let events = run(&gw, "violation").await;
+    assert_eq!(
+        types(&events),
+        ["RUN_STARTED", "TEXT_MESSAGE_CONTENT", "RUN_FINISHED"]
+    );
+}
+
+#[tokio::test]
+async fn stream_without_run_finished_is_incomplete() {
+    let (gw, _py) = setup(&[("no-finish", "")]).await;
+    let events = run(&gw, "no-finish").await;
+    assert_eq!(
+        types(&events),
+        ["RUN_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "RUN_ERROR"]
+    );
+    assert_run_error(&events, "upstream_incomplete");
+    still_serving(&gw).await;
+}
+
+#[tokio::test]
+async fn upstream_killed_mid_stream_is_incomplete() {
+    let (gw, mut py) = setup(&[("die", "")]).await;
+    let events = run(&gw, "die").await;
+    py.proc.expect_line("DYING").await;
+    let status = tokio::time::timeout(WAIT, py.proc.child.wait()).await.unwrap().unwrap();
+    assert!(!status.success(), "the agent process really died");
+    assert_eq!(events[2]["delta"], "about to");
+    assert_run_error(&events, "upstream_incomplete");
+    // The agent is gone; a run against it now is refused at connect.
+    let events = run(&gw, "die").await;
+    assert_run_error(&events, "upstream_unavailable");
+    assert_eq!(events.len(), 1);
+}
+
+#[tokio::test]
+async fn idle_stall_times_out_and_the_upstream_sees_the_disconnect() {
+    let (gw, mut py) = setup(&[("stall", "timeouts = { idle = \"300ms\" }")]).await;
+    let events = run(&gw, "stall").await;
+    assert_eq!(types(&events)[..2], ["RUN_STARTED", "TEXT_MESSAGE_START"]);
+    let msg = assert_run_error(&events, "upstream_timeout");
+    assert!(msg.contains("idle"), "{msg}");
+    py.proc.expect_line("DISCONNECTED stall").await;
+    still_serving(&gw).await;
+}
+
+#[tokio::test]
+async fn no_first_event_times_out() {
+    let (gw, mut py) = setup(&[("stall-first", "timeouts = { first_event = \"300ms\" }")]).await;
+    let events = run(&gw, "stall-first").await;
+    let msg = assert_run_error(&events, "upstream_timeout");
+    assert!(msg.contains("first_event"), "{msg}");
+    assert_eq!(events.len(), 1);
+    py.proc.expect_line("DISCONNECTED stall-first").await;
+}
+
+#[tokio::test]
+async fn total_timeout_ends_a_trickling_run() {
+    let (gw, _py) = setup(&[("stall", "timeouts = { idle = \"10s\", total = \"400ms\" }")]).await;
+    let events = run(&gw, "stall").await;
+    let msg = assert_run_error(&events, "upstream_timeout");
+    assert!(msg.contains("total"), "{msg}");
+}
+
+#[tokio::test]
+async fn wrong_content_type_is_a_protocol_violation() {
+    let (gw, _py) = setup(&[("wrong-ctype", "")]).await;
+    let events = run(&gw, "wrong-ctype").await;
+    let msg = assert_run_error(&events, "upstream_protocol_violation");
+    assert!(msg.contains("application/json"), "{msg}");
+}
+
+#[tokio::test]
+async fn oversize_frame_is_refused_not_buffered() {
+    let (gw, _py) = setup(&[("big-frame", "max_frame_bytes = 1048576")]).await;
+    let events = run(&gw, "big-frame").await;
+    assert_eq!(events[0]["type"], "RUN_STARTED");
+    assert_run_error(&events, "upstream_frame_too_large");
+    still_serving(&gw).await;
+}
+
+#[tokio::test]
+async fn connection_refused_is_unavailable() {
+    // Bind and drop a listener to get a port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let gw = Gateway::start(&agent("gone", &format!("http://127.0.0.1:{port}/x"), "")).await;
+    let events = run(&gw, "gone").await;
+    let msg = assert_run_error(&events, "upstream_unavailable");
+    assert!(msg.contains("gone"), "{msg}");
+}
+
+#[tokio::test]
+async fn client_disconnect_drops_the_upstream_request() {
+    let (gw, mut py) = setup(&[("stall", "timeouts = { idle = \"1h\" }")]).await;
+    let resp = http()
+        .post(gw.run_url("stall"))
+        .bearer_auth(token(json!({})))
+        .json(&input("t1", "r1", "hi"))
+        .send()
+        .await
+        .unwrap();
+    let mut body = resp.bytes_stream();
+    use futures::StreamExt;
+    let first = body.next().await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("RUN_STARTED"));
+    drop(body);
+    py.proc.expect_line("DISCONNECTED stall").await;
+    still_serving(&gw).await;
+}
+
+#[tokio::test]
+async fn crlf_bom_comments_and_tiny_reads_decode_like_the_clean_stream() {
+    let (gw, _py) = setup(&[("crlf", "")]).await;
+    let clean = run(&gw, "ok").await;
+    let messy = run(&gw, "crlf").await;
+    assert_eq!(clean, messy);
+    assert_eq!(clean.last().unwrap()["type"], "RUN_FINISHED");
+}
+
+#[tokio::test]
+async fn unchanged_events_keep_their_exact_bytes_and_unknown_types_pass() {
+    let (gw, _py) = setup(&[("unknown-type", "")]).await;
+    let (_, body) = post_run(&gw.run_url("unknown-type"), &token(json!({})), &input("t1", "r1", "hi")).await;
+    let data = sse_data(&body);
+    assert_eq!(
+        data[1],
+        r#"{"type":"FUTURE_EVENT","payload":{"deep":[1,{"a":null}]},"n":12345678901234567}"#,
+        "byte-for-byte, including an integer beyond f64 precision"
+    );
+    assert_eq!(data[2], r#"{"type":"THINKING_START","title":"legacy"}"#);
+    assert!(!body.contains('\r'));
+}
+
+#[tokio::test]
+async fn input_reaches_the_agent_whole_and_header_secrets_stay_out_of_logs() {
+    let secret = "sk-upstream-very-secret-value";
+    let py = PyAgent::start("scripted_agent.py").await;
+    let cfg = agent(
+        "echo",
+        &py.url("echo"),
+        "headers = { Authorization = \"Bearer ${ECHO_AGENT_KEY}\" }",
+    ) + &agent("down", "http://127.0.0.1:9/x", "headers = { X-Api-Key = \"${ECHO_AGENT_KEY}\" }");
+    let gw = Gateway::start_with_env(&cfg, &[("ECHO_AGENT_KEY", secret)]).await;
+    let mut body = input("t-echo", "r-echo", "hi");
+    body["forwardedProps"] = json!({"custom": {"k": [1, 2]}});
+    body["futureTopLevel"] = json!({"x": true});
+    body["messages"][0]["vendorField"] = json!("kept");
+    body["state"] = json!({"s": 1});
+    let (_, text) = post_run(&gw.run_url("echo"), &token(json!({})), &body).await;
+    let events = sse_events(&text);
+    let seen = &events[1]["value"];
+    assert_eq!(seen["authorization"], format!("Bearer {secret}"));
+    assert_eq!(seen["accept"], "text/event-stream");
+    for key in ["forwardedProps", "futureTopLevel", "state", "threadId", "runId", "tools", "context"] {
+        assert_eq!(seen["input"][key], body[key], "{key}");
+    }
+    assert_eq!(seen["input"]["messages"][0]["vendorField"], "kept");
+    // A failing run against an agent with a secret header: the error says why, never the secret.
+    let (_, text) = post_run(&gw.run_url("down"), &token(json!({})), &body).await;
+    let msg = assert_run_error(&sse_events(&text), "upstream_unavailable");
+    assert!(!msg.contains(secret));
+    assert!(!gw.proc.stderr().contains(secret), "secret leaked into logs");
+}
