@@ -131,7 +131,20 @@ async def handle(request: Request) -> Response:
             yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
             yield 'data: {"type":"FUTURE_EVENT","payload":{"deep":[1,{"a":null}]},"n":12345678901234567}\n\n'
             yield 'data: {"type":"THINKING_START","title":"legacy"}\n\n'
+            yield 'data: {"type":"THINKING_END"}\n\n'
             yield ENC.encode(RunFinishedEvent(thread_id=thread_id, run_id=run_id))
+        return sse(gen())
+
+    if scenario.startswith("fixture-"):
+        # Replays a captured stream from ../shared/fixtures byte-for-byte.
+        name = scenario[len("fixture-"):]
+        path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "fixtures", "streams", name + ".sse")
+        with open(path, "rb") as f:
+            data = f.read()
+
+        async def gen():
+            for i in range(0, len(data), 512):
+                yield data[i : i + 512]
         return sse(gen())
 
     if scenario == "http500":

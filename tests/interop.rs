@@ -1,0 +1,176 @@
+//! Interop with the stock AG-UI packages: the npm `@ag-ui/client` `HttpAgent`
+//! runs the same agent directly and through the gateway, and must see the
+//! same events, fold the same messages and state, and print no warnings about
+//! material it had to strip or drop that it did not also print directly.
+//!
+//! Upstreams: the scripted `ag-ui-protocol` agent (deterministic, so the
+//! comparison is exact), replays of the captured pydantic-ai and LangGraph
+//! streams in `../shared/fixtures`, and a live pydantic-ai agent (ids and
+//! timestamps are random per run there, so those are canonicalized first).
+
+mod common;
+
+use common::*;
+use serde_json::{json, Map, Value};
+use tokio::process::Command;
+
+/// What the stock client saw for one run.
+#[derive(Debug)]
+struct ClientView {
+    events: Vec<Value>,
+    messages: Value,
+    state: Value,
+    error: Value,
+    warnings: Vec<String>,
+}
+
+async fn http_agent(url: &str, token: &str, text: &str) -> ClientView {
+    let dir = repo().join("tests/interop");
+    assert!(
+        dir.join("node_modules/@ag-ui/client").exists(),
+        "tests/interop/node_modules missing: run `bash .ci/run` once (npm ci)"
+    );
+    let out = Command::new("node")
+        .arg(dir.join("httpagent.mjs"))
+        .args([url, token, "thread-1", "run-1", text])
+        .current_dir(&dir)
+        .output()
+        .await
+        .expect("node runs");
+    assert!(out.status.success(), "node failed: {}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("bad output {e}: {}", String::from_utf8_lossy(&out.stdout)));
+    ClientView {
+        events: v["events"].as_array().unwrap().clone(),
+        messages: v["messages"].clone(),
+        state: v["state"].clone(),
+        error: v["error"].clone(),
+        warnings: v["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w.as_str().unwrap().to_owned())
+            .collect(),
+    }
+}
+
+/// Runs `path` on the scripted agent directly and through a gateway.
+async fn direct_and_via_gateway(agent_url: &str) -> (ClientView, ClientView) {
+    let gw = Gateway::start(&format!("[[agents]]\nid = \"a\"\nurl = \"{agent_url}\"\n")).await;
+    let direct = http_agent(agent_url, "", "hello").await;
+    let via = http_agent(&gw.run_url("a"), &token(json!({})), "hello").await;
+    (direct, via)
+}
+
+fn assert_same(direct: &ClientView, via: &ClientView) {
+    assert!(direct.error.is_null(), "direct run failed: {}", direct.error);
+    assert!(via.error.is_null(), "gateway run failed: {}", via.error);
+    assert_eq!(direct.events.len(), via.events.len(), "event count");
+    for (i, (d, v)) in direct.events.iter().zip(&via.events).enumerate() {
+        assert_eq!(d, v, "event {i} differs");
+    }
+    assert_eq!(direct.messages, via.messages, "folded messages");
+    assert_eq!(direct.state, via.state, "folded state");
+    assert_eq!(direct.warnings, via.warnings, "client warnings");
+}
+
+#[tokio::test]
+async fn scripted_agent_identical_with_and_without_gateway() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let (direct, via) = direct_and_via_gateway(&py.url("ok")).await;
+    assert_same(&direct, &via);
+    // The run is rich enough to mean something: chunks were expanded, text folded.
+    let t = types(&via.events);
+    assert!(t.contains(&"TOOL_CALL_ARGS".to_owned()) && t.contains(&"REASONING_MESSAGE_CONTENT".to_owned()));
+    assert_eq!(via.state, json!({"count": 2, "items": ["a"]}));
+    let texts: Vec<_> = via.messages.as_array().unwrap().iter().filter_map(|m| m["content"].as_str()).collect();
+    assert!(texts.contains(&"Hello wörld \u{2603} \u{1F600}"), "{texts:?}");
+    assert!(texts.contains(&"chunked text"), "{texts:?}");
+}
+
+#[tokio::test]
+async fn unknown_events_are_handled_by_the_client_as_without_gateway() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let (direct, via) = direct_and_via_gateway(&py.url("unknown-type")).await;
+    assert!(direct.error.is_null() && via.error.is_null(), "{} / {}", direct.error, via.error);
+    // The client turns legacy THINKING_* into REASONING_* with fresh random ids.
+    let (mut a, mut b) = (Map::new(), Map::new());
+    assert_eq!(
+        canonical(&Value::Array(direct.events.clone()), &mut a),
+        canonical(&Value::Array(via.events.clone()), &mut b)
+    );
+    assert_eq!(direct.warnings, via.warnings);
+    assert!(
+        via.warnings.iter().any(|w| w.contains("FUTURE_EVENT")),
+        "the client itself drops the unknown type, with or without the gateway: {:?}",
+        via.warnings
+    );
+}
+
+#[tokio::test]
+async fn captured_framework_streams_identical_through_gateway() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    for name in [
+        "pydantic-ai-tool-and-text",
+        "pydantic-ai-approval-interrupt",
+        "langgraph-legacy-interrupt",
+        "langgraph-resumed",
+    ] {
+        assert!(fixture(&format!("{name}.sse")).exists(), "fixture {name} missing");
+        let (direct, via) = direct_and_via_gateway(&py.url(&format!("fixture-{name}"))).await;
+        assert_same(&direct, &via);
+        assert!(!via.events.is_empty(), "{name}");
+    }
+}
+
+/// Replaces ids and timestamps (random per pydantic-ai run) with stable tokens,
+/// keeping which values were equal to which.
+fn canonical(v: &Value, ids: &mut Map<String, Value>) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| k.as_str() != "timestamp")
+                .map(|(k, v)| {
+                    let v = match (k.as_str(), v) {
+                        ("messageId" | "id" | "parentMessageId", Value::String(s)) => {
+                            let n = ids.len();
+                            ids.entry(s.clone()).or_insert_with(|| json!(format!("id{n}"))).clone()
+                        }
+                        _ => canonical(v, ids),
+                    };
+                    (k.clone(), v)
+                })
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(|x| canonical(x, ids)).collect()),
+        other => other.clone(),
+    }
+}
+
+#[tokio::test]
+async fn pydantic_ai_agent_equivalent_through_gateway() {
+    let py = PyAgent::start("pydantic_agent.py").await;
+    let (direct, via) = direct_and_via_gateway(&py.url("agent")).await;
+    assert!(via.error.is_null(), "{}", via.error);
+    let (mut a, mut b) = (Map::new(), Map::new());
+    assert_eq!(
+        canonical(&Value::Array(direct.events.clone()), &mut a),
+        canonical(&Value::Array(via.events.clone()), &mut b)
+    );
+    assert_eq!(canonical(&direct.messages, &mut a), canonical(&via.messages, &mut b));
+    assert_eq!(direct.warnings, via.warnings);
+    let last = via.messages.as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["content"], "The answer is 42.");
+    assert!(types(&via.events).contains(&"TOOL_CALL_RESULT".to_owned()));
+}
+
+#[tokio::test]
+async fn demo_agent_runs_in_the_stock_client() {
+    let gw = Gateway::start("[demo]\nenabled = true\ntoken_delay = \"1ms\"\n[[agents]]\nid = \"demo\"\nurl = \"demo:\"\n").await;
+    let view = http_agent(&gw.run_url("demo"), &token(json!({})), "hello gateway").await;
+    assert!(view.error.is_null(), "{}", view.error);
+    assert!(view.warnings.is_empty(), "{:?}", view.warnings);
+    assert_eq!(view.state["turns"], 1);
+    let roles: Vec<_> = view.messages.as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap().to_owned()).collect();
+    assert!(roles.contains(&"tool".to_owned()) && roles.contains(&"reasoning".to_owned()), "{roles:?}");
+}
