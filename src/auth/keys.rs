@@ -146,6 +146,8 @@ struct RemoteState {
     keys: KeySet,
     fresh_until: Option<Instant>,
     last_fetch: Option<Instant>,
+    /// Bumped by every fetch, so tasks queued behind one fetch do not repeat it.
+    generation: u64,
 }
 
 impl RemoteKeySet {
@@ -172,7 +174,7 @@ impl RemoteKeySet {
 
     /// The key for `kid`/`family`, fetching when stale or when the kid is new.
     pub async fn find(&self, kid: Option<&str>, family: Family) -> Result<PublicKey, String> {
-        let (found, stale, may_refetch) = {
+        let (found, stale, may_refetch, generation) = {
             let s = self.state.lock().expect("jwks lock");
             let now = Instant::now();
             (
@@ -180,6 +182,7 @@ impl RemoteKeySet {
                 s.fresh_until.is_none_or(|t| now >= t),
                 s.last_fetch
                     .is_none_or(|t| now.duration_since(t) >= self.unknown_kid_interval),
+                s.generation,
             )
         };
         if let (Some(k), false) = (&found, stale) {
@@ -187,13 +190,10 @@ impl RemoteKeySet {
         }
         if stale || may_refetch {
             let _single_flight = self.fetch_lock.lock().await;
-            // Another task may have fetched while we waited.
-            let fetched_recently = {
-                let s = self.state.lock().expect("jwks lock");
-                s.last_fetch
-                    .is_some_and(|t| t.elapsed() < Duration::from_millis(100))
-            };
-            if !fetched_recently {
+            // Another task may have fetched while we waited for the lock.
+            let fetched_meanwhile =
+                self.state.lock().expect("jwks lock").generation != generation;
+            if !fetched_meanwhile {
                 if let Err(e) = self.fetch().await {
                     tracing::warn!(url = %self.url, "JWKS fetch failed: {e}");
                     if let Some(k) = found {
@@ -212,7 +212,9 @@ impl RemoteKeySet {
 
     async fn fetch(&self) -> Result<(), String> {
         {
-            self.state.lock().expect("jwks lock").last_fetch = Some(Instant::now());
+            let mut s = self.state.lock().expect("jwks lock");
+            s.last_fetch = Some(Instant::now());
+            s.generation += 1;
         }
         let resp = self
             .client

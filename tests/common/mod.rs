@@ -148,13 +148,19 @@ impl Gateway {
 
     /// Like [`Gateway::start`], with environment variables for the process.
     pub async fn start_with_env(extra: &str, env: &[(&str, &str)]) -> Gateway {
+        let auth = format!(
+            "[auth]\nalgorithms = [\"HS256\"]\nhs_secret = \"{SECRET}\"\nleeway = \"0s\"\n\n"
+        );
+        Self::start_config(&format!("{auth}{extra}"), env).await
+    }
+
+    /// Starts the gateway with `config` (which must hold `[auth]`) after a
+    /// `[server]` section on an ephemeral port.
+    pub async fn start_config(config: &str, env: &[(&str, &str)]) -> Gateway {
         let dir = tempfile::tempdir().unwrap();
         let config_path = dir.path().join("gateway.toml");
-        let base = format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nkeepalive = \"1s\"\nshutdown_grace = \"1s\"\n\n\
-             [auth]\nalgorithms = [\"HS256\"]\nhs_secret = \"{SECRET}\"\nleeway = \"0s\"\n\n"
-        );
-        std::fs::write(&config_path, format!("{base}{extra}\n")).unwrap();
+        let server = "[server]\nlisten = \"127.0.0.1:0\"\nkeepalive = \"1s\"\nshutdown_grace = \"1s\"\n\n";
+        std::fs::write(&config_path, format!("{server}{config}\n")).unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_agui-gateway"));
         cmd.arg("--config").arg(&config_path).arg("serve");
         cmd.env("AGUI_GATEWAY_LOG", "info,agui_gateway=debug");
