@@ -322,7 +322,10 @@ impl Config {
 
         let a = &self.auth;
         if a.algorithms.is_empty() {
-            bad("auth.algorithms".into(), "list at least one algorithm".into());
+            bad(
+                "auth.algorithms".into(),
+                "list at least one algorithm".into(),
+            );
         }
         let mut needs_secret = false;
         let mut needs_public = false;
@@ -354,7 +357,10 @@ impl Config {
                 _ => {}
             }
         }
-        if needs_public && a.public_key_pem.is_none() && a.jwks_file.is_none() && a.jwks_url.is_none()
+        if needs_public
+            && a.public_key_pem.is_none()
+            && a.jwks_file.is_none()
+            && a.jwks_url.is_none()
         {
             bad(
                 "auth".into(),
@@ -393,7 +399,10 @@ impl Config {
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
             {
-                bad(k("id"), format!("'{}' must be 1+ of A-Z a-z 0-9 - _ .", agent.id));
+                bad(
+                    k("id"),
+                    format!("'{}' must be 1+ of A-Z a-z 0-9 - _ .", agent.id),
+                );
             }
             if !seen.insert(agent.id.as_str()) {
                 bad(k("id"), format!("duplicate agent id '{}'", agent.id));
@@ -410,7 +419,10 @@ impl Config {
             }
             for (name, value) in &agent.headers {
                 if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
-                    bad(k(&format!("headers.{name}")), "not a valid header name".into());
+                    bad(
+                        k(&format!("headers.{name}")),
+                        "not a valid header name".into(),
+                    );
                 }
                 if let Err(var) = expand_env(value) {
                     bad(
@@ -433,7 +445,10 @@ impl Config {
                 ("total", t.total),
             ] {
                 if d.is_zero() {
-                    bad(k(&format!("timeouts.{name}")), "must be greater than 0".into());
+                    bad(
+                        k(&format!("timeouts.{name}")),
+                        "must be greater than 0".into(),
+                    );
                 }
             }
             if agent.max_frame_bytes < 1024 {
@@ -503,17 +518,28 @@ mod tests {
         assert!(has("auth.algorithms[1]: 'none'"), "{text:?}");
         assert!(has("agents[0].url"), "{text:?}");
         assert!(has("agents[1].id: duplicate"), "{text:?}");
-        assert!(has("agents[1].headers.Authorization: references unset environment variable AGUI_TEST_UNSET_VAR"), "{text:?}");
+        assert!(
+            has(
+                "agents[1].headers.Authorization: references unset environment variable AGUI_TEST_UNSET_VAR"
+            ),
+            "{text:?}"
+        );
         assert!(text.iter().all(|t| t.starts_with(&p.display().to_string())));
     }
 
     #[test]
     fn unknown_and_mistyped_keys_are_named() {
         let dir = tempfile::tempdir().unwrap();
-        let p = write(&dir, &format!("[auth]\nhs_secret = \"{SECRET}\"\n[server]\nlisen = \"x\"\n"));
+        let p = write(
+            &dir,
+            &format!("[auth]\nhs_secret = \"{SECRET}\"\n[server]\nlisen = \"x\"\n"),
+        );
         let e = &Config::load(&p).unwrap_err()[0];
         assert_eq!(e.key, "server.lisen", "{e}");
-        let p = write(&dir, &format!("[auth]\nhs_secret = \"{SECRET}\"\n[server]\nmax_body_bytes = \"lots\"\n"));
+        let p = write(
+            &dir,
+            &format!("[auth]\nhs_secret = \"{SECRET}\"\n[server]\nmax_body_bytes = \"lots\"\n"),
+        );
         let e = &Config::load(&p).unwrap_err()[0];
         assert_eq!(e.key, "server.max_body_bytes", "{e}");
     }

@@ -1,6 +1,6 @@
 //! The `agui-gateway` binary: `serve` (default), `check-config`, `token`.
 
-use agui_gateway::auth::{mint, Authenticator, MintRequest};
+use agui_gateway::auth::{Authenticator, MintRequest, mint};
 use agui_gateway::config::{Config, DEFAULT_PATH};
 use agui_gateway::server::{self, AppState};
 use agui_gateway::upstream::AgentRegistry;
@@ -10,7 +10,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 #[derive(Parser)]
-#[command(name = "agui-gateway", version, about = "Secure multi-viewer gateway for AG-UI agents")]
+#[command(
+    name = "agui-gateway",
+    version,
+    about = "Secure multi-viewer gateway for AG-UI agents"
+)]
 struct Cli {
     /// Configuration file (TOML or YAML).
     #[arg(long, global = true, default_value = DEFAULT_PATH, env = "AGUI_GATEWAY_CONFIG")]
@@ -146,7 +150,9 @@ async fn serve(config: Config) -> Result<(), String> {
         None
     };
     if config.auth.hs_secret.as_deref() == Some(agui_gateway::config::DEV_SECRET) {
-        tracing::warn!("auth.hs_secret is the public development secret from config/gateway.toml: anyone can mint tokens. Set AGUI_GATEWAY__AUTH__HS_SECRET before exposing this gateway.");
+        tracing::warn!(
+            "auth.hs_secret is the public development secret from config/gateway.toml: anyone can mint tokens. Set AGUI_GATEWAY__AUTH__HS_SECRET before exposing this gateway."
+        );
     }
     let auth = Authenticator::from_config(&config.auth)?;
     let agents = AgentRegistry::from_config(&config.agents, demo_addr)?;

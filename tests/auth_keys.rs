@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use tokio::process::Command;
 
@@ -54,7 +54,12 @@ fn sign(alg: Algorithm, key: &EncodingKey, kid: Option<&str>) -> String {
     let mut header = Header::new(alg);
     header.kid = kid.map(str::to_owned);
     let exp = jsonwebtoken::get_current_timestamp() + 600;
-    jsonwebtoken::encode(&header, &json!({"sub": "kim", "roles": ["user"], "exp": exp}), key).unwrap()
+    jsonwebtoken::encode(
+        &header,
+        &json!({"sub": "kim", "roles": ["user"], "exp": exp}),
+        key,
+    )
+    .unwrap()
 }
 
 fn jwks(keys: &[(Algorithm, &EncodingKey, &str)]) -> String {
@@ -73,7 +78,12 @@ fn jwks(keys: &[(Algorithm, &EncodingKey, &str)]) -> String {
 
 /// GET /v1/agents with `token`: Ok(()) or the refusal's `reason`.
 async fn check(gw: &Gateway, token: &str) -> Result<(), String> {
-    let resp = http().get(gw.url("/v1/agents")).bearer_auth(token).send().await.unwrap();
+    let resp = http()
+        .get(gw.url("/v1/agents"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
     if resp.status() == 200 {
         return Ok(());
     }
@@ -94,7 +104,9 @@ async fn rs256_from_pem_and_algorithm_confusion_is_refused() {
         &[],
     )
     .await;
-    check(&gw, &sign(Algorithm::RS256, &key, None)).await.unwrap();
+    check(&gw, &sign(Algorithm::RS256, &key, None))
+        .await
+        .unwrap();
     // Classic confusion: HS256 "signed" with the public key as the HMAC secret.
     let public_pem = std::fs::read(&public).unwrap();
     let forged = jsonwebtoken::encode(
@@ -107,15 +119,26 @@ async fn rs256_from_pem_and_algorithm_confusion_is_refused() {
 
     // With only RS256 enabled the HS token is refused before any key is tried.
     let gw = Gateway::start_config(
-        &format!("[auth]\nalgorithms = [\"RS256\"]\npublic_key_pem = \"{}\"\n", public.display()),
+        &format!(
+            "[auth]\nalgorithms = [\"RS256\"]\npublic_key_pem = \"{}\"\n",
+            public.display()
+        ),
         &[],
     )
     .await;
-    assert_eq!(check(&gw, &forged).await.unwrap_err(), "algorithm_not_allowed");
+    assert_eq!(
+        check(&gw, &forged).await.unwrap_err(),
+        "algorithm_not_allowed"
+    );
     // A token signed by another RSA key does not verify.
     let (other, _) = keypair(dir.path(), "other", RSA);
     let other = encoding_key(Algorithm::RS256, &other);
-    assert_eq!(check(&gw, &sign(Algorithm::RS256, &other, None)).await.unwrap_err(), "bad_signature");
+    assert_eq!(
+        check(&gw, &sign(Algorithm::RS256, &other, None))
+            .await
+            .unwrap_err(),
+        "bad_signature"
+    );
 }
 
 #[tokio::test]
@@ -123,27 +146,71 @@ async fn es256_from_jwks_file_by_kid() {
     let dir = tempfile::tempdir().unwrap();
     let (p1, _) = keypair(dir.path(), "ec1", EC);
     let (p2, _) = keypair(dir.path(), "ec2", EC);
-    let (k1, k2) = (encoding_key(Algorithm::ES256, &p1), encoding_key(Algorithm::ES256, &p2));
+    let (k1, k2) = (
+        encoding_key(Algorithm::ES256, &p1),
+        encoding_key(Algorithm::ES256, &p2),
+    );
     let file = dir.path().join("jwks.json");
-    std::fs::write(&file, jwks(&[(Algorithm::ES256, &k1, "one"), (Algorithm::ES256, &k2, "two")])).unwrap();
+    std::fs::write(
+        &file,
+        jwks(&[
+            (Algorithm::ES256, &k1, "one"),
+            (Algorithm::ES256, &k2, "two"),
+        ]),
+    )
+    .unwrap();
     let gw = Gateway::start_config(
-        &format!("[auth]\nalgorithms = [\"ES256\"]\njwks_file = \"{}\"\n", file.display()),
+        &format!(
+            "[auth]\nalgorithms = [\"ES256\"]\njwks_file = \"{}\"\n",
+            file.display()
+        ),
         &[],
     )
     .await;
-    check(&gw, &sign(Algorithm::ES256, &k1, Some("one"))).await.unwrap();
-    check(&gw, &sign(Algorithm::ES256, &k2, Some("two"))).await.unwrap();
-    assert_eq!(check(&gw, &sign(Algorithm::ES256, &k1, Some("two"))).await.unwrap_err(), "bad_signature");
-    assert_eq!(check(&gw, &sign(Algorithm::ES256, &k1, Some("three"))).await.unwrap_err(), "unknown_key");
+    check(&gw, &sign(Algorithm::ES256, &k1, Some("one")))
+        .await
+        .unwrap();
+    check(&gw, &sign(Algorithm::ES256, &k2, Some("two")))
+        .await
+        .unwrap();
+    assert_eq!(
+        check(&gw, &sign(Algorithm::ES256, &k1, Some("two")))
+            .await
+            .unwrap_err(),
+        "bad_signature"
+    );
+    assert_eq!(
+        check(&gw, &sign(Algorithm::ES256, &k1, Some("three")))
+            .await
+            .unwrap_err(),
+        "unknown_key"
+    );
     // Two keys and no kid: ambiguous, refused rather than guessed.
-    assert_eq!(check(&gw, &sign(Algorithm::ES256, &k1, None)).await.unwrap_err(), "unknown_key");
+    assert_eq!(
+        check(&gw, &sign(Algorithm::ES256, &k1, None))
+            .await
+            .unwrap_err(),
+        "unknown_key"
+    );
 }
 
 /// Serves `dir` with `python -m http.server`; returns the process and port.
 async fn serve_dir(dir: &Path) -> (Proc, u16) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let mut cmd = Command::new(python());
-    cmd.args(["-u", "-m", "http.server", "--bind", "127.0.0.1", &port.to_string()]).current_dir(dir);
+    cmd.args([
+        "-u",
+        "-m",
+        "http.server",
+        "--bind",
+        "127.0.0.1",
+        &port.to_string(),
+    ])
+    .current_dir(dir);
     let mut proc = Proc::spawn(cmd);
     proc.expect_line("Serving HTTP").await;
     (proc, port)
@@ -158,10 +225,17 @@ async fn eddsa_from_jwks_url_with_rotation_and_bounded_refetch() {
     let dir = tempfile::tempdir().unwrap();
     let (p1, _) = keypair(dir.path(), "ed1", ED);
     let (p2, _) = keypair(dir.path(), "ed2", ED);
-    let (k1, k2) = (encoding_key(Algorithm::EdDSA, &p1), encoding_key(Algorithm::EdDSA, &p2));
+    let (k1, k2) = (
+        encoding_key(Algorithm::EdDSA, &p1),
+        encoding_key(Algorithm::EdDSA, &p2),
+    );
     let web = dir.path().join("web");
     std::fs::create_dir(&web).unwrap();
-    std::fs::write(web.join("jwks.json"), jwks(&[(Algorithm::EdDSA, &k1, "k1")])).unwrap();
+    std::fs::write(
+        web.join("jwks.json"),
+        jwks(&[(Algorithm::EdDSA, &k1, "k1")]),
+    )
+    .unwrap();
     let (server, port) = serve_dir(&web).await;
 
     // Re-fetch for unknown kids allowed at once: rotation is picked up.
@@ -173,11 +247,21 @@ async fn eddsa_from_jwks_url_with_rotation_and_bounded_refetch() {
         &[],
     )
     .await;
-    check(&gw, &sign(Algorithm::EdDSA, &k1, Some("k1"))).await.unwrap();
-    check(&gw, &sign(Algorithm::EdDSA, &k1, Some("k1"))).await.unwrap();
+    check(&gw, &sign(Algorithm::EdDSA, &k1, Some("k1")))
+        .await
+        .unwrap();
+    check(&gw, &sign(Algorithm::EdDSA, &k1, Some("k1")))
+        .await
+        .unwrap();
     assert_eq!(fetches(&server), 1, "cached between tokens");
-    std::fs::write(web.join("jwks.json"), jwks(&[(Algorithm::EdDSA, &k2, "k2")])).unwrap();
-    check(&gw, &sign(Algorithm::EdDSA, &k2, Some("k2"))).await.unwrap();
+    std::fs::write(
+        web.join("jwks.json"),
+        jwks(&[(Algorithm::EdDSA, &k2, "k2")]),
+    )
+    .unwrap();
+    check(&gw, &sign(Algorithm::EdDSA, &k2, Some("k2")))
+        .await
+        .unwrap();
     assert_eq!(fetches(&server), 2, "one re-fetch for the new kid");
 
     // With a long interval, a flood of unknown kids causes no extra fetches.
@@ -189,11 +273,18 @@ async fn eddsa_from_jwks_url_with_rotation_and_bounded_refetch() {
         &[],
     )
     .await;
-    check(&gw2, &sign(Algorithm::EdDSA, &k2, Some("k2"))).await.unwrap();
+    check(&gw2, &sign(Algorithm::EdDSA, &k2, Some("k2")))
+        .await
+        .unwrap();
     let before = fetches(&server);
     for i in 0..10 {
         let kid = format!("forged-{i}");
-        assert_eq!(check(&gw2, &sign(Algorithm::EdDSA, &k1, Some(&kid))).await.unwrap_err(), "unknown_key");
+        assert_eq!(
+            check(&gw2, &sign(Algorithm::EdDSA, &k1, Some(&kid)))
+                .await
+                .unwrap_err(),
+            "unknown_key"
+        );
     }
     assert_eq!(fetches(&server), before, "unknown kids are rate-limited");
 }

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 const DEMO: &str = "[demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
     [[agents]]\nid = \"demo\"\nurl = \"demo:\"\ndescription = \"the demo\"\n\
@@ -37,12 +37,20 @@ async fn demo_run_is_a_complete_verified_stream() {
     let t = types(&events);
     assert_eq!(t.first().unwrap(), "RUN_STARTED");
     assert_eq!(t.last().unwrap(), "RUN_FINISHED");
-    for k in ["REASONING_MESSAGE_CONTENT", "TOOL_CALL_ARGS", "TOOL_CALL_RESULT", "STATE_SNAPSHOT", "STATE_DELTA", "TEXT_MESSAGE_CONTENT"] {
+    for k in [
+        "REASONING_MESSAGE_CONTENT",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_RESULT",
+        "STATE_SNAPSHOT",
+        "STATE_DELTA",
+        "TEXT_MESSAGE_CONTENT",
+    ] {
         assert!(t.iter().any(|x| x == k), "demo emits {k}");
     }
     let mut v = agui_gateway::protocol::verify::Verifier::new();
     for e in &events {
-        v.check(&agui_gateway::protocol::Event::build(e.clone())).unwrap();
+        v.check(&agui_gateway::protocol::Event::build(e.clone()))
+            .unwrap();
     }
 }
 
@@ -50,7 +58,12 @@ async fn demo_run_is_a_complete_verified_stream() {
 async fn demo_interrupt_then_resume_over_http() {
     let gw = Gateway::start(DEMO).await;
     let tok = token(json!({}));
-    let (_, body) = post_run(&gw.run_url("demo"), &tok, &input("t1", "r1", "please transfer 500 to bob")).await;
+    let (_, body) = post_run(
+        &gw.run_url("demo"),
+        &tok,
+        &input("t1", "r1", "please transfer 500 to bob"),
+    )
+    .await;
     let events = sse_events(&body);
     let outcome = &events.last().unwrap()["outcome"];
     assert_eq!(outcome["type"], "interrupt");
@@ -61,7 +74,10 @@ async fn demo_interrupt_then_resume_over_http() {
     resume["resume"] = json!([{"interruptId": interrupt["id"], "status": "resolved", "payload": {"approved": true}}]);
     let (_, body) = post_run(&gw.run_url("demo"), &tok, &resume).await;
     let events = sse_events(&body);
-    let result = events.iter().find(|e| e["type"] == "TOOL_CALL_RESULT").expect("tool result");
+    let result = events
+        .iter()
+        .find(|e| e["type"] == "TOOL_CALL_RESULT")
+        .expect("tool result");
     assert_eq!(result["toolCallId"], interrupt["toolCallId"]);
     assert_eq!(result["content"], "transfer executed");
     assert_eq!(events.last().unwrap()["outcome"]["type"], "success");
@@ -73,14 +89,36 @@ async fn agents_list_shows_only_what_the_caller_may_run() {
     let list = |tok: String| {
         let url = gw.url("/v1/agents");
         async move {
-            let v: Value = http().get(url).bearer_auth(tok).send().await.unwrap().json().await.unwrap();
-            v["agents"].as_array().unwrap().iter().map(|a| a["id"].as_str().unwrap().to_owned()).collect::<Vec<_>>()
+            let v: Value = http()
+                .get(url)
+                .bearer_auth(tok)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            v["agents"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a["id"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
         }
     };
     assert_eq!(list(token(json!({}))).await, ["demo"]);
-    assert_eq!(list(token(json!({"roles": ["admin"]}))).await, ["demo", "admin-only"]);
+    assert_eq!(
+        list(token(json!({"roles": ["admin"]}))).await,
+        ["demo", "admin-only"]
+    );
     let (status, err) = error_of(
-        http().post(gw.run_url("admin-only")).bearer_auth(token(json!({}))).json(&input("t", "r", "x")).send().await.unwrap(),
+        http()
+            .post(gw.run_url("admin-only"))
+            .bearer_auth(token(json!({})))
+            .json(&input("t", "r", "x"))
+            .send()
+            .await
+            .unwrap(),
     )
     .await;
     assert_eq!((status, err["code"].as_str().unwrap()), (403, "forbidden"));
@@ -92,29 +130,89 @@ async fn errors_have_stable_codes_and_statuses() {
     let tok = token(json!({}));
     let c = http();
 
-    let (s, e) = error_of(c.post(gw.run_url("demo")).json(&input("t", "r", "x")).send().await.unwrap()).await;
-    assert_eq!((s, e["code"].as_str().unwrap(), e["reason"].as_str().unwrap()), (401, "unauthenticated", "missing_token"));
+    let (s, e) = error_of(
+        c.post(gw.run_url("demo"))
+            .json(&input("t", "r", "x"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (
+            s,
+            e["code"].as_str().unwrap(),
+            e["reason"].as_str().unwrap()
+        ),
+        (401, "unauthenticated", "missing_token")
+    );
 
     let expired = token(json!({"exp": 1000}));
-    let resp = c.post(gw.run_url("demo")).bearer_auth(expired).json(&input("t", "r", "x")).send().await.unwrap();
-    assert!(resp.headers()["www-authenticate"].to_str().unwrap().starts_with("Bearer"));
+    let resp = c
+        .post(gw.run_url("demo"))
+        .bearer_auth(expired)
+        .json(&input("t", "r", "x"))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        resp.headers()["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .starts_with("Bearer")
+    );
     let (s, e) = error_of(resp).await;
     assert_eq!((s, e["reason"].as_str().unwrap()), (401, "token_expired"));
 
-    let (s, e) = error_of(c.post(gw.run_url("nope")).bearer_auth(&tok).json(&input("t", "r", "x")).send().await.unwrap()).await;
+    let (s, e) = error_of(
+        c.post(gw.run_url("nope"))
+            .bearer_auth(&tok)
+            .json(&input("t", "r", "x"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!((s, e["code"].as_str().unwrap()), (404, "not_found"));
 
     let bad = json!({"threadId": "t", "runId": "r", "messages": [{"id": "1", "role": "user"}]});
-    let (s, e) = error_of(c.post(gw.run_url("demo")).bearer_auth(&tok).json(&bad).send().await.unwrap()).await;
+    let (s, e) = error_of(
+        c.post(gw.run_url("demo"))
+            .bearer_auth(&tok)
+            .json(&bad)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!((s, e["code"].as_str().unwrap()), (400, "invalid"));
-    assert!(e["message"].as_str().unwrap().contains("messages[0]"), "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("messages[0]"),
+        "{e}"
+    );
 
-    let (s, e) = error_of(c.post(gw.run_url("demo")).bearer_auth(&tok).body("{oops").send().await.unwrap()).await;
+    let (s, e) = error_of(
+        c.post(gw.run_url("demo"))
+            .bearer_auth(&tok)
+            .body("{oops")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!((s, e["code"].as_str().unwrap()), (400, "invalid"));
 
     let mut big = input("t", "r", &"x".repeat(2 * 1024 * 1024));
     big["tools"] = json!([]);
-    let (s, e) = error_of(c.post(gw.run_url("demo")).bearer_auth(&tok).json(&big).send().await.unwrap()).await;
+    let (s, e) = error_of(
+        c.post(gw.run_url("demo"))
+            .bearer_auth(&tok)
+            .json(&big)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!((s, e["code"].as_str().unwrap()), (413, "too_large"));
 
     let (s, e) = error_of(c.get(gw.url("/v1/nothing")).send().await.unwrap()).await;
@@ -151,7 +249,10 @@ async fn chunked_oversize_body_without_length_is_refused() {
     let mut answer = Vec::new();
     let mut buf = [0u8; 4096];
     while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = tokio::time::timeout(WAIT, rd.read(&mut buf)).await.unwrap().unwrap();
+        let n = tokio::time::timeout(WAIT, rd.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
         assert!(n > 0, "connection closed without an answer");
         answer.extend_from_slice(&buf[..n]);
     }
@@ -164,13 +265,31 @@ async fn chunked_oversize_body_without_length_is_refused() {
 async fn health_ready_and_metrics() {
     let gw = Gateway::start(DEMO).await;
     let c = http();
-    assert_eq!(c.get(gw.url("/healthz")).send().await.unwrap().status(), 200);
+    assert_eq!(
+        c.get(gw.url("/healthz")).send().await.unwrap().status(),
+        200
+    );
     assert_eq!(c.get(gw.url("/readyz")).send().await.unwrap().status(), 200);
-    post_run(&gw.run_url("demo"), &token(json!({})), &input("t", "r", "x")).await;
+    post_run(
+        &gw.run_url("demo"),
+        &token(json!({})),
+        &input("t", "r", "x"),
+    )
+    .await;
     let _ = c.get(gw.url("/v1/agents")).send().await.unwrap();
-    let m = c.get(gw.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let m = c
+        .get(gw.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(m.contains("agui_runs_started_total 1"), "{m}");
-    assert!(m.contains("agui_runs_ended_total{outcome=\"success\"} 1"), "{m}");
+    assert!(
+        m.contains("agui_runs_ended_total{outcome=\"success\"} 1"),
+        "{m}"
+    );
     assert!(m.contains("agui_auth_failures_total 1"), "{m}");
 }
 
@@ -179,30 +298,74 @@ async fn check_config_reports_keys_and_token_mints_valid_tokens() {
     let bin = env!("CARGO_BIN_EXE_agui-gateway");
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.toml");
-    std::fs::write(&bad, "[auth]\nhs_secret = \"short\"\n[[agents]]\nid = \"a\"\nurl = \"nope\"\n").unwrap();
-    let out = std::process::Command::new(bin).args(["--config", bad.to_str().unwrap(), "check-config"]).output().unwrap();
+    std::fs::write(
+        &bad,
+        "[auth]\nhs_secret = \"short\"\n[[agents]]\nid = \"a\"\nurl = \"nope\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(bin)
+        .args(["--config", bad.to_str().unwrap(), "check-config"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("bad.toml: auth.hs_secret") && err.contains("agents[0].url"), "{err}");
+    assert!(
+        err.contains("bad.toml: auth.hs_secret") && err.contains("agents[0].url"),
+        "{err}"
+    );
 
     let shipped = repo().join("config/gateway.toml");
-    let out = std::process::Command::new(bin).args(["--config", shipped.to_str().unwrap(), "check-config"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = std::process::Command::new(bin)
+        .args(["--config", shipped.to_str().unwrap(), "check-config"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let gw = Gateway::start(DEMO).await;
     let out = std::process::Command::new(bin)
-        .args(["--config", gw.config_path.to_str().unwrap(), "token", "--sub", "bob", "--roles", "admin,ops", "--tenant", "acme", "--ttl", "60", "--threads", r#"{"t-*":["view"]}"#])
+        .args([
+            "--config",
+            gw.config_path.to_str().unwrap(),
+            "token",
+            "--sub",
+            "bob",
+            "--roles",
+            "admin,ops",
+            "--tenant",
+            "acme",
+            "--ttl",
+            "60",
+            "--threads",
+            r#"{"t-*":["view"]}"#,
+        ])
         .output()
         .unwrap();
     assert!(out.status.success());
     let tok = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-    let v: Value = http().get(gw.url("/v1/agents")).bearer_auth(&tok).send().await.unwrap().json().await.unwrap();
-    assert_eq!(v["agents"].as_array().unwrap().len(), 2, "admin role from --roles: {v}");
+    let v: Value = http()
+        .get(gw.url("/v1/agents"))
+        .bearer_auth(&tok)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        v["agents"].as_array().unwrap().len(),
+        2,
+        "admin role from --roles: {v}"
+    );
 }
 
 #[tokio::test]
 async fn env_overrides_config_keys() {
-    let gw = Gateway::start_with_env(DEMO, &[("AGUI_GATEWAY__SERVER__MAX_BODY_BYTES", "2048")]).await;
+    let gw =
+        Gateway::start_with_env(DEMO, &[("AGUI_GATEWAY__SERVER__MAX_BODY_BYTES", "2048")]).await;
     let resp = http()
         .post(gw.run_url("demo"))
         .bearer_auth(token(json!({})))

@@ -11,7 +11,7 @@
 mod common;
 
 use common::*;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 use tokio::process::Command;
 
 /// What the stock client saw for one run.
@@ -37,7 +37,11 @@ async fn http_agent(url: &str, token: &str, text: &str) -> ClientView {
         .output()
         .await
         .expect("node runs");
-    assert!(out.status.success(), "node failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "node failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("bad output {e}: {}", String::from_utf8_lossy(&out.stdout)));
     ClientView {
@@ -63,7 +67,11 @@ async fn direct_and_via_gateway(agent_url: &str) -> (ClientView, ClientView) {
 }
 
 fn assert_same(direct: &ClientView, via: &ClientView) {
-    assert!(direct.error.is_null(), "direct run failed: {}", direct.error);
+    assert!(
+        direct.error.is_null(),
+        "direct run failed: {}",
+        direct.error
+    );
     assert!(via.error.is_null(), "gateway run failed: {}", via.error);
     assert_eq!(direct.events.len(), via.events.len(), "event count");
     for (i, (d, v)) in direct.events.iter().zip(&via.events).enumerate() {
@@ -81,10 +89,22 @@ async fn scripted_agent_identical_with_and_without_gateway() {
     assert_same(&direct, &via);
     // The run is rich enough to mean something: chunks were expanded, text folded.
     let t = types(&via.events);
-    assert!(t.contains(&"TOOL_CALL_ARGS".to_owned()) && t.contains(&"REASONING_MESSAGE_CONTENT".to_owned()));
+    assert!(
+        t.contains(&"TOOL_CALL_ARGS".to_owned())
+            && t.contains(&"REASONING_MESSAGE_CONTENT".to_owned())
+    );
     assert_eq!(via.state, json!({"count": 2, "items": ["a"]}));
-    let texts: Vec<_> = via.messages.as_array().unwrap().iter().filter_map(|m| m["content"].as_str()).collect();
-    assert!(texts.contains(&"Hello wörld \u{2603} \u{1F600}"), "{texts:?}");
+    let texts: Vec<_> = via
+        .messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert!(
+        texts.contains(&"Hello wörld \u{2603} \u{1F600}"),
+        "{texts:?}"
+    );
     assert!(texts.contains(&"chunked text"), "{texts:?}");
 }
 
@@ -92,7 +112,12 @@ async fn scripted_agent_identical_with_and_without_gateway() {
 async fn unknown_events_are_handled_by_the_client_as_without_gateway() {
     let py = PyAgent::start("scripted_agent.py").await;
     let (direct, via) = direct_and_via_gateway(&py.url("unknown-type")).await;
-    assert!(direct.error.is_null() && via.error.is_null(), "{} / {}", direct.error, via.error);
+    assert!(
+        direct.error.is_null() && via.error.is_null(),
+        "{} / {}",
+        direct.error,
+        via.error
+    );
     // The client turns legacy THINKING_* into REASONING_* with fresh random ids.
     let (mut a, mut b) = (Map::new(), Map::new());
     assert_eq!(
@@ -116,7 +141,10 @@ async fn captured_framework_streams_identical_through_gateway() {
         "langgraph-legacy-interrupt",
         "langgraph-resumed",
     ] {
-        assert!(fixture(&format!("{name}.sse")).exists(), "fixture {name} missing");
+        assert!(
+            fixture(&format!("{name}.sse")).exists(),
+            "fixture {name} missing"
+        );
         let (direct, via) = direct_and_via_gateway(&py.url(&format!("fixture-{name}"))).await;
         assert_same(&direct, &via);
         assert!(!via.events.is_empty(), "{name}");
@@ -134,7 +162,9 @@ fn canonical(v: &Value, ids: &mut Map<String, Value>) -> Value {
                     let v = match (k.as_str(), v) {
                         ("messageId" | "id" | "parentMessageId", Value::String(s)) => {
                             let n = ids.len();
-                            ids.entry(s.clone()).or_insert_with(|| json!(format!("id{n}"))).clone()
+                            ids.entry(s.clone())
+                                .or_insert_with(|| json!(format!("id{n}")))
+                                .clone()
                         }
                         _ => canonical(v, ids),
                     };
@@ -157,7 +187,10 @@ async fn pydantic_ai_agent_equivalent_through_gateway() {
         canonical(&Value::Array(direct.events.clone()), &mut a),
         canonical(&Value::Array(via.events.clone()), &mut b)
     );
-    assert_eq!(canonical(&direct.messages, &mut a), canonical(&via.messages, &mut b));
+    assert_eq!(
+        canonical(&direct.messages, &mut a),
+        canonical(&via.messages, &mut b)
+    );
     assert_eq!(direct.warnings, via.warnings);
     let last = via.messages.as_array().unwrap().last().unwrap().clone();
     assert_eq!(last["content"], "The answer is 42.");
@@ -171,6 +204,15 @@ async fn demo_agent_runs_in_the_stock_client() {
     assert!(view.error.is_null(), "{}", view.error);
     assert!(view.warnings.is_empty(), "{:?}", view.warnings);
     assert_eq!(view.state["turns"], 1);
-    let roles: Vec<_> = view.messages.as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap().to_owned()).collect();
-    assert!(roles.contains(&"tool".to_owned()) && roles.contains(&"reasoning".to_owned()), "{roles:?}");
+    let roles: Vec<_> = view
+        .messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        roles.contains(&"tool".to_owned()) && roles.contains(&"reasoning".to_owned()),
+        "{roles:?}"
+    );
 }

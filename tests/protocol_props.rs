@@ -7,9 +7,9 @@
 //!    rewriting keeps every unknown field, chunk normalization passes
 //!    non-chunk events through byte-for-byte.
 
-use agui_gateway::protocol::chunks::ChunkNormalizer;
-use agui_gateway::protocol::sse::{encode_data, SseDecoder, SseFrame};
 use agui_gateway::protocol::Event;
+use agui_gateway::protocol::chunks::ChunkNormalizer;
+use agui_gateway::protocol::sse::{SseDecoder, SseFrame, encode_data};
 use bytes::BytesMut;
 use proptest::prelude::*;
 use serde_json::{Map, Value};

@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 fn agent(id: &str, url: &str, extra: &str) -> String {
     format!("[[agents]]\nid = \"{id}\"\nurl = \"{url}\"\n{extra}\n")
@@ -24,14 +24,23 @@ async fn setup(scenarios: &[(&str, &str)]) -> (Gateway, PyAgent) {
 }
 
 async fn run(gw: &Gateway, agent: &str) -> Vec<Value> {
-    let (status, body) = post_run(&gw.run_url(agent), &token(json!({})), &input("t1", "r1", "hi")).await;
+    let (status, body) = post_run(
+        &gw.run_url(agent),
+        &token(json!({})),
+        &input("t1", "r1", "hi"),
+    )
+    .await;
     assert_eq!(status, 200, "{body}");
     sse_events(&body)
 }
 
 async fn still_serving(gw: &Gateway) {
     let events = run(gw, "ok").await;
-    assert_eq!(events.last().unwrap()["type"], "RUN_FINISHED", "{events:#?}");
+    assert_eq!(
+        events.last().unwrap()["type"],
+        "RUN_FINISHED",
+        "{events:#?}"
+    );
 }
 
 #[tokio::test]
@@ -59,7 +68,10 @@ async fn order_violation_names_the_rule_and_event() {
     let (gw, _py) = setup(&[("violation", "")]).await;
     let events = run(&gw, "violation").await;
     let msg = assert_run_error(&events, "upstream_protocol_violation");
-    assert!(msg.contains("message_pairing") && msg.contains("TEXT_MESSAGE_CONTENT"), "{msg}");
+    assert!(
+        msg.contains("message_pairing") && msg.contains("TEXT_MESSAGE_CONTENT"),
+        "{msg}"
+    );
     // The offending event itself is not forwarded.
     assert_eq!(types(&events), ["RUN_STARTED", "RUN_ERROR"]);
     still_serving(&gw).await;
@@ -81,7 +93,12 @@ async fn stream_without_run_finished_is_incomplete() {
     let events = run(&gw, "no-finish").await;
     assert_eq!(
         types(&events),
-        ["RUN_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "RUN_ERROR"]
+        [
+            "RUN_STARTED",
+            "TEXT_MESSAGE_START",
+            "TEXT_MESSAGE_CONTENT",
+            "RUN_ERROR"
+        ]
     );
     assert_run_error(&events, "upstream_incomplete");
     still_serving(&gw).await;
@@ -92,7 +109,10 @@ async fn upstream_killed_mid_stream_is_incomplete() {
     let (gw, mut py) = setup(&[("die", "")]).await;
     let events = run(&gw, "die").await;
     py.proc.expect_line("DYING").await;
-    let status = tokio::time::timeout(WAIT, py.proc.child.wait()).await.unwrap().unwrap();
+    let status = tokio::time::timeout(WAIT, py.proc.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
     assert!(!status.success(), "the agent process really died");
     assert_eq!(events[2]["delta"], "about to");
     assert_run_error(&events, "upstream_incomplete");
@@ -151,7 +171,11 @@ async fn oversize_frame_is_refused_not_buffered() {
 #[tokio::test]
 async fn connection_refused_is_unavailable() {
     // Bind and drop a listener to get a port nothing listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let gw = Gateway::start(&agent("gone", &format!("http://127.0.0.1:{port}/x"), "")).await;
     let events = run(&gw, "gone").await;
     let msg = assert_run_error(&events, "upstream_unavailable");
@@ -189,7 +213,12 @@ async fn crlf_bom_comments_and_tiny_reads_decode_like_the_clean_stream() {
 #[tokio::test]
 async fn unchanged_events_keep_their_exact_bytes_and_unknown_types_pass() {
     let (gw, _py) = setup(&[("unknown-type", "")]).await;
-    let (_, body) = post_run(&gw.run_url("unknown-type"), &token(json!({})), &input("t1", "r1", "hi")).await;
+    let (_, body) = post_run(
+        &gw.run_url("unknown-type"),
+        &token(json!({})),
+        &input("t1", "r1", "hi"),
+    )
+    .await;
     let data = sse_data(&body);
     assert_eq!(
         data[1],
@@ -208,7 +237,11 @@ async fn input_reaches_the_agent_whole_and_header_secrets_stay_out_of_logs() {
         "echo",
         &py.url("echo"),
         "headers = { Authorization = \"Bearer ${ECHO_AGENT_KEY}\" }",
-    ) + &agent("down", "http://127.0.0.1:9/x", "headers = { X-Api-Key = \"${ECHO_AGENT_KEY}\" }");
+    ) + &agent(
+        "down",
+        "http://127.0.0.1:9/x",
+        "headers = { X-Api-Key = \"${ECHO_AGENT_KEY}\" }",
+    );
     let gw = Gateway::start_with_env(&cfg, &[("ECHO_AGENT_KEY", secret)]).await;
     let mut body = input("t-echo", "r-echo", "hi");
     body["forwardedProps"] = json!({"custom": {"k": [1, 2]}});
@@ -220,7 +253,15 @@ async fn input_reaches_the_agent_whole_and_header_secrets_stay_out_of_logs() {
     let seen = &events[1]["value"];
     assert_eq!(seen["authorization"], format!("Bearer {secret}"));
     assert_eq!(seen["accept"], "text/event-stream");
-    for key in ["forwardedProps", "futureTopLevel", "state", "threadId", "runId", "tools", "context"] {
+    for key in [
+        "forwardedProps",
+        "futureTopLevel",
+        "state",
+        "threadId",
+        "runId",
+        "tools",
+        "context",
+    ] {
         assert_eq!(seen["input"][key], body[key], "{key}");
     }
     assert_eq!(seen["input"]["messages"][0]["vendorField"], "kept");
@@ -228,5 +269,8 @@ async fn input_reaches_the_agent_whole_and_header_secrets_stay_out_of_logs() {
     let (_, text) = post_run(&gw.run_url("down"), &token(json!({})), &body).await;
     let msg = assert_run_error(&sse_events(&text), "upstream_unavailable");
     assert!(!msg.contains(secret));
-    assert!(!gw.proc.stderr().contains(secret), "secret leaked into logs");
+    assert!(
+        !gw.proc.stderr().contains(secret),
+        "secret leaked into logs"
+    );
 }

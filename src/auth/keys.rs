@@ -46,18 +46,30 @@ impl PublicKey {
         let text = String::from_utf8_lossy(pem);
         if text.contains("BEGIN RSA PUBLIC KEY") {
             return DecodingKey::from_rsa_pem(pem)
-                .map(|key| PublicKey { family: Family::Rsa, key })
+                .map(|key| PublicKey {
+                    family: Family::Rsa,
+                    key,
+                })
                 .map_err(|e| e.to_string());
         }
         // SPKI "PUBLIC KEY": try each kind; the parser checks the key's OID.
         if let Ok(key) = DecodingKey::from_ed_pem(pem) {
-            return Ok(PublicKey { family: Family::Ed, key });
+            return Ok(PublicKey {
+                family: Family::Ed,
+                key,
+            });
         }
         if let Ok(key) = DecodingKey::from_ec_pem(pem) {
-            return Ok(PublicKey { family: Family::Ec, key });
+            return Ok(PublicKey {
+                family: Family::Ec,
+                key,
+            });
         }
         DecodingKey::from_rsa_pem(pem)
-            .map(|key| PublicKey { family: Family::Rsa, key })
+            .map(|key| PublicKey {
+                family: Family::Rsa,
+                key,
+            })
             .map_err(|_| "not an RSA, EC or Ed25519 public key in PEM form".into())
     }
 
@@ -67,7 +79,9 @@ impl PublicKey {
             P::RSA(_) => Family::Rsa,
             P::EllipticCurve(_) => Family::Ec,
             P::OctetKeyPair(_) => Family::Ed,
-            P::OctetKey(_) => return Err("symmetric (oct) keys are not accepted from a JWKS".into()),
+            P::OctetKey(_) => {
+                return Err("symmetric (oct) keys are not accepted from a JWKS".into());
+            }
             _ => return Err("unsupported key type".into()),
         };
         DecodingKey::from_jwk(jwk)
@@ -191,8 +205,7 @@ impl RemoteKeySet {
         if stale || may_refetch {
             let _single_flight = self.fetch_lock.lock().await;
             // Another task may have fetched while we waited for the lock.
-            let fetched_meanwhile =
-                self.state.lock().expect("jwks lock").generation != generation;
+            let fetched_meanwhile = self.state.lock().expect("jwks lock").generation != generation;
             if !fetched_meanwhile {
                 if let Err(e) = self.fetch().await {
                     tracing::warn!(url = %self.url, "JWKS fetch failed: {e}");
@@ -258,7 +271,10 @@ mod tests {
 
     #[test]
     fn max_age_parsing() {
-        assert_eq!(parse_max_age("public, max-age=300"), Some(Duration::from_secs(300)));
+        assert_eq!(
+            parse_max_age("public, max-age=300"),
+            Some(Duration::from_secs(300))
+        );
         assert_eq!(parse_max_age("no-store"), None);
         assert_eq!(parse_max_age("max-age=x"), None);
     }

@@ -11,7 +11,7 @@ pub mod principal;
 
 pub use principal::{Permission, Principal, ThreadGrant};
 
-use crate::config::{expand_env, AuthConfig, ClaimNames};
+use crate::config::{AuthConfig, ClaimNames, expand_env};
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use keys::{Family, KeySet, PublicKey, RemoteKeySet};
@@ -103,8 +103,8 @@ impl Authenticator {
         };
         let jwks_file = match &cfg.jwks_file {
             Some(p) => {
-                let bytes =
-                    std::fs::read(p).map_err(|e| format!("auth.jwks_file: {}: {e}", p.display()))?;
+                let bytes = std::fs::read(p)
+                    .map_err(|e| format!("auth.jwks_file: {}: {e}", p.display()))?;
                 Some(KeySet::parse(&bytes).map_err(|e| format!("auth.jwks_file: {e}"))?)
             }
             None => None,
@@ -168,25 +168,32 @@ impl Authenticator {
         }
         v.set_required_spec_claims(&required);
 
-        let data = jsonwebtoken::decode::<Map<String, Value>>(token, &key, &v).map_err(|e| {
-            match e.kind() {
-                ErrorKind::ExpiredSignature => AuthFailure::Expired,
-                ErrorKind::ImmatureSignature => AuthFailure::NotYetValid,
-                ErrorKind::InvalidAudience => AuthFailure::WrongAudience,
-                ErrorKind::InvalidIssuer => AuthFailure::WrongIssuer,
-                ErrorKind::InvalidSignature => AuthFailure::BadSignature,
-                ErrorKind::MissingRequiredClaim(c) => {
-                    AuthFailure::BadClaim(format!("'{c}' is required"))
+        let data =
+            jsonwebtoken::decode::<Map<String, Value>>(token, &key, &v).map_err(|e| {
+                match e.kind() {
+                    ErrorKind::ExpiredSignature => AuthFailure::Expired,
+                    ErrorKind::ImmatureSignature => AuthFailure::NotYetValid,
+                    ErrorKind::InvalidAudience => AuthFailure::WrongAudience,
+                    ErrorKind::InvalidIssuer => AuthFailure::WrongIssuer,
+                    ErrorKind::InvalidSignature => AuthFailure::BadSignature,
+                    ErrorKind::MissingRequiredClaim(c) => {
+                        AuthFailure::BadClaim(format!("'{c}' is required"))
+                    }
+                    ErrorKind::InvalidClaimFormat(c) => {
+                        AuthFailure::BadClaim(format!("'{c}' has the wrong type"))
+                    }
+                    ErrorKind::InvalidAlgorithm => AuthFailure::AlgorithmNotAllowed(alg_str(alg)),
+                    _ => AuthFailure::Malformed,
                 }
-                ErrorKind::InvalidClaimFormat(c) => AuthFailure::BadClaim(format!("'{c}' has the wrong type")),
-                ErrorKind::InvalidAlgorithm => AuthFailure::AlgorithmNotAllowed(alg_str(alg)),
-                _ => AuthFailure::Malformed,
-            }
-        })?;
+            })?;
         Principal::from_claims(data.claims, &self.claims).map_err(AuthFailure::BadClaim)
     }
 
-    async fn public_key(&self, kid: Option<&str>, family: Family) -> Result<PublicKey, AuthFailure> {
+    async fn public_key(
+        &self,
+        kid: Option<&str>,
+        family: Family,
+    ) -> Result<PublicKey, AuthFailure> {
         if let Some(set) = &self.jwks_file {
             if let Some(k) = set.find(kid, family) {
                 return Ok(k.clone());
@@ -196,7 +203,10 @@ impl Authenticator {
             return Ok(pem.clone());
         }
         if let Some(remote) = &self.jwks_url {
-            return remote.find(kid, family).await.map_err(AuthFailure::UnknownKey);
+            return remote
+                .find(kid, family)
+                .await
+                .map_err(AuthFailure::UnknownKey);
         }
         Err(AuthFailure::UnknownKey(format!(
             "no {family:?} key{}",
@@ -297,8 +307,12 @@ mod tests {
     }
 
     fn sign(claims: Value, alg: Algorithm, secret: &str) -> String {
-        jsonwebtoken::encode(&Header::new(alg), &claims, &EncodingKey::from_secret(secret.as_bytes()))
-            .unwrap()
+        jsonwebtoken::encode(
+            &Header::new(alg),
+            &claims,
+            &EncodingKey::from_secret(secret.as_bytes()),
+        )
+        .unwrap()
     }
 
     fn now() -> u64 {
@@ -311,7 +325,11 @@ mod tests {
 
     #[tokio::test]
     async fn valid_token_maps_to_principal() {
-        let t = sign(json!({"sub":"u","roles":["r"],"exp":now()+60}), Algorithm::HS256, SECRET);
+        let t = sign(
+            json!({"sub":"u","roles":["r"],"exp":now()+60}),
+            Algorithm::HS256,
+            SECRET,
+        );
         let p = verify(&cfg(), &t).await.unwrap();
         assert_eq!((p.subject.as_str(), p.roles[0].as_str()), ("u", "r"));
     }
@@ -322,21 +340,60 @@ mod tests {
         let reason = |r: Result<Principal, AuthFailure>| r.unwrap_err().reason();
         let exp = now() + 60;
         assert_eq!(reason(verify(&c, "garbage").await), "malformed_token");
-        assert_eq!(reason(verify(&c, &sign(json!({"sub":"u"}), Algorithm::HS256, SECRET)).await), "bad_claim");
         assert_eq!(
-            reason(verify(&c, &sign(json!({"sub":"u","exp":now()-3600}), Algorithm::HS256, SECRET)).await),
+            reason(verify(&c, &sign(json!({"sub":"u"}), Algorithm::HS256, SECRET)).await),
+            "bad_claim"
+        );
+        assert_eq!(
+            reason(
+                verify(
+                    &c,
+                    &sign(
+                        json!({"sub":"u","exp":now()-3600}),
+                        Algorithm::HS256,
+                        SECRET
+                    )
+                )
+                .await
+            ),
             "token_expired"
         );
         assert_eq!(
-            reason(verify(&c, &sign(json!({"sub":"u","exp":exp,"nbf":now()+3600}), Algorithm::HS256, SECRET)).await),
+            reason(
+                verify(
+                    &c,
+                    &sign(
+                        json!({"sub":"u","exp":exp,"nbf":now()+3600}),
+                        Algorithm::HS256,
+                        SECRET
+                    )
+                )
+                .await
+            ),
             "token_not_yet_valid"
         );
         assert_eq!(
-            reason(verify(&c, &sign(json!({"sub":"u","exp":exp}), Algorithm::HS256, "another-secret-another-secret-xx")).await),
+            reason(
+                verify(
+                    &c,
+                    &sign(
+                        json!({"sub":"u","exp":exp}),
+                        Algorithm::HS256,
+                        "another-secret-another-secret-xx"
+                    )
+                )
+                .await
+            ),
             "bad_signature"
         );
         assert_eq!(
-            reason(verify(&c, &sign(json!({"sub":"u","exp":exp}), Algorithm::HS512, SECRET)).await),
+            reason(
+                verify(
+                    &c,
+                    &sign(json!({"sub":"u","exp":exp}), Algorithm::HS512, SECRET)
+                )
+                .await
+            ),
             "algorithm_not_allowed"
         );
         assert_eq!(
@@ -353,20 +410,47 @@ mod tests {
             b64(json!({"alg":"none","typ":"JWT"})),
             b64(json!({"sub":"u","exp":now()+60}))
         );
-        assert_eq!(verify(&cfg(), &t).await.unwrap_err().reason(), "algorithm_not_allowed");
+        assert_eq!(
+            verify(&cfg(), &t).await.unwrap_err().reason(),
+            "algorithm_not_allowed"
+        );
     }
 
     #[tokio::test]
     async fn issuer_and_audience_when_configured() {
-        let c = toml_cfg(&format!("hs_secret = \"{SECRET}\"\nissuer = \"idp\"\naudience = [\"gw\"]"));
+        let c = toml_cfg(&format!(
+            "hs_secret = \"{SECRET}\"\nissuer = \"idp\"\naudience = [\"gw\"]"
+        ));
         let exp = now() + 60;
-        let ok = sign(json!({"sub":"u","exp":exp,"iss":"idp","aud":"gw"}), Algorithm::HS256, SECRET);
+        let ok = sign(
+            json!({"sub":"u","exp":exp,"iss":"idp","aud":"gw"}),
+            Algorithm::HS256,
+            SECRET,
+        );
         verify(&c, &ok).await.unwrap();
-        let wrong_aud = sign(json!({"sub":"u","exp":exp,"iss":"idp","aud":"x"}), Algorithm::HS256, SECRET);
-        assert_eq!(verify(&c, &wrong_aud).await.unwrap_err().reason(), "wrong_audience");
-        let wrong_iss = sign(json!({"sub":"u","exp":exp,"iss":"x","aud":"gw"}), Algorithm::HS256, SECRET);
-        assert_eq!(verify(&c, &wrong_iss).await.unwrap_err().reason(), "wrong_issuer");
-        let no_aud = sign(json!({"sub":"u","exp":exp,"iss":"idp"}), Algorithm::HS256, SECRET);
+        let wrong_aud = sign(
+            json!({"sub":"u","exp":exp,"iss":"idp","aud":"x"}),
+            Algorithm::HS256,
+            SECRET,
+        );
+        assert_eq!(
+            verify(&c, &wrong_aud).await.unwrap_err().reason(),
+            "wrong_audience"
+        );
+        let wrong_iss = sign(
+            json!({"sub":"u","exp":exp,"iss":"x","aud":"gw"}),
+            Algorithm::HS256,
+            SECRET,
+        );
+        assert_eq!(
+            verify(&c, &wrong_iss).await.unwrap_err().reason(),
+            "wrong_issuer"
+        );
+        let no_aud = sign(
+            json!({"sub":"u","exp":exp,"iss":"idp"}),
+            Algorithm::HS256,
+            SECRET,
+        );
         assert_eq!(verify(&c, &no_aud).await.unwrap_err().reason(), "bad_claim");
     }
 

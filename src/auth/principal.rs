@@ -53,7 +53,10 @@ pub struct Principal {
 
 impl Principal {
     /// Maps verified claims to a principal; `Err` names a missing or mistyped claim.
-    pub fn from_claims(claims: Map<String, Value>, names: &ClaimNames) -> Result<Principal, String> {
+    pub fn from_claims(
+        claims: Map<String, Value>,
+        names: &ClaimNames,
+    ) -> Result<Principal, String> {
         let subject = match claims.get(&names.sub) {
             Some(Value::String(s)) if !s.is_empty() => s.clone(),
             _ => return Err(format!("claim '{}' must be a non-empty string", names.sub)),
@@ -71,7 +74,12 @@ impl Principal {
         let tenant = match claims.get(&names.tenant) {
             None | Some(Value::Null) => DEFAULT_TENANT.to_owned(),
             Some(Value::String(s)) if !s.is_empty() => s.clone(),
-            Some(_) => return Err(format!("claim '{}' must be a non-empty string", names.tenant)),
+            Some(_) => {
+                return Err(format!(
+                    "claim '{}' must be a non-empty string",
+                    names.tenant
+                ));
+            }
         };
         let grants = match claims.get(&names.threads) {
             None | Some(Value::Null) => Vec::new(),
@@ -124,15 +132,20 @@ mod tests {
     #[test]
     fn maps_all_claims() {
         let p = Principal::from_claims(
-            claims(json!({"sub":"u1","roles":["admin","ops"],"tenant":"acme","exp":99,
-                "threads":{"team-7-*":["view","meta","bogus"]}})),
+            claims(
+                json!({"sub":"u1","roles":["admin","ops"],"tenant":"acme","exp":99,
+                "threads":{"team-7-*":["view","meta","bogus"]}}),
+            ),
             &ClaimNames::default(),
         )
         .unwrap();
         assert_eq!(p.subject, "u1");
         assert_eq!(p.tenant, "acme");
         assert_eq!(p.expires_at, 99);
-        assert_eq!(p.grants[0].permissions, [Permission::View, Permission::Meta]);
+        assert_eq!(
+            p.grants[0].permissions,
+            [Permission::View, Permission::Meta]
+        );
         assert!(p.has_any_role(&["ops".into()]));
         assert!(!p.has_any_role(&["x".into()]));
         assert!(p.has_any_role(&["*".into()]));
@@ -154,12 +167,20 @@ mod tests {
     #[test]
     fn bad_claims_are_named() {
         let n = ClaimNames::default();
-        assert!(Principal::from_claims(claims(json!({})), &n).unwrap_err().contains("'sub'"));
-        assert!(Principal::from_claims(claims(json!({"sub":"u","roles":[1]})), &n)
-            .unwrap_err()
-            .contains("'roles'"));
-        assert!(Principal::from_claims(claims(json!({"sub":"u","threads":[]})), &n)
-            .unwrap_err()
-            .contains("'threads'"));
+        assert!(
+            Principal::from_claims(claims(json!({})), &n)
+                .unwrap_err()
+                .contains("'sub'")
+        );
+        assert!(
+            Principal::from_claims(claims(json!({"sub":"u","roles":[1]})), &n)
+                .unwrap_err()
+                .contains("'roles'")
+        );
+        assert!(
+            Principal::from_claims(claims(json!({"sub":"u","threads":[]})), &n)
+                .unwrap_err()
+                .contains("'threads'")
+        );
     }
 }

@@ -14,13 +14,13 @@ use crate::protocol::event::now_millis;
 use crate::protocol::input::{Content, ContentPart, Message, ResumeStatus};
 use crate::protocol::sse::encode_data;
 use crate::protocol::{Event, RunAgentInput};
+use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::http::{header, StatusCode};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::Router;
 use bytes::BytesMut;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -106,7 +106,11 @@ fn script(input: &RunAgentInput) -> Vec<(bool, Event)> {
             .interrupt_id
             .strip_prefix("int-")
             .unwrap_or(&answer.interrupt_id);
-        let result = if approved { "transfer executed" } else { "transfer declined by user" };
+        let result = if approved {
+            "transfer executed"
+        } else {
+            "transfer declined by user"
+        };
         s.emit(json!({"type":"TOOL_CALL_RESULT","messageId":ids.make("result"),"toolCallId":call_id,"content":result,"role":"tool"}));
         s.emit(json!({"type":"STATE_DELTA","delta":[{"op":"add","path":"/approval","value": if approved {"approved"} else {"declined"}}]}));
         let reply = if approved {
@@ -168,7 +172,9 @@ fn script(input: &RunAgentInput) -> Vec<(bool, Event)> {
     s.pause(json!({"type":"TOOL_CALL_ARGS","toolCallId":call_id,"delta":json!(question).to_string() + "}"}));
     s.emit(json!({"type":"TOOL_CALL_END","toolCallId":call_id}));
     s.pause(json!({"type":"TOOL_CALL_RESULT","messageId":ids.make("result"),"toolCallId":call_id,"content":format!("{} characters, {} words", question.chars().count(), question.split_whitespace().count()),"role":"tool"}));
-    s.emit(json!({"type":"STATE_DELTA","delta":[{"op":"replace","path":"/turns","value":turns + 1}]}));
+    s.emit(
+        json!({"type":"STATE_DELTA","delta":[{"op":"replace","path":"/turns","value":turns + 1}]}),
+    );
     let answer = format!(
         "You said \"{question}\". This is the agui-gateway demo agent: every event you see came through the gateway."
     );
@@ -213,7 +219,11 @@ impl Script {
     fn text(&mut self, id: &str, text: &str) {
         self.emit(json!({"type":"TEXT_MESSAGE_START","messageId":id,"role":"assistant"}));
         for (i, word) in text.split(' ').enumerate() {
-            let delta = if i == 0 { word.to_owned() } else { format!(" {word}") };
+            let delta = if i == 0 {
+                word.to_owned()
+            } else {
+                format!(" {word}")
+            };
             self.pause(json!({"type":"TEXT_MESSAGE_CONTENT","messageId":id,"delta":delta}));
         }
         self.emit(json!({"type":"TEXT_MESSAGE_END","messageId":id}));
@@ -247,7 +257,14 @@ mod tests {
     #[test]
     fn plain_run_has_every_kind_of_event_and_verifies() {
         let kinds = verified(&script(&input("hello there", None)));
-        for k in ["REASONING_MESSAGE_CONTENT", "TOOL_CALL_ARGS", "TOOL_CALL_RESULT", "STATE_SNAPSHOT", "STATE_DELTA", "TEXT_MESSAGE_CONTENT"] {
+        for k in [
+            "REASONING_MESSAGE_CONTENT",
+            "TOOL_CALL_ARGS",
+            "TOOL_CALL_RESULT",
+            "STATE_SNAPSHOT",
+            "STATE_DELTA",
+            "TEXT_MESSAGE_CONTENT",
+        ] {
             assert!(kinds.iter().any(|x| x == k), "missing {k}");
         }
         assert_eq!(kinds.last().unwrap(), "RUN_FINISHED");
@@ -259,11 +276,20 @@ mod tests {
         verified(&steps);
         let last = steps.last().unwrap().1.body().clone();
         assert_eq!(last["outcome"]["type"], "interrupt");
-        let id = last["outcome"]["interrupts"][0]["id"].as_str().unwrap().to_owned();
+        let id = last["outcome"]["interrupts"][0]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
         let call = last["outcome"]["interrupts"][0]["toolCallId"].clone();
-        let resumed = script(&input("", Some(json!([{"interruptId": id, "status":"resolved","payload":{"approved":true}}]))));
+        let resumed = script(&input(
+            "",
+            Some(json!([{"interruptId": id, "status":"resolved","payload":{"approved":true}}])),
+        ));
         verified(&resumed);
-        let result = resumed.iter().find(|(_, e)| e.kind().as_str() == "TOOL_CALL_RESULT").unwrap();
+        let result = resumed
+            .iter()
+            .find(|(_, e)| e.kind().as_str() == "TOOL_CALL_RESULT")
+            .unwrap();
         assert_eq!(result.1.body()["toolCallId"], call);
         assert_eq!(result.1.body()["content"], "transfer executed");
     }

@@ -123,10 +123,23 @@ impl ChunkNormalizer {
                 out.push(event);
                 Ok(())
             }
-            TextMessageStart | TextMessageContent | TextMessageEnd | ToolCallStart
-            | ToolCallArgs | ToolCallEnd | ToolCallResult | StateSnapshot | StateDelta
-            | Custom | StepStarted | StepFinished | ReasoningStart | ReasoningMessageStart
-            | ReasoningMessageContent | ReasoningMessageEnd | ReasoningEnd => {
+            TextMessageStart
+            | TextMessageContent
+            | TextMessageEnd
+            | ToolCallStart
+            | ToolCallArgs
+            | ToolCallEnd
+            | ToolCallResult
+            | StateSnapshot
+            | StateDelta
+            | Custom
+            | StepStarted
+            | StepFinished
+            | ReasoningStart
+            | ReasoningMessageStart
+            | ReasoningMessageContent
+            | ReasoningMessageEnd
+            | ReasoningEnd => {
                 self.close_lane(&owner, out);
                 out.push(event);
                 Ok(())
@@ -234,7 +247,10 @@ impl ChunkNormalizer {
                                 "Cannot continue {} '{}': chunk {field} '{incoming}' does not match the open stream's {field} {}.",
                                 kind.entity(),
                                 p.id,
-                                established.as_deref().map(|e| format!("'{e}'")).unwrap_or("(absent)".into())
+                                established
+                                    .as_deref()
+                                    .map(|e| format!("'{e}'"))
+                                    .unwrap_or("(absent)".into())
                             )));
                         }
                     }
@@ -373,7 +389,10 @@ mod tests {
         for e in events {
             n.push(Event::build(e.clone()), &mut out)?;
         }
-        Ok(out.into_iter().map(|e| Value::Object(e.into_body())).collect())
+        Ok(out
+            .into_iter()
+            .map(|e| Value::Object(e.into_body()))
+            .collect())
     }
 
     #[test]

@@ -82,11 +82,17 @@ const NAMES: &[(&str, EventType)] = &[
     ("ACTIVITY_DELTA", EventType::ActivityDelta),
     ("REASONING_START", EventType::ReasoningStart),
     ("REASONING_MESSAGE_START", EventType::ReasoningMessageStart),
-    ("REASONING_MESSAGE_CONTENT", EventType::ReasoningMessageContent),
+    (
+        "REASONING_MESSAGE_CONTENT",
+        EventType::ReasoningMessageContent,
+    ),
     ("REASONING_MESSAGE_END", EventType::ReasoningMessageEnd),
     ("REASONING_MESSAGE_CHUNK", EventType::ReasoningMessageChunk),
     ("REASONING_END", EventType::ReasoningEnd),
-    ("REASONING_ENCRYPTED_VALUE", EventType::ReasoningEncryptedValue),
+    (
+        "REASONING_ENCRYPTED_VALUE",
+        EventType::ReasoningEncryptedValue,
+    ),
     ("SUBAGENT_STARTED", EventType::SubagentStarted),
     ("SUBAGENT_FINISHED", EventType::SubagentFinished),
     ("SUBAGENT_ERROR", EventType::SubagentError),
@@ -94,12 +100,18 @@ const NAMES: &[(&str, EventType)] = &[
     ("CUSTOM", EventType::Custom),
     ("THINKING_START", EventType::ThinkingStart),
     ("THINKING_END", EventType::ThinkingEnd),
-    ("THINKING_TEXT_MESSAGE_START", EventType::ThinkingTextMessageStart),
+    (
+        "THINKING_TEXT_MESSAGE_START",
+        EventType::ThinkingTextMessageStart,
+    ),
     (
         "THINKING_TEXT_MESSAGE_CONTENT",
         EventType::ThinkingTextMessageContent,
     ),
-    ("THINKING_TEXT_MESSAGE_END", EventType::ThinkingTextMessageEnd),
+    (
+        "THINKING_TEXT_MESSAGE_END",
+        EventType::ThinkingTextMessageEnd,
+    ),
     ("META", EventType::Meta),
 ];
 

@@ -419,37 +419,53 @@ mod tests {
         let parsed = RunAgentInput::from_json(input.to_string().as_bytes()).unwrap();
         assert_eq!(parsed.messages.len(), 7);
         assert_eq!(parsed.messages[2].role(), "user");
-        let Message::User(u) = &parsed.messages[2] else { panic!() };
-        let Content::Parts(parts) = &u.content else { panic!() };
+        let Message::User(u) = &parsed.messages[2] else {
+            panic!()
+        };
+        let Content::Parts(parts) = &u.content else {
+            panic!()
+        };
         assert!(matches!(parts[5], ContentPart::Binary(_)));
         assert_eq!(serde_json::to_value(&parsed).unwrap(), input);
     }
 
     #[test]
     fn errors_name_the_field() {
-        let e = RunAgentInput::from_json(br#"{"threadId":"t","runId":"r","messages":[{"id":"1","role":"robot","content":"x"}]}"#).unwrap_err();
+        let e = RunAgentInput::from_json(
+            br#"{"threadId":"t","runId":"r","messages":[{"id":"1","role":"robot","content":"x"}]}"#,
+        )
+        .unwrap_err();
         assert!(e.path.starts_with("messages[0]"), "{e}");
         let e = RunAgentInput::from_json(br#"{"runId":"r"}"#).unwrap_err();
         assert!(e.message.contains("threadId"), "{e}");
-        let e = RunAgentInput::from_json(br#"{"threadId":"t","runId":"r","tools":[{"name":5}]}"#).unwrap_err();
+        let e = RunAgentInput::from_json(br#"{"threadId":"t","runId":"r","tools":[{"name":5}]}"#)
+            .unwrap_err();
         assert_eq!(e.path, "tools[0].name");
         let e = RunAgentInput::from_json(br#"{"threadId":"","runId":"r"}"#).unwrap_err();
         assert_eq!(e.path, "threadId");
         let e = RunAgentInput::from_json(b"{not json").unwrap_err();
         assert_eq!(e.path, "body");
-        let e = RunAgentInput::from_json(br#"{"threadId":"t","runId":"r","resume":[{"interruptId":"i","status":"maybe"}]}"#).unwrap_err();
+        let e = RunAgentInput::from_json(
+            br#"{"threadId":"t","runId":"r","resume":[{"interruptId":"i","status":"maybe"}]}"#,
+        )
+        .unwrap_err();
         assert_eq!(e.path, "resume[0].status");
     }
 
     #[test]
     fn outcomes_parse() {
         let ev = json!({"type":"RUN_FINISHED","outcome":{"type":"interrupt","interrupts":[{"id":"i","reason":"tool_call","toolCallId":"c","responseSchema":{}}]}});
-        let RunOutcome::Interrupt { interrupts, .. } = RunOutcome::of(ev.as_object().unwrap()).unwrap().unwrap() else {
+        let RunOutcome::Interrupt { interrupts, .. } =
+            RunOutcome::of(ev.as_object().unwrap()).unwrap().unwrap()
+        else {
             panic!()
         };
         assert_eq!(interrupts[0].tool_call_id.as_deref(), Some("c"));
         let ev = json!({"type":"RUN_FINISHED","outcome":{"type":"cancelled"}});
-        assert!(matches!(RunOutcome::of(ev.as_object().unwrap()).unwrap().unwrap(), RunOutcome::Cancelled { .. }));
+        assert!(matches!(
+            RunOutcome::of(ev.as_object().unwrap()).unwrap().unwrap(),
+            RunOutcome::Cancelled { .. }
+        ));
         assert!(RunOutcome::of(json!({"type":"RUN_FINISHED"}).as_object().unwrap()).is_none());
     }
 }

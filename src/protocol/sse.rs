@@ -315,8 +315,7 @@ mod tests {
 
     #[test]
     fn multi_line_data_id_event_retry() {
-        let frames =
-            decode_all(&[b"event: msg\nid: 7\nretry: 1500\ndata: {\"a\":\ndata: 1}\n\n"]);
+        let frames = decode_all(&[b"event: msg\nid: 7\nretry: 1500\ndata: {\"a\":\ndata: 1}\n\n"]);
         assert_eq!(
             frames,
             [SseFrame {

@@ -100,13 +100,17 @@ impl Verifier {
         if self.run_errored && *kind != RunStarted {
             return Err(violation(
                 "after_run_error",
-                format!("Cannot send event type '{t}': The run has already errored with 'RUN_ERROR'."),
+                format!(
+                    "Cannot send event type '{t}': The run has already errored with 'RUN_ERROR'."
+                ),
             ));
         }
         if self.run_finished && !matches!(kind, RunError | RunStarted) {
             return Err(violation(
                 "after_run_finished",
-                format!("Cannot send event type '{t}': The run has already finished with 'RUN_FINISHED'."),
+                format!(
+                    "Cannot send event type '{t}': The run has already finished with 'RUN_FINISHED'."
+                ),
             ));
         }
         if !self.first_seen {
@@ -141,7 +145,9 @@ impl Verifier {
                 if self.messages.contains(&m) {
                     return Err(violation(
                         "message_pairing",
-                        format!("Cannot send 'TEXT_MESSAGE_START': text message '{m}' is already in progress."),
+                        format!(
+                            "Cannot send 'TEXT_MESSAGE_START': text message '{m}' is already in progress."
+                        ),
                     ));
                 }
                 attribution(t, &tag, self.message_owner.get(&m), "message", &m)?;
@@ -166,7 +172,9 @@ impl Verifier {
                 if self.tool_calls.contains(&c) {
                     return Err(violation(
                         "tool_call_pairing",
-                        format!("Cannot send 'TOOL_CALL_START': tool call '{c}' is already in progress."),
+                        format!(
+                            "Cannot send 'TOOL_CALL_START': tool call '{c}' is already in progress."
+                        ),
                     ));
                 }
                 let mut inherited = None;
@@ -175,7 +183,9 @@ impl Verifier {
                         if tag.is_some() && tag != *parent_owner {
                             return Err(violation(
                                 "subagent_attribution",
-                                format!("Cannot send 'TOOL_CALL_START': subagentRunId does not match its parent message '{parent}'."),
+                                format!(
+                                    "Cannot send 'TOOL_CALL_START': subagentRunId does not match its parent message '{parent}'."
+                                ),
                             ));
                         }
                         inherited = Some(parent_owner.clone());
@@ -186,7 +196,9 @@ impl Verifier {
                     if tag.is_none() && inherited.as_ref().is_some_and(|i| i != existing) {
                         return Err(violation(
                             "subagent_attribution",
-                            format!("Cannot send 'TOOL_CALL_START': tool call '{c}' and its parent message have different owners."),
+                            format!(
+                                "Cannot send 'TOOL_CALL_START': tool call '{c}' and its parent message have different owners."
+                            ),
                         ));
                     }
                 }
@@ -227,7 +239,9 @@ impl Verifier {
                 if !removed {
                     return Err(violation(
                         "step_pairing",
-                        format!("Cannot send 'STEP_FINISHED' for step \"{s}\" that was not started"),
+                        format!(
+                            "Cannot send 'STEP_FINISHED' for step \"{s}\" that was not started"
+                        ),
                     ));
                 }
             }
@@ -262,7 +276,13 @@ impl Verifier {
                     ));
                 }
                 open.insert(m.clone());
-                attribution(t, &tag, self.reasoning_owner.get(&m), "reasoning message", &m)?;
+                attribution(
+                    t,
+                    &tag,
+                    self.reasoning_owner.get(&m),
+                    "reasoning message",
+                    &m,
+                )?;
                 self.reasoning_owner.entry(m).or_insert(tag);
             }
             ReasoningMessageContent | ReasoningMessageEnd | ReasoningEnd => {
@@ -282,7 +302,13 @@ impl Verifier {
                 if *kind != ReasoningMessageContent {
                     open.remove(&m);
                 }
-                attribution(t, &tag, self.reasoning_owner.get(&m), "reasoning message", &m)?;
+                attribution(
+                    t,
+                    &tag,
+                    self.reasoning_owner.get(&m),
+                    "reasoning message",
+                    &m,
+                )?;
             }
             ReasoningEncryptedValue => {
                 let e = id("entityId");
@@ -322,15 +348,18 @@ impl Verifier {
                 if self.subagents.contains(&s) || self.closed_subagents.contains(&s) {
                     return Err(violation(
                         "subagent_lifecycle",
-                        format!("Cannot send 'SUBAGENT_STARTED': subagent '{s}' was already started in this run."),
+                        format!(
+                            "Cannot send 'SUBAGENT_STARTED': subagent '{s}' was already started in this run."
+                        ),
                     ));
                 }
                 if let Some(parent) = event.str_field("parentSubagentRunId") {
-                    if !self.subagents.contains(parent) && !self.closed_subagents.contains(parent)
-                    {
+                    if !self.subagents.contains(parent) && !self.closed_subagents.contains(parent) {
                         return Err(violation(
                             "subagent_lifecycle",
-                            format!("Cannot send 'SUBAGENT_STARTED': parentSubagentRunId '{parent}' has not been started in this run."),
+                            format!(
+                                "Cannot send 'SUBAGENT_STARTED': parentSubagentRunId '{parent}' has not been started in this run."
+                            ),
                         ));
                     }
                 }
@@ -350,7 +379,10 @@ impl Verifier {
                     if !matches!(ty, Some("success" | "suspended")) {
                         return Err(violation(
                             "subagent_lifecycle",
-                            format!("Cannot send '{t}' with outcome type '{}'.", ty.unwrap_or("?")),
+                            format!(
+                                "Cannot send '{t}' with outcome type '{}'.",
+                                ty.unwrap_or("?")
+                            ),
                         ));
                     }
                 }
@@ -433,7 +465,11 @@ impl Verifier {
         Ok(())
     }
 
-    fn seed_owners(&mut self, messages: Option<&Value>, authoritative: bool) -> Result<(), Violation> {
+    fn seed_owners(
+        &mut self,
+        messages: Option<&Value>,
+        authoritative: bool,
+    ) -> Result<(), Violation> {
         let Some(messages) = messages.and_then(Value::as_array) else {
             return Ok(());
         };
@@ -559,19 +595,35 @@ mod tests {
 
     #[test]
     fn first_event_rule() {
-        assert_eq!(rule(&[json!({"type":"TEXT_MESSAGE_START","messageId":"m"})]), "first_event");
+        assert_eq!(
+            rule(&[json!({"type":"TEXT_MESSAGE_START","messageId":"m"})]),
+            "first_event"
+        );
         check_all(&[json!({"type":"RUN_ERROR","message":"x"})]).unwrap();
     }
 
     #[test]
     fn nothing_after_finish_or_error() {
         assert_eq!(
-            rule(&[started(), finished(), json!({"type":"CUSTOM","name":"x","value":1})]),
+            rule(&[
+                started(),
+                finished(),
+                json!({"type":"CUSTOM","name":"x","value":1})
+            ]),
             "after_run_finished"
         );
-        check_all(&[started(), finished(), json!({"type":"RUN_ERROR","message":"late"})]).unwrap();
+        check_all(&[
+            started(),
+            finished(),
+            json!({"type":"RUN_ERROR","message":"late"}),
+        ])
+        .unwrap();
         assert_eq!(
-            rule(&[started(), json!({"type":"RUN_ERROR","message":"x"}), json!({"type":"RUN_ERROR","message":"y"})]),
+            rule(&[
+                started(),
+                json!({"type":"RUN_ERROR","message":"x"}),
+                json!({"type":"RUN_ERROR","message":"y"})
+            ]),
             "after_run_error"
         );
     }
@@ -585,7 +637,10 @@ mod tests {
     fn pairing_rules() {
         let s = started();
         assert_eq!(
-            rule(&[s.clone(), json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"x"})]),
+            rule(&[
+                s.clone(),
+                json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"x"})
+            ]),
             "message_pairing"
         );
         assert_eq!(
@@ -609,7 +664,10 @@ mod tests {
             "step_pairing"
         );
         assert_eq!(
-            rule(&[s.clone(), json!({"type":"SUBAGENT_FINISHED","subagentRunId":"x"})]),
+            rule(&[
+                s.clone(),
+                json!({"type":"SUBAGENT_FINISHED","subagentRunId":"x"})
+            ]),
             "subagent_lifecycle"
         );
     }
@@ -625,7 +683,11 @@ mod tests {
         assert_eq!(err.rule, "run_finished_open");
         assert!(err.message.contains("tool calls") && err.message.contains('c'));
         assert_eq!(
-            rule(&[started(), json!({"type":"STEP_STARTED","stepName":"s"}), finished()]),
+            rule(&[
+                started(),
+                json!({"type":"STEP_STARTED","stepName":"s"}),
+                finished()
+            ]),
             "run_finished_open"
         );
     }
@@ -633,7 +695,10 @@ mod tests {
     #[test]
     fn null_optional_fields_and_attribution() {
         assert_eq!(
-            rule(&[started(), json!({"type":"CUSTOM","name":"x","value":1,"subagentRunId":null})]),
+            rule(&[
+                started(),
+                json!({"type":"CUSTOM","name":"x","value":1,"subagentRunId":null})
+            ]),
             "null_optional_field"
         );
         assert_eq!(
@@ -654,7 +719,10 @@ mod tests {
             "langgraph-legacy-interrupt.sse",
             "langgraph-resumed.sse",
         ] {
-            let path = format!("{}/../shared/fixtures/streams/{name}", env!("CARGO_MANIFEST_DIR"));
+            let path = format!(
+                "{}/../shared/fixtures/streams/{name}",
+                env!("CARGO_MANIFEST_DIR")
+            );
             let Ok(bytes) = std::fs::read(&path) else {
                 panic!("fixture {path} missing");
             };

@@ -5,7 +5,7 @@
 //! failures add `reason` (e.g. `token_expired`) so clients can tell a refresh
 //! from a re-login without parsing prose.
 
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 

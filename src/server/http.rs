@@ -5,23 +5,23 @@
 //! expanded, as `data: <json>\n\n` frames, plus `: keepalive` comments while
 //! the agent is quiet.
 
-use super::error::{ApiError, ErrorCode};
 use super::AppState;
+use super::error::{ApiError, ErrorCode};
 use crate::auth::Principal;
-use crate::protocol::sse::{encode_data, KEEPALIVE};
+use crate::protocol::sse::{KEEPALIVE, encode_data};
 use crate::protocol::{Event, EventType, RunAgentInput};
 use crate::upstream::RunStream;
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Path, Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::BytesMut;
 use futures::StreamExt;
 use serde_json::json;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 
 /// All routes, with JSON errors for unknown paths and methods.
 pub fn router(state: Arc<AppState>) -> Router {
@@ -29,7 +29,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/agents", get(list_agents))
         .route("/v1/agents/{agent}/run", post(run_agent))
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
-        .route("/readyz", get(|| async { Json(json!({"status": "ready"})) }))
+        .route(
+            "/readyz",
+            get(|| async { Json(json!({"status": "ready"})) }),
+        )
         .route("/metrics", get(metrics))
         .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
         .method_not_allowed_fallback(|| async {
@@ -86,7 +89,12 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 /// Reads a body up to `limit` bytes; larger → `too_large` (checked against
 /// `Content-Length` first, so an honest oversize client is refused unread).
 async fn read_body(request: Request, limit: usize) -> Result<Bytes, ApiError> {
-    let too_large = || ApiError::new(ErrorCode::TooLarge, format!("request body exceeds {limit} bytes"));
+    let too_large = || {
+        ApiError::new(
+            ErrorCode::TooLarge,
+            format!("request body exceeds {limit} bytes"),
+        )
+    };
     if let Some(len) = request
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -113,7 +121,11 @@ async fn run_agent(
     }
 }
 
-async fn start_run(state: &AppState, agent_id: &str, request: Request) -> Result<RunStream, ApiError> {
+async fn start_run(
+    state: &AppState,
+    agent_id: &str,
+    request: Request,
+) -> Result<RunStream, ApiError> {
     let who = authenticate(state, request.headers()).await?;
     let agent = state
         .agents
@@ -177,7 +189,10 @@ fn sse_response(state: Arc<AppState>, run: RunStream) -> Response {
     let mut resp = Response::new(Body::from_stream(frames));
     *resp.status_mut() = StatusCode::OK;
     let h = resp.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     resp
@@ -191,9 +206,15 @@ mod tests {
     fn bearer_parsing() {
         let mut h = HeaderMap::new();
         assert_eq!(bearer(&h), None);
-        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer abc"));
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer abc"),
+        );
         assert_eq!(bearer(&h), Some("abc"));
-        h.insert(header::AUTHORIZATION, HeaderValue::from_static("bearer  abc "));
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("bearer  abc "),
+        );
         assert_eq!(bearer(&h), Some("abc"));
         h.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic abc"));
         assert_eq!(bearer(&h), None);

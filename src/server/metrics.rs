@@ -2,8 +2,8 @@
 //! add per event and nothing else.
 
 use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Process-wide counters.
 #[derive(Default)]
@@ -29,12 +29,33 @@ impl Metrics {
     pub fn render(&self) -> String {
         let mut out = String::new();
         let counter = |out: &mut String, name: &str, help: &str, v: u64| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+            );
         };
-        counter(&mut out, "agui_runs_started_total", "Runs sent to an upstream agent.", self.runs_started.load(Relaxed));
-        counter(&mut out, "agui_events_forwarded_total", "Events forwarded to clients.", self.events_forwarded.load(Relaxed));
-        counter(&mut out, "agui_auth_failures_total", "Requests refused for authentication.", self.auth_failures.load(Relaxed));
-        let _ = writeln!(out, "# HELP agui_runs_ended_total Runs that ended, by outcome or error code.\n# TYPE agui_runs_ended_total counter");
+        counter(
+            &mut out,
+            "agui_runs_started_total",
+            "Runs sent to an upstream agent.",
+            self.runs_started.load(Relaxed),
+        );
+        counter(
+            &mut out,
+            "agui_events_forwarded_total",
+            "Events forwarded to clients.",
+            self.events_forwarded.load(Relaxed),
+        );
+        counter(
+            &mut out,
+            "agui_auth_failures_total",
+            "Requests refused for authentication.",
+            self.auth_failures.load(Relaxed),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP agui_runs_ended_total Runs that ended, by outcome or error code.\n# TYPE agui_runs_ended_total counter"
+        );
         for (outcome, n) in self.runs_ended.lock().expect("metrics lock").iter() {
             let _ = writeln!(out, "agui_runs_ended_total{{outcome=\"{outcome}\"}} {n}");
         }

@@ -10,18 +10,18 @@
 
 use super::Agent;
 use crate::config::VerifyMode;
+use crate::protocol::Event;
 use crate::protocol::chunks::ChunkNormalizer;
 use crate::protocol::event::run_error;
 use crate::protocol::sse::{SseDecoder, SseFrame};
 use crate::protocol::verify::Verifier;
-use crate::protocol::Event;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::sync::mpsc;
-use tokio::time::{timeout_at, Instant};
+use tokio::time::{Instant, timeout_at};
 use tokio_util::task::AbortOnDropHandle;
 
 /// Stable `RUN_ERROR.code`s for runs the gateway had to end itself.
@@ -155,7 +155,11 @@ impl Run<'_> {
             let excerpt = read_excerpt(response, first_deadline).await;
             return Err(fail(
                 UpstreamCode::Http(status.as_u16()),
-                format!("agent '{}' answered HTTP {}: {excerpt}", self.agent.id, status.as_u16()),
+                format!(
+                    "agent '{}' answered HTTP {}: {excerpt}",
+                    self.agent.id,
+                    status.as_u16()
+                ),
             ));
         }
         let content_type = response
@@ -167,7 +171,10 @@ impl Run<'_> {
         if !content_type.starts_with("text/event-stream") {
             return Err(fail(
                 UpstreamCode::ProtocolViolation,
-                format!("agent '{}' answered Content-Type '{content_type}', expected text/event-stream", self.agent.id),
+                format!(
+                    "agent '{}' answered Content-Type '{content_type}', expected text/event-stream",
+                    self.agent.id
+                ),
             ));
         }
 
@@ -194,29 +201,35 @@ impl Run<'_> {
                     ));
                 }
                 Ok(None) => {
-                    decoder.finish(&mut self.frames).map_err(|e| {
-                        fail(UpstreamCode::FrameTooLarge, e.to_string())
-                    })?;
+                    decoder
+                        .finish(&mut self.frames)
+                        .map_err(|e| fail(UpstreamCode::FrameTooLarge, e.to_string()))?;
                     self.forward_frames().await?;
                     if self.ended {
                         return Ok(());
                     }
                     return Err(fail(
                         UpstreamCode::Incomplete,
-                        format!("agent '{}' ended the stream without RUN_FINISHED or RUN_ERROR", self.agent.id),
+                        format!(
+                            "agent '{}' ended the stream without RUN_FINISHED or RUN_ERROR",
+                            self.agent.id
+                        ),
                     ));
                 }
                 Ok(Some(Err(e))) => {
                     return Err(fail(
                         UpstreamCode::Incomplete,
                         format!("agent '{}' stream broke: {}", self.agent.id, describe(&e)),
-                    ))
+                    ));
                 }
                 Ok(Some(Ok(bytes))) => bytes,
             };
-            decoder
-                .feed(&chunk, &mut self.frames)
-                .map_err(|e| fail(UpstreamCode::FrameTooLarge, format!("agent '{}': {e}", self.agent.id)))?;
+            decoder.feed(&chunk, &mut self.frames).map_err(|e| {
+                fail(
+                    UpstreamCode::FrameTooLarge,
+                    format!("agent '{}': {e}", self.agent.id),
+                )
+            })?;
             let had_events = !self.frames.is_empty();
             self.forward_frames().await?;
             if self.ended {
@@ -236,7 +249,10 @@ impl Run<'_> {
             let event = match Event::parse(frame.data) {
                 Ok(e) => e,
                 Err(e) if strict => {
-                    return Err(fail(UpstreamCode::ProtocolViolation, format!("frame_not_event: {e}")))
+                    return Err(fail(
+                        UpstreamCode::ProtocolViolation,
+                        format!("frame_not_event: {e}"),
+                    ));
                 }
                 Err(e) => {
                     tracing::warn!(agent = %self.agent.id, "skipping SSE frame that is not an event: {e}");
@@ -246,7 +262,10 @@ impl Run<'_> {
             let pushed = self.chunks.push(event.clone(), &mut self.events);
             if let Err(e) = pushed {
                 if strict {
-                    return Err(fail(UpstreamCode::ProtocolViolation, format!("chunk_expansion: {e}")));
+                    return Err(fail(
+                        UpstreamCode::ProtocolViolation,
+                        format!("chunk_expansion: {e}"),
+                    ));
                 }
                 tracing::warn!(agent = %self.agent.id, "forwarding chunk that could not be expanded: {e}");
                 self.events.push(event);
@@ -298,7 +317,12 @@ async fn read_excerpt(response: reqwest::Response, deadline: Instant) -> String 
     let mut body = response.bytes_stream();
     let mut buf = Vec::new();
     while buf.len() < ERROR_BODY_EXCERPT {
-        match timeout_at(deadline.max(Instant::now() + std::time::Duration::from_secs(2)), body.next()).await {
+        match timeout_at(
+            deadline.max(Instant::now() + std::time::Duration::from_secs(2)),
+            body.next(),
+        )
+        .await
+        {
             Ok(Some(Ok(b))) => buf.extend_from_slice(&b),
             _ => break,
         }

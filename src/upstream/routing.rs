@@ -2,7 +2,7 @@
 
 use super::DEMO_URL;
 use crate::auth::Principal;
-use crate::config::{expand_env, AgentConfig, Timeouts, VerifyMode};
+use crate::config::{AgentConfig, Timeouts, VerifyMode, expand_env};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use std::collections::HashMap;
 use std::fmt;

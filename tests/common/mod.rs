@@ -8,7 +8,7 @@
 
 #![allow(dead_code)]
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -95,7 +95,10 @@ impl Proc {
                     "process exited before printing '{prefix}'; stderr:\n{}",
                     self.stderr()
                 ),
-                Err(_) => panic!("timed out waiting for '{prefix}'; stderr:\n{}", self.stderr()),
+                Err(_) => panic!(
+                    "timed out waiting for '{prefix}'; stderr:\n{}",
+                    self.stderr()
+                ),
             }
         }
     }
@@ -127,7 +130,11 @@ impl PyAgent {
 
     /// The URL of `path` on this agent.
     pub fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}/{}", self.port, path.trim_start_matches('/'))
+        format!(
+            "http://127.0.0.1:{}/{}",
+            self.port,
+            path.trim_start_matches('/')
+        )
     }
 }
 
@@ -159,7 +166,8 @@ impl Gateway {
     pub async fn start_config(config: &str, env: &[(&str, &str)]) -> Gateway {
         let dir = tempfile::tempdir().unwrap();
         let config_path = dir.path().join("gateway.toml");
-        let server = "[server]\nlisten = \"127.0.0.1:0\"\nkeepalive = \"1s\"\nshutdown_grace = \"1s\"\n\n";
+        let server =
+            "[server]\nlisten = \"127.0.0.1:0\"\nkeepalive = \"1s\"\nshutdown_grace = \"1s\"\n\n";
         std::fs::write(&config_path, format!("{server}{config}\n")).unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_agui-gateway"));
         cmd.arg("--config").arg(&config_path).arg("serve");
@@ -274,7 +282,11 @@ pub fn assert_run_error(events: &[Value], code: &str) -> String {
         .iter()
         .filter(|e| matches!(e["type"].as_str(), Some("RUN_ERROR" | "RUN_FINISHED")))
         .collect();
-    assert_eq!(terminals.len(), 1, "exactly one terminal event: {events:#?}");
+    assert_eq!(
+        terminals.len(),
+        1,
+        "exactly one terminal event: {events:#?}"
+    );
     let last = events.last().unwrap();
     assert_eq!(last["type"], "RUN_ERROR", "{events:#?}");
     assert_eq!(last["code"], code, "{last}");
