@@ -372,16 +372,16 @@ impl Config {
             ("auth.public_key_pem", &a.public_key_pem),
             ("auth.jwks_file", &a.jwks_file),
         ] {
-            if let Some(p) = p {
-                if !p.exists() {
-                    bad(key.into(), format!("{} does not exist", p.display()));
-                }
+            if let Some(p) = p
+                && !p.exists()
+            {
+                bad(key.into(), format!("{} does not exist", p.display()));
             }
         }
-        if let Some(u) = &a.jwks_url {
-            if reqwest::Url::parse(u).is_err() {
-                bad("auth.jwks_url".into(), format!("'{u}' is not a URL"));
-            }
+        if let Some(u) = &a.jwks_url
+            && reqwest::Url::parse(u).is_err()
+        {
+            bad("auth.jwks_url".into(), format!("'{u}' is not a URL"));
         }
         if a.jwks_min_refresh > a.jwks_max_refresh {
             bad(
@@ -505,11 +505,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = write(
             &dir,
-            &format!(
-                "[auth]\nhs_secret = \"short\"\nalgorithms=[\"HS256\",\"none\"]\n\
+            "[auth]\nhs_secret = \"short\"\nalgorithms=[\"HS256\",\"none\"]\n\
                  [[agents]]\nid=\"a\"\nurl=\"ftp://x\"\n[[agents]]\nid=\"a\"\nurl=\"http://x\"\n\
-                 headers={{Authorization=\"Bearer ${{AGUI_TEST_UNSET_VAR}}\"}}\n"
-            ),
+                 headers={Authorization=\"Bearer ${AGUI_TEST_UNSET_VAR}\"}\n",
         );
         let errs = Config::load(&p).unwrap_err();
         let text: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
@@ -555,7 +553,8 @@ mod tests {
 
     #[test]
     fn shipped_configs_are_valid() {
-        for f in ["config/gateway.toml"] {
+        {
+            let f = "config/gateway.toml";
             let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(f);
             Config::load(&p).unwrap_or_else(|e| panic!("{f}: {e:?}"));
         }

@@ -206,14 +206,12 @@ impl RemoteKeySet {
             let _single_flight = self.fetch_lock.lock().await;
             // Another task may have fetched while we waited for the lock.
             let fetched_meanwhile = self.state.lock().expect("jwks lock").generation != generation;
-            if !fetched_meanwhile {
-                if let Err(e) = self.fetch().await {
-                    tracing::warn!(url = %self.url, "JWKS fetch failed: {e}");
-                    if let Some(k) = found {
-                        return Ok(k); // serve the stale key rather than lock everyone out
-                    }
-                    return Err(format!("JWKS unavailable: {e}"));
+            if !fetched_meanwhile && let Err(e) = self.fetch().await {
+                tracing::warn!(url = %self.url, "JWKS fetch failed: {e}");
+                if let Some(k) = found {
+                    return Ok(k); // serve the stale key rather than lock everyone out
                 }
+                return Err(format!("JWKS unavailable: {e}"));
             }
         }
         let s = self.state.lock().expect("jwks lock");

@@ -194,10 +194,10 @@ impl Authenticator {
         kid: Option<&str>,
         family: Family,
     ) -> Result<PublicKey, AuthFailure> {
-        if let Some(set) = &self.jwks_file {
-            if let Some(k) = set.find(kid, family) {
-                return Ok(k.clone());
-            }
+        if let Some(set) = &self.jwks_file
+            && let Some(k) = set.find(kid, family)
+        {
+            return Ok(k.clone());
         }
         if let Some(pem) = self.pem.as_ref().filter(|k| k.family == family) {
             return Ok(pem.clone());

@@ -182,14 +182,14 @@ impl ChunkNormalizer {
                 .iter()
                 .find(|(_, p)| p.kind == kind && p.id == id)
             {
-                if let Some(tag) = tag {
-                    if Some(tag) != owner.as_deref() {
-                        return Err(ChunkError(format!(
-                            "Cannot continue {} '{id}': chunk subagentRunId '{tag}' does not match the open stream's subagent '{}'.",
-                            kind.entity(),
-                            owner.as_deref().unwrap_or("(the parent agent)")
-                        )));
-                    }
+                if let Some(tag) = tag
+                    && Some(tag) != owner.as_deref()
+                {
+                    return Err(ChunkError(format!(
+                        "Cannot continue {} '{id}': chunk subagentRunId '{tag}' does not match the open stream's subagent '{}'.",
+                        kind.entity(),
+                        owner.as_deref().unwrap_or("(the parent agent)")
+                    )));
                 }
                 return Ok(owner.clone());
             }
@@ -198,10 +198,10 @@ impl ChunkNormalizer {
         if let Some(tag) = tag {
             return Ok(Some(tag.to_owned()));
         }
-        if let Some(i) = self.lane_index(&None) {
-            if self.lanes[i].1.kind == kind {
-                return Ok(None);
-            }
+        if let Some(i) = self.lane_index(&None)
+            && self.lanes[i].1.kind == kind
+        {
+            return Ok(None);
         }
         let candidates: Vec<_> = self.lanes.iter().filter(|(_, p)| p.kind == kind).collect();
         match candidates.len() {
@@ -241,18 +241,18 @@ impl ChunkNormalizer {
             Some(p) => {
                 for (field, established) in &p.opener {
                     let incoming = body.get(*field).and_then(Value::as_str);
-                    if let Some(incoming) = incoming {
-                        if Some(incoming) != established.as_deref() {
-                            return Err(ChunkError(format!(
-                                "Cannot continue {} '{}': chunk {field} '{incoming}' does not match the open stream's {field} {}.",
-                                kind.entity(),
-                                p.id,
-                                established
-                                    .as_deref()
-                                    .map(|e| format!("'{e}'"))
-                                    .unwrap_or("(absent)".into())
-                            )));
-                        }
+                    if let Some(incoming) = incoming
+                        && Some(incoming) != established.as_deref()
+                    {
+                        return Err(ChunkError(format!(
+                            "Cannot continue {} '{}': chunk {field} '{incoming}' does not match the open stream's {field} {}.",
+                            kind.entity(),
+                            p.id,
+                            established
+                                .as_deref()
+                                .map(|e| format!("'{e}'"))
+                                .unwrap_or("(absent)".into())
+                        )));
                     }
                 }
                 p
@@ -345,15 +345,16 @@ impl ChunkNormalizer {
             result.push(content);
             carried = true;
         }
-        if !remainder.is_empty() && !carried {
-            if let Some(last) = result.last_mut() {
-                // The synthesized value wins over a same-named chunk field.
-                let mut merged = remainder;
-                for (k, v) in std::mem::take(last) {
-                    merged.insert(k, v);
-                }
-                *last = merged;
+        if !remainder.is_empty()
+            && !carried
+            && let Some(last) = result.last_mut()
+        {
+            // The synthesized value wins over a same-named chunk field.
+            let mut merged = remainder;
+            for (k, v) in std::mem::take(last) {
+                merged.insert(k, v);
             }
+            *last = merged;
         }
         for body in result {
             out.push(Event::from_body(body).expect("synthesized events have a type"));

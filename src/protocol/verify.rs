@@ -178,18 +178,18 @@ impl Verifier {
                     ));
                 }
                 let mut inherited = None;
-                if let Some(parent) = event.str_field("parentMessageId") {
-                    if let Some(parent_owner) = self.message_owner.get(parent) {
-                        if tag.is_some() && tag != *parent_owner {
-                            return Err(violation(
-                                "subagent_attribution",
-                                format!(
-                                    "Cannot send 'TOOL_CALL_START': subagentRunId does not match its parent message '{parent}'."
-                                ),
-                            ));
-                        }
-                        inherited = Some(parent_owner.clone());
+                if let Some(parent) = event.str_field("parentMessageId")
+                    && let Some(parent_owner) = self.message_owner.get(parent)
+                {
+                    if tag.is_some() && tag != *parent_owner {
+                        return Err(violation(
+                            "subagent_attribution",
+                            format!(
+                                "Cannot send 'TOOL_CALL_START': subagentRunId does not match its parent message '{parent}'."
+                            ),
+                        ));
                     }
+                    inherited = Some(parent_owner.clone());
                 }
                 if let Some(existing) = self.tool_owner.get(&c) {
                     attribution(t, &tag, Some(existing), "tool call", &c)?;
@@ -353,15 +353,16 @@ impl Verifier {
                         ),
                     ));
                 }
-                if let Some(parent) = event.str_field("parentSubagentRunId") {
-                    if !self.subagents.contains(parent) && !self.closed_subagents.contains(parent) {
-                        return Err(violation(
-                            "subagent_lifecycle",
-                            format!(
-                                "Cannot send 'SUBAGENT_STARTED': parentSubagentRunId '{parent}' has not been started in this run."
-                            ),
-                        ));
-                    }
+                if let Some(parent) = event.str_field("parentSubagentRunId")
+                    && !self.subagents.contains(parent)
+                    && !self.closed_subagents.contains(parent)
+                {
+                    return Err(violation(
+                        "subagent_lifecycle",
+                        format!(
+                            "Cannot send 'SUBAGENT_STARTED': parentSubagentRunId '{parent}' has not been started in this run."
+                        ),
+                    ));
                 }
                 self.subagents.insert(s);
             }
@@ -415,8 +416,8 @@ impl Verifier {
             RunFinished => {
                 let open_steps: Vec<String> = self
                     .steps
-                    .iter()
-                    .flat_map(|(_, names)| names.iter().cloned())
+                    .values()
+                    .flat_map(|names| names.iter().cloned())
                     .collect();
                 let open = [
                     ("steps", open_steps),
@@ -449,13 +450,11 @@ impl Verifier {
                     .filter(|o| o.get("type").and_then(Value::as_str) == Some("interrupt"))
                     .and_then(|o| o.get("interrupts"))
                     .and_then(Value::as_array)
-                {
-                    if interrupts
+                    && interrupts
                         .iter()
                         .any(|i| matches!(i.get("subagentRunId"), Some(Value::Null)))
-                    {
-                        return Err(null_field(t, "outcome.interrupts[].subagentRunId"));
-                    }
+                {
+                    return Err(null_field(t, "outcome.interrupts[].subagentRunId"));
                 }
                 self.run_finished = true;
             }
@@ -498,10 +497,10 @@ impl Verifier {
                 .into_iter()
                 .flatten()
             {
-                if let Some(tid) = tc.get("id").and_then(Value::as_str) {
-                    if authoritative || !self.tool_owner.contains_key(tid) {
-                        self.tool_owner.insert(tid.to_owned(), owner.clone());
-                    }
+                if let Some(tid) = tc.get("id").and_then(Value::as_str)
+                    && (authoritative || !self.tool_owner.contains_key(tid))
+                {
+                    self.tool_owner.insert(tid.to_owned(), owner.clone());
                 }
             }
         }

@@ -100,10 +100,9 @@ async fn read_body(request: Request, limit: usize) -> Result<Bytes, ApiError> {
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok())
+        && len > limit
     {
-        if len > limit {
-            return Err(too_large());
-        }
+        return Err(too_large());
     }
     axum::body::to_bytes(request.into_body(), limit)
         .await

@@ -89,11 +89,11 @@ impl RunStream {
                 ended: false,
                 seen_any: false,
             };
-            if let Err(failure) = run.drive(body).await {
-                if let Some((code, message)) = failure {
-                    tracing::warn!(agent = %agent.id, code = %code.as_string(), "{message}");
-                    let _ = tx.send(run_error(&code.as_string(), message)).await;
-                }
+            if let Err(failure) = run.drive(body).await
+                && let Some((code, message)) = failure
+            {
+                tracing::warn!(agent = %agent.id, code = %code.as_string(), "{message}");
+                let _ = tx.send(run_error(&code.as_string(), message)).await;
             }
         });
         RunStream {
