@@ -46,10 +46,13 @@ async fn run(body: Bytes, delay: Duration) -> Response {
     };
     let script = script(&input);
     let frames = futures::stream::unfold(script.into_iter(), move |mut steps| async move {
-        let (pause, event) = steps.next()?;
+        let (pause, mut event) = steps.next()?;
         if pause {
             tokio::time::sleep(delay).await;
         }
+        // Stamped when sent, so timestamps show the streaming pace.
+        event["timestamp"] = now_millis().into();
+        let event = Event::build(event);
         let mut buf = BytesMut::new();
         encode_data(event.json(), None, &mut buf);
         Some((Ok::<_, std::convert::Infallible>(buf.freeze()), steps))
@@ -87,8 +90,8 @@ fn last_user_text(input: &RunAgentInput) -> String {
 /// Words that make the demo ask for approval first.
 const NEEDS_APPROVAL: &[&str] = &["transfer", "delete", "approve"];
 
-/// A run as (pause-before?, event) steps.
-fn script(input: &RunAgentInput) -> Vec<(bool, Event)> {
+/// A run as (pause-before?, event) steps; events get their timestamp when sent.
+fn script(input: &RunAgentInput) -> Vec<(bool, Value)> {
     let ids = Ids::new(&input.run_id);
     let mut s = Script::default();
     s.emit(json!({"type":"RUN_STARTED","threadId":input.thread_id,"runId":input.run_id,"protocolVersion":"1.0"}));
@@ -201,13 +204,12 @@ impl Ids {
 
 #[derive(Default)]
 struct Script {
-    steps: Vec<(bool, Event)>,
+    steps: Vec<(bool, Value)>,
 }
 
 impl Script {
-    fn add(&mut self, pause: bool, mut v: Value) {
-        v["timestamp"] = now_millis().into();
-        self.steps.push((pause, Event::build(v)));
+    fn add(&mut self, pause: bool, v: Value) {
+        self.steps.push((pause, v));
     }
     fn emit(&mut self, v: Value) {
         self.add(false, v)
@@ -243,12 +245,13 @@ mod tests {
         RunAgentInput::from_json(v.to_string().as_bytes()).unwrap()
     }
 
-    fn verified(steps: &[(bool, Event)]) -> Vec<String> {
+    fn verified(steps: &[(bool, Value)]) -> Vec<String> {
         let mut v = Verifier::new();
         steps
             .iter()
             .map(|(_, e)| {
-                v.check(e).unwrap();
+                let e = Event::build(e.clone());
+                v.check(&e).unwrap();
                 e.kind().to_string()
             })
             .collect()
@@ -274,7 +277,7 @@ mod tests {
     fn approval_words_interrupt_and_resume_continues() {
         let steps = script(&input("please transfer 500", None));
         verified(&steps);
-        let last = steps.last().unwrap().1.body().clone();
+        let last = steps.last().unwrap().1.clone();
         assert_eq!(last["outcome"]["type"], "interrupt");
         let id = last["outcome"]["interrupts"][0]["id"]
             .as_str()
@@ -288,9 +291,9 @@ mod tests {
         verified(&resumed);
         let result = resumed
             .iter()
-            .find(|(_, e)| e.kind().as_str() == "TOOL_CALL_RESULT")
+            .find(|(_, e)| e["type"] == "TOOL_CALL_RESULT")
             .unwrap();
-        assert_eq!(result.1.body()["toolCallId"], call);
-        assert_eq!(result.1.body()["content"], "transfer executed");
+        assert_eq!(result.1["toolCallId"], call);
+        assert_eq!(result.1["content"], "transfer executed");
     }
 }
