@@ -13,12 +13,14 @@ fn agent(id: &str, url: &str, extra: &str) -> String {
     format!("[[agents]]\nid = \"{id}\"\nurl = \"{url}\"\n{extra}\n")
 }
 
-/// One gateway in front of one scripted agent, with one gateway agent per scenario.
+/// One gateway in front of one scripted agent, with one gateway agent per
+/// scenario. An agent id `scenario.variant` serves `scenario` with other settings.
 async fn setup(scenarios: &[(&str, &str)]) -> (Gateway, PyAgent) {
     let py = PyAgent::start("scripted_agent.py").await;
     let mut cfg = agent("ok", &py.url("ok"), "");
-    for (scenario, extra) in scenarios {
-        cfg.push_str(&agent(scenario, &py.url(scenario), extra));
+    for (id, extra) in scenarios {
+        let scenario = id.split('.').next().unwrap();
+        cfg.push_str(&agent(id, &py.url(scenario), extra));
     }
     (Gateway::start(&cfg).await, py)
 }
@@ -85,6 +87,34 @@ async fn lenient_agent_forwards_the_violation() {
         types(&events),
         ["RUN_STARTED", "TEXT_MESSAGE_CONTENT", "RUN_FINISHED"]
     );
+}
+
+#[tokio::test]
+async fn unexpandable_chunk_is_a_violation_unless_lenient() {
+    let (gw, _py) = setup(&[
+        ("bad-chunk", ""),
+        ("bad-chunk.lenient", "verify = \"lenient\""),
+    ])
+    .await;
+    let events = run(&gw, "bad-chunk").await;
+    let msg = assert_run_error(&events, "upstream_protocol_violation");
+    assert!(
+        msg.contains("chunk_expansion") && msg.contains("toolCallName"),
+        "{msg}"
+    );
+    // Lenient: forwarded exactly as it came, and the run goes on.
+    let (_, body) = post_run(
+        &gw.run_url("bad-chunk.lenient"),
+        &token(json!({})),
+        &input("t", "r", "x"),
+    )
+    .await;
+    let data = sse_data(&body);
+    assert_eq!(
+        data[1],
+        r#"{"type":"TOOL_CALL_CHUNK","toolCallId":"c1","delta":"{}"}"#
+    );
+    assert_eq!(sse_events(&body).last().unwrap()["type"], "RUN_FINISHED");
 }
 
 #[tokio::test]

@@ -142,6 +142,16 @@ impl EventType {
         NAMES.iter().map(|(_, t)| t.clone())
     }
 
+    /// `TEXT_MESSAGE_CHUNK`, `TOOL_CALL_CHUNK` or `REASONING_MESSAGE_CHUNK`.
+    pub fn is_chunk(&self) -> bool {
+        matches!(
+            self,
+            EventType::TextMessageChunk
+                | EventType::ToolCallChunk
+                | EventType::ReasoningMessageChunk
+        )
+    }
+
     /// `RUN_FINISHED` or `RUN_ERROR`: the events that end a run.
     pub fn is_terminal(&self) -> bool {
         matches!(self, EventType::RunFinished | EventType::RunError)

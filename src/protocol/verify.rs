@@ -154,19 +154,12 @@ impl Verifier {
                 self.message_owner.entry(m.clone()).or_insert(tag);
                 self.messages.insert(m);
             }
-            TextMessageContent | TextMessageEnd => {
-                let m = id("messageId");
-                if !self.messages.contains(&m) {
-                    return Err(violation(
-                        "message_pairing",
-                        format!("Cannot send '{t}': no active text message with ID '{m}'."),
-                    ));
-                }
-                attribution(t, &tag, self.message_owner.get(&m), "message", &m)?;
-                if *kind == TextMessageEnd {
-                    self.messages.remove(&m);
-                }
-            }
+            TextMessageContent | TextMessageEnd => continue_open(
+                &mut self.messages,
+                &self.message_owner,
+                Entity::new("message_pairing", "text message", t, &tag, &id("messageId")),
+                *kind == TextMessageEnd,
+            )?,
             ToolCallStart => {
                 let c = id("toolCallId");
                 if self.tool_calls.contains(&c) {
@@ -210,19 +203,12 @@ impl Verifier {
                 self.tool_owner.entry(c.clone()).or_insert(owner);
                 self.tool_calls.insert(c);
             }
-            ToolCallArgs | ToolCallEnd => {
-                let c = id("toolCallId");
-                if !self.tool_calls.contains(&c) {
-                    return Err(violation(
-                        "tool_call_pairing",
-                        format!("Cannot send '{t}': no active tool call with ID '{c}'."),
-                    ));
-                }
-                attribution(t, &tag, self.tool_owner.get(&c), "tool call", &c)?;
-                if *kind == ToolCallEnd {
-                    self.tool_calls.remove(&c);
-                }
-            }
+            ToolCallArgs | ToolCallEnd => continue_open(
+                &mut self.tool_calls,
+                &self.tool_owner,
+                Entity::new("tool_call_pairing", "tool call", t, &tag, &id("toolCallId")),
+                *kind == ToolCallEnd,
+            )?,
             StepStarted => {
                 let s = id("stepName");
                 let steps = self.steps.entry(tag).or_default();
@@ -286,29 +272,17 @@ impl Verifier {
                 self.reasoning_owner.entry(m).or_insert(tag);
             }
             ReasoningMessageContent | ReasoningMessageEnd | ReasoningEnd => {
-                let m = id("messageId");
-                let span = *kind == ReasoningEnd;
-                let open = if span {
+                let open = if *kind == ReasoningEnd {
                     &mut self.reasoning_spans
                 } else {
                     &mut self.reasoning_messages
                 };
-                if !open.contains(&m) {
-                    return Err(violation(
-                        "reasoning_pairing",
-                        format!("Cannot send '{t}': no active reasoning with ID '{m}'."),
-                    ));
-                }
-                if *kind != ReasoningMessageContent {
-                    open.remove(&m);
-                }
-                attribution(
-                    t,
-                    &tag,
-                    self.reasoning_owner.get(&m),
-                    "reasoning message",
-                    &m,
-                )?;
+                continue_open(
+                    open,
+                    &self.reasoning_owner,
+                    Entity::new("reasoning_pairing", "reasoning", t, &tag, &id("messageId")),
+                    *kind != ReasoningMessageContent,
+                )?
             }
             ReasoningEncryptedValue => {
                 let e = id("entityId");
@@ -506,6 +480,57 @@ impl Verifier {
         }
         Ok(())
     }
+}
+
+/// The entity a CONTENT/END-style event refers to, for [`continue_open`].
+struct Entity<'a> {
+    rule: &'static str,
+    what: &'static str,
+    event_type: &'a str,
+    tag: &'a Owner,
+    id: &'a str,
+}
+
+impl<'a> Entity<'a> {
+    fn new(
+        rule: &'static str,
+        what: &'static str,
+        event_type: &'a str,
+        tag: &'a Owner,
+        id: &'a str,
+    ) -> Self {
+        Entity {
+            rule,
+            what,
+            event_type,
+            tag,
+            id,
+        }
+    }
+}
+
+/// An event that continues (or, with `closes`, ends) an open entity: the
+/// entity must be open, and a subagent tag must match the one that opened it.
+fn continue_open(
+    open: &mut HashSet<String>,
+    owners: &HashMap<String, Owner>,
+    e: Entity<'_>,
+    closes: bool,
+) -> Result<(), Violation> {
+    if !open.contains(e.id) {
+        return Err(violation(
+            e.rule,
+            format!(
+                "Cannot send '{}': no active {} with ID '{}'.",
+                e.event_type, e.what, e.id
+            ),
+        ));
+    }
+    attribution(e.event_type, e.tag, owners.get(e.id), e.what, e.id)?;
+    if closes {
+        open.remove(e.id);
+    }
+    Ok(())
 }
 
 fn null_field(t: &str, field: &str) -> Violation {

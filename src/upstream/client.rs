@@ -242,9 +242,14 @@ impl Run<'_> {
     }
 
     /// Parses, normalizes, verifies and sends every decoded frame.
+    ///
+    /// The frame and event buffers are reused across reads (taken and put
+    /// back), so the steady state allocates nothing but the events themselves.
     async fn forward_frames(&mut self) -> Result<(), Failure> {
         let strict = self.agent.verify == VerifyMode::Strict;
-        for frame in std::mem::take(&mut self.frames) {
+        let mut frames = std::mem::take(&mut self.frames);
+        let mut events = std::mem::take(&mut self.events);
+        for frame in frames.drain(..) {
             self.seen_any = true;
             let event = match Event::parse(frame.data) {
                 Ok(e) => e,
@@ -259,18 +264,20 @@ impl Run<'_> {
                     continue;
                 }
             };
-            let pushed = self.chunks.push(event.clone(), &mut self.events);
-            if let Err(e) = pushed {
-                if strict {
+            // Only chunk events can fail to expand; keep a copy of those alone,
+            // for lenient agents whose broken chunk is forwarded as it came.
+            let fallback = (!strict && event.kind().is_chunk()).then(|| event.clone());
+            if let Err(e) = self.chunks.push(event, &mut events) {
+                let Some(original) = fallback else {
                     return Err(fail(
                         UpstreamCode::ProtocolViolation,
                         format!("chunk_expansion: {e}"),
                     ));
-                }
+                };
                 tracing::warn!(agent = %self.agent.id, "forwarding chunk that could not be expanded: {e}");
-                self.events.push(event);
+                events.push(original);
             }
-            for event in std::mem::take(&mut self.events) {
+            for event in events.drain(..) {
                 if let Err(v) = self.verifier.check(&event) {
                     if strict {
                         return Err(fail(
@@ -288,6 +295,8 @@ impl Run<'_> {
                 }
             }
         }
+        self.frames = frames;
+        self.events = events;
         Ok(())
     }
 }

@@ -167,6 +167,14 @@ async def handle(request: Request) -> Response:
             yield ENC.encode(RunFinishedEvent(thread_id=thread_id, run_id=run_id))
         return sse(gen())
 
+    if scenario == "bad-chunk":
+        async def gen():
+            yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+            # A first TOOL_CALL_CHUNK must name the tool; this one does not.
+            yield 'data: {"type":"TOOL_CALL_CHUNK","toolCallId":"c1","delta":"{}"}\n\n'
+            yield ENC.encode(RunFinishedEvent(thread_id=thread_id, run_id=run_id))
+        return sse(gen())
+
     if scenario == "no-finish":
         async def gen():
             yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
