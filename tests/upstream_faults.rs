@@ -304,3 +304,26 @@ async fn input_reaches_the_agent_whole_and_header_secrets_stay_out_of_logs() {
         "secret leaked into logs"
     );
 }
+
+#[tokio::test]
+async fn keepalive_comments_flow_while_the_agent_is_quiet() {
+    use futures::StreamExt;
+    // Test gateways send a keepalive every 1 s; the agent stays silent for an hour.
+    let (gw, mut py) = setup(&[("stall", "timeouts = { idle = \"1h\" }")]).await;
+    let resp = http()
+        .post(gw.run_url("stall"))
+        .bearer_auth(token(json!({})))
+        .json(&input("t1", "r1", "hi"))
+        .send()
+        .await
+        .unwrap();
+    let mut body = resp.bytes_stream();
+    let mut seen = String::new();
+    while !seen.contains(": keepalive\n\n") {
+        let chunk = tokio::time::timeout(WAIT, body.next()).await.unwrap().unwrap().unwrap();
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(seen.starts_with("data: "), "events first: {seen}");
+    drop(body);
+    py.proc.expect_line("DISCONNECTED stall").await;
+}
