@@ -7,6 +7,7 @@
 
 pub mod chunks;
 pub mod event;
+pub mod fold;
 pub mod input;
 pub mod sse;
 pub mod verify;

@@ -1,0 +1,496 @@
+//! The fold: a thread's messages, state, pending interrupts and run status,
+//! kept up to date one event at a time.
+//!
+//! The journal is the source of truth and this is its running summary, so a
+//! late joiner gets a snapshot without anyone re-reading the journal. The
+//! rules follow the AG-UI client's reducer (`apply/default.ts`): text and
+//! reasoning deltas append to their message, tool calls attach to their parent
+//! assistant message (created when missing), tool results go right after the
+//! assistant message that made the call, `MESSAGES_SNAPSHOT` merges (messages
+//! it names are replaced, client-only activity/reasoning kept, new ones
+//! appended), state follows `STATE_SNAPSHOT` and RFC 6902 `STATE_DELTA`
+//! (atomically: a failing patch leaves state unchanged, as the client does).
+//! Lookups scan from the newest message, so the usual event (one touching the
+//! message being streamed) costs O(1).
+
+use super::event::{Event, EventType};
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+
+/// Where the thread's latest run stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    Running,
+    Finished,
+    Interrupted,
+    Cancelled,
+    Error,
+}
+
+impl RunStatus {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Finished => "finished",
+            RunStatus::Interrupted => "interrupted",
+            RunStatus::Cancelled => "cancelled",
+            RunStatus::Error => "error",
+        }
+    }
+}
+
+/// The latest run of a thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunInfo {
+    pub run_id: String,
+    pub status: RunStatus,
+}
+
+/// A thread's folded view.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Fold {
+    /// Last seq folded in (0 = nothing yet).
+    pub seq: u64,
+    messages: Vec<Value>,
+    state: Value,
+    interrupts: Vec<Value>,
+    run: Option<RunInfo>,
+}
+
+impl Fold {
+    /// An empty fold (state `{}`).
+    pub fn new() -> Fold {
+        Fold {
+            state: json!({}),
+            ..Default::default()
+        }
+    }
+
+    /// Messages, in conversation order (AG-UI `Message` objects).
+    pub fn messages(&self) -> &[Value] {
+        &self.messages
+    }
+
+    /// The shared state.
+    pub fn state(&self) -> &Value {
+        &self.state
+    }
+
+    /// Interrupts raised by the last run and not answered yet.
+    pub fn interrupts(&self) -> &[Value] {
+        &self.interrupts
+    }
+
+    /// The latest run, if any.
+    pub fn run(&self) -> Option<&RunInfo> {
+        self.run.as_ref()
+    }
+
+    /// True when a message with this id is already in the conversation.
+    pub fn has_message(&self, id: &str) -> bool {
+        self.find(id).is_some()
+    }
+
+    /// Folds in one event with its journal seq.
+    pub fn apply(&mut self, seq: u64, event: &Event) {
+        self.seq = seq;
+        let b = event.body();
+        let s = |k: &str| b.get(k).and_then(Value::as_str);
+        use EventType::*;
+        match event.kind() {
+            RunStarted => {
+                self.run = Some(RunInfo {
+                    run_id: s("runId").unwrap_or_default().to_owned(),
+                    status: RunStatus::Running,
+                });
+                self.interrupts.clear();
+                if let Some(msgs) = b
+                    .get("input")
+                    .and_then(|i| i.get("messages"))
+                    .and_then(Value::as_array)
+                {
+                    for m in msgs {
+                        if let Some(id) = m.get("id").and_then(Value::as_str)
+                            && !self.has_message(id)
+                        {
+                            self.messages.push(without_null_subagent(m.clone()));
+                        }
+                    }
+                }
+            }
+            RunFinished => {
+                let outcome = b.get("outcome");
+                let kind = outcome.and_then(|o| o.get("type")).and_then(Value::as_str);
+                let status = match kind {
+                    Some("interrupt") => {
+                        self.interrupts = outcome
+                            .and_then(|o| o.get("interrupts"))
+                            .and_then(Value::as_array)
+                            .cloned()
+                            .unwrap_or_default();
+                        RunStatus::Interrupted
+                    }
+                    Some("cancelled") => RunStatus::Cancelled,
+                    _ => RunStatus::Finished,
+                };
+                if status != RunStatus::Interrupted {
+                    self.interrupts.clear();
+                }
+                self.set_status(status);
+            }
+            RunError => self.set_status(RunStatus::Error),
+            TextMessageStart => {
+                let Some(id) = s("messageId") else { return };
+                if self.find(id).is_none() {
+                    let mut m = Map::new();
+                    m.insert("id".into(), id.into());
+                    m.insert("role".into(), s("role").unwrap_or("assistant").into());
+                    m.insert("content".into(), "".into());
+                    copy(b, &mut m, "name");
+                    copy(b, &mut m, "subagentRunId");
+                    self.messages.push(Value::Object(m));
+                }
+            }
+            TextMessageContent | ReasoningMessageContent => {
+                if let (Some(id), Some(delta)) = (s("messageId"), s("delta"))
+                    && let Some(i) = self.find(id)
+                {
+                    append_str(&mut self.messages[i], "content", delta);
+                }
+            }
+            ReasoningMessageStart => {
+                let Some(id) = s("messageId") else { return };
+                if self.find(id).is_none() {
+                    let mut m = Map::new();
+                    m.insert("id".into(), id.into());
+                    m.insert("role".into(), "reasoning".into());
+                    m.insert("content".into(), "".into());
+                    copy(b, &mut m, "subagentRunId");
+                    self.messages.push(Value::Object(m));
+                }
+            }
+            ToolCallStart => {
+                let (Some(call_id), Some(name)) = (s("toolCallId"), s("toolCallName")) else {
+                    return;
+                };
+                if let Some((mi, ci)) = self.find_tool_call(call_id) {
+                    self.messages[mi]["toolCalls"][ci]["function"]["name"] = name.into();
+                    return;
+                }
+                let target = s("parentMessageId").unwrap_or(call_id);
+                let mi = match self.find(target) {
+                    Some(i) if self.messages[i]["role"] == "assistant" => i,
+                    _ => {
+                        let mut m = Map::new();
+                        m.insert("id".into(), target.into());
+                        m.insert("role".into(), "assistant".into());
+                        copy(b, &mut m, "subagentRunId");
+                        self.messages.push(Value::Object(m));
+                        self.messages.len() - 1
+                    }
+                };
+                let call = json!({"id": call_id, "type": "function", "function": {"name": name, "arguments": ""}});
+                match self.messages[mi].get_mut("toolCalls") {
+                    Some(Value::Array(calls)) => calls.push(call),
+                    _ => self.messages[mi]["toolCalls"] = json!([call]),
+                }
+            }
+            ToolCallArgs => {
+                if let (Some(call_id), Some(delta)) = (s("toolCallId"), s("delta"))
+                    && let Some((mi, ci)) = self.find_tool_call(call_id)
+                {
+                    append_str(
+                        &mut self.messages[mi]["toolCalls"][ci]["function"],
+                        "arguments",
+                        delta,
+                    );
+                }
+            }
+            ToolCallResult => {
+                let (Some(id), Some(call_id)) = (s("messageId"), s("toolCallId")) else {
+                    return;
+                };
+                let mut m = Map::new();
+                m.insert("id".into(), id.into());
+                m.insert("toolCallId".into(), call_id.into());
+                m.insert("role".into(), s("role").unwrap_or("tool").into());
+                m.insert("content".into(), b.get("content").cloned().unwrap_or(Value::Null));
+                copy(b, &mut m, "subagentRunId");
+                match self.find_tool_call(call_id) {
+                    Some((owner, _)) => {
+                        let mut at = owner + 1;
+                        while at < self.messages.len() && self.messages[at]["role"] == "tool" {
+                            at += 1;
+                        }
+                        self.messages.insert(at, Value::Object(m));
+                    }
+                    None => self.messages.push(Value::Object(m)),
+                }
+            }
+            StateSnapshot => self.state = b.get("snapshot").cloned().unwrap_or(Value::Null),
+            StateDelta => {
+                if let Some(ops) = b.get("delta").cloned().and_then(|d| {
+                    serde_json::from_value::<json_patch::Patch>(d).ok()
+                }) {
+                    // Atomic: a failing patch reverts what it did.
+                    let _ = json_patch::patch(&mut self.state, &ops);
+                }
+            }
+            MessagesSnapshot => {
+                if let Some(snap) = b.get("messages").and_then(Value::as_array) {
+                    self.merge_snapshot(snap);
+                }
+            }
+            ActivitySnapshot => {
+                let Some(id) = s("messageId") else { return };
+                let replace = b.get("replace").and_then(Value::as_bool) != Some(false);
+                let mut m = Map::new();
+                m.insert("id".into(), id.into());
+                m.insert("role".into(), "activity".into());
+                copy(b, &mut m, "activityType");
+                m.insert("content".into(), b.get("content").cloned().unwrap_or(json!({})));
+                copy(b, &mut m, "subagentRunId");
+                match self.find(id) {
+                    Some(i) if self.messages[i]["role"] != "activity" => {}
+                    Some(i) if replace => self.messages[i] = Value::Object(m),
+                    Some(_) => {}
+                    None => self.messages.push(Value::Object(m)),
+                }
+            }
+            ActivityDelta => {
+                if let Some(id) = s("messageId")
+                    && let Some(i) = self.find(id)
+                    && self.messages[i]["role"] == "activity"
+                    && let Some(ops) = b
+                        .get("patch")
+                        .cloned()
+                        .and_then(|p| serde_json::from_value::<json_patch::Patch>(p).ok())
+                {
+                    let _ = json_patch::patch(&mut self.messages[i]["content"], &ops);
+                }
+            }
+            ReasoningEncryptedValue => {
+                let (Some(entity), Some(value)) = (s("entityId"), s("encryptedValue")) else {
+                    return;
+                };
+                if s("subtype") == Some("tool-call") {
+                    if let Some((mi, ci)) = self.find_tool_call(entity) {
+                        self.messages[mi]["toolCalls"][ci]["encryptedValue"] = value.into();
+                    }
+                } else if let Some(i) = self.find(entity) {
+                    self.messages[i]["encryptedValue"] = value.into();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn set_status(&mut self, status: RunStatus) {
+        if let Some(run) = &mut self.run {
+            run.status = status;
+        }
+    }
+
+    fn find(&self, id: &str) -> Option<usize> {
+        self.messages
+            .iter()
+            .rposition(|m| m.get("id").and_then(Value::as_str) == Some(id))
+    }
+
+    fn find_tool_call(&self, call_id: &str) -> Option<(usize, usize)> {
+        self.messages.iter().enumerate().rev().find_map(|(mi, m)| {
+            m.get("toolCalls")
+                .and_then(Value::as_array)?
+                .iter()
+                .position(|c| c.get("id").and_then(Value::as_str) == Some(call_id))
+                .map(|ci| (mi, ci))
+        })
+    }
+
+    fn merge_snapshot(&mut self, snap: &[Value]) {
+        let snap: Vec<Value> = snap.iter().cloned().map(without_null_subagent).collect();
+        let id_of = |m: &Value| m.get("id").and_then(Value::as_str).map(str::to_owned);
+        let by_id: std::collections::HashMap<String, &Value> =
+            snap.iter().filter_map(|m| id_of(m).map(|id| (id, m))).collect();
+        let has_role = |role: &str| snap.iter().any(|m| m["role"] == role);
+        let (snap_activity, snap_reasoning) = (has_role("activity"), has_role("reasoning"));
+        let kept: Vec<Value> = std::mem::take(&mut self.messages)
+            .into_iter()
+            .filter_map(|m| {
+                let id = id_of(&m)?;
+                if let Some(replacement) = by_id.get(&id) {
+                    return Some((*replacement).clone());
+                }
+                let client_only = (m["role"] == "activity" && !snap_activity)
+                    || (m["role"] == "reasoning" && !snap_reasoning);
+                client_only.then_some(m)
+            })
+            .collect();
+        let present: std::collections::HashSet<String> = kept.iter().filter_map(id_of).collect();
+        self.messages = kept;
+        for m in snap {
+            if id_of(&m).is_some_and(|id| !present.contains(&id)) {
+                self.messages.push(m);
+            }
+        }
+    }
+
+    /// The snapshot fields (`messages`, `state`, `interrupts`) as JSON.
+    pub fn to_json(&self) -> Map<String, Value> {
+        let mut m = Map::new();
+        m.insert("seq".into(), self.seq.into());
+        m.insert("messages".into(), Value::Array(self.messages.clone()));
+        m.insert("state".into(), self.state.clone());
+        m.insert("interrupts".into(), Value::Array(self.interrupts.clone()));
+        m
+    }
+
+    /// Rebuilds a fold from its [`Fold::to_json`] form plus the run info
+    /// (used when a thread is reloaded from a stored snapshot).
+    pub fn from_json(v: &Value, run: Option<RunInfo>) -> Fold {
+        Fold {
+            seq: v.get("seq").and_then(Value::as_u64).unwrap_or(0),
+            messages: v.get("messages").and_then(Value::as_array).cloned().unwrap_or_default(),
+            state: v.get("state").cloned().unwrap_or(json!({})),
+            interrupts: v.get("interrupts").and_then(Value::as_array).cloned().unwrap_or_default(),
+            run,
+        }
+    }
+}
+
+fn copy(from: &Map<String, Value>, to: &mut Map<String, Value>, key: &str) {
+    if let Some(v) = from.get(key).filter(|v| !v.is_null()) {
+        to.insert(key.into(), v.clone());
+    }
+}
+
+fn append_str(target: &mut Value, key: &str, delta: &str) {
+    match target.get_mut(key) {
+        Some(Value::String(s)) => s.push_str(delta),
+        _ => target[key] = delta.into(),
+    }
+}
+
+fn without_null_subagent(mut m: Value) -> Value {
+    if let Some(obj) = m.as_object_mut()
+        && obj.get("subagentRunId") == Some(&Value::Null)
+    {
+        obj.remove("subagentRunId");
+    }
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fold(events: &[Value]) -> Fold {
+        let mut f = Fold::new();
+        for (i, e) in events.iter().enumerate() {
+            f.apply(i as u64 + 1, &Event::build(e.clone()));
+        }
+        f
+    }
+
+    #[test]
+    fn text_tool_call_and_result_fold_like_the_client() {
+        let f = fold(&[
+            json!({"type":"RUN_STARTED","threadId":"t","runId":"r","input":{"messages":[{"id":"u1","role":"user","content":"hi"}]}}),
+            json!({"type":"TEXT_MESSAGE_START","messageId":"a1","role":"assistant"}),
+            json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"a1","delta":"Hel"}),
+            json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"a1","delta":"lo"}),
+            json!({"type":"TEXT_MESSAGE_END","messageId":"a1"}),
+            json!({"type":"TOOL_CALL_START","toolCallId":"c1","toolCallName":"f","parentMessageId":"a1"}),
+            json!({"type":"TOOL_CALL_ARGS","toolCallId":"c1","delta":"{\"x\":"}),
+            json!({"type":"TOOL_CALL_ARGS","toolCallId":"c1","delta":"1}"}),
+            json!({"type":"TOOL_CALL_END","toolCallId":"c1"}),
+            json!({"type":"TEXT_MESSAGE_START","messageId":"a2"}),
+            json!({"type":"TOOL_CALL_RESULT","messageId":"t1","toolCallId":"c1","content":"ok"}),
+            json!({"type":"RUN_FINISHED","threadId":"t","runId":"r"}),
+        ]);
+        assert_eq!(
+            f.messages(),
+            &[
+                json!({"id":"u1","role":"user","content":"hi"}),
+                json!({"id":"a1","role":"assistant","content":"Hello","toolCalls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"x\":1}"}}]}),
+                json!({"id":"t1","toolCallId":"c1","role":"tool","content":"ok"}),
+                json!({"id":"a2","role":"assistant","content":""}),
+            ]
+        );
+        assert_eq!(f.run().unwrap().status, RunStatus::Finished);
+        assert_eq!(f.seq, 12);
+    }
+
+    #[test]
+    fn tool_call_without_parent_creates_assistant_message() {
+        let f = fold(&[json!({"type":"TOOL_CALL_START","toolCallId":"c","toolCallName":"g"})]);
+        assert_eq!(f.messages()[0]["id"], "c");
+        assert_eq!(f.messages()[0]["toolCalls"][0]["function"]["name"], "g");
+    }
+
+    #[test]
+    fn state_snapshot_and_atomic_delta() {
+        let f = fold(&[
+            json!({"type":"STATE_SNAPSHOT","snapshot":{"a":1,"l":[1]}}),
+            json!({"type":"STATE_DELTA","delta":[{"op":"replace","path":"/a","value":2},{"op":"add","path":"/l/-","value":2}]}),
+            // Second op fails: the whole patch is reverted.
+            json!({"type":"STATE_DELTA","delta":[{"op":"replace","path":"/a","value":3},{"op":"remove","path":"/missing"}]}),
+        ]);
+        assert_eq!(f.state(), &json!({"a":2,"l":[1,2]}));
+    }
+
+    #[test]
+    fn interrupts_are_pending_until_the_next_run() {
+        let mut f = fold(&[
+            json!({"type":"RUN_STARTED","threadId":"t","runId":"r1"}),
+            json!({"type":"RUN_FINISHED","threadId":"t","runId":"r1","outcome":{"type":"interrupt","interrupts":[{"id":"i1","reason":"tool_call"}]}}),
+        ]);
+        assert_eq!(f.run().unwrap().status, RunStatus::Interrupted);
+        assert_eq!(f.interrupts()[0]["id"], "i1");
+        f.apply(3, &Event::build(json!({"type":"RUN_STARTED","threadId":"t","runId":"r2"})));
+        assert!(f.interrupts().is_empty());
+        f.apply(4, &Event::build(json!({"type":"RUN_FINISHED","threadId":"t","runId":"r2","outcome":{"type":"cancelled"}})));
+        assert_eq!(f.run().unwrap().status, RunStatus::Cancelled);
+    }
+
+    #[test]
+    fn messages_snapshot_merges_and_keeps_client_only_reasoning() {
+        let f = fold(&[
+            json!({"type":"REASONING_MESSAGE_START","messageId":"r","role":"reasoning"}),
+            json!({"type":"REASONING_MESSAGE_CONTENT","messageId":"r","delta":"hmm"}),
+            json!({"type":"TEXT_MESSAGE_START","messageId":"a"}),
+            json!({"type":"TEXT_MESSAGE_START","messageId":"gone"}),
+            json!({"type":"MESSAGES_SNAPSHOT","messages":[{"id":"a","role":"assistant","content":"final"},{"id":"new","role":"user","content":"x","subagentRunId":null}]}),
+        ]);
+        assert_eq!(
+            f.messages(),
+            &[
+                json!({"id":"r","role":"reasoning","content":"hmm"}),
+                json!({"id":"a","role":"assistant","content":"final"}),
+                json!({"id":"new","role":"user","content":"x"}),
+            ]
+        );
+    }
+
+    #[test]
+    fn activity_snapshot_and_delta() {
+        let f = fold(&[
+            json!({"type":"ACTIVITY_SNAPSHOT","messageId":"p","activityType":"plan","content":{"steps":["a"]}}),
+            json!({"type":"ACTIVITY_DELTA","messageId":"p","activityType":"plan","patch":[{"op":"add","path":"/steps/-","value":"b"}]}),
+            json!({"type":"ACTIVITY_SNAPSHOT","messageId":"p","activityType":"plan","content":{"steps":[]},"replace":false}),
+        ]);
+        assert_eq!(f.messages()[0]["content"], json!({"steps":["a","b"]}));
+    }
+
+    #[test]
+    fn json_form_round_trips() {
+        let f = fold(&[
+            json!({"type":"TEXT_MESSAGE_START","messageId":"a"}),
+            json!({"type":"STATE_SNAPSHOT","snapshot":{"k":true}}),
+        ]);
+        let back = Fold::from_json(&Value::Object(f.to_json()), f.run().cloned());
+        assert_eq!(back, f);
+    }
+}
