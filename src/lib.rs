@@ -11,4 +11,5 @@ pub mod config;
 pub mod demo;
 pub mod protocol;
 pub mod server;
+pub mod store;
 pub mod upstream;

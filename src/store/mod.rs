@@ -1,0 +1,92 @@
+//! Journal storage behind one trait: [`memory`] for tests and throwaway
+//! gateways, [`sqlite`] for the embedded default.
+//!
+//! Appends are asynchronous and acknowledged: [`JournalStore::append`]
+//! returns a receiver that resolves once the batch is durable. The thread
+//! layer publishes events to viewers only after that, so a crash can never
+//! un-say an event a viewer saw, and `seq` numbers are never reused.
+
+pub mod memory;
+pub mod sqlite;
+
+use bytes::Bytes;
+use serde::Serialize;
+use tokio::sync::oneshot;
+
+/// A thread's identity: threads are scoped by tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct ThreadKey {
+    pub tenant: String,
+    #[serde(rename = "threadId")]
+    pub thread_id: String,
+}
+
+impl ThreadKey {
+    /// A key for `thread_id` under `tenant`.
+    pub fn new(tenant: impl Into<String>, thread_id: impl Into<String>) -> ThreadKey {
+        ThreadKey {
+            tenant: tenant.into(),
+            thread_id: thread_id.into(),
+        }
+    }
+}
+
+/// What the store keeps about a thread besides its events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadMeta {
+    /// Subject of the user who created the thread (holds every permission).
+    pub creator: String,
+    /// Agent of the latest run.
+    pub agent: Option<String>,
+    /// Status of the latest run (`running`, `finished`, …) or `idle`.
+    pub status: String,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+    /// Last seq in the journal.
+    pub last_seq: u64,
+}
+
+/// Events to append, with the thread's updated metadata.
+#[derive(Debug, Clone)]
+pub struct AppendBatch {
+    pub key: ThreadKey,
+    pub meta: ThreadMeta,
+    /// (seq, event JSON), consecutive and after the stored ones.
+    pub events: Vec<(u64, Bytes)>,
+    /// When set, events with seq ≤ this are dropped and `snapshot` becomes
+    /// the thread's base (retention/compaction).
+    pub compact: Option<(u64, Bytes)>,
+}
+
+/// A thread as loaded from the store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredThread {
+    pub meta: ThreadMeta,
+    /// The fold at `base_seq` (JSON), when older events were compacted.
+    pub base: Option<(u64, Bytes)>,
+    /// Events after the base, in seq order.
+    pub events: Vec<(u64, Bytes)>,
+}
+
+/// A store failure.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("journal store: {0}")]
+pub struct StoreError(pub String);
+
+/// Acknowledgement of a durable append.
+pub type AppendAck = oneshot::Receiver<Result<(), StoreError>>;
+
+/// A journal backend.
+pub trait JournalStore: Send + Sync + 'static {
+    /// Queues `batch`; the receiver resolves when it is durable (or failed).
+    fn append(&self, batch: AppendBatch) -> AppendAck;
+    /// Loads a thread (blocking; call from `spawn_blocking`).
+    fn load(&self, key: &ThreadKey) -> Result<Option<StoredThread>, StoreError>;
+    /// Threads of `tenant`, newest first.
+    fn list(&self, tenant: &str) -> Result<Vec<(ThreadKey, ThreadMeta)>, StoreError>;
+    /// Threads whose latest run was still running (for restart recovery).
+    fn running(&self) -> Result<Vec<ThreadKey>, StoreError>;
+    /// Cheap reachability check for `/readyz`.
+    fn ping(&self) -> Result<(), StoreError>;
+}
