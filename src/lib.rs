@@ -12,4 +12,5 @@ pub mod demo;
 pub mod protocol;
 pub mod server;
 pub mod store;
+pub mod thread;
 pub mod upstream;

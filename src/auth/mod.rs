@@ -6,6 +6,7 @@
 //! configured. Every refusal carries an [`AuthFailure`] whose `reason()` is a
 //! stable string operators and clients can match on.
 
+pub mod access;
 pub mod keys;
 pub mod principal;
 

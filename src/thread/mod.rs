@@ -1,0 +1,532 @@
+//! Threads: the journal, its fold, its viewers, and its runs.
+//!
+//! An append goes: assign gapless `seq`s (under the thread lock) → durable
+//! write ([`crate::store`], group-committed) → publish (under the lock again):
+//! fold in, keep in the in-memory journal, push to every viewer's outbox.
+//! Viewers therefore only ever see durable events, in `seq` order.
+//!
+//! `subscribe` registers the viewer and queues its snapshot or replay in the
+//! same critical section as publishing, so nothing published can fall between
+//! "read the journal" and "go live": there is nothing to merge or de-duplicate.
+
+pub mod fanout;
+pub mod run;
+
+use crate::protocol::event::now_millis;
+use crate::protocol::fold::{Fold, RunInfo, RunStatus};
+use crate::protocol::sse::encode_data;
+use crate::protocol::{Event, EventType};
+use crate::store::{AppendBatch, JournalStore, StoreError, ThreadKey, ThreadMeta};
+use axum::extract::ws::Utf8Bytes;
+use bytes::{Bytes, BytesMut};
+use dashmap::DashMap;
+use fanout::{Outbox, Outgoing};
+use run::RunSlot;
+use serde_json::{Map, Value, json};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+/// Settings that shape every thread.
+#[derive(Debug, Clone)]
+pub struct ThreadSettings {
+    /// After a run ends, a journal longer than this is compacted into the
+    /// fold (viewers asking for older events get a `reset` snapshot).
+    pub max_events: usize,
+}
+
+/// One published journal event, with its WebSocket frame built once.
+#[derive(Debug)]
+pub struct Entry {
+    pub seq: u64,
+    pub event: Event,
+    /// `{"type":"event","threadId",…,"seq",…,"event":<event JSON>}`, shared by every viewer.
+    pub ws: Utf8Bytes,
+}
+
+impl Entry {
+    fn new(thread_id: &str, seq: u64, event: Event) -> Entry {
+        let json = std::str::from_utf8(event.json()).unwrap_or("{}");
+        let ws = format!(
+            "{{\"type\":\"event\",\"threadId\":{},\"seq\":{seq},\"event\":{json}}}",
+            Value::from(thread_id)
+        );
+        Entry {
+            seq,
+            event,
+            ws: Utf8Bytes::from(ws),
+        }
+    }
+
+    /// The SSE frame for join streams: `id: <seq>` + `data: <event>`.
+    pub fn sse(&self) -> Bytes {
+        let mut buf = BytesMut::with_capacity(self.event.json().len() + 32);
+        encode_data(self.event.json(), Some(self.seq), &mut buf);
+        buf.freeze()
+    }
+}
+
+/// A viewer registered on a thread.
+struct Viewer {
+    id: u64,
+    outbox: Arc<Outbox>,
+}
+
+struct Inner {
+    meta: ThreadMeta,
+    fold: Fold,
+    /// Published entries after `base_seq`.
+    journal: VecDeque<Arc<Entry>>,
+    /// Events up to here exist only as the fold (compacted).
+    base_seq: u64,
+    next_seq: u64,
+    /// Assigned a seq, waiting for the store's acknowledgement.
+    unpublished: VecDeque<Arc<Entry>>,
+    viewers: Vec<Viewer>,
+    runs: RunSlot,
+}
+
+/// One conversation.
+pub struct Thread {
+    pub key: ThreadKey,
+    store: Arc<dyn JournalStore>,
+    settings: ThreadSettings,
+    inner: Mutex<Inner>,
+}
+
+/// How a subscription starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// A snapshot, then live events.
+    Snapshot,
+    /// Every event with `seq > n` (or a reset snapshot if compacted), then live.
+    After(u64),
+    /// Only events published from now on.
+    Live,
+}
+
+impl Thread {
+    fn new(key: ThreadKey, store: Arc<dyn JournalStore>, settings: ThreadSettings, meta: ThreadMeta) -> Thread {
+        Thread {
+            key,
+            store,
+            settings,
+            inner: Mutex::new(Inner {
+                meta,
+                fold: Fold::new(),
+                journal: VecDeque::new(),
+                base_seq: 0,
+                next_seq: 1,
+                unpublished: VecDeque::new(),
+                viewers: Vec::new(),
+                runs: RunSlot::default(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().expect("thread lock")
+    }
+
+    /// The creator's subject (for access checks).
+    pub fn creator(&self) -> String {
+        self.lock().meta.creator.clone()
+    }
+
+    /// The stored metadata.
+    pub fn meta(&self) -> ThreadMeta {
+        self.lock().meta.clone()
+    }
+
+    /// Last published seq.
+    pub fn seq(&self) -> u64 {
+        self.lock().fold.seq
+    }
+
+    /// The snapshot object (spec `snapshot` frame without `type`).
+    pub fn snapshot(&self) -> Map<String, Value> {
+        snapshot_of(&self.key, &self.lock(), false)
+    }
+
+    /// Registers viewer `id` and queues its start (snapshot or replay) ahead
+    /// of any live event.
+    pub fn subscribe(&self, id: u64, outbox: Arc<Outbox>, start: Start) {
+        let mut inner = self.lock();
+        inner.viewers.retain(|v| v.id != id);
+        let ok = match start {
+            Start::Live => true,
+            Start::Snapshot => push_snapshot(&self.key, &inner, &outbox, false),
+            Start::After(n) if n >= inner.base_seq && n <= inner.fold.seq => inner
+                .journal
+                .iter()
+                .filter(|e| e.seq > n)
+                .all(|e| outbox.push(Outgoing::Event(e.clone()))),
+            Start::After(_) => push_snapshot(&self.key, &inner, &outbox, true),
+        };
+        if ok {
+            inner.viewers.push(Viewer { id, outbox });
+        }
+    }
+
+    /// Removes viewer `id`; returns how many remain.
+    pub fn unsubscribe(&self, id: u64) -> usize {
+        let mut inner = self.lock();
+        inner.viewers.retain(|v| v.id != id);
+        inner.viewers.len()
+    }
+
+    /// Viewers currently subscribed.
+    pub fn viewer_count(&self) -> usize {
+        let mut inner = self.lock();
+        inner.viewers.retain(|v| !v.outbox.is_closed());
+        inner.viewers.len()
+    }
+
+    /// Published entries with `seq > after` still in the journal, or `None`
+    /// when `after` is older than the journal holds.
+    pub fn entries_after(&self, after: u64) -> Option<Vec<Arc<Entry>>> {
+        let inner = self.lock();
+        (after >= inner.base_seq).then(|| inner.journal.iter().filter(|e| e.seq > after).cloned().collect())
+    }
+
+    /// Appends events: durable first, then folded and fanned out. Returns the
+    /// published entries (with their seqs).
+    pub async fn append(&self, events: Vec<Event>) -> Vec<Arc<Entry>> {
+        if events.is_empty() {
+            return Vec::new();
+        }
+        let (batch, entries) = {
+            let mut inner = self.lock();
+            let mut entries = Vec::with_capacity(events.len());
+            for event in events {
+                let seq = inner.next_seq;
+                inner.next_seq += 1;
+                let entry = Arc::new(Entry::new(&self.key.thread_id, seq, event));
+                inner.unpublished.push_back(entry.clone());
+                entries.push(entry);
+            }
+            let last = entries.last().map(|e| e.seq).unwrap_or(0);
+            let mut meta = inner.meta.clone();
+            meta.status = status_after(&inner.meta.status, entries.iter().map(|e| &e.event));
+            meta.updated_ms = now_millis();
+            meta.last_seq = last;
+            inner.meta = meta.clone();
+            let batch = AppendBatch {
+                key: self.key.clone(),
+                meta,
+                events: entries.iter().map(|e| (e.seq, e.event.json().clone())).collect(),
+                compact: None,
+            };
+            (batch, entries)
+        };
+        let upto = entries.last().map(|e| e.seq).unwrap_or(0);
+        match self.store.append(batch).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(thread = %self.key.thread_id, "journal append failed: {e}; publishing anyway"),
+            Err(_) => tracing::error!(thread = %self.key.thread_id, "journal writer gone; publishing anyway"),
+        }
+        self.publish(upto);
+        entries
+    }
+
+    fn publish(&self, upto: u64) {
+        let mut inner = self.lock();
+        while inner.unpublished.front().is_some_and(|e| e.seq <= upto) {
+            let entry = inner.unpublished.pop_front().expect("checked");
+            inner.fold.apply(entry.seq, &entry.event);
+            inner.journal.push_back(entry.clone());
+            inner.viewers.retain(|v| v.outbox.push(Outgoing::Event(entry.clone())));
+        }
+    }
+
+    /// Compacts the journal into the fold when it grew past `max_events`
+    /// (called between runs, so the base is a whole-run boundary).
+    async fn maybe_compact(&self) {
+        let batch = {
+            let mut inner = self.lock();
+            if inner.journal.len() <= self.settings.max_events || !inner.unpublished.is_empty() {
+                return;
+            }
+            let base = inner.fold.seq;
+            inner.journal.clear();
+            inner.base_seq = base;
+            let snapshot = Bytes::from(serde_json::to_vec(&fold_record(&inner)).expect("fold serializes"));
+            AppendBatch {
+                key: self.key.clone(),
+                meta: inner.meta.clone(),
+                events: Vec::new(),
+                compact: Some((base, snapshot)),
+            }
+        };
+        if let Ok(Err(e)) = self.store.append(batch).await {
+            tracing::error!(thread = %self.key.thread_id, "journal compaction failed: {e}");
+        }
+    }
+}
+
+/// The status a thread has after `events` (its run's status, or `idle`).
+fn status_after<'a>(current: &str, events: impl Iterator<Item = &'a Event>) -> String {
+    let mut status = current.to_owned();
+    for e in events {
+        match e.kind() {
+            EventType::RunStarted => status = "running".into(),
+            EventType::RunError => status = "error".into(),
+            EventType::RunFinished => {
+                status = match e.get("outcome").and_then(|o| o.get("type")).and_then(Value::as_str) {
+                    Some("interrupt") => "interrupted",
+                    Some("cancelled") => "cancelled",
+                    _ => "finished",
+                }
+                .into()
+            }
+            _ => {}
+        }
+    }
+    status
+}
+
+/// What the store keeps as a compacted base: the fold plus run info.
+fn fold_record(inner: &Inner) -> Value {
+    let mut v = inner.fold.to_json();
+    if let Some(run) = inner.fold.run() {
+        v.insert("run".into(), json!({"runId": run.run_id, "status": run.status.as_str()}));
+    }
+    Value::Object(v)
+}
+
+fn snapshot_of(key: &ThreadKey, inner: &Inner, reset: bool) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("threadId".into(), key.thread_id.clone().into());
+    for (k, v) in inner.fold.to_json() {
+        m.insert(k, v);
+    }
+    let run = inner.fold.run().map(|r| {
+        json!({"runId": r.run_id, "agent": inner.meta.agent, "status": r.status.as_str()})
+    });
+    m.insert("run".into(), run.unwrap_or(Value::Null));
+    if reset {
+        m.insert("reset".into(), true.into());
+    }
+    m
+}
+
+fn push_snapshot(key: &ThreadKey, inner: &Inner, outbox: &Outbox, reset: bool) -> bool {
+    let mut m = Map::new();
+    m.insert("type".into(), "snapshot".into());
+    m.extend(snapshot_of(key, inner, reset));
+    let text = serde_json::to_string(&m).expect("snapshot serializes");
+    outbox.push(Outgoing::Message(Utf8Bytes::from(text)))
+}
+
+/// Every thread the gateway has touched, loaded from the store on demand.
+pub struct Threads {
+    map: DashMap<ThreadKey, Arc<Thread>>,
+    store: Arc<dyn JournalStore>,
+    settings: ThreadSettings,
+}
+
+impl Threads {
+    /// A registry over `store`.
+    pub fn new(store: Arc<dyn JournalStore>, settings: ThreadSettings) -> Threads {
+        Threads {
+            map: DashMap::new(),
+            store,
+            settings,
+        }
+    }
+
+    /// The store (for listing and readiness).
+    pub fn store(&self) -> &Arc<dyn JournalStore> {
+        &self.store
+    }
+
+    /// The thread, loading it from the store if needed; `None` if it does not exist.
+    pub async fn get(&self, key: &ThreadKey) -> Result<Option<Arc<Thread>>, StoreError> {
+        if let Some(t) = self.map.get(key) {
+            return Ok(Some(t.clone()));
+        }
+        let store = self.store.clone();
+        let k = key.clone();
+        let stored = tokio::task::spawn_blocking(move || store.load(&k))
+            .await
+            .map_err(|e| StoreError(e.to_string()))??;
+        let Some(stored) = stored else {
+            return Ok(None);
+        };
+        let thread = Thread::new(key.clone(), self.store.clone(), self.settings.clone(), stored.meta.clone());
+        {
+            let mut inner = thread.lock();
+            if let Some((base_seq, snapshot)) = &stored.base {
+                let v: Value = serde_json::from_slice(snapshot).unwrap_or_default();
+                let run = v.get("run").and_then(|r| {
+                    Some(RunInfo {
+                        run_id: r.get("runId")?.as_str()?.to_owned(),
+                        status: match r.get("status")?.as_str()? {
+                            "running" => RunStatus::Running,
+                            "interrupted" => RunStatus::Interrupted,
+                            "cancelled" => RunStatus::Cancelled,
+                            "error" => RunStatus::Error,
+                            _ => RunStatus::Finished,
+                        },
+                    })
+                });
+                inner.fold = Fold::from_json(&v, run);
+                inner.base_seq = *base_seq;
+                inner.fold.seq = *base_seq;
+            }
+            for (seq, json) in stored.events {
+                match Event::parse(json) {
+                    Ok(event) => {
+                        let entry = Arc::new(Entry::new(&key.thread_id, seq, event));
+                        inner.fold.apply(seq, &entry.event);
+                        inner.journal.push_back(entry);
+                    }
+                    Err(e) => tracing::error!(thread = %key.thread_id, seq, "unreadable journal event skipped: {e}"),
+                }
+            }
+            inner.next_seq = inner.fold.seq.max(stored.meta.last_seq) + 1;
+        }
+        Ok(Some(self.map.entry(key.clone()).or_insert_with(|| Arc::new(thread)).clone()))
+    }
+
+    /// The thread, created with `creator` when it does not exist.
+    pub async fn get_or_create(&self, key: &ThreadKey, creator: &str) -> Result<Arc<Thread>, StoreError> {
+        if let Some(t) = self.get(key).await? {
+            return Ok(t);
+        }
+        let now = now_millis();
+        let meta = ThreadMeta {
+            creator: creator.to_owned(),
+            agent: None,
+            status: "idle".into(),
+            created_ms: now,
+            updated_ms: now,
+            last_seq: 0,
+        };
+        let thread = Thread::new(key.clone(), self.store.clone(), self.settings.clone(), meta);
+        Ok(self.map.entry(key.clone()).or_insert_with(|| Arc::new(thread)).clone())
+    }
+
+    /// Closes runs that were active when the process last stopped, with
+    /// `RUN_ERROR gateway_restarted`. Returns how many were closed.
+    pub async fn recover(&self) -> Result<usize, StoreError> {
+        let store = self.store.clone();
+        let running = tokio::task::spawn_blocking(move || store.running())
+            .await
+            .map_err(|e| StoreError(e.to_string()))??;
+        let mut closed = 0;
+        for key in running {
+            if let Some(thread) = self.get(&key).await? {
+                let event = crate::protocol::event::run_error(
+                    "gateway_restarted",
+                    "the gateway restarted while this run was active; the run was not resumed",
+                );
+                thread.append(vec![event]).await;
+                closed += 1;
+                tracing::warn!(tenant = %key.tenant, thread = %key.thread_id, "closed run interrupted by restart");
+            }
+        }
+        Ok(closed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::memory::MemoryStore;
+
+    fn threads(max_events: usize) -> Threads {
+        Threads::new(Arc::new(MemoryStore::new()), ThreadSettings { max_events })
+    }
+
+    fn ev(v: Value) -> Event {
+        Event::build(v)
+    }
+
+    async fn drain(rx: &mut fanout::OutboxReceiver) -> Vec<Value> {
+        let mut out = Vec::new();
+        while let Ok(Some(item)) = tokio::time::timeout(std::time::Duration::from_millis(20), rx.recv()).await {
+            out.push(match item {
+                Outgoing::Event(e) => serde_json::from_str(&e.ws).unwrap(),
+                Outgoing::Message(m) => serde_json::from_str(&m).unwrap(),
+                Outgoing::Close(c, _) => json!({"close": c}),
+            });
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn seqs_are_gapless_and_viewers_get_snapshot_then_live() {
+        let ts = threads(1000);
+        let t = ts.get_or_create(&ThreadKey::new("ten", "th"), "u").await.unwrap();
+        t.append(vec![ev(json!({"type":"RUN_STARTED","threadId":"th","runId":"r"}))]).await;
+        let (ob, mut rx) = fanout::outbox(1 << 20);
+        t.subscribe(1, ob, Start::Snapshot);
+        let entries = t
+            .append(vec![
+                ev(json!({"type":"TEXT_MESSAGE_START","messageId":"m"})),
+                ev(json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"x"})),
+            ])
+            .await;
+        assert_eq!(entries.iter().map(|e| e.seq).collect::<Vec<_>>(), [2, 3]);
+        let got = drain(&mut rx).await;
+        assert_eq!(got[0]["type"], "snapshot");
+        assert_eq!(got[0]["seq"], 1);
+        assert_eq!(got[0]["run"]["status"], "running");
+        assert_eq!(got[1]["seq"], 2);
+        assert_eq!(got[2]["event"]["delta"], "x");
+        assert_eq!(got.len(), 3);
+    }
+
+    #[tokio::test]
+    async fn after_replays_and_compaction_forces_reset() {
+        let ts = threads(3);
+        let t = ts.get_or_create(&ThreadKey::new("ten", "th"), "u").await.unwrap();
+        for i in 0..5 {
+            t.append(vec![ev(json!({"type":"CUSTOM","name":"n","value":i}))]).await;
+        }
+        let (ob, mut rx) = fanout::outbox(1 << 20);
+        t.subscribe(1, ob, Start::After(3));
+        let got = drain(&mut rx).await;
+        assert_eq!(got.iter().map(|g| g["seq"].as_u64().unwrap()).collect::<Vec<_>>(), [4, 5]);
+        t.maybe_compact().await;
+        let (ob, mut rx) = fanout::outbox(1 << 20);
+        t.subscribe(2, ob, Start::After(3));
+        let got = drain(&mut rx).await;
+        assert_eq!(got[0]["type"], "snapshot");
+        assert_eq!(got[0]["reset"], true);
+        assert_eq!(got[0]["seq"], 5);
+        // After the base, up-to-date viewers still resume without a reset.
+        let (ob, mut rx) = fanout::outbox(1 << 20);
+        t.subscribe(3, ob, Start::After(5));
+        t.append(vec![ev(json!({"type":"CUSTOM","name":"n","value":6}))]).await;
+        assert_eq!(drain(&mut rx).await[0]["seq"], 6);
+    }
+
+    #[tokio::test]
+    async fn reload_from_store_restores_fold_and_seq() {
+        let store: Arc<dyn JournalStore> = Arc::new(MemoryStore::new());
+        let key = ThreadKey::new("ten", "th");
+        {
+            let ts = Threads::new(store.clone(), ThreadSettings { max_events: 2 });
+            let t = ts.get_or_create(&key, "u").await.unwrap();
+            t.append(vec![
+                ev(json!({"type":"RUN_STARTED","threadId":"th","runId":"r"})),
+                ev(json!({"type":"STATE_SNAPSHOT","snapshot":{"a":1}})),
+                ev(json!({"type":"RUN_FINISHED","threadId":"th","runId":"r"})),
+            ])
+            .await;
+            t.maybe_compact().await;
+            t.append(vec![ev(json!({"type":"STATE_DELTA","delta":[{"op":"replace","path":"/a","value":2}]}))]).await;
+        }
+        let ts = Threads::new(store, ThreadSettings { max_events: 2 });
+        let t = ts.get(&key).await.unwrap().unwrap();
+        let snap = t.snapshot();
+        assert_eq!(snap["seq"], 4);
+        assert_eq!(snap["state"], json!({"a":2}));
+        assert_eq!(snap["run"]["status"], "finished");
+        assert_eq!(t.creator(), "u");
+        let e = t.append(vec![ev(json!({"type":"CUSTOM","name":"x","value":1}))]).await;
+        assert_eq!(e[0].seq, 5);
+        assert!(ts.get(&ThreadKey::new("other", "th")).await.unwrap().is_none(), "tenants are separate");
+    }
+}
