@@ -27,6 +27,15 @@ pub struct Config {
     pub demo: DemoConfig,
     #[serde(default)]
     pub agents: Vec<AgentConfig>,
+    #[serde(default)]
+    pub store: StoreConfig,
+    #[serde(default)]
+    pub threads: ThreadsConfig,
+    #[serde(default)]
+    pub ws: WsConfig,
+    /// Role-wide thread permissions.
+    #[serde(default)]
+    pub grants: Vec<crate::auth::access::RoleGrant>,
     /// Where the file was read from (set by [`Config::load`]).
     #[serde(skip)]
     pub source: PathBuf,
@@ -57,6 +66,118 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(10),
         }
     }
+}
+
+/// Which journal backend, and how it commits.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// `sqlite` (default, durable) or `memory` (lost on exit).
+    pub kind: StoreKind,
+    /// SQLite file (relative to the config file's folder).
+    pub path: PathBuf,
+    /// SQLite `synchronous`: `normal` (survives a process crash) or `full`
+    /// (also survives power loss, one fsync per group commit).
+    pub synchronous: String,
+    /// Most events in one group commit.
+    pub max_batch_events: usize,
+}
+
+/// Journal backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreKind {
+    #[default]
+    Sqlite,
+    Memory,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            kind: StoreKind::Sqlite,
+            path: PathBuf::from("data/agui-gateway.db"),
+            synchronous: "normal".into(),
+            max_batch_events: 4096,
+        }
+    }
+}
+
+/// Per-thread limits.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ThreadsConfig {
+    /// A journal longer than this is compacted into its fold when a run ends.
+    pub max_events: usize,
+    /// Unsent bytes a viewer may have queued before it is closed with 4008.
+    pub viewer_queue_bytes: usize,
+}
+
+impl Default for ThreadsConfig {
+    fn default() -> Self {
+        ThreadsConfig {
+            max_events: 10_000,
+            viewer_queue_bytes: 1024 * 1024,
+        }
+    }
+}
+
+/// The WebSocket endpoint.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WsConfig {
+    /// Allowed `Origin`s (`*` wildcards allowed); empty allows any.
+    pub allowed_origins: Vec<String>,
+    /// Time allowed for the first `auth` frame when the upgrade carried no token.
+    #[serde(with = "humantime_serde")]
+    pub auth_timeout: Duration,
+    /// Interval of WebSocket pings.
+    #[serde(with = "humantime_serde")]
+    pub ping_interval: Duration,
+    /// A connection silent for this long (no frame, no pong) is dropped.
+    #[serde(with = "humantime_serde")]
+    pub read_timeout: Duration,
+    /// Largest accepted frame; larger closes the socket with 1009.
+    pub max_frame_bytes: usize,
+    /// Accept `?access_token=` (never logged). Off by default.
+    pub query_token: bool,
+}
+
+impl Default for WsConfig {
+    fn default() -> Self {
+        WsConfig {
+            allowed_origins: Vec::new(),
+            auth_timeout: Duration::from_secs(5),
+            ping_interval: Duration::from_secs(20),
+            read_timeout: Duration::from_secs(60),
+            max_frame_bytes: 1024 * 1024,
+            query_token: false,
+        }
+    }
+}
+
+/// What a run request does while another run is active on the thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// Refuse with `conflict`.
+    #[default]
+    Reject,
+    /// Start it when the active run (and earlier queued ones) end.
+    Enqueue,
+    /// Cancel the active run, then start this one.
+    Interrupt,
+}
+
+/// What happens to a run when its last viewer leaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OnDisconnect {
+    /// Keep running (viewers can come back with `subscribe after`).
+    #[default]
+    Continue,
+    /// Cancel the run.
+    Cancel,
 }
 
 /// JWT verification.
@@ -188,6 +309,15 @@ pub struct AgentConfig {
     /// Largest SSE frame accepted from this agent.
     #[serde(default = "default_frame")]
     pub max_frame_bytes: usize,
+    /// What a second run on a busy thread does.
+    #[serde(default)]
+    pub strategy: Strategy,
+    /// Whether a request may choose another strategy.
+    #[serde(default)]
+    pub allow_strategy_override: bool,
+    /// What happens to a run when its last viewer leaves.
+    #[serde(default)]
+    pub on_disconnect: OnDisconnect,
 }
 
 fn any_role() -> Vec<String> {
@@ -289,6 +419,7 @@ impl Config {
         for p in [&mut self.auth.public_key_pem, &mut self.auth.jwks_file]
             .into_iter()
             .flatten()
+            .chain([&mut self.store.path])
         {
             if p.is_relative() {
                 *p = base.join(&*p);
@@ -320,6 +451,34 @@ impl Config {
             );
         }
 
+        if !matches!(
+            self.store.synchronous.as_str(),
+            "off" | "normal" | "full" | "extra"
+        ) {
+            bad(
+                "store.synchronous".into(),
+                format!(
+                    "'{}' is not off, normal, full or extra",
+                    self.store.synchronous
+                ),
+            );
+        }
+        if self.threads.viewer_queue_bytes < 4096 {
+            bad(
+                "threads.viewer_queue_bytes".into(),
+                "must be at least 4096".into(),
+            );
+        }
+        for (i, g) in self.grants.iter().enumerate() {
+            for (j, p) in g.permissions.iter().enumerate() {
+                if crate::auth::Permission::parse(p).is_none() {
+                    bad(
+                        format!("grants[{i}].permissions[{j}]"),
+                        format!("'{p}' is not one of view, run, resume, cancel, meta"),
+                    );
+                }
+            }
+        }
         let a = &self.auth;
         if a.algorithms.is_empty() {
             bad(

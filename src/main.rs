@@ -1,8 +1,13 @@
 //! The `agui-gateway` binary: `serve` (default), `check-config`, `token`.
 
 use agui_gateway::auth::{Authenticator, MintRequest, mint};
+use agui_gateway::config::StoreKind;
 use agui_gateway::config::{Config, DEFAULT_PATH};
 use agui_gateway::server::{self, AppState};
+use agui_gateway::store::JournalStore;
+use agui_gateway::store::memory::MemoryStore;
+use agui_gateway::store::sqlite::SqliteStore;
+use agui_gateway::thread::{ThreadSettings, Threads};
 use agui_gateway::upstream::AgentRegistry;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -156,11 +161,37 @@ async fn serve(config: Config) -> Result<(), String> {
     }
     let auth = Authenticator::from_config(&config.auth)?;
     let agents = AgentRegistry::from_config(&config.agents, demo_addr)?;
+    let store: Arc<dyn JournalStore> = match config.store.kind {
+        StoreKind::Sqlite => Arc::new(
+            SqliteStore::open(
+                &config.store.path,
+                &config.store.synchronous,
+                config.store.max_batch_events,
+            )
+            .map_err(|e| format!("store.path {}: {e}", config.store.path.display()))?,
+        ),
+        StoreKind::Memory => Arc::new(MemoryStore::new()),
+    };
+    let threads = Threads::new(
+        store,
+        ThreadSettings {
+            max_events: config.threads.max_events,
+        },
+    );
+    let recovered = threads.recover().await.map_err(|e| e.to_string())?;
+    if recovered > 0 {
+        tracing::warn!(
+            runs = recovered,
+            "closed runs left open by the previous process"
+        );
+    }
     let state = Arc::new(AppState {
         config,
         auth,
         agents,
+        threads,
         metrics: Default::default(),
+        ids: Default::default(),
     });
     let running = server::start(state.clone())
         .await

@@ -320,10 +320,17 @@ async fn keepalive_comments_flow_while_the_agent_is_quiet() {
     let mut body = resp.bytes_stream();
     let mut seen = String::new();
     while !seen.contains(": keepalive\n\n") {
-        let chunk = tokio::time::timeout(WAIT, body.next()).await.unwrap().unwrap().unwrap();
+        let chunk = tokio::time::timeout(WAIT, body.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
         seen.push_str(&String::from_utf8_lossy(&chunk));
     }
-    assert!(seen.starts_with("data: "), "events first: {seen}");
+    assert!(
+        seen.starts_with("id: 1\ndata: "),
+        "events first, with their seq: {seen}"
+    );
     drop(body);
     py.proc.expect_line("DISCONNECTED stall").await;
 }

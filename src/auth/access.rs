@@ -51,7 +51,12 @@ impl Permissions {
 
 /// The permissions `who` holds on thread `thread_id`, created by `creator`
 /// (`None`: the thread does not exist yet).
-pub fn permissions(who: &Principal, thread_id: &str, creator: Option<&str>, grants: &[RoleGrant]) -> Permissions {
+pub fn permissions(
+    who: &Principal,
+    thread_id: &str,
+    creator: Option<&str>,
+    grants: &[RoleGrant],
+) -> Permissions {
     if creator == Some(who.subject.as_str()) {
         return Permissions::ALL;
     }
@@ -64,7 +69,7 @@ pub fn permissions(who: &Principal, thread_id: &str, creator: Option<&str>, gran
         }
     }
     for g in grants {
-        if (g.role == "*" || who.roles.iter().any(|r| *r == g.role)) && glob_match(&g.threads, thread_id) {
+        if (g.role == "*" || who.roles.contains(&g.role)) && glob_match(&g.threads, thread_id) {
             for perm in g.permissions.iter().filter_map(|n| Permission::parse(n)) {
                 p = p.with(perm);
             }
@@ -125,15 +130,30 @@ mod tests {
 
     #[test]
     fn sources_union_and_creator_has_all() {
-        let grants = vec![RoleGrant { role: "support".into(), threads: "*".into(), permissions: vec!["view".into(), "meta".into()] }];
-        let p = who(&["support"], vec![ThreadGrant { pattern: "x-*".into(), permissions: vec![Permission::Run] }]);
+        let grants = vec![RoleGrant {
+            role: "support".into(),
+            threads: "*".into(),
+            permissions: vec!["view".into(), "meta".into()],
+        }];
+        let p = who(
+            &["support"],
+            vec![ThreadGrant {
+                pattern: "x-*".into(),
+                permissions: vec![Permission::Run],
+            }],
+        );
         let on_x = permissions(&p, "x-1", Some("other"), &grants);
-        assert!(on_x.has(Permission::View) && on_x.has(Permission::Meta) && on_x.has(Permission::Run));
+        assert!(
+            on_x.has(Permission::View) && on_x.has(Permission::Meta) && on_x.has(Permission::Run)
+        );
         assert!(!on_x.has(Permission::Cancel));
         let on_y = permissions(&p, "y", Some("other"), &grants);
         assert!(!on_y.has(Permission::Run));
         let nobody = permissions(&who(&[], vec![]), "y", Some("other"), &grants);
         assert_eq!(nobody, Permissions::default());
-        assert_eq!(permissions(&who(&[], vec![]), "y", Some("u"), &[]), Permissions::ALL);
+        assert_eq!(
+            permissions(&who(&[], vec![]), "y", Some("u"), &[]),
+            Permissions::ALL
+        );
     }
 }

@@ -15,7 +15,7 @@
 
 use super::event::{Event, EventType};
 use serde::Serialize;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 
 /// Where the thread's latest run stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -216,7 +216,10 @@ impl Fold {
                 m.insert("id".into(), id.into());
                 m.insert("toolCallId".into(), call_id.into());
                 m.insert("role".into(), s("role").unwrap_or("tool").into());
-                m.insert("content".into(), b.get("content").cloned().unwrap_or(Value::Null));
+                m.insert(
+                    "content".into(),
+                    b.get("content").cloned().unwrap_or(Value::Null),
+                );
                 copy(b, &mut m, "subagentRunId");
                 match self.find_tool_call(call_id) {
                     Some((owner, _)) => {
@@ -231,9 +234,11 @@ impl Fold {
             }
             StateSnapshot => self.state = b.get("snapshot").cloned().unwrap_or(Value::Null),
             StateDelta => {
-                if let Some(ops) = b.get("delta").cloned().and_then(|d| {
-                    serde_json::from_value::<json_patch::Patch>(d).ok()
-                }) {
+                if let Some(ops) = b
+                    .get("delta")
+                    .cloned()
+                    .and_then(|d| serde_json::from_value::<json_patch::Patch>(d).ok())
+                {
                     // Atomic: a failing patch reverts what it did.
                     let _ = json_patch::patch(&mut self.state, &ops);
                 }
@@ -250,7 +255,10 @@ impl Fold {
                 m.insert("id".into(), id.into());
                 m.insert("role".into(), "activity".into());
                 copy(b, &mut m, "activityType");
-                m.insert("content".into(), b.get("content").cloned().unwrap_or(json!({})));
+                m.insert(
+                    "content".into(),
+                    b.get("content").cloned().unwrap_or(json!({})),
+                );
                 copy(b, &mut m, "subagentRunId");
                 match self.find(id) {
                     Some(i) if self.messages[i]["role"] != "activity" => {}
@@ -312,8 +320,10 @@ impl Fold {
     fn merge_snapshot(&mut self, snap: &[Value]) {
         let snap: Vec<Value> = snap.iter().cloned().map(without_null_subagent).collect();
         let id_of = |m: &Value| m.get("id").and_then(Value::as_str).map(str::to_owned);
-        let by_id: std::collections::HashMap<String, &Value> =
-            snap.iter().filter_map(|m| id_of(m).map(|id| (id, m))).collect();
+        let by_id: std::collections::HashMap<String, &Value> = snap
+            .iter()
+            .filter_map(|m| id_of(m).map(|id| (id, m)))
+            .collect();
         let has_role = |role: &str| snap.iter().any(|m| m["role"] == role);
         let (snap_activity, snap_reasoning) = (has_role("activity"), has_role("reasoning"));
         let kept: Vec<Value> = std::mem::take(&mut self.messages)
@@ -352,9 +362,17 @@ impl Fold {
     pub fn from_json(v: &Value, run: Option<RunInfo>) -> Fold {
         Fold {
             seq: v.get("seq").and_then(Value::as_u64).unwrap_or(0),
-            messages: v.get("messages").and_then(Value::as_array).cloned().unwrap_or_default(),
+            messages: v
+                .get("messages")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
             state: v.get("state").cloned().unwrap_or(json!({})),
-            interrupts: v.get("interrupts").and_then(Value::as_array).cloned().unwrap_or_default(),
+            interrupts: v
+                .get("interrupts")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
             run,
         }
     }
@@ -449,7 +467,10 @@ mod tests {
         ]);
         assert_eq!(f.run().unwrap().status, RunStatus::Interrupted);
         assert_eq!(f.interrupts()[0]["id"], "i1");
-        f.apply(3, &Event::build(json!({"type":"RUN_STARTED","threadId":"t","runId":"r2"})));
+        f.apply(
+            3,
+            &Event::build(json!({"type":"RUN_STARTED","threadId":"t","runId":"r2"})),
+        );
         assert!(f.interrupts().is_empty());
         f.apply(4, &Event::build(json!({"type":"RUN_FINISHED","threadId":"t","runId":"r2","outcome":{"type":"cancelled"}})));
         assert_eq!(f.run().unwrap().status, RunStatus::Cancelled);

@@ -6,19 +6,20 @@
 //! the agent is quiet.
 
 use super::AppState;
+use super::access::{AccessError, thread_for};
 use super::error::{ApiError, ErrorCode};
-use crate::auth::Principal;
-use crate::protocol::sse::{KEEPALIVE, encode_data};
+use super::threads::async_stream;
+use crate::auth::{Permission, Principal};
+use crate::protocol::sse::KEEPALIVE;
 use crate::protocol::{Event, EventType, RunAgentInput};
-use crate::upstream::RunStream;
+use crate::thread::fanout::{OutboxReceiver, Outgoing, outbox};
+use crate::thread::run::{RunConflict, RunInput, RunRequest};
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use bytes::BytesMut;
-use futures::StreamExt;
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -28,11 +29,12 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/agents", get(list_agents))
         .route("/v1/agents/{agent}/run", post(run_agent))
+        .route("/v1/ws", get(super::ws::upgrade))
+        .route("/v1/threads", get(super::threads::list))
+        .route("/v1/threads/{thread}", get(super::threads::snapshot))
+        .route("/v1/threads/{thread}/events", get(super::threads::join))
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
-        .route(
-            "/readyz",
-            get(|| async { Json(json!({"status": "ready"})) }),
-        )
+        .route("/readyz", get(ready))
         .route("/metrics", get(metrics))
         .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
         .method_not_allowed_fallback(|| async {
@@ -56,7 +58,8 @@ pub async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Princ
     })
 }
 
-fn bearer(headers: &HeaderMap) -> Option<&str> {
+/// The bearer token of an `Authorization` header.
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme
@@ -76,6 +79,15 @@ async fn list_agents(State(state): State<Arc<AppState>>, headers: HeaderMap) -> 
         .map(|a| json!({"id": a.id, "description": a.description}))
         .collect();
     Json(json!({ "agents": agents })).into_response()
+}
+
+/// Ready when the journal answers.
+async fn ready(State(state): State<Arc<AppState>>) -> Response {
+    let store = state.threads.store().clone();
+    match tokio::task::spawn_blocking(move || store.ping()).await {
+        Ok(Ok(())) => Json(json!({"status": "ready"})).into_response(),
+        _ => ApiError::new(ErrorCode::Unavailable, "journal unreachable").into_response(),
+    }
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
@@ -115,16 +127,18 @@ async fn run_agent(
     request: Request,
 ) -> Response {
     match start_run(&state, &agent_id, request).await {
-        Ok(stream) => sse_response(state, stream),
+        Ok(rx) => run_response(state, rx),
         Err(e) => e.into_response(),
     }
 }
 
+/// Authenticates, validates and starts (or queues) the run on its thread; the
+/// returned receiver gets this run's events, as the thread journals them.
 async fn start_run(
     state: &AppState,
     agent_id: &str,
     request: Request,
-) -> Result<RunStream, ApiError> {
+) -> Result<OutboxReceiver, ApiError> {
     let who = authenticate(state, request.headers()).await?;
     let agent = state
         .agents
@@ -139,10 +153,22 @@ async fn start_run(
     let body = read_body(request, state.config.server.max_body_bytes).await?;
     let input = RunAgentInput::from_json(&body)
         .map_err(|e| ApiError::new(ErrorCode::Invalid, format!("invalid RunAgentInput: {e}")))?;
-    tracing::info!(agent = %agent.id, thread = %input.thread_id, run = %input.run_id, user = %who.subject, tenant = %who.tenant, "run started");
+    let thread = thread_for(state, &who, &input.thread_id, Permission::Run, true)
+        .await
+        .map_err(AccessError::into_api)?;
+    let (starter, rx) = outbox(state.config.threads.viewer_queue_bytes);
+    let req = RunRequest {
+        agent: agent.clone(),
+        run_id: input.run_id.clone(),
+        input: RunInput::Complete(input),
+        starter: Some(starter),
+    };
+    thread
+        .start_run(req, agent.strategy)
+        .map_err(|RunConflict(m)| ApiError::new(ErrorCode::Conflict, m))?;
+    tracing::info!(agent = %agent.id, user = %who.subject, tenant = %who.tenant, "run requested over HTTP");
     state.metrics.runs_started.fetch_add(1, Relaxed);
-    let body = Bytes::from(serde_json::to_vec(&input).expect("input serializes"));
-    Ok(RunStream::start(agent, body))
+    Ok(rx)
 }
 
 /// What a run's terminal event says, for logs and metrics.
@@ -158,34 +184,37 @@ fn outcome_label(event: &Event) -> String {
     }
 }
 
-fn sse_response(state: Arc<AppState>, run: RunStream) -> Response {
+/// The run's events as SSE (`id: <seq>` + `data:`), keepalives while quiet,
+/// ending after the terminal event. Dropping the response tells the run its
+/// requester left.
+fn run_response(state: Arc<AppState>, rx: OutboxReceiver) -> Response {
     let keepalive = state.config.server.keepalive;
-    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + keepalive, keepalive);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let frames = futures::stream::unfold(
-        (run, ticker, state, false),
-        |(mut run, mut ticker, state, done)| async move {
-            if done {
-                return None;
-            }
-            tokio::select! {
-                event = run.next() => {
-                    let event = event?;
-                    state.metrics.events_forwarded.fetch_add(1, Relaxed);
-                    let terminal = event.kind().is_terminal();
-                    if terminal {
-                        state.metrics.run_ended(&outcome_label(&event));
+    let stream = async_stream(move |tx| async move {
+        let mut rx = rx;
+        let mut ticker =
+            tokio::time::interval_at(tokio::time::Instant::now() + keepalive, keepalive);
+        loop {
+            let (frame, terminal) = tokio::select! {
+                item = rx.recv() => match item {
+                    Some(Outgoing::Event(e)) => {
+                        state.metrics.events_forwarded.fetch_add(1, Relaxed);
+                        let terminal = e.event.kind().is_terminal();
+                        if terminal {
+                            state.metrics.run_ended(&outcome_label(&e.event));
+                        }
+                        (e.sse(), terminal)
                     }
-                    let mut buf = BytesMut::new();
-                    encode_data(event.json(), None, &mut buf);
-                    ticker.reset();
-                    Some((Ok::<_, std::convert::Infallible>(buf.freeze()), (run, ticker, state, terminal)))
-                }
-                _ = ticker.tick() => Some((Ok(Bytes::from_static(KEEPALIVE)), (run, ticker, state, false))),
+                    Some(Outgoing::Message(_)) => continue,
+                    Some(Outgoing::Close(..)) | None => break,
+                },
+                _ = ticker.tick() => (Bytes::from_static(KEEPALIVE), false),
+            };
+            if tx.send(frame).await.is_err() || terminal {
+                break;
             }
-        },
-    );
-    let mut resp = Response::new(Body::from_stream(frames));
+        }
+    });
+    let mut resp = Response::new(Body::from_stream(stream));
     *resp.status_mut() = StatusCode::OK;
     let h = resp.headers_mut();
     h.insert(

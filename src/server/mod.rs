@@ -1,15 +1,20 @@
 //! What clients talk to: the HTTP routes ([`http`]), their error shape
 //! ([`error`]) and the counters behind `/metrics` ([`metrics`]).
 
+pub mod access;
 pub mod error;
 pub mod http;
 pub mod metrics;
+pub mod threads;
+pub mod ws;
 
 use crate::auth::Authenticator;
 use crate::config::Config;
+use crate::thread::Threads;
 use crate::upstream::AgentRegistry;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::net::TcpListener;
 
 /// Everything a request handler needs, shared by reference count.
@@ -17,7 +22,17 @@ pub struct AppState {
     pub config: Config,
     pub auth: Authenticator,
     pub agents: AgentRegistry,
+    pub threads: Threads,
     pub metrics: metrics::Metrics,
+    /// Source of connection/viewer ids.
+    pub ids: AtomicU64,
+}
+
+impl AppState {
+    /// A fresh id for a connection or viewer.
+    pub fn next_connection_id(&self) -> u64 {
+        self.ids.fetch_add(1, Ordering::Relaxed) + 1
+    }
 }
 
 /// A running gateway: its bound address and a handle to stop it.

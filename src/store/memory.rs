@@ -37,7 +37,12 @@ impl JournalStore for MemoryStore {
     }
 
     fn load(&self, key: &ThreadKey) -> Result<Option<StoredThread>, StoreError> {
-        Ok(self.threads.lock().expect("memory store lock").get(key).cloned())
+        Ok(self
+            .threads
+            .lock()
+            .expect("memory store lock")
+            .get(key)
+            .cloned())
     }
 
     fn list(&self, tenant: &str) -> Result<Vec<(ThreadKey, ThreadMeta)>, StoreError> {

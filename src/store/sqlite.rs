@@ -13,10 +13,10 @@
 //! of an fsync per batch. Nothing acknowledged is ever lost to a process crash.
 
 use super::*;
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{Connection, OptionalExtension, params};
 use std::path::Path;
-use std::sync::mpsc;
 use std::sync::Mutex;
+use std::sync::mpsc;
 
 type Ack = oneshot::Sender<Result<(), StoreError>>;
 
@@ -56,9 +56,12 @@ CREATE TABLE IF NOT EXISTS events (
 
 fn open(path: &Path, synchronous: &str) -> Result<Connection, StoreError> {
     let conn = Connection::open(path).map_err(err)?;
-    conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(err)?;
-    conn.pragma_update(None, "journal_mode", "WAL").map_err(err)?;
-    conn.pragma_update(None, "synchronous", synchronous).map_err(err)?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .map_err(err)?;
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .map_err(err)?;
+    conn.pragma_update(None, "synchronous", synchronous)
+        .map_err(err)?;
     Ok(conn)
 }
 
@@ -67,7 +70,11 @@ impl SqliteStore {
     ///
     /// `synchronous` is SQLite's setting (`off`, `normal`, `full`);
     /// `max_batch_events` bounds one group commit.
-    pub fn open(path: &Path, synchronous: &str, max_batch_events: usize) -> Result<SqliteStore, StoreError> {
+    pub fn open(
+        path: &Path,
+        synchronous: &str,
+        max_batch_events: usize,
+    ) -> Result<SqliteStore, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
         }
@@ -111,7 +118,9 @@ fn write_group(conn: &mut Connection, group: &[(AppendBatch, Ack)]) -> Result<()
     let tx = conn.transaction().map_err(err)?;
     {
         let mut insert = tx
-            .prepare_cached("INSERT INTO events (tenant, thread, seq, json) VALUES (?1, ?2, ?3, ?4)")
+            .prepare_cached(
+                "INSERT INTO events (tenant, thread, seq, json) VALUES (?1, ?2, ?3, ?4)",
+            )
             .map_err(err)?;
         let mut upsert = tx
             .prepare_cached(
@@ -125,11 +134,22 @@ fn write_group(conn: &mut Connection, group: &[(AppendBatch, Ack)]) -> Result<()
         for (b, _) in group {
             let (t, th) = (&b.key.tenant, &b.key.thread_id);
             for (seq, json) in &b.events {
-                insert.execute(params![t, th, *seq as i64, &json[..]]).map_err(err)?;
+                insert
+                    .execute(params![t, th, *seq as i64, &json[..]])
+                    .map_err(err)?;
             }
             let m = &b.meta;
             upsert
-                .execute(params![t, th, m.creator, m.agent, m.status, m.created_ms as i64, m.updated_ms as i64, m.last_seq as i64])
+                .execute(params![
+                    t,
+                    th,
+                    m.creator,
+                    m.agent,
+                    m.status,
+                    m.created_ms as i64,
+                    m.updated_ms as i64,
+                    m.last_seq as i64
+                ])
                 .map_err(err)?;
             if let Some((base_seq, snapshot)) = &b.compact {
                 tx.execute(
@@ -195,7 +215,10 @@ impl JournalStore for SqliteStore {
             .map_err(err)?;
         let events = stmt
             .query_map(params![key.tenant, key.thread_id, after], |row| {
-                Ok((row.get::<_, i64>(0)? as u64, Bytes::from(row.get::<_, Vec<u8>>(1)?)))
+                Ok((
+                    row.get::<_, i64>(0)? as u64,
+                    Bytes::from(row.get::<_, Vec<u8>>(1)?),
+                ))
             })
             .map_err(err)?
             .collect::<Result<Vec<_>, _>>()
@@ -212,7 +235,10 @@ impl JournalStore for SqliteStore {
             )
             .map_err(err)?;
         stmt.query_map(params![tenant], |row| {
-            Ok((ThreadKey::new(tenant, row.get::<_, String>(0)?), meta_from_row(row, 1)?))
+            Ok((
+                ThreadKey::new(tenant, row.get::<_, String>(0)?),
+                meta_from_row(row, 1)?,
+            ))
         })
         .map_err(err)?
         .collect::<Result<Vec<_>, _>>()
@@ -224,10 +250,15 @@ impl JournalStore for SqliteStore {
         let mut stmt = conn
             .prepare("SELECT tenant, thread FROM threads WHERE status = 'running'")
             .map_err(err)?;
-        stmt.query_map([], |row| Ok(ThreadKey::new(row.get::<_, String>(0)?, row.get::<_, String>(1)?)))
-            .map_err(err)?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(err)
+        stmt.query_map([], |row| {
+            Ok(ThreadKey::new(
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?,
+            ))
+        })
+        .map_err(err)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(err)
     }
 
     fn ping(&self) -> Result<(), StoreError> {
@@ -269,7 +300,9 @@ mod tests {
         let k = ThreadKey::new("t1", "th");
         {
             let s = SqliteStore::open(&path, "normal", 1024).unwrap();
-            let acks: Vec<_> = (0..10).map(|i| s.append(batch(&k, i * 5 + 1, 5, "running"))).collect();
+            let acks: Vec<_> = (0..10)
+                .map(|i| s.append(batch(&k, i * 5 + 1, 5, "running")))
+                .collect();
             for a in acks {
                 a.await.unwrap().unwrap();
             }
@@ -297,7 +330,11 @@ mod tests {
         let k = ThreadKey::new("t", "x");
         s.append(batch(&k, 1, 2, "running")).await.unwrap().unwrap();
         assert!(s.append(batch(&k, 2, 1, "running")).await.unwrap().is_err());
-        assert_eq!(s.load(&k).unwrap().unwrap().events.len(), 2, "nothing half-written");
+        assert_eq!(
+            s.load(&k).unwrap().unwrap().events.len(),
+            2,
+            "nothing half-written"
+        );
         assert_eq!(s.running().unwrap(), vec![k]);
     }
 }

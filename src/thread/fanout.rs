@@ -78,7 +78,10 @@ impl Outbox {
         let before = self.queued.fetch_add(cost, Ordering::AcqRel);
         if before + cost > self.limit && before > 0 {
             self.queued.fetch_sub(cost, Ordering::AcqRel);
-            self.close(CLOSE_TOO_SLOW, "viewer too slow: queue overflowed; resubscribe with after");
+            self.close(
+                CLOSE_TOO_SLOW,
+                "viewer too slow: queue overflowed; resubscribe with after",
+            );
             return false;
         }
         if self.tx.send(item).is_err() {
@@ -132,14 +135,20 @@ mod tests {
         assert!(!ob.push(msg(60)), "would exceed 100 bytes");
         assert!(ob.is_closed());
         assert!(matches!(rx.recv().await, Some(Outgoing::Message(_))));
-        assert!(matches!(rx.recv().await, Some(Outgoing::Close(CLOSE_TOO_SLOW, _))));
+        assert!(matches!(
+            rx.recv().await,
+            Some(Outgoing::Close(CLOSE_TOO_SLOW, _))
+        ));
         assert!(!ob.push(msg(1)), "closed stays closed");
     }
 
     #[tokio::test]
     async fn one_oversize_item_on_an_empty_queue_still_goes() {
         let (ob, mut rx) = outbox(10);
-        assert!(ob.push(msg(50)), "a single large snapshot must not kill an idle viewer");
+        assert!(
+            ob.push(msg(50)),
+            "a single large snapshot must not kill an idle viewer"
+        );
         assert!(rx.recv().await.is_some());
     }
 }

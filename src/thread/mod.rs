@@ -105,7 +105,12 @@ pub enum Start {
 }
 
 impl Thread {
-    fn new(key: ThreadKey, store: Arc<dyn JournalStore>, settings: ThreadSettings, meta: ThreadMeta) -> Thread {
+    fn new(
+        key: ThreadKey,
+        store: Arc<dyn JournalStore>,
+        settings: ThreadSettings,
+        meta: ThreadMeta,
+    ) -> Thread {
         Thread {
             key,
             store,
@@ -185,7 +190,14 @@ impl Thread {
     /// when `after` is older than the journal holds.
     pub fn entries_after(&self, after: u64) -> Option<Vec<Arc<Entry>>> {
         let inner = self.lock();
-        (after >= inner.base_seq).then(|| inner.journal.iter().filter(|e| e.seq > after).cloned().collect())
+        (after >= inner.base_seq).then(|| {
+            inner
+                .journal
+                .iter()
+                .filter(|e| e.seq > after)
+                .cloned()
+                .collect()
+        })
     }
 
     /// Appends events: durable first, then folded and fanned out. Returns the
@@ -213,7 +225,10 @@ impl Thread {
             let batch = AppendBatch {
                 key: self.key.clone(),
                 meta,
-                events: entries.iter().map(|e| (e.seq, e.event.json().clone())).collect(),
+                events: entries
+                    .iter()
+                    .map(|e| (e.seq, e.event.json().clone()))
+                    .collect(),
                 compact: None,
             };
             (batch, entries)
@@ -221,8 +236,12 @@ impl Thread {
         let upto = entries.last().map(|e| e.seq).unwrap_or(0);
         match self.store.append(batch).await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::error!(thread = %self.key.thread_id, "journal append failed: {e}; publishing anyway"),
-            Err(_) => tracing::error!(thread = %self.key.thread_id, "journal writer gone; publishing anyway"),
+            Ok(Err(e)) => {
+                tracing::error!(thread = %self.key.thread_id, "journal append failed: {e}; publishing anyway")
+            }
+            Err(_) => {
+                tracing::error!(thread = %self.key.thread_id, "journal writer gone; publishing anyway")
+            }
         }
         self.publish(upto);
         entries
@@ -234,7 +253,9 @@ impl Thread {
             let entry = inner.unpublished.pop_front().expect("checked");
             inner.fold.apply(entry.seq, &entry.event);
             inner.journal.push_back(entry.clone());
-            inner.viewers.retain(|v| v.outbox.push(Outgoing::Event(entry.clone())));
+            inner
+                .viewers
+                .retain(|v| v.outbox.push(Outgoing::Event(entry.clone())));
         }
     }
 
@@ -249,7 +270,8 @@ impl Thread {
             let base = inner.fold.seq;
             inner.journal.clear();
             inner.base_seq = base;
-            let snapshot = Bytes::from(serde_json::to_vec(&fold_record(&inner)).expect("fold serializes"));
+            let snapshot =
+                Bytes::from(serde_json::to_vec(&fold_record(&inner)).expect("fold serializes"));
             AppendBatch {
                 key: self.key.clone(),
                 meta: inner.meta.clone(),
@@ -271,7 +293,11 @@ fn status_after<'a>(current: &str, events: impl Iterator<Item = &'a Event>) -> S
             EventType::RunStarted => status = "running".into(),
             EventType::RunError => status = "error".into(),
             EventType::RunFinished => {
-                status = match e.get("outcome").and_then(|o| o.get("type")).and_then(Value::as_str) {
+                status = match e
+                    .get("outcome")
+                    .and_then(|o| o.get("type"))
+                    .and_then(Value::as_str)
+                {
                     Some("interrupt") => "interrupted",
                     Some("cancelled") => "cancelled",
                     _ => "finished",
@@ -288,7 +314,10 @@ fn status_after<'a>(current: &str, events: impl Iterator<Item = &'a Event>) -> S
 fn fold_record(inner: &Inner) -> Value {
     let mut v = inner.fold.to_json();
     if let Some(run) = inner.fold.run() {
-        v.insert("run".into(), json!({"runId": run.run_id, "status": run.status.as_str()}));
+        v.insert(
+            "run".into(),
+            json!({"runId": run.run_id, "status": run.status.as_str()}),
+        );
     }
     Value::Object(v)
 }
@@ -299,9 +328,9 @@ fn snapshot_of(key: &ThreadKey, inner: &Inner, reset: bool) -> Map<String, Value
     for (k, v) in inner.fold.to_json() {
         m.insert(k, v);
     }
-    let run = inner.fold.run().map(|r| {
-        json!({"runId": r.run_id, "agent": inner.meta.agent, "status": r.status.as_str()})
-    });
+    let run = inner.fold.run().map(
+        |r| json!({"runId": r.run_id, "agent": inner.meta.agent, "status": r.status.as_str()}),
+    );
     m.insert("run".into(), run.unwrap_or(Value::Null));
     if reset {
         m.insert("reset".into(), true.into());
@@ -352,7 +381,12 @@ impl Threads {
         let Some(stored) = stored else {
             return Ok(None);
         };
-        let thread = Thread::new(key.clone(), self.store.clone(), self.settings.clone(), stored.meta.clone());
+        let thread = Thread::new(
+            key.clone(),
+            self.store.clone(),
+            self.settings.clone(),
+            stored.meta.clone(),
+        );
         {
             let mut inner = thread.lock();
             if let Some((base_seq, snapshot)) = &stored.base {
@@ -380,16 +414,27 @@ impl Threads {
                         inner.fold.apply(seq, &entry.event);
                         inner.journal.push_back(entry);
                     }
-                    Err(e) => tracing::error!(thread = %key.thread_id, seq, "unreadable journal event skipped: {e}"),
+                    Err(e) => {
+                        tracing::error!(thread = %key.thread_id, seq, "unreadable journal event skipped: {e}")
+                    }
                 }
             }
             inner.next_seq = inner.fold.seq.max(stored.meta.last_seq) + 1;
         }
-        Ok(Some(self.map.entry(key.clone()).or_insert_with(|| Arc::new(thread)).clone()))
+        Ok(Some(
+            self.map
+                .entry(key.clone())
+                .or_insert_with(|| Arc::new(thread))
+                .clone(),
+        ))
     }
 
     /// The thread, created with `creator` when it does not exist.
-    pub async fn get_or_create(&self, key: &ThreadKey, creator: &str) -> Result<Arc<Thread>, StoreError> {
+    pub async fn get_or_create(
+        &self,
+        key: &ThreadKey,
+        creator: &str,
+    ) -> Result<Arc<Thread>, StoreError> {
         if let Some(t) = self.get(key).await? {
             return Ok(t);
         }
@@ -403,7 +448,11 @@ impl Threads {
             last_seq: 0,
         };
         let thread = Thread::new(key.clone(), self.store.clone(), self.settings.clone(), meta);
-        Ok(self.map.entry(key.clone()).or_insert_with(|| Arc::new(thread)).clone())
+        Ok(self
+            .map
+            .entry(key.clone())
+            .or_insert_with(|| Arc::new(thread))
+            .clone())
     }
 
     /// Closes runs that were active when the process last stopped, with
@@ -444,7 +493,9 @@ mod tests {
 
     async fn drain(rx: &mut fanout::OutboxReceiver) -> Vec<Value> {
         let mut out = Vec::new();
-        while let Ok(Some(item)) = tokio::time::timeout(std::time::Duration::from_millis(20), rx.recv()).await {
+        while let Ok(Some(item)) =
+            tokio::time::timeout(std::time::Duration::from_millis(20), rx.recv()).await
+        {
             out.push(match item {
                 Outgoing::Event(e) => serde_json::from_str(&e.ws).unwrap(),
                 Outgoing::Message(m) => serde_json::from_str(&m).unwrap(),
@@ -457,8 +508,14 @@ mod tests {
     #[tokio::test]
     async fn seqs_are_gapless_and_viewers_get_snapshot_then_live() {
         let ts = threads(1000);
-        let t = ts.get_or_create(&ThreadKey::new("ten", "th"), "u").await.unwrap();
-        t.append(vec![ev(json!({"type":"RUN_STARTED","threadId":"th","runId":"r"}))]).await;
+        let t = ts
+            .get_or_create(&ThreadKey::new("ten", "th"), "u")
+            .await
+            .unwrap();
+        t.append(vec![ev(
+            json!({"type":"RUN_STARTED","threadId":"th","runId":"r"}),
+        )])
+        .await;
         let (ob, mut rx) = fanout::outbox(1 << 20);
         t.subscribe(1, ob, Start::Snapshot);
         let entries = t
@@ -480,14 +537,23 @@ mod tests {
     #[tokio::test]
     async fn after_replays_and_compaction_forces_reset() {
         let ts = threads(3);
-        let t = ts.get_or_create(&ThreadKey::new("ten", "th"), "u").await.unwrap();
+        let t = ts
+            .get_or_create(&ThreadKey::new("ten", "th"), "u")
+            .await
+            .unwrap();
         for i in 0..5 {
-            t.append(vec![ev(json!({"type":"CUSTOM","name":"n","value":i}))]).await;
+            t.append(vec![ev(json!({"type":"CUSTOM","name":"n","value":i}))])
+                .await;
         }
         let (ob, mut rx) = fanout::outbox(1 << 20);
         t.subscribe(1, ob, Start::After(3));
         let got = drain(&mut rx).await;
-        assert_eq!(got.iter().map(|g| g["seq"].as_u64().unwrap()).collect::<Vec<_>>(), [4, 5]);
+        assert_eq!(
+            got.iter()
+                .map(|g| g["seq"].as_u64().unwrap())
+                .collect::<Vec<_>>(),
+            [4, 5]
+        );
         t.maybe_compact().await;
         let (ob, mut rx) = fanout::outbox(1 << 20);
         t.subscribe(2, ob, Start::After(3));
@@ -498,7 +564,8 @@ mod tests {
         // After the base, up-to-date viewers still resume without a reset.
         let (ob, mut rx) = fanout::outbox(1 << 20);
         t.subscribe(3, ob, Start::After(5));
-        t.append(vec![ev(json!({"type":"CUSTOM","name":"n","value":6}))]).await;
+        t.append(vec![ev(json!({"type":"CUSTOM","name":"n","value":6}))])
+            .await;
         assert_eq!(drain(&mut rx).await[0]["seq"], 6);
     }
 
@@ -516,7 +583,10 @@ mod tests {
             ])
             .await;
             t.maybe_compact().await;
-            t.append(vec![ev(json!({"type":"STATE_DELTA","delta":[{"op":"replace","path":"/a","value":2}]}))]).await;
+            t.append(vec![ev(
+                json!({"type":"STATE_DELTA","delta":[{"op":"replace","path":"/a","value":2}]}),
+            )])
+            .await;
         }
         let ts = Threads::new(store, ThreadSettings { max_events: 2 });
         let t = ts.get(&key).await.unwrap().unwrap();
@@ -525,8 +595,16 @@ mod tests {
         assert_eq!(snap["state"], json!({"a":2}));
         assert_eq!(snap["run"]["status"], "finished");
         assert_eq!(t.creator(), "u");
-        let e = t.append(vec![ev(json!({"type":"CUSTOM","name":"x","value":1}))]).await;
+        let e = t
+            .append(vec![ev(json!({"type":"CUSTOM","name":"x","value":1}))])
+            .await;
         assert_eq!(e[0].seq, 5);
-        assert!(ts.get(&ThreadKey::new("other", "th")).await.unwrap().is_none(), "tenants are separate");
+        assert!(
+            ts.get(&ThreadKey::new("other", "th"))
+                .await
+                .unwrap()
+                .is_none(),
+            "tenants are separate"
+        );
     }
 }

@@ -15,24 +15,12 @@ use crate::protocol::{Event, EventType, RunAgentInput};
 use crate::upstream::{Agent, RunStream};
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt};
-use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
-/// What to do with a run request while another run is active.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum Strategy {
-    /// Refuse with `conflict`.
-    #[default]
-    Reject,
-    /// Start it when the active run (and earlier queued ones) end.
-    Enqueue,
-    /// Cancel the active run, then start this one.
-    Interrupt,
-}
+pub use crate::config::Strategy;
 
 /// The input a run request carries.
 #[derive(Debug, Clone)]
@@ -47,13 +35,15 @@ pub enum RunInput {
         resume: Option<Value>,
     },
     /// HTTP face: a complete `RunAgentInput` from an AG-UI client, forwarded as is.
-    Complete(Box<RunAgentInput>),
+    Complete(RunAgentInput),
 }
 
 impl RunInput {
     fn has_resume(&self) -> bool {
         match self {
-            RunInput::Incremental { resume, .. } => resume.as_ref().is_some_and(|r| r.as_array().is_some_and(|a| !a.is_empty())),
+            RunInput::Incremental { resume, .. } => resume
+                .as_ref()
+                .is_some_and(|r| r.as_array().is_some_and(|a| !a.is_empty())),
             RunInput::Complete(i) => i.resume.as_ref().is_some_and(|r| !r.is_empty()),
         }
     }
@@ -84,6 +74,8 @@ pub struct RunConflict(pub String);
 struct ActiveRun {
     run_id: String,
     cancel: CancellationToken,
+    /// The agent's `on_disconnect = "cancel"`.
+    cancel_when_unwatched: bool,
 }
 
 /// The thread's run state.
@@ -95,7 +87,11 @@ pub(super) struct RunSlot {
 
 impl Thread {
     /// Starts `req` now, queues it, or refuses it, per `strategy`.
-    pub fn start_run(self: &Arc<Self>, req: RunRequest, strategy: Strategy) -> Result<Started, RunConflict> {
+    pub fn start_run(
+        self: &Arc<Self>,
+        req: RunRequest,
+        strategy: Strategy,
+    ) -> Result<Started, RunConflict> {
         let mut inner = self.lock();
         let pending: Vec<&str> = inner
             .fold
@@ -114,7 +110,10 @@ impl Thread {
             return Ok(Started::Now);
         };
         match strategy {
-            Strategy::Reject => Err(RunConflict(format!("run '{}' is still active on this thread", active.run_id))),
+            Strategy::Reject => Err(RunConflict(format!(
+                "run '{}' is still active on this thread",
+                active.run_id
+            ))),
             Strategy::Enqueue => {
                 inner.runs.queue.push_back(req);
                 Ok(Started::Queued(inner.runs.queue.len()))
@@ -139,6 +138,23 @@ impl Thread {
         Some(active.run_id.clone())
     }
 
+    /// Called when a viewer left: cancels the active run if nobody watches
+    /// any more and its agent says `on_disconnect = "cancel"`.
+    pub fn viewer_left(&self) {
+        let mut inner = self.lock();
+        inner.viewers.retain(|v| !v.outbox.is_closed());
+        if inner.viewers.is_empty()
+            && let Some(active) = inner
+                .runs
+                .active
+                .as_ref()
+                .filter(|a| a.cancel_when_unwatched)
+        {
+            tracing::info!(thread = %self.key.thread_id, run = %active.run_id, "last viewer left: cancelling (on_disconnect = cancel)");
+            active.cancel.cancel();
+        }
+    }
+
     /// The active run's id, if any.
     pub fn active_run(&self) -> Option<String> {
         self.lock().runs.active.as_ref().map(|a| a.run_id.clone())
@@ -151,6 +167,7 @@ impl Thread {
         inner.runs.active = Some(ActiveRun {
             run_id: req.run_id.clone(),
             cancel: cancel.clone(),
+            cancel_when_unwatched: req.agent.on_disconnect == crate::config::OnDisconnect::Cancel,
         });
         tracing::info!(tenant = %self.key.tenant, thread = %self.key.thread_id, run = %req.run_id, agent = %req.agent.id, "run started");
         tokio::spawn(drive(self.clone(), req, body, journal_input, cancel));
@@ -158,7 +175,12 @@ impl Thread {
 
     fn run_ended(self: &Arc<Self>, run_id: &str) {
         let mut inner = self.lock();
-        if inner.runs.active.as_ref().is_some_and(|a| a.run_id == run_id) {
+        if inner
+            .runs
+            .active
+            .as_ref()
+            .is_some_and(|a| a.run_id == run_id)
+        {
             inner.runs.active = None;
         }
         if inner.runs.active.is_none()
@@ -172,7 +194,11 @@ impl Thread {
 /// The upstream body (full history) and the journal's normalized input (new messages only).
 fn build_input(thread_id: &str, inner: &Inner, req: &RunRequest) -> (Bytes, Value) {
     let fold = &inner.fold;
-    let is_new = |m: &Value| m.get("id").and_then(Value::as_str).is_none_or(|id| !fold.has_message(id));
+    let is_new = |m: &Value| {
+        m.get("id")
+            .and_then(Value::as_str)
+            .is_none_or(|id| !fold.has_message(id))
+    };
     match &req.input {
         RunInput::Complete(input) => {
             let body = Bytes::from(serde_json::to_vec(input).expect("input serializes"));
@@ -182,16 +208,29 @@ fn build_input(thread_id: &str, inner: &Inner, req: &RunRequest) -> (Bytes, Valu
             }
             (body, journal)
         }
-        RunInput::Incremental { messages, tools, context, state, forwarded_props, resume } => {
+        RunInput::Incremental {
+            messages,
+            tools,
+            context,
+            state,
+            forwarded_props,
+            resume,
+        } => {
             let new: Vec<Value> = messages.iter().filter(|m| is_new(m)).cloned().collect();
             let mut input = Map::new();
             input.insert("threadId".into(), thread_id.into());
             input.insert("runId".into(), req.run_id.clone().into());
             input.insert("protocolVersion".into(), "1.0".into());
-            input.insert("state".into(), state.clone().unwrap_or_else(|| fold.state().clone()));
+            input.insert(
+                "state".into(),
+                state.clone().unwrap_or_else(|| fold.state().clone()),
+            );
             input.insert("tools".into(), Value::Array(tools.clone()));
             input.insert("context".into(), Value::Array(context.clone()));
-            input.insert("forwardedProps".into(), forwarded_props.clone().unwrap_or_else(|| json!({})));
+            input.insert(
+                "forwardedProps".into(),
+                forwarded_props.clone().unwrap_or_else(|| json!({})),
+            );
             if let Some(r) = resume {
                 input.insert("resume".into(), r.clone());
             }
@@ -200,7 +239,10 @@ fn build_input(thread_id: &str, inner: &Inner, req: &RunRequest) -> (Bytes, Valu
             let mut all = fold.messages().to_vec();
             all.extend(new);
             input.insert("messages".into(), Value::Array(all));
-            (Bytes::from(serde_json::to_vec(&input).expect("input serializes")), Value::Object(journal))
+            (
+                Bytes::from(serde_json::to_vec(&input).expect("input serializes")),
+                Value::Object(journal),
+            )
         }
     }
 }
@@ -240,19 +282,29 @@ impl OpenEntities {
     fn closing(&self) -> Vec<Event> {
         let mut out = Vec::new();
         for m in &self.messages {
-            out.push(Event::build(json!({"type": "TEXT_MESSAGE_END", "messageId": m})));
+            out.push(Event::build(
+                json!({"type": "TEXT_MESSAGE_END", "messageId": m}),
+            ));
         }
         for c in &self.tool_calls {
-            out.push(Event::build(json!({"type": "TOOL_CALL_END", "toolCallId": c})));
+            out.push(Event::build(
+                json!({"type": "TOOL_CALL_END", "toolCallId": c}),
+            ));
         }
         for r in &self.reasoning_messages {
-            out.push(Event::build(json!({"type": "REASONING_MESSAGE_END", "messageId": r})));
+            out.push(Event::build(
+                json!({"type": "REASONING_MESSAGE_END", "messageId": r}),
+            ));
         }
         for r in &self.reasoning_spans {
-            out.push(Event::build(json!({"type": "REASONING_END", "messageId": r})));
+            out.push(Event::build(
+                json!({"type": "REASONING_END", "messageId": r}),
+            ));
         }
         for s in self.steps.iter().rev() {
-            out.push(Event::build(json!({"type": "STEP_FINISHED", "stepName": s})));
+            out.push(Event::build(
+                json!({"type": "STEP_FINISHED", "stepName": s}),
+            ));
         }
         out
     }
@@ -268,8 +320,19 @@ enum Step {
     Ended,
 }
 
-async fn drive(thread: Arc<Thread>, req: RunRequest, body: Bytes, journal_input: Value, cancel: CancellationToken) {
-    let RunRequest { agent, run_id, mut starter, .. } = req;
+async fn drive(
+    thread: Arc<Thread>,
+    req: RunRequest,
+    body: Bytes,
+    journal_input: Value,
+    cancel: CancellationToken,
+) {
+    let RunRequest {
+        agent,
+        run_id,
+        mut starter,
+        ..
+    } = req;
     let thread_id = thread.key.thread_id.clone();
     let mut stream = Some(RunStream::start(agent.clone(), body));
     let mut open = OpenEntities::default();
@@ -324,7 +387,12 @@ async fn drive(thread: Arc<Thread>, req: RunRequest, body: Bytes, journal_input:
             }
             Step::Ended => {
                 // RunStream always ends with a terminal event; this is a bug guard.
-                let entries = thread.append(vec![run_error("internal", "upstream stream ended without a terminal event")]).await;
+                let entries = thread
+                    .append(vec![run_error(
+                        "internal",
+                        "upstream stream ended without a terminal event",
+                    )])
+                    .await;
                 forward(&starter, &entries, None);
                 break;
             }
@@ -334,7 +402,10 @@ async fn drive(thread: Arc<Thread>, req: RunRequest, body: Bytes, journal_input:
                 let mut original_start = None;
                 let mut synthesized = 0;
                 for event in batch {
-                    if *event.kind() == EventType::RunStarted && !open.started && event.get("input").is_none() {
+                    if *event.kind() == EventType::RunStarted
+                        && !open.started
+                        && event.get("input").is_none()
+                    {
                         original_start = Some(event.clone());
                         journal.push(event.modify(|b| {
                             b.insert("input".into(), journal_input.clone());

@@ -2,7 +2,7 @@
 
 use super::DEMO_URL;
 use crate::auth::Principal;
-use crate::config::{AgentConfig, Timeouts, VerifyMode, expand_env};
+use crate::config::{AgentConfig, OnDisconnect, Strategy, Timeouts, VerifyMode, expand_env};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use std::collections::HashMap;
 use std::fmt;
@@ -22,6 +22,10 @@ pub struct Agent {
     pub verify: VerifyMode,
     pub timeouts: Timeouts,
     pub max_frame_bytes: usize,
+    /// What a second run on a busy thread does, and whether requests may choose.
+    pub strategy: Strategy,
+    pub allow_strategy_override: bool,
+    pub on_disconnect: OnDisconnect,
     pub http: reqwest::Client,
 }
 
@@ -71,6 +75,9 @@ impl Agent {
             verify: cfg.verify,
             timeouts: cfg.timeouts.clone(),
             max_frame_bytes: cfg.max_frame_bytes,
+            strategy: cfg.strategy,
+            allow_strategy_override: cfg.allow_strategy_override,
+            on_disconnect: cfg.on_disconnect,
             http,
         })
     }

@@ -1,0 +1,99 @@
+//! Thread lookup with access control, shared by the WebSocket and HTTP routes
+//! so both answer the same way: a thread the caller may not view is
+//! `not_found`, exactly like a missing one; a visible thread without the
+//! needed permission is `forbidden`.
+
+use super::AppState;
+use super::error::{ApiError, ErrorCode};
+use crate::auth::access::permissions;
+use crate::auth::{Permission, Principal};
+use crate::store::{StoreError, ThreadKey};
+use crate::thread::Thread;
+use std::sync::Arc;
+
+/// Why a thread could not be used.
+#[derive(Debug)]
+pub enum AccessError {
+    Invalid(String),
+    NotFound,
+    Forbidden(Permission),
+    Store(StoreError),
+}
+
+impl AccessError {
+    /// The contract's error for this refusal.
+    pub fn into_api(self) -> ApiError {
+        match self {
+            AccessError::Invalid(m) => ApiError::new(ErrorCode::Invalid, m),
+            AccessError::NotFound => ApiError::new(ErrorCode::NotFound, "no such thread"),
+            AccessError::Forbidden(p) => ApiError::new(
+                ErrorCode::Forbidden,
+                format!(
+                    "missing permission '{}' on this thread",
+                    format!("{p:?}").to_lowercase()
+                ),
+            ),
+            AccessError::Store(e) => {
+                tracing::error!("{e}");
+                ApiError::new(ErrorCode::Unavailable, "journal unavailable")
+            }
+        }
+    }
+}
+
+/// Thread ids: 1–128 of `A-Z a-z 0-9 . _ : -` (spec).
+pub fn valid_thread_id(id: &str) -> bool {
+    (1..=128).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
+/// The caller's thread `thread_id` if they hold `need` on it; with `create`,
+/// a missing thread is created with the caller as its creator.
+pub async fn thread_for(
+    state: &AppState,
+    who: &Principal,
+    thread_id: &str,
+    need: Permission,
+    create: bool,
+) -> Result<Arc<Thread>, AccessError> {
+    if !valid_thread_id(thread_id) {
+        return Err(AccessError::Invalid(
+            "'threadId' must be 1-128 characters of A-Z a-z 0-9 . _ : -".into(),
+        ));
+    }
+    let key = ThreadKey::new(who.tenant.clone(), thread_id);
+    match state.threads.get(&key).await.map_err(AccessError::Store)? {
+        Some(thread) => {
+            let creator = thread.creator();
+            let p = permissions(who, thread_id, Some(&creator), &state.config.grants);
+            if !p.has(Permission::View) {
+                return Err(AccessError::NotFound);
+            }
+            if !p.has(need) {
+                return Err(AccessError::Forbidden(need));
+            }
+            Ok(thread)
+        }
+        None if create => state
+            .threads
+            .get_or_create(&key, &who.subject)
+            .await
+            .map_err(AccessError::Store),
+        None => Err(AccessError::NotFound),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thread_id_format() {
+        assert!(valid_thread_id("team-7:a_b.c"));
+        assert!(!valid_thread_id(""));
+        assert!(!valid_thread_id("a/b"));
+        assert!(!valid_thread_id(&"x".repeat(129)));
+    }
+}

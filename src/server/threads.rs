@@ -1,0 +1,198 @@
+//! HTTP viewer routes: list threads, read a snapshot, join the event stream.
+
+use super::AppState;
+use super::access::{AccessError, thread_for};
+use super::error::{ApiError, ErrorCode};
+use super::http::authenticate;
+use crate::auth::Permission;
+use crate::auth::access::permissions;
+use crate::protocol::sse::KEEPALIVE;
+use crate::thread::Start;
+use crate::thread::fanout::{Outgoing, outbox};
+use axum::Json;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use bytes::BytesMut;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// Query of `GET /v1/threads`.
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    agent: Option<String>,
+    status: Option<String>,
+    limit: Option<usize>,
+    cursor: Option<usize>,
+}
+
+/// `GET /v1/threads`: threads the caller may view, newest first, paginated
+/// (`limit`, default 50, at most 500; `cursor` from the previous page).
+pub async fn list(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(q): Query<ListQuery>,
+) -> Response {
+    let who = match authenticate(&state, &headers).await {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    let store = state.threads.store().clone();
+    let tenant = who.tenant.clone();
+    let all = match tokio::task::spawn_blocking(move || store.list(&tenant)).await {
+        Ok(Ok(all)) => all,
+        _ => return ApiError::new(ErrorCode::Unavailable, "journal unavailable").into_response(),
+    };
+    let limit = q.limit.unwrap_or(50).clamp(1, 500);
+    let start = q.cursor.unwrap_or(0);
+    let visible: Vec<_> = all
+        .into_iter()
+        .filter(|(k, m)| {
+            permissions(&who, &k.thread_id, Some(&m.creator), &state.config.grants)
+                .has(Permission::View)
+        })
+        .filter(|(_, m)| q.agent.as_ref().is_none_or(|a| m.agent.as_ref() == Some(a)))
+        .filter(|(_, m)| q.status.as_ref().is_none_or(|s| m.status == *s))
+        .collect();
+    let page: Vec<Value> = visible
+        .iter()
+        .skip(start)
+        .take(limit)
+        .map(|(k, m)| {
+            json!({"threadId": k.thread_id, "agent": m.agent, "status": m.status,
+                   "createdMs": m.created_ms, "updatedMs": m.updated_ms, "lastSeq": m.last_seq})
+        })
+        .collect();
+    let next = (start + limit < visible.len()).then_some(start + limit);
+    Json(json!({"threads": page, "nextCursor": next})).into_response()
+}
+
+/// `GET /v1/threads/{threadId}`: the snapshot object.
+pub async fn snapshot(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(thread_id): Path<String>,
+) -> Response {
+    let who = match authenticate(&state, &headers).await {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    match thread_for(&state, &who, &thread_id, Permission::View, false).await {
+        Ok(t) => Json(Value::Object(t.snapshot())).into_response(),
+        Err(e) => e.into_api().into_response(),
+    }
+}
+
+/// Query of the join stream.
+#[derive(Debug, Deserialize)]
+pub struct JoinQuery {
+    after: Option<u64>,
+}
+
+/// `GET /v1/threads/{threadId}/events`: SSE join stream with `id: <seq>`
+/// lines. Starts after `after` (or `Last-Event-ID`), else from the oldest
+/// event held; when that is no longer held it starts with a
+/// `CUSTOM agui-gateway/snapshot` event carrying the snapshot.
+pub async fn join(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(thread_id): Path<String>,
+    Query(q): Query<JoinQuery>,
+) -> Response {
+    let who = match authenticate(&state, &headers).await {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    let thread = match thread_for(&state, &who, &thread_id, Permission::View, false).await {
+        Ok(t) => t,
+        Err(e) => return AccessError::into_api(e).into_response(),
+    };
+    let last_event_id = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let after = q.after.or(last_event_id).unwrap_or(0);
+    let (ob, mut rx) = outbox(state.config.threads.viewer_queue_bytes);
+    let viewer = state.next_connection_id();
+    thread.subscribe(viewer, ob.clone(), Start::After(after));
+    let keepalive = state.config.server.keepalive;
+    let guard = ViewerGuard { thread, viewer };
+    let stream = async_stream(move |tx| async move {
+        let _guard = guard; // unsubscribes however the task ends (including abort)
+        let mut ticker =
+            tokio::time::interval_at(tokio::time::Instant::now() + keepalive, keepalive);
+        loop {
+            let frame = tokio::select! {
+                item = rx.recv() => match item {
+                    Some(Outgoing::Event(e)) => e.sse(),
+                    Some(Outgoing::Message(m)) => match snapshot_event(&m) {
+                        Some(f) => f,
+                        None => continue,
+                    },
+                    Some(Outgoing::Close(..)) | None => break,
+                },
+                _ = ticker.tick() => Bytes::from_static(KEEPALIVE),
+            };
+            if tx.send(frame).await.is_err() {
+                break;
+            }
+        }
+        drop(ob);
+    });
+    let mut resp = Response::new(Body::from_stream(stream));
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    resp
+}
+
+/// Unsubscribes a viewer when dropped.
+pub struct ViewerGuard {
+    pub thread: Arc<crate::thread::Thread>,
+    pub viewer: u64,
+}
+
+impl Drop for ViewerGuard {
+    fn drop(&mut self) {
+        self.thread.unsubscribe(self.viewer);
+        self.thread.viewer_left();
+    }
+}
+
+/// A `snapshot` message as an SSE `CUSTOM agui-gateway/snapshot` event.
+fn snapshot_event(message: &str) -> Option<Bytes> {
+    let mut v: Value = serde_json::from_str(message).ok()?;
+    if v.get("type")?.as_str()? != "snapshot" {
+        return None;
+    }
+    let seq = v.get("seq").and_then(Value::as_u64);
+    v.as_object_mut()?.remove("type");
+    let event = json!({"type": "CUSTOM", "name": "agui-gateway/snapshot", "value": v});
+    let mut buf = BytesMut::new();
+    crate::protocol::sse::encode_data(event.to_string().as_bytes(), seq, &mut buf);
+    Some(buf.freeze())
+}
+
+/// A byte stream fed by a task; ends when the task returns. Dropping the
+/// stream (client gone) makes the task's next send fail.
+pub fn async_stream<F, Fut>(
+    task: F,
+) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>>
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<Bytes>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+    let handle = tokio::spawn(task(tx));
+    let guard = tokio_util::task::AbortOnDropHandle::new(handle);
+    futures::stream::unfold((rx, guard), |(mut rx, guard)| async move {
+        let b = rx.recv().await?;
+        Some((Ok(b), (rx, guard)))
+    })
+}

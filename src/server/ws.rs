@@ -1,0 +1,520 @@
+//! `GET /v1/ws`: shared sessions over WebSocket.
+//!
+//! Each connection has two halves. The reader (this task) authenticates,
+//! parses commands and acts on threads. The writer drains the connection's
+//! [`Outbox`](crate::thread::fanout::Outbox), which threads push to directly,
+//! and sends pings; it is the only place that writes to the socket, so a slow
+//! socket backs up one outbox and nothing else.
+
+use super::AppState;
+use super::access::{AccessError, thread_for};
+use super::error::{ApiError, ErrorCode};
+use super::http::bearer;
+use crate::auth::{Permission, Principal};
+use crate::config::Strategy;
+use crate::protocol::input::Message as AguiMessage;
+use crate::store::ThreadKey;
+use crate::thread::fanout::{Outbox, OutboxReceiver, Outgoing, outbox};
+use crate::thread::run::{RunConflict, RunInput, RunRequest, Started};
+use crate::thread::{Start, Thread};
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
+use futures::{SinkExt, StreamExt};
+use serde_json::{Map, Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The subprotocol the gateway speaks (and answers with).
+pub const SUBPROTOCOL: &str = "agui-gateway.v1";
+/// Close codes from the contract.
+pub const CLOSE_UNAUTHENTICATED: u16 = 4001;
+pub const CLOSE_PROTOCOL: u16 = 4009;
+pub const CLOSE_TOO_LARGE: u16 = 1009;
+pub const CLOSE_GOING_AWAY: u16 = 1001;
+
+/// The upgrade handler: origin check, token from header / subprotocol /
+/// (opt-in) query, then the connection.
+pub async fn upgrade(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(query): Query<HashMap<String, String>>,
+    ws: WebSocketUpgrade,
+) -> Response {
+    let cfg = &state.config.ws;
+    if let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok())
+        && !cfg.allowed_origins.is_empty()
+        && !cfg
+            .allowed_origins
+            .iter()
+            .any(|p| crate::auth::access::glob_match(p, origin))
+    {
+        return ApiError::new(
+            ErrorCode::Forbidden,
+            format!("origin '{origin}' is not allowed"),
+        )
+        .into_response();
+    }
+    let offered = headers
+        .get(header::SEC_WEBSOCKET_PROTOCOL)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let token = bearer(&headers)
+        .map(str::to_owned)
+        .or_else(|| {
+            offered
+                .split(',')
+                .map(str::trim)
+                .find_map(|p| p.strip_prefix("bearer."))
+                .map(str::to_owned)
+        })
+        .or_else(|| {
+            cfg.query_token
+                .then(|| query.get("access_token").cloned())
+                .flatten()
+        });
+    let principal = match token {
+        Some(t) => match state.auth.verify(&t).await {
+            Ok(p) => Some(p),
+            Err(f) => return ApiError::from(f).into_response(),
+        },
+        None => None,
+    };
+    let limit = cfg.max_frame_bytes;
+    ws.protocols([SUBPROTOCOL])
+        .max_message_size(limit)
+        .max_frame_size(limit)
+        .read_buffer_size(4 * 1024)
+        .write_buffer_size(4 * 1024)
+        .on_upgrade(move |socket| connection(state, socket, principal))
+}
+
+/// A connection after authentication.
+struct Conn {
+    state: Arc<AppState>,
+    id: u64,
+    principal: Principal,
+    outbox: Arc<Outbox>,
+    subs: HashMap<ThreadKey, Arc<Thread>>,
+}
+
+async fn connection(state: Arc<AppState>, socket: WebSocket, principal: Option<Principal>) {
+    let (sink, mut stream) = socket.split();
+    let (outbox, rx) = outbox(state.config.threads.viewer_queue_bytes);
+    let writer = tokio::spawn(write_loop(sink, rx, state.config.ws.ping_interval));
+    let cfg = state.config.ws.clone();
+
+    let principal = match principal {
+        Some(p) => p,
+        None => match first_frame_auth(&state, &mut stream, cfg.auth_timeout).await {
+            Ok(p) => {
+                outbox.push(reply(json!({"type": "ack", "id": p.1})));
+                p.0
+            }
+            Err(reason) => {
+                outbox.close(CLOSE_UNAUTHENTICATED, &reason);
+                drop(outbox);
+                let _ = writer.await;
+                return;
+            }
+        },
+    };
+    let mut conn = Conn {
+        id: state.next_connection_id(),
+        state,
+        principal,
+        outbox: outbox.clone(),
+        subs: HashMap::new(),
+    };
+    let expiry = tokio::time::sleep_until(deadline(conn.principal.expires_at));
+    tokio::pin!(expiry);
+    loop {
+        let next = tokio::select! {
+            _ = &mut expiry => {
+                outbox.close(CLOSE_UNAUTHENTICATED, "token expired");
+                break;
+            }
+            n = tokio::time::timeout(cfg.read_timeout, stream.next()) => n,
+        };
+        match next {
+            Err(_) => {
+                outbox.close(CLOSE_GOING_AWAY, "no traffic within read_timeout");
+                break;
+            }
+            Ok(None) | Ok(Some(Ok(Message::Close(_)))) => break,
+            Ok(Some(Err(e))) => {
+                let text = e.to_string();
+                if text.contains("Space limit exceeded")
+                    || text.contains("too long")
+                    || text.contains("Capacity")
+                {
+                    outbox.close(CLOSE_TOO_LARGE, "frame too large");
+                }
+                break;
+            }
+            Ok(Some(Ok(Message::Text(text)))) => {
+                if let Some(new_exp) = conn.handle(&text).await {
+                    expiry.as_mut().reset(deadline(new_exp));
+                }
+            }
+            Ok(Some(Ok(Message::Binary(_)))) => {
+                conn.error(
+                    None,
+                    ApiError::new(
+                        ErrorCode::Invalid,
+                        "binary frames are not supported; send JSON text",
+                    ),
+                );
+            }
+            Ok(Some(Ok(_))) => {} // ping/pong
+        }
+        if outbox.is_closed() {
+            break;
+        }
+    }
+    conn.leave_all();
+    drop(conn);
+    drop(outbox);
+    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+}
+
+fn deadline(exp_secs: u64) -> Instant {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    Instant::now() + Duration::from_secs(exp_secs.saturating_sub(now))
+}
+
+/// Waits for `{"type":"auth","token":…}` as the first frame.
+async fn first_frame_auth(
+    state: &AppState,
+    stream: &mut futures::stream::SplitStream<WebSocket>,
+    limit: Duration,
+) -> Result<(Principal, Value), String> {
+    let frame = match tokio::time::timeout(limit, stream.next()).await {
+        Err(_) => return Err("no token within auth_timeout".into()),
+        Ok(Some(Ok(Message::Text(t)))) => t,
+        Ok(_) => return Err("authenticate first: send {\"type\":\"auth\",\"token\":…}".into()),
+    };
+    let v: Value =
+        serde_json::from_str(&frame).map_err(|_| "first frame is not JSON".to_owned())?;
+    if v.get("type").and_then(Value::as_str) != Some("auth") {
+        return Err("authenticate first: send {\"type\":\"auth\",\"token\":…}".into());
+    }
+    let token = v
+        .get("token")
+        .and_then(Value::as_str)
+        .ok_or("auth frame has no token")?;
+    let p = state
+        .auth
+        .verify(token)
+        .await
+        .map_err(|f| format!("{} ({})", f, f.reason()))?;
+    Ok((p, v.get("id").cloned().unwrap_or(Value::Null)))
+}
+
+async fn write_loop(
+    mut sink: futures::stream::SplitSink<WebSocket, Message>,
+    mut rx: OutboxReceiver,
+    ping_every: Duration,
+) {
+    let mut ping = tokio::time::interval_at(Instant::now() + ping_every, ping_every);
+    loop {
+        let item = tokio::select! {
+            item = rx.recv() => item,
+            _ = ping.tick() => {
+                if sink.send(Message::Ping(Default::default())).await.is_err() { break; }
+                continue;
+            }
+        };
+        let sent = match item {
+            None => break,
+            Some(Outgoing::Event(e)) => sink.send(Message::Text(e.ws.clone())).await,
+            Some(Outgoing::Message(m)) => sink.send(Message::Text(m)).await,
+            Some(Outgoing::Close(code, reason)) => {
+                let _ = sink
+                    .send(Message::Close(Some(CloseFrame {
+                        code,
+                        reason: reason.into(),
+                    })))
+                    .await;
+                break;
+            }
+        };
+        if sent.is_err() {
+            break;
+        }
+    }
+    let _ = sink.close().await;
+}
+
+fn reply(v: Value) -> Outgoing {
+    Outgoing::Message(Utf8Bytes::from(v.to_string()))
+}
+
+/// Reads an optional string field; `Err` names it when present but not a string.
+fn opt_str<'a>(v: &'a Value, field: &str) -> Result<Option<&'a str>, ApiError> {
+    match v.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(ApiError::new(
+            ErrorCode::Invalid,
+            format!("'{field}' must be a string"),
+        )),
+    }
+}
+
+fn req_str<'a>(v: &'a Value, field: &str) -> Result<&'a str, ApiError> {
+    opt_str(v, field)?
+        .ok_or_else(|| ApiError::new(ErrorCode::Invalid, format!("missing field '{field}'")))
+}
+
+fn opt_array(v: &Value, field: &str) -> Result<Vec<Value>, ApiError> {
+    match v.get(field) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(a)) => Ok(a.clone()),
+        Some(_) => Err(ApiError::new(
+            ErrorCode::Invalid,
+            format!("'{field}' must be an array"),
+        )),
+    }
+}
+
+impl Conn {
+    fn error(&self, id: Option<&Value>, e: ApiError) {
+        let mut v = json!({"type": "error", "code": e.code.as_str(), "message": e.message});
+        if let Some(id) = id.filter(|i| !i.is_null()) {
+            v["id"] = id.clone();
+        }
+        self.outbox.push(reply(v));
+    }
+
+    fn ack(&self, id: Option<&Value>, extra: Map<String, Value>) {
+        let mut v = Map::new();
+        v.insert("type".into(), "ack".into());
+        v.insert("id".into(), id.cloned().unwrap_or(Value::Null));
+        v.extend(extra);
+        self.outbox.push(reply(Value::Object(v)));
+    }
+
+    /// Handles one command; returns a new token expiry after a refresh.
+    async fn handle(&mut self, text: &str) -> Option<u64> {
+        let v: Value = match serde_json::from_str(text) {
+            Ok(v @ Value::Object(_)) => v,
+            _ => {
+                self.error(
+                    None,
+                    ApiError::new(ErrorCode::Invalid, "frame is not a JSON object"),
+                );
+                return None;
+            }
+        };
+        let id = v.get("id");
+        let kind = match req_str(&v, "type") {
+            Ok(k) => k.to_owned(),
+            Err(e) => {
+                self.error(id, e);
+                return None;
+            }
+        };
+        let result = match kind.as_str() {
+            "ping" => {
+                let mut pong = json!({"type": "pong"});
+                if let Some(id) = id {
+                    pong["id"] = id.clone();
+                }
+                self.outbox.push(reply(pong));
+                Ok(None)
+            }
+            "auth" => self.refresh(&v).await.map(Some),
+            "subscribe" => self.subscribe(&v).await.map(|_| None),
+            "unsubscribe" => self.unsubscribe(&v).map(|_| None),
+            "run" => self.run(&v).await.map(|_| None),
+            "cancel" => self.cancel(&v).await.map(|_| None),
+            "resume" | "meta" => Err(ApiError::new(
+                ErrorCode::Invalid,
+                format!("'{kind}' is not supported by this gateway version yet"),
+            )),
+            other => Err(ApiError::new(
+                ErrorCode::Invalid,
+                format!("unknown command type '{other}'"),
+            )),
+        };
+        match result {
+            Ok(exp) => exp,
+            Err(e) => {
+                self.error(id, e);
+                None
+            }
+        }
+    }
+
+    async fn refresh(&mut self, v: &Value) -> Result<u64, ApiError> {
+        let token = req_str(v, "token")?;
+        let p = self
+            .state
+            .auth
+            .verify(token)
+            .await
+            .map_err(ApiError::from)?;
+        if p.subject != self.principal.subject || p.tenant != self.principal.tenant {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                "a refreshed token must name the same user and tenant",
+            ));
+        }
+        let exp = p.expires_at;
+        self.principal = p;
+        self.ack(v.get("id"), Map::new());
+        Ok(exp)
+    }
+
+    async fn thread(
+        &self,
+        thread_id: &str,
+        need: Permission,
+        create: bool,
+    ) -> Result<Arc<Thread>, ApiError> {
+        thread_for(&self.state, &self.principal, thread_id, need, create)
+            .await
+            .map_err(AccessError::into_api)
+    }
+
+    async fn subscribe(&mut self, v: &Value) -> Result<(), ApiError> {
+        let thread_id = req_str(v, "threadId")?;
+        let start = match v.get("after") {
+            None | Some(Value::Null) => Start::Snapshot,
+            Some(a) => Start::After(a.as_u64().ok_or_else(|| {
+                ApiError::new(ErrorCode::Invalid, "'after' must be a non-negative integer")
+            })?),
+        };
+        let thread = self.thread(thread_id, Permission::View, false).await?;
+        if v.get("id").is_some() {
+            let mut extra = Map::new();
+            extra.insert("threadId".into(), thread_id.into());
+            self.ack(v.get("id"), extra);
+        }
+        thread.subscribe(self.id, self.outbox.clone(), start);
+        self.subs.insert(thread.key.clone(), thread);
+        Ok(())
+    }
+
+    fn unsubscribe(&mut self, v: &Value) -> Result<(), ApiError> {
+        let thread_id = req_str(v, "threadId")?;
+        let key = ThreadKey::new(self.principal.tenant.clone(), thread_id);
+        if let Some(thread) = self.subs.remove(&key) {
+            thread.unsubscribe(self.id);
+            thread.viewer_left();
+        }
+        let mut extra = Map::new();
+        extra.insert("threadId".into(), thread_id.into());
+        self.ack(v.get("id"), extra);
+        Ok(())
+    }
+
+    async fn run(&mut self, v: &Value) -> Result<(), ApiError> {
+        let agent_id = req_str(v, "agent")?;
+        let thread_id = req_str(v, "threadId")?;
+        let run_id = opt_str(v, "runId")?
+            .map(str::to_owned)
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let agent =
+            self.state.agents.get(agent_id).ok_or_else(|| {
+                ApiError::new(ErrorCode::NotFound, format!("no agent '{agent_id}'"))
+            })?;
+        if !agent.allows(&self.principal) {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                format!("your roles may not run agent '{agent_id}'"),
+            ));
+        }
+        let strategy = match opt_str(v, "strategy")? {
+            None => agent.strategy,
+            Some(s) => {
+                let chosen: Strategy = serde_json::from_value(Value::from(s)).map_err(|_| {
+                    ApiError::new(
+                        ErrorCode::Invalid,
+                        "'strategy' must be reject, enqueue or interrupt",
+                    )
+                })?;
+                if chosen != agent.strategy && !agent.allow_strategy_override {
+                    return Err(ApiError::new(
+                        ErrorCode::Forbidden,
+                        format!("agent '{agent_id}' does not allow choosing the strategy"),
+                    ));
+                }
+                chosen
+            }
+        };
+        let messages = opt_array(v, "messages")?;
+        for (i, m) in messages.iter().enumerate() {
+            serde_json::from_value::<AguiMessage>(m.clone())
+                .map_err(|e| ApiError::new(ErrorCode::Invalid, format!("messages[{i}]: {e}")))?;
+        }
+        let input = RunInput::Incremental {
+            messages,
+            tools: opt_array(v, "tools")?,
+            context: opt_array(v, "context")?,
+            state: v.get("state").cloned().filter(|s| !s.is_null()),
+            forwarded_props: v.get("forwardedProps").cloned().filter(|s| !s.is_null()),
+            resume: None,
+        };
+        let thread = self.thread(thread_id, Permission::Run, true).await?;
+        if !self.subs.contains_key(&thread.key) {
+            thread.subscribe(self.id, self.outbox.clone(), Start::Live);
+            self.subs.insert(thread.key.clone(), thread.clone());
+        }
+        let req = RunRequest {
+            agent,
+            run_id: run_id.clone(),
+            input,
+            starter: None,
+        };
+        let started = thread
+            .start_run(req, strategy)
+            .map_err(|RunConflict(m)| ApiError::new(ErrorCode::Conflict, m))?;
+        self.state
+            .metrics
+            .runs_started
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut extra = Map::new();
+        extra.insert("threadId".into(), thread_id.into());
+        extra.insert("runId".into(), run_id.into());
+        if let Started::Queued(n) = started {
+            extra.insert("queued".into(), n.into());
+        }
+        self.ack(v.get("id"), extra);
+        Ok(())
+    }
+
+    async fn cancel(&mut self, v: &Value) -> Result<(), ApiError> {
+        let thread_id = req_str(v, "threadId")?;
+        let run_id = opt_str(v, "runId")?;
+        let thread = self.thread(thread_id, Permission::Cancel, false).await?;
+        let cancelled = thread.cancel_run(run_id).ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::Conflict,
+                match run_id {
+                    Some(r) => format!("run '{r}' is not the active run"),
+                    None => "no active run".into(),
+                },
+            )
+        })?;
+        let mut extra = Map::new();
+        extra.insert("threadId".into(), thread_id.into());
+        extra.insert("runId".into(), cancelled.into());
+        self.ack(v.get("id"), extra);
+        Ok(())
+    }
+
+    fn leave_all(&mut self) {
+        for (_, thread) in self.subs.drain() {
+            thread.unsubscribe(self.id);
+            thread.viewer_left();
+        }
+    }
+}
