@@ -38,9 +38,14 @@ impl Outgoing {
 }
 
 /// The sending side of a connection's queue.
+///
+/// The budget measures how far a viewer lags the live stream. Replay (a
+/// subscription's catch-up from the journal) is queued uncounted: those
+/// entries are shared with the journal, so queueing them costs a pointer each,
+/// and a viewer catching up is behind by definition.
 #[derive(Debug)]
 pub struct Outbox {
-    tx: mpsc::UnboundedSender<Outgoing>,
+    tx: mpsc::UnboundedSender<(Outgoing, bool)>,
     queued: Arc<AtomicUsize>,
     limit: usize,
     closed: AtomicBool,
@@ -48,7 +53,7 @@ pub struct Outbox {
 
 /// The receiving side, owned by the connection's writer task.
 pub struct OutboxReceiver {
-    rx: mpsc::UnboundedReceiver<Outgoing>,
+    rx: mpsc::UnboundedReceiver<(Outgoing, bool)>,
     queued: Arc<AtomicUsize>,
 }
 
@@ -84,17 +89,27 @@ impl Outbox {
             );
             return false;
         }
-        if self.tx.send(item).is_err() {
+        if self.tx.send((item, true)).is_err() {
             self.closed.store(true, Ordering::Release);
             return false;
         }
         true
     }
 
+    /// Queues catch-up items outside the byte budget (see the type's docs).
+    pub fn push_replay(&self, item: Outgoing) -> bool {
+        if self.closed.load(Ordering::Acquire) {
+            return false;
+        }
+        self.tx.send((item, false)).is_ok()
+    }
+
     /// Asks the writer to close the connection (once).
     pub fn close(&self, code: u16, reason: &str) {
         if !self.closed.swap(true, Ordering::AcqRel) {
-            let _ = self.tx.send(Outgoing::Close(code, reason.to_owned()));
+            let _ = self
+                .tx
+                .send((Outgoing::Close(code, reason.to_owned()), false));
         }
     }
 
@@ -112,8 +127,10 @@ impl Outbox {
 impl OutboxReceiver {
     /// The next item to send; `None` when every sender is gone.
     pub async fn recv(&mut self) -> Option<Outgoing> {
-        let item = self.rx.recv().await?;
-        self.queued.fetch_sub(item.cost(), Ordering::AcqRel);
+        let (item, counted) = self.rx.recv().await?;
+        if counted {
+            self.queued.fetch_sub(item.cost(), Ordering::AcqRel);
+        }
         Some(item)
     }
 }
@@ -140,6 +157,22 @@ mod tests {
             Some(Outgoing::Close(CLOSE_TOO_SLOW, _))
         ));
         assert!(!ob.push(msg(1)), "closed stays closed");
+    }
+
+    #[tokio::test]
+    async fn replay_is_outside_the_live_budget() {
+        let (ob, mut rx) = outbox(100);
+        for _ in 0..10 {
+            assert!(ob.push_replay(msg(60)));
+        }
+        assert!(
+            ob.push(msg(60)),
+            "live budget untouched by 600 bytes of replay"
+        );
+        for _ in 0..11 {
+            assert!(rx.recv().await.is_some());
+        }
+        assert!(ob.push(msg(60)) && ob.push(msg(30)));
     }
 
     #[tokio::test]

@@ -164,7 +164,7 @@ impl Thread {
                 .journal
                 .iter()
                 .filter(|e| e.seq > n)
-                .all(|e| outbox.push(Outgoing::Event(e.clone()))),
+                .all(|e| outbox.push_replay(Outgoing::Event(e.clone()))),
             Start::After(_) => push_snapshot(&self.key, &inner, &outbox, true),
         };
         if ok {
@@ -343,7 +343,7 @@ fn push_snapshot(key: &ThreadKey, inner: &Inner, outbox: &Outbox, reset: bool) -
     m.insert("type".into(), "snapshot".into());
     m.extend(snapshot_of(key, inner, reset));
     let text = serde_json::to_string(&m).expect("snapshot serializes");
-    outbox.push(Outgoing::Message(Utf8Bytes::from(text)))
+    outbox.push_replay(Outgoing::Message(Utf8Bytes::from(text)))
 }
 
 /// Every thread the gateway has touched, loaded from the store on demand.

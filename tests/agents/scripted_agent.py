@@ -147,6 +147,19 @@ async def handle(request: Request) -> Response:
                 yield data[i : i + 512]
         return sse(gen())
 
+    if scenario == "flood":
+        # ~10 MB of text in 10,000 events, as fast as the socket takes it:
+        # more than a stalled reader's kernel buffers plus its 1 MiB queue hold.
+        async def gen():
+            yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+            yield ENC.encode(TextMessageStartEvent(message_id="f1", role="assistant"))
+            chunk = "y" * 1000
+            for i in range(10000):
+                yield ENC.encode(TextMessageContentEvent(message_id="f1", delta=f"{i:05d}{chunk}"))
+            yield ENC.encode(TextMessageEndEvent(message_id="f1"))
+            yield ENC.encode(RunFinishedEvent(thread_id=thread_id, run_id=run_id))
+        return sse(gen())
+
     if scenario == "http500":
         return PlainTextResponse("internal kaboom: database on fire", status_code=500)
 

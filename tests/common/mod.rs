@@ -169,8 +169,18 @@ impl Gateway {
         let server =
             "[server]\nlisten = \"127.0.0.1:0\"\nkeepalive = \"1s\"\nshutdown_grace = \"1s\"\n\n";
         std::fs::write(&config_path, format!("{server}{config}\n")).unwrap();
+        let (proc, base) = Self::spawn(&config_path, env).await;
+        Gateway {
+            proc,
+            base,
+            config_path,
+            _dir: dir,
+        }
+    }
+
+    async fn spawn(config_path: &Path, env: &[(&str, &str)]) -> (Proc, String) {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_agui-gateway"));
-        cmd.arg("--config").arg(&config_path).arg("serve");
+        cmd.arg("--config").arg(config_path).arg("serve");
         cmd.env("AGUI_GATEWAY_LOG", "info,agui_gateway=debug");
         for (k, v) in env {
             cmd.env(k, v);
@@ -178,11 +188,25 @@ impl Gateway {
         let mut proc = Proc::spawn(cmd);
         let line = proc.expect_line("agui-gateway listening on ").await;
         let base = line["agui-gateway listening on ".len()..].trim().to_owned();
+        (proc, base)
+    }
+
+    /// Starts a new gateway process on the same config and data directory
+    /// (the old process is killed if still running).
+    pub async fn restart(self) -> Gateway {
+        let Gateway {
+            proc,
+            config_path,
+            _dir,
+            ..
+        } = self;
+        drop(proc);
+        let (proc, base) = Self::spawn(&config_path, &[]).await;
         Gateway {
             proc,
             base,
             config_path,
-            _dir: dir,
+            _dir,
         }
     }
 
@@ -301,4 +325,139 @@ pub fn fixture(name: &str) -> PathBuf {
 /// True when `path` exists (for messages).
 pub fn exists(path: &Path) -> bool {
     path.exists()
+}
+
+/// A WebSocket client for the tests (tokio-tungstenite).
+pub struct Ws {
+    pub stream: tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
+}
+
+/// How a WebSocket connection presents its token.
+pub enum WsAuth<'a> {
+    None,
+    Header(&'a str),
+    Subprotocol(&'a str),
+    Query(&'a str),
+}
+
+impl Ws {
+    /// Connects to the gateway's `/v1/ws`; `Err(status)` when the upgrade is refused.
+    pub async fn connect(gw: &Gateway, auth: WsAuth<'_>) -> Result<Ws, u16> {
+        Self::connect_with(gw, auth, None, None).await
+    }
+
+    /// Full control: an `Origin` header and a receive-buffer size (a small
+    /// one makes a viewer that stops reading back up quickly).
+    pub async fn connect_with(
+        gw: &Gateway,
+        auth: WsAuth<'_>,
+        origin: Option<&str>,
+        recv_buffer: Option<usize>,
+    ) -> Result<Ws, u16> {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let addr = gw.base.trim_start_matches("http://").to_owned();
+        let mut url = format!("ws://{addr}/v1/ws");
+        if let WsAuth::Query(t) = auth {
+            url.push_str(&format!("?access_token={t}"));
+        }
+        let mut req = url.into_client_request().unwrap();
+        let h = req.headers_mut();
+        match auth {
+            WsAuth::Header(t) => {
+                h.insert("authorization", format!("Bearer {t}").parse().unwrap());
+            }
+            WsAuth::Subprotocol(t) => {
+                h.insert(
+                    "sec-websocket-protocol",
+                    format!("agui-gateway.v1, bearer.{t}").parse().unwrap(),
+                );
+            }
+            _ => {}
+        }
+        if let Some(o) = origin {
+            h.insert("origin", o.parse().unwrap());
+        }
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        if let Some(size) = recv_buffer {
+            socket.set_recv_buffer_size(size as u32).unwrap();
+        }
+        let tcp = socket.connect(addr.parse().unwrap()).await.unwrap();
+        match tokio_tungstenite::client_async(req, tcp).await {
+            Ok((stream, resp)) => {
+                if let WsAuth::Subprotocol(_) = auth {
+                    assert_eq!(resp.headers()["sec-websocket-protocol"], "agui-gateway.v1");
+                }
+                Ok(Ws { stream })
+            }
+            Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => Err(resp.status().as_u16()),
+            Err(e) => panic!("websocket connect: {e}"),
+        }
+    }
+
+    /// Sends a JSON command.
+    pub async fn send(&mut self, v: Value) {
+        use futures::SinkExt;
+        self.stream
+            .send(tokio_tungstenite::tungstenite::Message::Text(
+                v.to_string().into(),
+            ))
+            .await
+            .unwrap();
+    }
+
+    /// The next JSON frame; a close arrives as `{"close": code, "reason": …}`.
+    pub async fn recv(&mut self) -> Value {
+        use futures::StreamExt;
+        use tokio_tungstenite::tungstenite::Message;
+        // One deadline for the frame, so pings in between cannot extend it.
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let msg = tokio::time::timeout_at(deadline, self.stream.next())
+                .await
+                .expect("timed out waiting for a websocket frame");
+            match msg {
+                Some(Ok(Message::Text(t))) => return serde_json::from_str(&t).unwrap(),
+                Some(Ok(Message::Close(f))) => {
+                    let (code, reason) = f
+                        .map(|f| (u16::from(f.code), f.reason.to_string()))
+                        .unwrap_or((1005, String::new()));
+                    return json!({"close": code, "reason": reason});
+                }
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return json!({"close": 1006, "reason": e.to_string()}),
+                None => return json!({"close": 1006, "reason": "eof"}),
+            }
+        }
+    }
+
+    /// Frames until (and including) the first one matching `done`.
+    pub async fn recv_until(&mut self, done: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let mut out = Vec::new();
+        loop {
+            let v = self.recv().await;
+            let stop = done(&v) || v.get("close").is_some();
+            out.push(v);
+            if stop {
+                return out;
+            }
+        }
+    }
+}
+
+/// True for an `event` frame carrying a terminal AG-UI event.
+pub fn is_terminal_frame(v: &Value) -> bool {
+    v["type"] == "event"
+        && matches!(
+            v["event"]["type"].as_str(),
+            Some("RUN_FINISHED" | "RUN_ERROR")
+        )
+}
+
+/// The `seq`s of the event frames in `frames`.
+pub fn seqs(frames: &[Value]) -> Vec<u64> {
+    frames
+        .iter()
+        .filter(|f| f["type"] == "event")
+        .map(|f| f["seq"].as_u64().unwrap())
+        .collect()
 }
