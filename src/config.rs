@@ -111,6 +111,10 @@ pub struct ThreadsConfig {
     pub max_events: usize,
     /// Unsent bytes a viewer may have queued before it is closed with 4008.
     pub viewer_queue_bytes: usize,
+    /// A thread idle this long (no run, no event) has its journal compacted
+    /// into its snapshot; `0s` never.
+    #[serde(with = "humantime_serde")]
+    pub idle_ttl: Duration,
 }
 
 impl Default for ThreadsConfig {
@@ -118,6 +122,7 @@ impl Default for ThreadsConfig {
         ThreadsConfig {
             max_events: 10_000,
             viewer_queue_bytes: 1024 * 1024,
+            idle_ttl: Duration::from_secs(24 * 3600),
         }
     }
 }

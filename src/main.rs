@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Parser)]
 #[command(
@@ -176,6 +177,7 @@ async fn serve(config: Config) -> Result<(), String> {
         store,
         ThreadSettings {
             max_events: config.threads.max_events,
+            idle_ttl: config.threads.idle_ttl,
         },
     );
     let recovered = threads.recover().await.map_err(|e| e.to_string())?;
@@ -189,10 +191,15 @@ async fn serve(config: Config) -> Result<(), String> {
         config,
         auth,
         agents,
-        threads,
+        threads: Arc::new(threads),
         metrics: Default::default(),
         ids: Default::default(),
     });
+    if !state.config.threads.idle_ttl.is_zero() {
+        let every = (state.config.threads.idle_ttl / 4)
+            .clamp(Duration::from_secs(1), Duration::from_secs(60));
+        state.threads.spawn_sweeper(every);
+    }
     let running = server::start(state.clone())
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", state.config.server.listen))?;

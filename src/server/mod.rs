@@ -22,7 +22,7 @@ pub struct AppState {
     pub config: Config,
     pub auth: Authenticator,
     pub agents: AgentRegistry,
-    pub threads: Threads,
+    pub threads: Arc<Threads>,
     pub metrics: metrics::Metrics,
     /// Source of connection/viewer ids.
     pub ids: AtomicU64,

@@ -87,8 +87,9 @@ pub async fn upgrade(
     ws.protocols([SUBPROTOCOL])
         .max_message_size(limit)
         .max_frame_size(limit)
-        .read_buffer_size(4 * 1024)
-        .write_buffer_size(4 * 1024)
+        // Small buffers: an idle socket should cost little (see docs/benchmarks.md).
+        .read_buffer_size(1024)
+        .write_buffer_size(0)
         .on_upgrade(move |socket| connection(state, socket, principal))
 }
 

@@ -131,6 +131,8 @@ fn write_group(conn: &mut Connection, group: &[(AppendBatch, Ack)]) -> Result<()
                    updated_ms = excluded.updated_ms, last_seq = excluded.last_seq",
             )
             .map_err(err)?;
+        // Events in order; each thread's metadata once, from its last batch.
+        let mut last_meta: Vec<&AppendBatch> = Vec::new();
         for (b, _) in group {
             let (t, th) = (&b.key.tenant, &b.key.thread_id);
             for (seq, json) in &b.events {
@@ -138,20 +140,12 @@ fn write_group(conn: &mut Connection, group: &[(AppendBatch, Ack)]) -> Result<()
                     .execute(params![t, th, *seq as i64, &json[..]])
                     .map_err(err)?;
             }
-            let m = &b.meta;
-            upsert
-                .execute(params![
-                    t,
-                    th,
-                    m.creator,
-                    m.agent,
-                    m.status,
-                    m.created_ms as i64,
-                    m.updated_ms as i64,
-                    m.last_seq as i64
-                ])
-                .map_err(err)?;
+            match last_meta.iter_mut().find(|m| m.key == b.key) {
+                Some(m) => *m = b,
+                None => last_meta.push(b),
+            }
             if let Some((base_seq, snapshot)) = &b.compact {
+                upsert_meta(&mut upsert, b)?;
                 tx.execute(
                     "DELETE FROM events WHERE tenant = ?1 AND thread = ?2 AND seq <= ?3",
                     params![t, th, *base_seq as i64],
@@ -164,8 +158,30 @@ fn write_group(conn: &mut Connection, group: &[(AppendBatch, Ack)]) -> Result<()
                 .map_err(err)?;
             }
         }
+        for b in last_meta {
+            upsert_meta(&mut upsert, b)?;
+        }
     }
     tx.commit().map_err(err)
+}
+
+fn upsert_meta(
+    stmt: &mut rusqlite::CachedStatement<'_>,
+    b: &AppendBatch,
+) -> Result<(), StoreError> {
+    let m = &b.meta;
+    stmt.execute(params![
+        b.key.tenant,
+        b.key.thread_id,
+        m.creator,
+        m.agent,
+        m.status,
+        m.created_ms as i64,
+        m.updated_ms as i64,
+        m.last_seq as i64
+    ])
+    .map(|_| ())
+    .map_err(err)
 }
 
 fn meta_from_row(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<ThreadMeta> {

@@ -32,6 +32,9 @@ pub struct ThreadSettings {
     /// After a run ends, a journal longer than this is compacted into the
     /// fold (viewers asking for older events get a `reset` snapshot).
     pub max_events: usize,
+    /// A thread with no run and no new event for this long has its journal
+    /// compacted into the fold too (zero: never).
+    pub idle_ttl: std::time::Duration,
 }
 
 /// One published journal event, with its WebSocket frame built once.
@@ -83,6 +86,8 @@ struct Inner {
     unpublished: VecDeque<Arc<Entry>>,
     viewers: Vec<Viewer>,
     runs: RunSlot,
+    /// When the last event was published.
+    last_event: std::time::Instant,
 }
 
 /// One conversation.
@@ -124,6 +129,7 @@ impl Thread {
                 unpublished: VecDeque::new(),
                 viewers: Vec::new(),
                 runs: RunSlot::default(),
+                last_event: std::time::Instant::now(),
             }),
         }
     }
@@ -262,9 +268,28 @@ impl Thread {
     /// Compacts the journal into the fold when it grew past `max_events`
     /// (called between runs, so the base is a whole-run boundary).
     async fn maybe_compact(&self) {
+        self.compact(false).await
+    }
+
+    /// Compacts when idle past `idle_ttl` (no active run, nothing new).
+    async fn compact_if_idle(&self) {
+        let idle = {
+            let inner = self.lock();
+            !self.settings.idle_ttl.is_zero()
+                && inner.runs.is_idle()
+                && !inner.journal.is_empty()
+                && inner.last_event.elapsed() >= self.settings.idle_ttl
+        };
+        if idle {
+            self.compact(true).await
+        }
+    }
+
+    async fn compact(&self, force: bool) {
         let batch = {
             let mut inner = self.lock();
-            if inner.journal.len() <= self.settings.max_events || !inner.unpublished.is_empty() {
+            let due = force || inner.journal.len() > self.settings.max_events;
+            if !due || inner.journal.is_empty() || !inner.unpublished.is_empty() {
                 return;
             }
             let base = inner.fold.seq;
@@ -455,6 +480,28 @@ impl Threads {
             .clone())
     }
 
+    /// Compacts every idle thread's journal (see [`ThreadSettings::idle_ttl`]).
+    pub async fn sweep_idle(&self) {
+        let threads: Vec<Arc<Thread>> = self.map.iter().map(|t| t.value().clone()).collect();
+        for t in threads {
+            t.compact_if_idle().await;
+        }
+    }
+
+    /// Runs [`Threads::sweep_idle`] every `every`, for the life of the process.
+    pub fn spawn_sweeper(self: &Arc<Self>, every: std::time::Duration) {
+        let threads = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let Some(t) = threads.upgrade() else { return };
+                t.sweep_idle().await;
+            }
+        });
+    }
+
     /// Closes runs that were active when the process last stopped, with
     /// `RUN_ERROR gateway_restarted`. Returns how many were closed.
     pub async fn recover(&self) -> Result<usize, StoreError> {
@@ -484,7 +531,13 @@ mod tests {
     use crate::store::memory::MemoryStore;
 
     fn threads(max_events: usize) -> Threads {
-        Threads::new(Arc::new(MemoryStore::new()), ThreadSettings { max_events })
+        Threads::new(
+            Arc::new(MemoryStore::new()),
+            ThreadSettings {
+                max_events,
+                idle_ttl: std::time::Duration::ZERO,
+            },
+        )
     }
 
     fn ev(v: Value) -> Event {
@@ -570,11 +623,42 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn idle_threads_are_compacted_by_the_sweeper() {
+        let ts = Threads::new(
+            Arc::new(MemoryStore::new()),
+            ThreadSettings {
+                max_events: 1000,
+                idle_ttl: std::time::Duration::from_millis(1),
+            },
+        );
+        let t = ts
+            .get_or_create(&ThreadKey::new("ten", "th"), "u")
+            .await
+            .unwrap();
+        t.append(vec![ev(json!({"type":"CUSTOM","name":"n","value":1}))])
+            .await;
+        assert_eq!(t.entries_after(0).unwrap().len(), 1);
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await; // exceed the 1 ms TTL
+        ts.sweep_idle().await;
+        assert!(
+            t.entries_after(0).is_none(),
+            "compacted: after=0 now needs a reset snapshot"
+        );
+        assert!(t.entries_after(1).unwrap().is_empty());
+    }
+
+    #[tokio::test]
     async fn reload_from_store_restores_fold_and_seq() {
         let store: Arc<dyn JournalStore> = Arc::new(MemoryStore::new());
         let key = ThreadKey::new("ten", "th");
         {
-            let ts = Threads::new(store.clone(), ThreadSettings { max_events: 2 });
+            let ts = Threads::new(
+                store.clone(),
+                ThreadSettings {
+                    max_events: 2,
+                    idle_ttl: std::time::Duration::ZERO,
+                },
+            );
             let t = ts.get_or_create(&key, "u").await.unwrap();
             t.append(vec![
                 ev(json!({"type":"RUN_STARTED","threadId":"th","runId":"r"})),
@@ -588,7 +672,13 @@ mod tests {
             )])
             .await;
         }
-        let ts = Threads::new(store, ThreadSettings { max_events: 2 });
+        let ts = Threads::new(
+            store,
+            ThreadSettings {
+                max_events: 2,
+                idle_ttl: std::time::Duration::ZERO,
+            },
+        );
         let t = ts.get(&key).await.unwrap().unwrap();
         let snap = t.snapshot();
         assert_eq!(snap["seq"], 4);

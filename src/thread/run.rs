@@ -85,6 +85,13 @@ pub(super) struct RunSlot {
     queue: VecDeque<RunRequest>,
 }
 
+impl RunSlot {
+    /// No run active or waiting.
+    pub(super) fn is_idle(&self) -> bool {
+        self.active.is_none() && self.queue.is_empty()
+    }
+}
+
 impl Thread {
     /// Starts `req` now, queues it, or refuses it, per `strategy`.
     pub fn start_run(

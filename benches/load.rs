@@ -1,0 +1,390 @@
+//! Load tool for shared sessions (not criterion: it drives the real gateway
+//! binary over loopback). Run it with
+//!
+//! ```sh
+//! cargo bench --bench load   # needs ~10,100 open files per process (ulimit -n)
+//! ```
+//!
+//! It starts an in-process "blaster" AG-UI agent (a CUSTOM event per tick
+//! carrying its send time), the `agui-gateway` binary with an SQLite journal,
+//! and WebSocket viewers, then reports:
+//! - fan-out: deliveries/s (unpaced run) and p50/p99 event latency (paced run)
+//!   for 1 run → 10, 100, 1,000 viewers;
+//! - RSS of the gateway per idle authenticated socket at 10,000 sockets;
+//! - catch-up time for `subscribe after=0` on a 10,000-event thread;
+//! - journal appends/s through the SQLite group commit (library, no network).
+//!
+//! Under `cargo test` (no `--bench` argument) it does nothing.
+
+use agui_gateway::store::sqlite::SqliteStore;
+use agui_gateway::store::{AppendBatch, JournalStore, ThreadKey, ThreadMeta};
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::response::Response;
+use axum::routing::post;
+use futures::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::io::AsyncBufReadExt;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+const SECRET: &str = "load-test-secret-0123456789abcdef0123";
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+/// The blaster: `forwardedProps.n` CUSTOM ticks, `forwardedProps.gapUs` apart.
+async fn blaster() -> std::net::SocketAddr {
+    async fn run(body: Bytes) -> Response {
+        let input: Value = serde_json::from_slice(&body).unwrap();
+        let n = input["forwardedProps"]["n"].as_u64().unwrap_or(10);
+        let gap = Duration::from_micros(input["forwardedProps"]["gapUs"].as_u64().unwrap_or(0));
+        let (thread, run) = (input["threadId"].clone(), input["runId"].clone());
+        let stream = futures::stream::unfold(0u64, move |i| {
+            let (thread, run) = (thread.clone(), run.clone());
+            async move {
+                if i > n + 1 {
+                    return None;
+                }
+                if i > 0 && i <= n && !gap.is_zero() {
+                    tokio::time::sleep(gap).await;
+                }
+                let ev = match i {
+                    0 => json!({"type": "RUN_STARTED", "threadId": thread, "runId": run}),
+                    i if i <= n => {
+                        json!({"type": "CUSTOM", "name": "tick", "value": {"i": i, "t": now_ns()}})
+                    }
+                    _ => json!({"type": "RUN_FINISHED", "threadId": thread, "runId": run}),
+                };
+                Some((
+                    Ok::<_, std::convert::Infallible>(Bytes::from(format!("data: {ev}\n\n"))),
+                    i + 1,
+                ))
+            }
+        });
+        Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(Body::from_stream(stream))
+            .unwrap()
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        async move { axum::serve(listener, Router::new().route("/agent", post(run))).await },
+    );
+    addr
+}
+
+struct Gateway {
+    child: tokio::process::Child,
+    addr: String,
+    _dir: tempfile::TempDir,
+}
+
+async fn gateway(upstream: std::net::SocketAddr) -> Gateway {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("g.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n[auth]\nhs_secret = \"{SECRET}\"\n\
+             [threads]\nmax_events = 1000000\n[ws]\nread_timeout = \"10m\"\nping_interval = \"5m\"\n\
+             [[agents]]\nid = \"blast\"\nurl = \"http://{upstream}/agent\"\n"
+        ),
+    )
+    .unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agui-gateway"))
+        .args(["--config", cfg.to_str().unwrap(), "serve"])
+        .env("AGUI_GATEWAY_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = lines.next_line().await.unwrap().unwrap();
+    let addr = line.rsplit("http://").next().unwrap().trim().to_owned();
+    Gateway {
+        child,
+        addr,
+        _dir: dir,
+    }
+}
+
+fn token(sub: &str) -> String {
+    let exp = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 3600;
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &json!({"sub": sub, "exp": exp}),
+        &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .unwrap()
+}
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn connect(addr: &str) -> Socket {
+    let mut req = format!("ws://{addr}/v1/ws").into_client_request().unwrap();
+    req.headers_mut().insert(
+        "authorization",
+        format!("Bearer {}", token("bench")).parse().unwrap(),
+    );
+    tokio_tungstenite::connect_async(req).await.unwrap().0
+}
+
+async fn send(ws: &mut Socket, v: Value) {
+    ws.send(Message::Text(v.to_string().into())).await.unwrap();
+}
+
+/// Reads text frames until one satisfies `done`.
+async fn until(ws: &mut Socket, done: impl Fn(&str) -> bool) {
+    while let Some(Ok(m)) = ws.next().await {
+        if let Message::Text(t) = m
+            && done(&t)
+        {
+            return;
+        }
+    }
+    panic!("socket ended early");
+}
+
+fn gateway_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Starts a run of `n` ticks on `thread` and waits for its ack.
+async fn start_run(runner: &mut Socket, thread: &str, run: &str, n: u64, gap_us: u64) {
+    send(
+        runner,
+        json!({"type": "run", "id": run, "agent": "blast", "threadId": thread, "runId": run,
+               "forwardedProps": {"n": n, "gapUs": gap_us}}),
+    )
+    .await;
+    until(runner, |t| t.contains("\"type\":\"ack\"")).await;
+}
+
+fn percentile(sorted: &[u64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize] as f64 / 1000.0
+}
+
+/// One fan-out measurement: (deliveries/s of an unpaced run, p50 µs, p99 µs of a paced run).
+async fn fanout(
+    gw: &Gateway,
+    viewers: usize,
+    n_fast: u64,
+    n_paced: u64,
+    gap_us: u64,
+) -> (f64, f64, f64) {
+    let thread = format!("fan-{viewers}-{gap_us}");
+    let mut runner = connect(&gw.addr).await;
+    start_run(&mut runner, &thread, "warm", 1, 0).await;
+    until(&mut runner, |t| t.contains("RUN_FINISHED")).await;
+    let mut sockets = Vec::with_capacity(viewers);
+    for _ in 0..viewers {
+        let mut ws = connect(&gw.addr).await;
+        send(
+            &mut ws,
+            json!({"type": "subscribe", "id": "s", "threadId": thread, "after": 3}),
+        )
+        .await;
+        until(&mut ws, |t| t.contains("\"type\":\"ack\"")).await;
+        sockets.push(ws);
+    }
+    let mut results = Vec::new();
+    for (run, n, gap) in [("fast", n_fast, 0u64), ("paced", n_paced, gap_us)] {
+        let handles: Vec<_> = sockets
+            .drain(..)
+            .map(|mut ws| {
+                tokio::spawn(async move {
+                    let mut lat = Vec::with_capacity(n as usize);
+                    let mut last = Instant::now();
+                    while let Some(Ok(Message::Text(t))) = ws.next().await {
+                        if let Some(i) = t.find("\"t\":") {
+                            let digits: String = t[i + 4..]
+                                .chars()
+                                .take_while(|c| c.is_ascii_digit())
+                                .collect();
+                            lat.push(now_ns().saturating_sub(digits.parse().unwrap_or(0)));
+                        } else if t.contains("RUN_FINISHED") {
+                            last = Instant::now();
+                            break;
+                        }
+                    }
+                    (ws, lat, last)
+                })
+            })
+            .collect();
+        let started = Instant::now();
+        start_run(&mut runner, &thread, run, n, gap).await;
+        let mut lat = Vec::new();
+        let mut end = started;
+        for h in handles {
+            let (ws, l, last) = h.await.unwrap();
+            lat.extend(l);
+            end = end.max(last);
+            sockets.push(ws);
+        }
+        until(&mut runner, |t| t.contains("RUN_FINISHED")).await;
+        let secs = end.duration_since(started).as_secs_f64();
+        lat.sort_unstable();
+        results.push((
+            (viewers as u64 * n) as f64 / secs,
+            percentile(&lat, 0.5),
+            percentile(&lat, 0.99),
+        ));
+    }
+    (results[0].0, results[1].1, results[1].2)
+}
+
+async fn idle_sockets(gw: &Gateway, count: usize) -> (f64, u64) {
+    let pid = gw.child.id().unwrap();
+    // Warm the allocator and runtime with a few connections first.
+    let warm: Vec<_> = futures::future::join_all((0..50).map(|_| connect(&gw.addr))).await;
+    let before = gateway_rss_kib(pid);
+    let mut sockets = Vec::with_capacity(count);
+    for chunk in 0..count / 500 {
+        let batch = futures::future::join_all((0..500).map(|_| connect(&gw.addr))).await;
+        sockets.extend(batch);
+        let _ = chunk;
+    }
+    // Every socket authenticated and served: one ping round-trip each.
+    for ws in sockets.iter_mut() {
+        send(ws, json!({"type": "ping"})).await;
+    }
+    for ws in sockets.iter_mut() {
+        until(ws, |t| t.contains("pong")).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await; // let the RSS reading settle
+    let after = gateway_rss_kib(pid);
+    drop(warm);
+    (
+        (after.saturating_sub(before)) as f64 * 1024.0 / count as f64,
+        after,
+    )
+}
+
+async fn catch_up(gw: &Gateway, events: u64) -> Duration {
+    let mut runner = connect(&gw.addr).await;
+    start_run(&mut runner, "catchup", "big", events, 0).await;
+    until(&mut runner, |t| t.contains("RUN_FINISHED")).await;
+    let mut ws = connect(&gw.addr).await;
+    let t0 = Instant::now();
+    send(
+        &mut ws,
+        json!({"type": "subscribe", "threadId": "catchup", "after": 0}),
+    )
+    .await;
+    until(&mut ws, |t| t.contains("RUN_FINISHED")).await;
+    t0.elapsed()
+}
+
+async fn journal_appends(tasks: usize, batches_per_task: usize, batch: usize) -> f64 {
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        std::sync::Arc::new(SqliteStore::open(&dir.path().join("j.db"), "normal", 4096).unwrap());
+    let event =
+        Bytes::from_static(br#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"token "}"#);
+    let t0 = Instant::now();
+    let handles: Vec<_> = (0..tasks)
+        .map(|t| {
+            let store = store.clone();
+            let event = event.clone();
+            tokio::spawn(async move {
+                let key = ThreadKey::new("bench", format!("t{t}"));
+                for b in 0..batches_per_task {
+                    let first = (b * batch) as u64 + 1;
+                    let meta = ThreadMeta {
+                        creator: "u".into(),
+                        agent: None,
+                        status: "running".into(),
+                        created_ms: 0,
+                        updated_ms: 0,
+                        last_seq: first + batch as u64 - 1,
+                    };
+                    let events = (0..batch as u64)
+                        .map(|i| (first + i, event.clone()))
+                        .collect();
+                    store
+                        .append(AppendBatch {
+                            key: key.clone(),
+                            meta,
+                            events,
+                            compact: None,
+                        })
+                        .await
+                        .unwrap()
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.await.unwrap();
+    }
+    (tasks * batches_per_task * batch) as f64 / t0.elapsed().as_secs_f64()
+}
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("load: skipped outside `cargo bench --bench load`");
+        return;
+    }
+    // LOAD_ONLY=journal|fanout|catchup|idle runs one part.
+    let only = std::env::var("LOAD_ONLY").unwrap_or_default();
+    let want = |part: &str| only.is_empty() || only == part;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        if want("journal") {
+        println!("journal appends (SQLite, synchronous=normal, group commit):");
+        for (tasks, per, batch) in [(1, 20_000, 1), (64, 2000, 1), (512, 400, 1), (64, 250, 16)] {
+            let rate = journal_appends(tasks, per, batch).await;
+            println!("  {tasks:>3} concurrent appenders, {batch:>2} event(s) per append: {rate:>10.0} events/s");
+        }
+        }
+        let upstream = blaster().await;
+        let gw = gateway(upstream).await;
+        if want("fanout") {
+        println!("fan-out (1 run → N WebSocket viewers):");
+        for (viewers, fast, paced, gap) in [
+            (10, 20_000, 2_000, 1000),
+            (100, 5_000, 1_000, 1000),
+            (1000, 1_000, 500, 1000),
+            (1000, 1_000, 300, 5000),
+        ] {
+            let (rate, p50, p99) = fanout(&gw, viewers, fast, paced, gap).await;
+            let paced_rate = viewers as f64 * 1e6 / gap as f64;
+            println!(
+                "  {viewers:>5} viewers: {rate:>8.0} deliveries/s unpaced; paced at 1 event/{gap} µs ({paced_rate:.0} deliveries/s): p50 {p50:.0} µs, p99 {p99:.0} µs"
+            );
+        }
+        }
+        if want("catchup") {
+            let d = catch_up(&gw, 10_000).await;
+            println!("catch-up: subscribe after=0 on a 10,000-event thread: {:.1} ms to the last event", d.as_secs_f64() * 1000.0);
+        }
+        drop(gw);
+        if want("idle") {
+            let gw = gateway(upstream).await;
+            let (per_socket, total) = idle_sockets(&gw, 10_000).await;
+            println!("idle sockets: 10,000 authenticated: {per_socket:.0} bytes RSS each (gateway RSS {total} KiB)");
+        }
+    });
+}
