@@ -8,15 +8,15 @@
 use super::AppState;
 use super::access::{AccessError, thread_for};
 use super::error::{ApiError, ErrorCode};
-use super::threads::async_stream;
+use super::sse::{async_stream, sse_response};
 use crate::auth::{Permission, Principal};
 use crate::protocol::sse::KEEPALIVE;
 use crate::protocol::{Event, EventType, RunAgentInput};
 use crate::thread::fanout::{OutboxReceiver, Outgoing, outbox};
 use crate::thread::run::{RunConflict, RunInput, RunRequest};
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -214,21 +214,13 @@ fn run_response(state: Arc<AppState>, rx: OutboxReceiver) -> Response {
             }
         }
     });
-    let mut resp = Response::new(Body::from_stream(stream));
-    *resp.status_mut() = StatusCode::OK;
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    resp
+    sse_response(stream)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::HeaderValue;
 
     #[test]
     fn bearer_parsing() {

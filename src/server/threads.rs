@@ -4,15 +4,16 @@ use super::AppState;
 use super::access::{AccessError, thread_for};
 use super::error::{ApiError, ErrorCode};
 use super::http::authenticate;
+use super::sse::{async_stream, sse_response};
 use crate::auth::Permission;
 use crate::auth::access::permissions;
 use crate::protocol::sse::KEEPALIVE;
 use crate::thread::Start;
 use crate::thread::fanout::{Outgoing, outbox};
 use axum::Json;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use bytes::BytesMut;
 use serde::Deserialize;
@@ -141,15 +142,7 @@ pub async fn join(
         }
         drop(ob);
     });
-    let mut resp = Response::new(Body::from_stream(stream));
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    resp
+    sse_response(stream)
 }
 
 /// Unsubscribes a viewer when dropped.
@@ -177,22 +170,4 @@ fn snapshot_event(message: &str) -> Option<Bytes> {
     let mut buf = BytesMut::new();
     crate::protocol::sse::encode_data(event.to_string().as_bytes(), seq, &mut buf);
     Some(buf.freeze())
-}
-
-/// A byte stream fed by a task; ends when the task returns. Dropping the
-/// stream (client gone) makes the task's next send fail.
-pub fn async_stream<F, Fut>(
-    task: F,
-) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>>
-where
-    F: FnOnce(tokio::sync::mpsc::Sender<Bytes>) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
-    let handle = tokio::spawn(task(tx));
-    let guard = tokio_util::task::AbortOnDropHandle::new(handle);
-    futures::stream::unfold((rx, guard), |(mut rx, guard)| async move {
-        let b = rx.recv().await?;
-        Some((Ok(b), (rx, guard)))
-    })
 }

@@ -1,0 +1,38 @@
+//! Server-Sent Event responses: a task-fed byte stream and the headers every
+//! SSE route sends (no caching, no proxy buffering).
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderValue, header};
+use axum::response::Response;
+
+/// A byte stream fed by a task; ends when the task returns. Dropping the
+/// stream (the client left) aborts the task, running its destructors.
+pub fn async_stream<F, Fut>(
+    task: F,
+) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>>
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<Bytes>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+    let guard = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(task(tx)));
+    futures::stream::unfold((rx, guard), |(mut rx, guard)| async move {
+        let b = rx.recv().await?;
+        Some((Ok(b), (rx, guard)))
+    })
+}
+
+/// A `200 text/event-stream` response over `stream`.
+pub fn sse_response(
+    stream: impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static,
+) -> Response {
+    let mut resp = Response::new(Body::from_stream(stream));
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    resp
+}
