@@ -36,6 +36,8 @@ pub struct Config {
     /// Role-wide thread permissions.
     #[serde(default)]
     pub grants: Vec<crate::auth::access::RoleGrant>,
+    #[serde(default)]
+    pub meta: MetaConfig,
     /// Where the file was read from (set by [`Config::load`]).
     #[serde(skip)]
     pub source: PathBuf,
@@ -172,6 +174,25 @@ pub enum Strategy {
     Enqueue,
     /// Cancel the active run, then start this one.
     Interrupt,
+}
+
+/// Meta events (feedback, notes, tags).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetaConfig {
+    /// Accepted `metaType`s; empty accepts any.
+    pub allowed_types: Vec<String>,
+    /// Largest `payload` (serialized bytes); larger → `too_large`.
+    pub max_payload_bytes: usize,
+}
+
+impl Default for MetaConfig {
+    fn default() -> Self {
+        MetaConfig {
+            allowed_types: Vec::new(),
+            max_payload_bytes: 16 * 1024,
+        }
+    }
 }
 
 /// What happens to a run when its last viewer leaves.
@@ -323,6 +344,9 @@ pub struct AgentConfig {
     /// What happens to a run when its last viewer leaves.
     #[serde(default)]
     pub on_disconnect: OnDisconnect,
+    /// Which interrupt shapes to recognise: `auto`, `canonical`, `langgraph-legacy`.
+    #[serde(default)]
+    pub interrupts: crate::protocol::interrupts::InterruptStyle,
 }
 
 fn any_role() -> Vec<String> {

@@ -9,6 +9,7 @@ pub mod chunks;
 pub mod event;
 pub mod fold;
 pub mod input;
+pub mod interrupts;
 pub mod sse;
 pub mod verify;
 

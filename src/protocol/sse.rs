@@ -107,8 +107,9 @@ impl SseDecoder {
     }
 
     fn scan(&mut self, mut chunk: &[u8], out: &mut Vec<SseFrame>) -> Result<(), SseError> {
-        if self.skip_lf {
-            if let Some(b'\n') = chunk.first() {
+        // An empty read between a CR and its LF must not forget the CR.
+        if self.skip_lf && !chunk.is_empty() {
+            if chunk[0] == b'\n' {
                 chunk = &chunk[1..];
             }
             self.skip_lf = false;
@@ -281,6 +282,13 @@ mod tests {
         // "data: a\r" | "\n\r\n": the LF after the split CR must not start an empty line early.
         let frames = decode_all(&[b"data: a\r", b"\ndata: b\r", b"\n\r\n"]);
         assert_eq!(data(&frames), ["a\nb"]);
+    }
+
+    #[test]
+    fn empty_read_between_cr_and_lf_keeps_the_crlf_whole() {
+        let frames = decode_all(&[b"id: 7\r", b"", b"\ndata: x\r\n\r\n"]);
+        assert_eq!(frames[0].id.as_deref(), Some("7"));
+        assert_eq!(data(&frames), ["x"]);
     }
 
     #[test]

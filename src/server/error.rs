@@ -85,6 +85,16 @@ impl From<crate::auth::AuthFailure> for ApiError {
     }
 }
 
+impl From<crate::thread::run::RunRefused> for ApiError {
+    fn from(r: crate::thread::run::RunRefused) -> ApiError {
+        use crate::thread::run::RunRefused;
+        match r {
+            RunRefused::Conflict(m) => ApiError::new(ErrorCode::Conflict, m),
+            RunRefused::Invalid(m) => ApiError::new(ErrorCode::Invalid, m),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut error = json!({"code": self.code.as_str(), "message": self.message});

@@ -13,7 +13,7 @@ use crate::auth::{Permission, Principal};
 use crate::protocol::sse::KEEPALIVE;
 use crate::protocol::{Event, EventType, RunAgentInput};
 use crate::thread::fanout::{OutboxReceiver, Outgoing, outbox};
-use crate::thread::run::{RunConflict, RunInput, RunRequest};
+use crate::thread::run::{RunInput, RunRequest};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Request, State};
 use axum::http::{HeaderMap, header};
@@ -33,6 +33,14 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/threads", get(super::threads::list))
         .route("/v1/threads/{thread}", get(super::threads::snapshot))
         .route("/v1/threads/{thread}/events", get(super::threads::join))
+        .route(
+            "/v1/threads/{thread}/meta",
+            post(super::sideband::post_meta),
+        )
+        .route(
+            "/v1/threads/{thread}/cancel",
+            post(super::sideband::post_cancel),
+        )
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(ready))
         .route("/metrics", get(metrics))
@@ -100,7 +108,7 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 
 /// Reads a body up to `limit` bytes; larger → `too_large` (checked against
 /// `Content-Length` first, so an honest oversize client is refused unread).
-async fn read_body(request: Request, limit: usize) -> Result<Bytes, ApiError> {
+pub async fn read_body(request: Request, limit: usize) -> Result<Bytes, ApiError> {
     let too_large = || {
         ApiError::new(
             ErrorCode::TooLarge,
@@ -153,7 +161,12 @@ async fn start_run(
     let body = read_body(request, state.config.server.max_body_bytes).await?;
     let input = RunAgentInput::from_json(&body)
         .map_err(|e| ApiError::new(ErrorCode::Invalid, format!("invalid RunAgentInput: {e}")))?;
-    let thread = thread_for(state, &who, &input.thread_id, Permission::Run, true)
+    let need = if input.resume.as_ref().is_some_and(|r| !r.is_empty()) {
+        Permission::Resume
+    } else {
+        Permission::Run
+    };
+    let thread = thread_for(state, &who, &input.thread_id, need, need == Permission::Run)
         .await
         .map_err(AccessError::into_api)?;
     let (starter, rx) = outbox(state.config.threads.viewer_queue_bytes);
@@ -165,7 +178,7 @@ async fn start_run(
     };
     thread
         .start_run(req, agent.strategy)
-        .map_err(|RunConflict(m)| ApiError::new(ErrorCode::Conflict, m))?;
+        .map_err(ApiError::from)?;
     tracing::info!(agent = %agent.id, user = %who.subject, tenant = %who.tenant, "run requested over HTTP");
     state.metrics.runs_started.fetch_add(1, Relaxed);
     Ok(rx)

@@ -5,6 +5,7 @@ pub mod access;
 pub mod error;
 pub mod http;
 pub mod metrics;
+pub mod sideband;
 pub mod sse;
 pub mod threads;
 pub mod ws;

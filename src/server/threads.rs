@@ -7,6 +7,7 @@ use super::http::authenticate;
 use super::sse::{async_stream, sse_response};
 use crate::auth::Permission;
 use crate::auth::access::permissions;
+use crate::protocol::EventType;
 use crate::protocol::sse::KEEPALIVE;
 use crate::thread::Start;
 use crate::thread::fanout::{Outgoing, outbox};
@@ -127,6 +128,7 @@ pub async fn join(
         loop {
             let frame = tokio::select! {
                 item = rx.recv() => match item {
+                    Some(Outgoing::Event(e)) if *e.event.kind() == EventType::Meta => meta_as_custom(&e),
                     Some(Outgoing::Event(e)) => e.sse(),
                     Some(Outgoing::Message(m)) => match snapshot_event(&m) {
                         Some(f) => f,
@@ -156,6 +158,17 @@ impl Drop for ViewerGuard {
         self.thread.unsubscribe(self.viewer);
         self.thread.viewer_left();
     }
+}
+
+/// A META event as `CUSTOM agui-gateway/meta` (stock AG-UI 1.0 clients drop
+/// the draft META type), with the journal seq as its SSE id.
+fn meta_as_custom(e: &crate::thread::Entry) -> Bytes {
+    let mut value = e.event.body().clone();
+    value.remove("type");
+    let event = json!({"type": "CUSTOM", "name": "agui-gateway/meta", "value": value});
+    let mut buf = BytesMut::new();
+    crate::protocol::sse::encode_data(event.to_string().as_bytes(), Some(e.seq), &mut buf);
+    buf.freeze()
 }
 
 /// A `snapshot` message as an SSE `CUSTOM agui-gateway/snapshot` event.

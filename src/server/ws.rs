@@ -15,7 +15,7 @@ use crate::config::Strategy;
 use crate::protocol::input::Message as AguiMessage;
 use crate::store::ThreadKey;
 use crate::thread::fanout::{Outbox, OutboxReceiver, Outgoing, outbox};
-use crate::thread::run::{RunConflict, RunInput, RunRequest, Started};
+use crate::thread::run::{RunInput, RunRequest, Started};
 use crate::thread::{Start, Thread};
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::{Query, State};
@@ -336,10 +336,8 @@ impl Conn {
             "unsubscribe" => self.unsubscribe(&v).map(|_| None),
             "run" => self.run(&v).await.map(|_| None),
             "cancel" => self.cancel(&v).await.map(|_| None),
-            "resume" | "meta" => Err(ApiError::new(
-                ErrorCode::Invalid,
-                format!("'{kind}' is not supported by this gateway version yet"),
-            )),
+            "resume" => self.resume(&v).await.map(|_| None),
+            "meta" => self.meta(&v).await.map(|_| None),
             other => Err(ApiError::new(
                 ErrorCode::Invalid,
                 format!("unknown command type '{other}'"),
@@ -475,9 +473,7 @@ impl Conn {
             input,
             starter: None,
         };
-        let started = thread
-            .start_run(req, strategy)
-            .map_err(|RunConflict(m)| ApiError::new(ErrorCode::Conflict, m))?;
+        let started = thread.start_run(req, strategy).map_err(ApiError::from)?;
         self.state
             .metrics
             .runs_started
@@ -494,20 +490,88 @@ impl Conn {
 
     async fn cancel(&mut self, v: &Value) -> Result<(), ApiError> {
         let thread_id = req_str(v, "threadId")?;
-        let run_id = opt_str(v, "runId")?;
-        let thread = self.thread(thread_id, Permission::Cancel, false).await?;
-        let cancelled = thread.cancel_run(run_id).ok_or_else(|| {
-            ApiError::new(
-                ErrorCode::Conflict,
-                match run_id {
-                    Some(r) => format!("run '{r}' is not the active run"),
-                    None => "no active run".into(),
-                },
-            )
-        })?;
+        let ack = super::sideband::cancel(
+            &self.state,
+            &self.principal,
+            thread_id,
+            opt_str(v, "runId")?,
+        )
+        .await?;
+        self.ack(v.get("id"), ack);
+        Ok(())
+    }
+
+    async fn meta(&mut self, v: &Value) -> Result<(), ApiError> {
+        let thread_id = req_str(v, "threadId")?;
+        let ack = super::sideband::meta(&self.state, &self.principal, thread_id, v).await?;
+        self.ack(v.get("id"), ack);
+        Ok(())
+    }
+
+    /// Answers the thread's pending interrupts: a run with `resume`, sent to
+    /// the agent that raised them unless another (runnable) one is named.
+    async fn resume(&mut self, v: &Value) -> Result<(), ApiError> {
+        let thread_id = req_str(v, "threadId")?;
+        let entries = match v.get("resume") {
+            Some(Value::Array(a)) if !a.is_empty() => a.clone(),
+            _ => {
+                return Err(ApiError::new(
+                    ErrorCode::Invalid,
+                    "'resume' must be a non-empty array",
+                ));
+            }
+        };
+        for (i, e) in entries.iter().enumerate() {
+            serde_json::from_value::<crate::protocol::input::ResumeEntry>(e.clone())
+                .map_err(|err| ApiError::new(ErrorCode::Invalid, format!("resume[{i}]: {err}")))?;
+        }
+        let thread = self.thread(thread_id, Permission::Resume, false).await?;
+        let agent_id = match opt_str(v, "agent")? {
+            Some(a) => a.to_owned(),
+            None => thread.meta().agent.ok_or_else(|| {
+                ApiError::new(
+                    ErrorCode::Invalid,
+                    "no agent has run on this thread; name one in 'agent'",
+                )
+            })?,
+        };
+        let agent =
+            self.state.agents.get(&agent_id).ok_or_else(|| {
+                ApiError::new(ErrorCode::NotFound, format!("no agent '{agent_id}'"))
+            })?;
+        if !agent.allows(&self.principal) {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                format!("your roles may not run agent '{agent_id}'"),
+            ));
+        }
+        let run_id = opt_str(v, "runId")?
+            .map(str::to_owned)
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let input = RunInput::Incremental {
+            messages: opt_array(v, "messages")?,
+            tools: opt_array(v, "tools")?,
+            context: opt_array(v, "context")?,
+            state: None,
+            forwarded_props: v.get("forwardedProps").cloned().filter(|s| !s.is_null()),
+            resume: Some(Value::Array(entries)),
+        };
+        if !self.subs.contains_key(&thread.key) {
+            thread.subscribe(self.id, self.outbox.clone(), Start::Live);
+            self.subs.insert(thread.key.clone(), thread.clone());
+        }
+        let req = RunRequest {
+            agent: agent.clone(),
+            run_id: run_id.clone(),
+            input,
+            starter: None,
+        };
+        thread
+            .start_run(req, agent.strategy)
+            .map_err(ApiError::from)?;
         let mut extra = Map::new();
         extra.insert("threadId".into(), thread_id.into());
-        extra.insert("runId".into(), cancelled.into());
+        extra.insert("runId".into(), run_id.into());
         self.ack(v.get("id"), extra);
         Ok(())
     }

@@ -88,6 +88,8 @@ struct Inner {
     runs: RunSlot,
     /// When the last event was published.
     last_event: std::time::Instant,
+    /// `clientEventId` → META event id, for idempotent meta posts.
+    meta_ids: std::collections::HashMap<String, String>,
 }
 
 /// One conversation.
@@ -130,6 +132,7 @@ impl Thread {
                 viewers: Vec::new(),
                 runs: RunSlot::default(),
                 last_event: std::time::Instant::now(),
+                meta_ids: Default::default(),
             }),
         }
     }
@@ -263,6 +266,39 @@ impl Thread {
                 .viewers
                 .retain(|v| v.outbox.push(Outgoing::Event(entry.clone())));
         }
+    }
+
+    /// Appends a META event by `user` (who overrides any `payload.userId`).
+    /// Idempotent per `client_event_id`: a repeat returns the first event's id
+    /// and `true`, and appends nothing.
+    pub async fn append_meta(
+        &self,
+        user: &str,
+        meta_type: &str,
+        mut payload: Map<String, Value>,
+        client_event_id: Option<String>,
+    ) -> (String, bool) {
+        let id = uuid::Uuid::new_v4().to_string();
+        if let Some(cid) = &client_event_id {
+            let mut inner = self.lock();
+            if let Some(existing) = inner.meta_ids.get(cid) {
+                return (existing.clone(), true);
+            }
+            inner.meta_ids.insert(cid.clone(), id.clone());
+        }
+        payload.insert("userId".into(), user.into());
+        let mut event = json!({
+            "type": "META",
+            "id": id,
+            "metaType": meta_type,
+            "payload": payload,
+            "timestamp": now_millis(),
+        });
+        if let Some(cid) = client_event_id {
+            event["clientEventId"] = cid.into();
+        }
+        self.append(vec![Event::build(event)]).await;
+        (id, false)
     }
 
     /// Compacts the journal into the fold when it grew past `max_events`
@@ -436,6 +472,13 @@ impl Threads {
                 match Event::parse(json) {
                     Ok(event) => {
                         let entry = Arc::new(Entry::new(&key.thread_id, seq, event));
+                        if let (EventType::Meta, Some(cid), Some(id)) = (
+                            entry.event.kind(),
+                            entry.event.str_field("clientEventId"),
+                            entry.event.str_field("id"),
+                        ) {
+                            inner.meta_ids.insert(cid.to_owned(), id.to_owned());
+                        }
                         inner.fold.apply(seq, &entry.event);
                         inner.journal.push_back(entry);
                     }

@@ -11,6 +11,7 @@
 use super::fanout::{Outbox, Outgoing};
 use super::{Entry, Inner, Thread};
 use crate::protocol::event::run_error;
+use crate::protocol::interrupts::InterruptNormalizer;
 use crate::protocol::{Event, EventType, RunAgentInput};
 use crate::upstream::{Agent, RunStream};
 use bytes::Bytes;
@@ -39,6 +40,52 @@ pub enum RunInput {
 }
 
 impl RunInput {
+    /// The resume entries, as JSON.
+    fn resume_entries(&self) -> Vec<Value> {
+        match self {
+            RunInput::Incremental { resume, .. } => resume
+                .as_ref()
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
+            RunInput::Complete(i) => i
+                .resume
+                .iter()
+                .flatten()
+                .map(|r| serde_json::to_value(r).expect("serializes"))
+                .collect(),
+        }
+    }
+
+    /// LangGraph answers interrupts through `forwardedProps.command.resume`:
+    /// the single answer's payload, or a map of interrupt id → payload.
+    fn set_langgraph_command(&mut self) {
+        let entries = self.resume_entries();
+        let answer = match entries.as_slice() {
+            [one] => one.get("payload").cloned().unwrap_or(Value::Null),
+            many => Value::Object(
+                many.iter()
+                    .filter_map(|e| {
+                        Some((
+                            e.get("interruptId")?.as_str()?.to_owned(),
+                            e.get("payload").cloned().unwrap_or(Value::Null),
+                        ))
+                    })
+                    .collect(),
+            ),
+        };
+        let props = match self {
+            RunInput::Incremental {
+                forwarded_props, ..
+            } => forwarded_props.get_or_insert_with(|| json!({})),
+            RunInput::Complete(i) => i.forwarded_props.get_or_insert_with(|| json!({})),
+        };
+        if !props.is_object() {
+            *props = json!({});
+        }
+        props["command"]["resume"] = answer;
+    }
+
     fn has_resume(&self) -> bool {
         match self {
             RunInput::Incremental { resume, .. } => resume
@@ -66,10 +113,16 @@ pub enum Started {
     Queued(usize),
 }
 
-/// Why a request was refused (`conflict`).
+/// Why a request was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct RunConflict(pub String);
+pub enum RunRefused {
+    /// `conflict`: a run is active, interrupts are pending, or they were already answered.
+    #[error("{0}")]
+    Conflict(String),
+    /// `invalid`: a resume that does not answer the pending interrupts.
+    #[error("{0}")]
+    Invalid(String),
+}
 
 struct ActiveRun {
     run_id: String,
@@ -83,6 +136,8 @@ struct ActiveRun {
 pub(super) struct RunSlot {
     active: Option<ActiveRun>,
     queue: VecDeque<RunRequest>,
+    /// The run that answered the pending interrupts, until it ends.
+    resume_claimed: Option<String>,
 }
 
 impl RunSlot {
@@ -94,33 +149,63 @@ impl RunSlot {
 
 impl Thread {
     /// Starts `req` now, queues it, or refuses it, per `strategy`.
+    ///
+    /// A resume must answer exactly the pending interrupts (AG-UI has no
+    /// partial resume); the first valid answer claims them, so a second one
+    /// gets `conflict` even before the resumed run has started.
     pub fn start_run(
         self: &Arc<Self>,
-        req: RunRequest,
+        mut req: RunRequest,
         strategy: Strategy,
-    ) -> Result<Started, RunConflict> {
+    ) -> Result<Started, RunRefused> {
         let mut inner = self.lock();
-        let pending: Vec<&str> = inner
+        let pending: Vec<String> = inner
             .fold
             .interrupts()
             .iter()
-            .filter_map(|i| i.get("id").and_then(Value::as_str))
+            .filter_map(|i| i.get("id").and_then(Value::as_str).map(str::to_owned))
             .collect();
-        if !pending.is_empty() && !req.input.has_resume() {
-            return Err(RunConflict(format!(
+        if req.input.has_resume() {
+            if inner.runs.resume_claimed.is_some() {
+                return Err(RunRefused::Conflict(
+                    "the interrupts were already answered".into(),
+                ));
+            }
+            if pending.is_empty() {
+                return Err(RunRefused::Conflict(
+                    "the thread has no pending interrupts".into(),
+                ));
+            }
+            let langgraph = check_resume(&req.input, inner.fold.interrupts())?;
+            if langgraph {
+                req.input.set_langgraph_command();
+            }
+        } else if !pending.is_empty() {
+            return Err(RunRefused::Conflict(format!(
                 "the thread has pending interrupts ({}); answer them with resume",
                 pending.join(", ")
             )));
+        }
+        if inner.runs.active.is_some() && strategy == Strategy::Reject {
+            let active = inner
+                .runs
+                .active
+                .as_ref()
+                .map(|a| a.run_id.clone())
+                .unwrap_or_default();
+            return Err(RunRefused::Conflict(format!(
+                "run '{active}' is still active on this thread"
+            )));
+        }
+        if req.input.has_resume() {
+            inner.runs.resume_claimed = Some(req.run_id.clone());
         }
         let Some(active) = &inner.runs.active else {
             self.launch(&mut inner, req);
             return Ok(Started::Now);
         };
         match strategy {
-            Strategy::Reject => Err(RunConflict(format!(
-                "run '{}' is still active on this thread",
-                active.run_id
-            ))),
+            Strategy::Reject => unreachable!("refused above"),
             Strategy::Enqueue => {
                 inner.runs.queue.push_back(req);
                 Ok(Started::Queued(inner.runs.queue.len()))
@@ -182,6 +267,9 @@ impl Thread {
 
     fn run_ended(self: &Arc<Self>, run_id: &str) {
         let mut inner = self.lock();
+        if inner.runs.resume_claimed.as_deref() == Some(run_id) {
+            inner.runs.resume_claimed = None;
+        }
         if inner
             .runs
             .active
@@ -196,6 +284,54 @@ impl Thread {
             self.launch(&mut inner, next);
         }
     }
+}
+
+/// Checks that `input`'s resume answers exactly the `pending` interrupts,
+/// none expired; returns whether any came from LangGraph's legacy form.
+fn check_resume(input: &RunInput, pending: &[Value]) -> Result<bool, RunRefused> {
+    let invalid = |m: String| Err(RunRefused::Invalid(m));
+    let entries = input.resume_entries();
+    let now = crate::protocol::event::now_millis();
+    let mut answered = std::collections::HashSet::new();
+    for (n, e) in entries.iter().enumerate() {
+        let Some(id) = e.get("interruptId").and_then(Value::as_str) else {
+            return invalid(format!("resume[{n}].interruptId is missing"));
+        };
+        if !matches!(
+            e.get("status").and_then(Value::as_str),
+            Some("resolved" | "cancelled")
+        ) {
+            return invalid(format!("resume[{n}].status must be resolved or cancelled"));
+        }
+        let Some(interrupt) = pending
+            .iter()
+            .find(|i| i.get("id").and_then(Value::as_str) == Some(id))
+        else {
+            return invalid(format!(
+                "resume[{n}].interruptId '{id}' is not a pending interrupt"
+            ));
+        };
+        if crate::protocol::interrupts::is_expired(interrupt, now) {
+            return invalid(format!("interrupt '{id}' has expired"));
+        }
+        if !answered.insert(id.to_owned()) {
+            return invalid(format!("interrupt '{id}' is answered twice"));
+        }
+    }
+    let missing: Vec<&str> = pending
+        .iter()
+        .filter_map(|i| i.get("id").and_then(Value::as_str))
+        .filter(|id| !answered.contains(*id))
+        .collect();
+    if !missing.is_empty() {
+        return invalid(format!(
+            "resume must answer every pending interrupt; missing: {}",
+            missing.join(", ")
+        ));
+    }
+    Ok(pending
+        .iter()
+        .any(crate::protocol::interrupts::is_langgraph))
 }
 
 /// The upstream body (full history) and the journal's normalized input (new messages only).
@@ -343,6 +479,7 @@ async fn drive(
     let thread_id = thread.key.thread_id.clone();
     let mut stream = Some(RunStream::start(agent.clone(), body));
     let mut open = OpenEntities::default();
+    let mut interrupts = InterruptNormalizer::new(agent.interrupts);
     loop {
         let step = {
             let upstream = stream.as_mut().expect("stream present while looping");
@@ -388,7 +525,7 @@ async fn drive(
                 closing.extend(open.closing());
                 closing.push(Event::build(json!({"type": "RUN_FINISHED", "threadId": thread_id, "runId": run_id, "outcome": {"type": "cancelled"}})));
                 let entries = thread.append(closing).await;
-                forward(&starter, &entries, None);
+                forward(&starter, &entries, Vec::new());
                 tracing::info!(thread = %thread_id, run = %run_id, "run cancelled");
                 break;
             }
@@ -400,38 +537,47 @@ async fn drive(
                         "upstream stream ended without a terminal event",
                     )])
                     .await;
-                forward(&starter, &entries, None);
+                forward(&starter, &entries, Vec::new());
                 break;
             }
             Step::Events(batch) => {
                 let terminal = batch.iter().any(|e| e.kind().is_terminal());
                 let mut journal = Vec::with_capacity(batch.len() + 1);
-                let mut original_start = None;
-                let mut synthesized = 0;
+                // The agent's own event where the journal's differs, for the requester.
+                let mut originals = Vec::with_capacity(batch.len() + 1);
                 for event in batch {
                     if *event.kind() == EventType::RunStarted
                         && !open.started
                         && event.get("input").is_none()
                     {
-                        original_start = Some(event.clone());
                         journal.push(event.modify(|b| {
                             b.insert("input".into(), journal_input.clone());
                         }));
+                        originals.push(Some(Some(event)));
                     } else {
                         if !open.started && *event.kind() != EventType::RunStarted {
                             // Journal the user's input even when the agent failed before starting.
                             journal.push(Event::build(json!({"type": "RUN_STARTED", "threadId": thread_id, "runId": run_id, "input": journal_input})));
-                            synthesized = 1;
+                            originals.push(None); // journal only
                             open.started = true;
                         }
-                        journal.push(event);
+                        match interrupts.apply(&event) {
+                            Some(canonical) => {
+                                journal.push(canonical);
+                                originals.push(Some(Some(event)));
+                            }
+                            None => {
+                                journal.push(event);
+                                originals.push(Some(None));
+                            }
+                        }
                     }
                     if let Some(last) = journal.last() {
                         open.track(last);
                     }
                 }
                 let entries = thread.append(journal).await;
-                forward(&starter, &entries[synthesized..], original_start);
+                forward(&starter, &entries, originals);
                 if terminal {
                     break;
                 }
@@ -442,18 +588,22 @@ async fn drive(
     thread.run_ended(&run_id);
 }
 
-/// Sends a run's entries to its HTTP requester, swapping in the agent's own
-/// `RUN_STARTED` (without the journal's `input`).
-fn forward(starter: &Option<Arc<Outbox>>, entries: &[Arc<Entry>], original_start: Option<Event>) {
+/// Sends a run's entries to its HTTP requester. `originals[i]` says what the
+/// requester gets for entry `i`: `None` nothing (journal-only), `Some(None)`
+/// the entry, `Some(Some(e))` the agent's own event `e` (with the entry's seq).
+/// Missing trailing items mean `Some(None)`.
+fn forward(
+    starter: &Option<Arc<Outbox>>,
+    entries: &[Arc<Entry>],
+    originals: Vec<Option<Option<Event>>>,
+) {
     let Some(outbox) = starter else { return };
-    let mut original_start = original_start;
+    let mut originals = originals.into_iter();
     for e in entries {
-        let item = match (&original_start, e.event.kind()) {
-            (Some(_), EventType::RunStarted) => {
-                let original = original_start.take().expect("checked");
-                Arc::new(Entry::new("", e.seq, original))
-            }
-            _ => e.clone(),
+        let item = match originals.next().unwrap_or(Some(None)) {
+            None => continue,
+            Some(None) => e.clone(),
+            Some(Some(original)) => Arc::new(Entry::new("", e.seq, original)),
         };
         outbox.push(Outgoing::Event(item));
     }

@@ -26,6 +26,8 @@ pub struct Agent {
     pub strategy: Strategy,
     pub allow_strategy_override: bool,
     pub on_disconnect: OnDisconnect,
+    /// Which interrupt shapes this agent's runs are normalized from.
+    pub interrupts: crate::protocol::interrupts::InterruptStyle,
     pub http: reqwest::Client,
 }
 
@@ -78,6 +80,7 @@ impl Agent {
             strategy: cfg.strategy,
             allow_strategy_override: cfg.allow_strategy_override,
             on_disconnect: cfg.on_disconnect,
+            interrupts: cfg.interrupts,
             http,
         })
     }
