@@ -147,6 +147,23 @@ async def handle(request: Request) -> Response:
                 yield data[i : i + 512]
         return sse(gen())
 
+    if scenario == "draft-interrupt":
+        # The older docs draft: outcome "interrupt" as a string, one `interrupt`
+        # object without an id. Answered (resume present) it finishes normally.
+        async def gen():
+            yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+            if body.get("resume"):
+                answer = body["resume"][0]
+                yield ENC.encode(CustomEvent(name="answer", value=answer))
+                yield ENC.encode(RunFinishedEvent(thread_id=thread_id, run_id=run_id))
+            else:
+                yield (
+                    'data: {"type":"RUN_FINISHED","threadId":%s,"runId":%s,"outcome":"interrupt",'
+                    '"interrupt":{"reason":"confirm_delete","payload":{"file":"report.pdf"}}}\n\n'
+                    % (json.dumps(thread_id), json.dumps(run_id))
+                )
+        return sse(gen())
+
     if scenario == "flood":
         # ~10 MB of text in 10,000 events, as fast as the socket takes it:
         # more than a stalled reader's kernel buffers plus its 1 MiB queue hold.
