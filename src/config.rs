@@ -184,6 +184,13 @@ pub struct MetaConfig {
     pub allowed_types: Vec<String>,
     /// Largest `payload` (serialized bytes); larger → `too_large`.
     pub max_payload_bytes: usize,
+    /// Also POST every meta event here (analytics), as
+    /// `{"tenant","threadId","seq","event"}`; unset: no webhook.
+    pub webhook_url: Option<String>,
+    /// Extra webhook headers; values may use `${ENV}`; never logged.
+    pub webhook_headers: std::collections::BTreeMap<String, String>,
+    /// Attempts per event (with exponential backoff from 200 ms) before it is dropped and logged.
+    pub webhook_attempts: u32,
 }
 
 impl Default for MetaConfig {
@@ -191,6 +198,9 @@ impl Default for MetaConfig {
         MetaConfig {
             allowed_types: Vec::new(),
             max_payload_bytes: 16 * 1024,
+            webhook_url: None,
+            webhook_headers: Default::default(),
+            webhook_attempts: 5,
         }
     }
 }
@@ -491,6 +501,22 @@ impl Config {
                     self.store.synchronous
                 ),
             );
+        }
+        if let Some(u) = &self.meta.webhook_url
+            && !reqwest::Url::parse(u).is_ok_and(|u| matches!(u.scheme(), "http" | "https"))
+        {
+            bad(
+                "meta.webhook_url".into(),
+                format!("'{u}' is not an http(s) URL"),
+            );
+        }
+        for (name, value) in &self.meta.webhook_headers {
+            if let Err(var) = expand_env(value) {
+                bad(
+                    format!("meta.webhook_headers.{name}"),
+                    format!("references unset environment variable {var}"),
+                );
+            }
         }
         if self.threads.viewer_queue_bytes < 4096 {
             bad(

@@ -460,3 +460,59 @@ async fn on_disconnect_cancel_stops_the_run_when_the_last_viewer_leaves() {
     let frames = to_terminal(&mut back).await;
     assert_eq!(last_event(&frames)["outcome"]["type"], "cancelled");
 }
+
+#[tokio::test]
+async fn expired_interrupts_cannot_be_answered() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = Gateway::start(&format!(
+        "[[agents]]\nid = \"x\"\nurl = \"{}\"\n",
+        py.url("expired-interrupt")
+    ))
+    .await;
+    let mut c = ws(&gw, json!({})).await;
+    c.send(run_cmd("x", "exp", "r1", "hi")).await;
+    let frames = to_terminal(&mut c).await;
+    assert_eq!(
+        last_event(&frames)["outcome"]["interrupts"][0]["id"],
+        "late"
+    );
+    c.send(resume_cmd("r", "exp", "late", true)).await;
+    let e = c.recv().await;
+    assert_eq!(e["code"], "invalid");
+    assert!(e["message"].as_str().unwrap().contains("expired"), "{e}");
+}
+
+#[tokio::test]
+async fn meta_events_reach_the_webhook_with_retries() {
+    let mut sink = PyAgent::start("webhook_sink.py").await;
+    let gw = Gateway::start_with_env(
+        &format!(
+            "[demo]\nenabled = true\ntoken_delay = \"1ms\"\n[[agents]]\nid = \"demo\"\nurl = \"demo:\"\n\
+             [meta]\nwebhook_url = \"{}\"\nwebhook_headers = {{ X-Key = \"${{HOOK_KEY}}\" }}\n",
+            sink.url("hook")
+        ),
+        &[("HOOK_KEY", "k-123")],
+    )
+    .await;
+    let mut c = ws(&gw, json!({"sub": "olga", "tenant": "acme"})).await;
+    c.send(run_cmd("demo", "hooked", "r1", "hi")).await;
+    to_terminal(&mut c).await;
+    c.send(json!({"type": "meta", "id": "m", "threadId": "hooked", "metaType": "thumbs_down", "payload": {"why": "slow"}})).await;
+    assert_eq!(
+        c.recv_until(|f| f["id"] == "m").await.last().unwrap()["type"],
+        "ack"
+    );
+    sink.proc.expect_line("REFUSED").await;
+    let line = sink.proc.expect_line("DELIVERED ").await;
+    let rest = line.trim_start_matches("DELIVERED ");
+    let (key, body) = rest.split_once(' ').unwrap();
+    assert_eq!(key, "k-123");
+    let body: Value = serde_json::from_str(body).unwrap();
+    assert_eq!(
+        (body["tenant"].as_str(), body["threadId"].as_str()),
+        (Some("acme"), Some("hooked"))
+    );
+    assert_eq!(body["event"]["metaType"], "thumbs_down");
+    assert_eq!(body["event"]["payload"]["userId"], "olga");
+    assert!(body["seq"].as_u64().unwrap() > 1);
+}

@@ -65,14 +65,68 @@ pub async fn meta(
     let thread = thread_for(state, who, thread_id, Permission::Meta, false)
         .await
         .map_err(AccessError::into_api)?;
-    let (event_id, duplicate) = thread
+    let (event_id, entry) = thread
         .append_meta(&who.subject, meta_type, payload, client_event_id)
         .await;
+    if let (Some(entry), Some(url)) = (&entry, &cfg.webhook_url) {
+        let body = json!({
+            "tenant": who.tenant,
+            "threadId": thread_id,
+            "seq": entry.seq,
+            "event": entry.event.body(),
+        });
+        tokio::spawn(deliver(
+            url.clone(),
+            cfg.webhook_headers.clone(),
+            cfg.webhook_attempts,
+            body,
+        ));
+    }
     let mut ack = Map::new();
     ack.insert("threadId".into(), thread_id.into());
     ack.insert("eventId".into(), event_id.into());
-    ack.insert("duplicate".into(), duplicate.into());
+    ack.insert("duplicate".into(), entry.is_none().into());
     Ok(ack)
+}
+
+/// Posts one meta event to the analytics webhook, retrying non-2xx answers
+/// and connection errors with exponential backoff; gives up after `attempts`.
+async fn deliver(
+    url: String,
+    headers: std::collections::BTreeMap<String, String>,
+    attempts: u32,
+    body: Value,
+) {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    let client = CLIENT.get_or_init(|| {
+        reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(10))
+            .build()
+            .expect("HTTP client builds")
+    });
+    let mut delay = std::time::Duration::from_millis(200);
+    for attempt in 1..=attempts.max(1) {
+        let mut req = client.post(&url).json(&body);
+        for (k, v) in &headers {
+            if let Ok(v) = crate::config::expand_env(v) {
+                req = req.header(k, v);
+            }
+        }
+        match req.send().await {
+            Ok(r) if r.status().is_success() => return,
+            Ok(r) => tracing::warn!(
+                attempt,
+                status = r.status().as_u16(),
+                "meta webhook refused the event"
+            ),
+            Err(e) => tracing::warn!(attempt, "meta webhook unreachable: {}", e.without_url()),
+        }
+        if attempt < attempts {
+            tokio::time::sleep(delay).await;
+            delay *= 2;
+        }
+    }
+    tracing::error!(seq = %body["seq"], "meta webhook: event dropped after {attempts} attempts");
 }
 
 /// Cancels the thread's active run (only `run_id`'s when given). Returns the ack fields.

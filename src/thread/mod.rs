@@ -270,19 +270,19 @@ impl Thread {
 
     /// Appends a META event by `user` (who overrides any `payload.userId`).
     /// Idempotent per `client_event_id`: a repeat returns the first event's id
-    /// and `true`, and appends nothing.
+    /// and no entry, and appends nothing.
     pub async fn append_meta(
         &self,
         user: &str,
         meta_type: &str,
         mut payload: Map<String, Value>,
         client_event_id: Option<String>,
-    ) -> (String, bool) {
+    ) -> (String, Option<Arc<Entry>>) {
         let id = uuid::Uuid::new_v4().to_string();
         if let Some(cid) = &client_event_id {
             let mut inner = self.lock();
             if let Some(existing) = inner.meta_ids.get(cid) {
-                return (existing.clone(), true);
+                return (existing.clone(), None);
             }
             inner.meta_ids.insert(cid.clone(), id.clone());
         }
@@ -297,8 +297,8 @@ impl Thread {
         if let Some(cid) = client_event_id {
             event["clientEventId"] = cid.into();
         }
-        self.append(vec![Event::build(event)]).await;
-        (id, false)
+        let entry = self.append(vec![Event::build(event)]).await.pop();
+        (id, entry)
     }
 
     /// Compacts the journal into the fold when it grew past `max_events`

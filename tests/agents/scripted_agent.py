@@ -164,6 +164,16 @@ async def handle(request: Request) -> Response:
                 )
         return sse(gen())
 
+    if scenario == "expired-interrupt":
+        async def gen():
+            yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+            yield ENC.encode(RunFinishedEvent(
+                thread_id=thread_id, run_id=run_id,
+                outcome={"type": "interrupt", "interrupts": [
+                    {"id": "late", "reason": "approval", "expiresAt": "2020-01-01T00:00:00Z"}]},
+            ))
+        return sse(gen())
+
     if scenario == "flood":
         # ~10 MB of text in 10,000 events, as fast as the socket takes it:
         # more than a stalled reader's kernel buffers plus its 1 MiB queue hold.
