@@ -175,6 +175,7 @@ async fn start_run(
         run_id: input.run_id.clone(),
         input: RunInput::Complete(input),
         starter: Some(starter),
+        filter: None,
     };
     thread
         .start_run(req, agent.strategy)

@@ -472,6 +472,7 @@ impl Conn {
             run_id: run_id.clone(),
             input,
             starter: None,
+            filter: None,
         };
         let started = thread.start_run(req, strategy).map_err(ApiError::from)?;
         self.state
@@ -565,6 +566,7 @@ impl Conn {
             run_id: run_id.clone(),
             input,
             starter: None,
+            filter: None,
         };
         thread
             .start_run(req, agent.strategy)

@@ -96,6 +96,17 @@ impl RunInput {
     }
 }
 
+/// A hook on a run's upstream events, applied before they are journaled.
+///
+/// `thread` defines it and never looks inside: the policy layer (further down
+/// the pipeline) implements it, so operator rules can drop, rewrite or fail
+/// events without the journal ever holding what they removed.
+pub trait EventFilter: Send {
+    /// What to journal instead of `event`: any number of events, or `Err`
+    /// with a terminal event (e.g. `RUN_ERROR policy_violation`) that ends the run.
+    fn filter(&mut self, event: Event) -> Result<Vec<Event>, Event>;
+}
+
 /// A request to run an agent on a thread.
 pub struct RunRequest {
     pub agent: Arc<Agent>,
@@ -103,6 +114,8 @@ pub struct RunRequest {
     pub input: RunInput,
     /// The HTTP requester's stream: this run's events only.
     pub starter: Option<Arc<Outbox>>,
+    /// Operator rules on the run's events, if any.
+    pub filter: Option<Box<dyn EventFilter>>,
 }
 
 /// How a request was taken.
@@ -474,6 +487,7 @@ async fn drive(
         agent,
         run_id,
         mut starter,
+        mut filter,
         ..
     } = req;
     let thread_id = thread.key.thread_id.clone();
@@ -541,7 +555,11 @@ async fn drive(
                 break;
             }
             Step::Events(batch) => {
-                let terminal = batch.iter().any(|e| e.kind().is_terminal());
+                let (batch, failed) = apply_filter(&mut filter, batch);
+                if failed {
+                    drop(stream.take()); // a policy ended the run: stop reading the agent
+                }
+                let terminal = failed || batch.iter().any(|e| e.kind().is_terminal());
                 let mut journal = Vec::with_capacity(batch.len() + 1);
                 // The agent's own event where the journal's differs, for the requester.
                 let mut originals = Vec::with_capacity(batch.len() + 1);
@@ -586,6 +604,25 @@ async fn drive(
     }
     thread.maybe_compact().await;
     thread.run_ended(&run_id);
+}
+
+/// Runs `batch` through the run's filter; `true` when the filter ended the run
+/// (its terminal event is then the last one returned).
+fn apply_filter(filter: &mut Option<Box<dyn EventFilter>>, batch: Vec<Event>) -> (Vec<Event>, bool) {
+    let Some(filter) = filter else {
+        return (batch, false);
+    };
+    let mut out = Vec::with_capacity(batch.len());
+    for event in batch {
+        match filter.filter(event) {
+            Ok(events) => out.extend(events),
+            Err(end) => {
+                out.push(end);
+                return (out, true);
+            }
+        }
+    }
+    (out, false)
 }
 
 /// Sends a run's entries to its HTTP requester. `originals[i]` says what the
