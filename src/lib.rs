@@ -9,6 +9,7 @@
 pub mod auth;
 pub mod config;
 pub mod demo;
+pub mod policy;
 pub mod protocol;
 pub mod server;
 pub mod store;

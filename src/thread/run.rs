@@ -608,7 +608,10 @@ async fn drive(
 
 /// Runs `batch` through the run's filter; `true` when the filter ended the run
 /// (its terminal event is then the last one returned).
-fn apply_filter(filter: &mut Option<Box<dyn EventFilter>>, batch: Vec<Event>) -> (Vec<Event>, bool) {
+fn apply_filter(
+    filter: &mut Option<Box<dyn EventFilter>>,
+    batch: Vec<Event>,
+) -> (Vec<Event>, bool) {
     let Some(filter) = filter else {
         return (batch, false);
     };

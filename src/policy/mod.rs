@@ -1,0 +1,210 @@
+//! Operator policy from a file: who may do what, applied before anything is
+//! forwarded.
+//!
+//! A policy is an ordered list of named rules. Each rule has a kind (one file
+//! per kind: [`tools`], [`limits`]), a scope (agent, role, tenant and user
+//! globs; all default to `*`) and an optional CEL condition ([`cel`]) compiled
+//! at load. Deny beats allow; a set of tool allow-rules makes an allow-list;
+//! a condition that errors denies (fail closed) and is logged. The verified
+//! identity can be injected into `forwardedProps` ([`identity`]).
+//!
+//! Request-side checks run before a run is started; event-side rules run as
+//! the run's [`EventFilter`](crate::thread::run::EventFilter), so nothing a
+//! rule removed is ever journaled or shown.
+
+pub mod cel;
+pub mod identity;
+pub mod limits;
+pub mod tools;
+
+use crate::auth::Principal;
+use crate::auth::access::glob_match;
+use serde::Deserialize;
+use std::path::Path;
+
+/// The policy file as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyFile {
+    #[serde(default)]
+    identity: identity::IdentityConfig,
+    #[serde(default)]
+    rules: Vec<RuleFile>,
+}
+
+/// One rule as written: name, kind, scope, condition, and the fields of its
+/// kind (flat, so unknown keys are still reported).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleFile {
+    pub name: String,
+    pub kind: Option<RuleKind>,
+    #[serde(default)]
+    pub agents: Vec<String>,
+    #[serde(default)]
+    pub roles: Vec<String>,
+    #[serde(default)]
+    pub tenants: Vec<String>,
+    #[serde(default)]
+    pub users: Vec<String>,
+    pub when: Option<String>,
+    // tools
+    pub effect: Option<tools::Effect>,
+    #[serde(default)]
+    pub tools: Vec<String>,
+    pub on_violation: Option<tools::OnViolation>,
+    // limits
+    pub max_messages: Option<usize>,
+    pub max_tools: Option<usize>,
+    pub max_event_bytes: Option<usize>,
+    pub max_events_per_run: Option<usize>,
+    pub mime_types: Option<Vec<String>>,
+    pub max_inline_bytes: Option<usize>,
+    pub url_schemes: Option<Vec<String>>,
+    pub url_hosts: Option<Vec<String>>,
+    pub allow_file_sources: Option<bool>,
+}
+
+/// Rule kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuleKind {
+    Tools,
+    Limits,
+}
+
+/// Who and what a rule applies to (globs; empty = everyone).
+#[derive(Debug, Clone, Default)]
+pub struct Scope {
+    pub agents: Vec<String>,
+    pub roles: Vec<String>,
+    pub tenants: Vec<String>,
+    pub users: Vec<String>,
+}
+
+fn any_glob(patterns: &[String], value: &str) -> bool {
+    patterns.is_empty() || patterns.iter().any(|p| glob_match(p, value))
+}
+
+impl Scope {
+    /// Whether the rule applies to `who` running `agent`.
+    pub fn applies(&self, who: &Principal, agent: &str) -> bool {
+        any_glob(&self.agents, agent)
+            && any_glob(&self.tenants, &who.tenant)
+            && any_glob(&self.users, &who.subject)
+            && (self.roles.is_empty()
+                || self
+                    .roles
+                    .iter()
+                    .any(|p| p == "*" || who.roles.iter().any(|r| glob_match(p, r))))
+    }
+}
+
+/// The compiled policy.
+#[derive(Debug, Default)]
+pub struct Policy {
+    pub identity: identity::IdentityConfig,
+    pub tools: Vec<tools::ToolRule>,
+    pub limits: Vec<limits::LimitRule>,
+}
+
+impl Policy {
+    /// Reads and compiles `path`. Errors name `file:line` and the rule.
+    pub fn load(path: &Path) -> Result<Policy, Vec<String>> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| vec![format!("{}: {e}", path.display())])?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// Compiles policy text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Policy, Vec<String>> {
+        let file: PolicyFile = toml::from_str(text).map_err(|e| {
+            let line = e
+                .span()
+                .map(|s| text[..s.start].lines().count().max(1))
+                .unwrap_or(0);
+            vec![format!("{origin}:{line}: {}", e.message())]
+        })?;
+        let line_of = |name: &str| {
+            text.lines()
+                .position(|l| {
+                    l.contains(&format!("\"{name}\"")) && l.trim_start().starts_with("name")
+                })
+                .map(|i| i + 1)
+                .unwrap_or(0)
+        };
+        let mut policy = Policy {
+            identity: file.identity,
+            ..Default::default()
+        };
+        let mut errors = Vec::new();
+        let mut names = std::collections::HashSet::new();
+        for rule in file.rules {
+            let at = format!("{origin}:{} (rule '{}')", line_of(&rule.name), rule.name);
+            if !names.insert(rule.name.clone()) {
+                errors.push(format!("{at}: duplicate rule name"));
+                continue;
+            }
+            let when = match rule
+                .when
+                .as_deref()
+                .map(cel::Condition::compile)
+                .transpose()
+            {
+                Ok(w) => w,
+                Err(e) => {
+                    errors.push(format!("{at}: `when` does not compile: {e}"));
+                    continue;
+                }
+            };
+            let scope = Scope {
+                agents: rule.agents.clone(),
+                roles: rule.roles.clone(),
+                tenants: rule.tenants.clone(),
+                users: rule.users.clone(),
+            };
+            let result = match rule.kind {
+                Some(RuleKind::Tools) => {
+                    tools::ToolRule::new(&rule, scope, when).map(|r| policy.tools.push(r))
+                }
+                Some(RuleKind::Limits) => {
+                    limits::LimitRule::new(&rule, scope, when).map(|r| policy.limits.push(r))
+                }
+                None => Err("missing `kind` (tools or limits)".into()),
+            };
+            if let Err(e) = result {
+                errors.push(format!("{at}: {e}"));
+            }
+        }
+        if errors.is_empty() {
+            Ok(policy)
+        } else {
+            Err(errors)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_file_line_and_rule() {
+        let text = "[[rules]]\nname = \"ok\"\nkind = \"tools\"\neffect = \"deny\"\ntools = [\"x\"]\n\n\
+                    [[rules]]\nname = \"broken\"\nkind = \"tools\"\neffect = \"allow\"\ntools = [\"y\"]\nwhen = \"&& nope\"\n";
+        let errs = Policy::parse(text, "p.toml").unwrap_err();
+        assert_eq!(errs.len(), 1);
+        assert!(
+            errs[0].starts_with("p.toml:8 (rule 'broken'): `when` does not compile"),
+            "{errs:?}"
+        );
+        let errs = Policy::parse("[[rules]]\nname = 1\n", "p.toml").unwrap_err();
+        assert!(errs[0].starts_with("p.toml:2:"), "{errs:?}");
+        let errs = Policy::parse(
+            "[[rules]]\nname = \"a\"\nkind = \"tools\"\nbogus = 1\n",
+            "p.toml",
+        )
+        .unwrap_err();
+        assert!(errs[0].contains("bogus"), "{errs:?}");
+    }
+}
