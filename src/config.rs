@@ -38,6 +38,8 @@ pub struct Config {
     pub grants: Vec<crate::auth::access::RoleGrant>,
     #[serde(default)]
     pub meta: MetaConfig,
+    #[serde(default)]
+    pub policy: PolicyConfig,
     /// Where the file was read from (set by [`Config::load`]).
     #[serde(skip)]
     pub source: PathBuf,
@@ -174,6 +176,14 @@ pub enum Strategy {
     Enqueue,
     /// Cancel the active run, then start this one.
     Interrupt,
+}
+
+/// Where the operator policy lives.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicyConfig {
+    /// The policy file (TOML; relative to the config file); unset: no policy.
+    pub path: Option<PathBuf>,
 }
 
 /// Meta events (feedback, notes, tags).
@@ -459,6 +469,7 @@ impl Config {
             .into_iter()
             .flatten()
             .chain([&mut self.store.path])
+            .chain(self.policy.path.iter_mut())
         {
             if p.is_relative() {
                 *p = base.join(&*p);
@@ -501,6 +512,16 @@ impl Config {
                     self.store.synchronous
                 ),
             );
+        }
+        if let Some(p) = &self.policy.path {
+            match crate::policy::Policy::load(p) {
+                Ok(_) => {}
+                Err(errors) => {
+                    for e in errors {
+                        bad("policy.path".into(), e);
+                    }
+                }
+            }
         }
         if let Some(u) = &self.meta.webhook_url
             && !reqwest::Url::parse(u).is_ok_and(|u| matches!(u.scheme(), "http" | "https"))

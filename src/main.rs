@@ -161,6 +161,10 @@ async fn serve(config: Config) -> Result<(), String> {
         );
     }
     let auth = Authenticator::from_config(&config.auth)?;
+    let policy = match &config.policy.path {
+        Some(p) => agui_gateway::policy::Policy::load(p).map_err(|e| e.join("\n"))?,
+        None => Default::default(),
+    };
     let agents = AgentRegistry::from_config(&config.agents, demo_addr)?;
     let store: Arc<dyn JournalStore> = match config.store.kind {
         StoreKind::Sqlite => Arc::new(
@@ -192,6 +196,7 @@ async fn serve(config: Config) -> Result<(), String> {
         auth,
         agents,
         threads: Arc::new(threads),
+        policy: Arc::new(policy),
         metrics: Default::default(),
         ids: Default::default(),
     });

@@ -34,8 +34,13 @@ pub struct Facts<'a> {
 
 impl Condition {
     /// Compiles `source`; `Err` carries the parser's message.
+    ///
+    /// The CEL parser panics on some malformed input (seen: `&& &&`), so the
+    /// call is isolated: operator input must never take the gateway down.
     pub fn compile(source: &str) -> Result<Condition, String> {
-        let program = Program::compile(source).map_err(|e| e.to_string())?;
+        let program = std::panic::catch_unwind(|| Program::compile(source))
+            .map_err(|_| "the expression does not parse".to_owned())?
+            .map_err(|e| e.to_string())?;
         Ok(Condition {
             source: source.to_owned(),
             program,
@@ -138,5 +143,9 @@ mod tests {
         assert!(eval("tool.args.missing < 3", &[], json!({})).is_err());
         assert!(eval("tool.args.amount", &[], json!({"amount": 1})).is_err());
         assert!(Condition::compile("&& nope").is_err());
+        assert!(
+            Condition::compile("&& &&").is_err(),
+            "a parser panic becomes an error"
+        );
     }
 }

@@ -341,27 +341,27 @@ impl EventLimits {
 }
 
 impl EventFilter for EventLimits {
-    fn filter(&mut self, event: Event) -> Result<Vec<Event>, Event> {
+    fn filter(&mut self, event: Event) -> Result<Vec<Event>, Box<Event>> {
         self.seen += 1;
         if let Some((max, rule)) = &self.max_events
             && self.seen > *max
         {
-            return Err(run_error(
+            return Err(Box::new(run_error(
                 "policy_violation",
                 format!("the run exceeded {max} events (policy rule '{rule}')"),
-            ));
+            )));
         }
         if let Some((max, rule)) = &self.max_event_bytes
             && event.json().len() > *max
         {
-            return Err(run_error(
+            return Err(Box::new(run_error(
                 "policy_violation",
                 format!(
                     "a {} event of {} bytes exceeds {max} (policy rule '{rule}')",
                     event.kind(),
                     event.json().len()
                 ),
-            ));
+            )));
         }
         Ok(vec![event])
     }

@@ -19,8 +19,12 @@ pub mod tools;
 
 use crate::auth::Principal;
 use crate::auth::access::glob_match;
+use crate::protocol::Event;
+use crate::thread::run::{EventFilter, RunInput};
 use serde::Deserialize;
+use serde_json::Value;
 use std::path::Path;
+use std::sync::Arc;
 
 /// The policy file as written.
 #[derive(Debug, Default, Deserialize)]
@@ -181,6 +185,82 @@ impl Policy {
         } else {
             Err(errors)
         }
+    }
+}
+
+/// Several filters in order; an event runs through each.
+struct Chain(Vec<Box<dyn EventFilter>>);
+
+impl EventFilter for Chain {
+    fn filter(&mut self, event: Event) -> Result<Vec<Event>, Box<Event>> {
+        let mut events = vec![event];
+        for f in &mut self.0 {
+            let mut next = Vec::with_capacity(events.len());
+            for e in events {
+                next.extend(f.filter(e)?);
+            }
+            events = next;
+        }
+        Ok(events)
+    }
+}
+
+impl Policy {
+    /// Applies the request-side rules to a run about to start (limits, offered
+    /// tools, identity) and returns the filter for its events, if any rule
+    /// needs one.
+    pub fn prepare_run(
+        self: &Arc<Self>,
+        who: &Principal,
+        agent: &str,
+        thread: &str,
+        input: &mut RunInput,
+    ) -> Result<Option<Box<dyn EventFilter>>, limits::Refusal> {
+        let decider = tools::ToolDecider::new(self.clone(), who, agent, thread);
+        match input {
+            RunInput::Incremental {
+                messages,
+                tools,
+                forwarded_props,
+                ..
+            } => {
+                limits::check_request(self, who, agent, messages, tools)?;
+                let removed = decider.filter_offered(tools);
+                log_removed(&removed, who, agent, thread);
+                identity::inject(&self.identity, who, forwarded_props);
+            }
+            RunInput::Complete(i) => {
+                let messages: Vec<Value> = i
+                    .messages
+                    .iter()
+                    .map(|m| serde_json::to_value(m).unwrap_or_default())
+                    .collect();
+                let mut offered: Vec<Value> = i
+                    .tools
+                    .iter()
+                    .map(|t| serde_json::to_value(t).unwrap_or_default())
+                    .collect();
+                limits::check_request(self, who, agent, &messages, &offered)?;
+                let removed = decider.filter_offered(&mut offered);
+                i.tools.retain(|t| !removed.contains(&t.name));
+                log_removed(&removed, who, agent, thread);
+                identity::inject(&self.identity, who, &mut i.forwarded_props);
+            }
+        }
+        let mut chain: Vec<Box<dyn EventFilter>> = Vec::new();
+        if self.tools.iter().any(|r| r.applies(who, agent)) {
+            chain.push(Box::new(decider.guard()));
+        }
+        if let Some(l) = limits::EventLimits::new(self, who, agent) {
+            chain.push(Box::new(l));
+        }
+        Ok((!chain.is_empty()).then(|| Box::new(Chain(chain)) as Box<dyn EventFilter>))
+    }
+}
+
+fn log_removed(removed: &[String], who: &Principal, agent: &str, thread: &str) {
+    if !removed.is_empty() {
+        tracing::info!(user = %who.subject, tenant = %who.tenant, agent, thread, tools = ?removed, "policy removed offered tools");
     }
 }
 

@@ -70,6 +70,11 @@ impl ToolRule {
         })
     }
 
+    /// Whether the rule's scope covers `who` running `agent`.
+    pub fn applies(&self, who: &Principal, agent: &str) -> bool {
+        self.scope.applies(who, agent)
+    }
+
     fn names(&self, tool: &str) -> bool {
         self.tools.iter().any(|p| glob_match(p, tool))
     }
@@ -260,18 +265,18 @@ impl ToolGuard {
         name: &str,
         verdict: Verdict,
         held: Vec<Event>,
-    ) -> Result<Vec<Event>, Event> {
+    ) -> Result<Vec<Event>, Box<Event>> {
         match verdict {
             Verdict::Denied { rule, error } => {
                 self.calls.insert(id.to_owned(), Call::Denied);
                 if error {
-                    return Err(run_error(
+                    return Err(Box::new(run_error(
                         "policy_violation",
                         format!(
                             "tool '{name}' is not allowed (rule '{}')",
                             rule.as_deref().unwrap_or("allow-list")
                         ),
-                    ));
+                    )));
                 }
                 Ok(vec![self.notice(&rule, id, name)])
             }
@@ -284,7 +289,7 @@ impl ToolGuard {
 }
 
 impl EventFilter for ToolGuard {
-    fn filter(&mut self, event: Event) -> Result<Vec<Event>, Event> {
+    fn filter(&mut self, event: Event) -> Result<Vec<Event>, Box<Event>> {
         let id = event.str_field("toolCallId").unwrap_or_default().to_owned();
         match event.kind() {
             EventType::ToolCallStart => {

@@ -95,6 +95,17 @@ impl From<crate::thread::run::RunRefused> for ApiError {
     }
 }
 
+impl From<crate::policy::limits::Refusal> for ApiError {
+    fn from(r: crate::policy::limits::Refusal) -> ApiError {
+        let code = if r.too_large {
+            ErrorCode::TooLarge
+        } else {
+            ErrorCode::Forbidden
+        };
+        ApiError::new(code, r.message)
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut error = json!({"code": self.code.as_str(), "message": self.message});

@@ -170,12 +170,17 @@ async fn start_run(
         .await
         .map_err(AccessError::into_api)?;
     let (starter, rx) = outbox(state.config.threads.viewer_queue_bytes);
+    let run_id = input.run_id.clone();
+    let mut input = RunInput::Complete(input);
+    let filter = state
+        .policy
+        .prepare_run(&who, &agent.id, &thread.key.thread_id, &mut input)?;
     let req = RunRequest {
         agent: agent.clone(),
-        run_id: input.run_id.clone(),
-        input: RunInput::Complete(input),
+        run_id,
+        input,
         starter: Some(starter),
-        filter: None,
+        filter,
     };
     thread
         .start_run(req, agent.strategy)

@@ -25,6 +25,8 @@ pub struct AppState {
     pub auth: Authenticator,
     pub agents: AgentRegistry,
     pub threads: Arc<Threads>,
+    /// Operator policy (empty when no file is configured).
+    pub policy: Arc<crate::policy::Policy>,
     pub metrics: metrics::Metrics,
     /// Source of connection/viewer ids.
     pub ids: AtomicU64,

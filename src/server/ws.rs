@@ -467,12 +467,19 @@ impl Conn {
             thread.subscribe(self.id, self.outbox.clone(), Start::Live);
             self.subs.insert(thread.key.clone(), thread.clone());
         }
+        let mut input = input;
+        let filter = self.state.policy.prepare_run(
+            &self.principal,
+            &agent.id,
+            &thread.key.thread_id,
+            &mut input,
+        )?;
         let req = RunRequest {
             agent,
             run_id: run_id.clone(),
             input,
             starter: None,
-            filter: None,
+            filter,
         };
         let started = thread.start_run(req, strategy).map_err(ApiError::from)?;
         self.state
@@ -561,12 +568,19 @@ impl Conn {
             thread.subscribe(self.id, self.outbox.clone(), Start::Live);
             self.subs.insert(thread.key.clone(), thread.clone());
         }
+        let mut input = input;
+        let filter = self.state.policy.prepare_run(
+            &self.principal,
+            &agent.id,
+            &thread.key.thread_id,
+            &mut input,
+        )?;
         let req = RunRequest {
             agent: agent.clone(),
             run_id: run_id.clone(),
             input,
             starter: None,
-            filter: None,
+            filter,
         };
         thread
             .start_run(req, agent.strategy)

@@ -104,7 +104,7 @@ impl RunInput {
 pub trait EventFilter: Send {
     /// What to journal instead of `event`: any number of events, or `Err`
     /// with a terminal event (e.g. `RUN_ERROR policy_violation`) that ends the run.
-    fn filter(&mut self, event: Event) -> Result<Vec<Event>, Event>;
+    fn filter(&mut self, event: Event) -> Result<Vec<Event>, Box<Event>>;
 }
 
 /// A request to run an agent on a thread.
@@ -620,7 +620,7 @@ fn apply_filter(
         match filter.filter(event) {
             Ok(events) => out.extend(events),
             Err(end) => {
-                out.push(end);
+                out.push(*end);
                 return (out, true);
             }
         }

@@ -174,6 +174,29 @@ async def handle(request: Request) -> Response:
             ))
         return sse(gen())
 
+    if scenario == "call-tool":
+        # Calls forwardedProps.toolName with forwardedProps.args (as a real
+        # agent would, whatever it was offered), then answers.
+        props = body.get("forwardedProps") or {}
+        name = props.get("toolName", "transfer_funds")
+        args = json.dumps(props.get("args", {"amount": 500}))
+
+        async def gen():
+            yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+            yield ENC.encode(TextMessageStartEvent(message_id="m1", role="assistant"))
+            yield ENC.encode(TextMessageEndEvent(message_id="m1"))
+            yield 'data: %s\n\n' % json.dumps({"type": "TOOL_CALL_START", "toolCallId": "tc1", "toolCallName": name, "parentMessageId": "m1"})
+            half = len(args) // 2
+            for part in (args[:half], args[half:]):
+                yield 'data: %s\n\n' % json.dumps({"type": "TOOL_CALL_ARGS", "toolCallId": "tc1", "delta": part})
+            yield 'data: %s\n\n' % json.dumps({"type": "TOOL_CALL_END", "toolCallId": "tc1"})
+            yield ENC.encode(ToolCallResultEvent(message_id="r1", tool_call_id="tc1", content="done", role="tool"))
+            yield ENC.encode(TextMessageStartEvent(message_id="m2", role="assistant"))
+            yield ENC.encode(TextMessageContentEvent(message_id="m2", delta="finished"))
+            yield ENC.encode(TextMessageEndEvent(message_id="m2"))
+            yield ENC.encode(RunFinishedEvent(thread_id=thread_id, run_id=run_id))
+        return sse(gen())
+
     if scenario == "flood":
         # ~10 MB of text in 10,000 events, as fast as the socket takes it:
         # more than a stalled reader's kernel buffers plus its 1 MiB queue hold.

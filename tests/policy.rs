@@ -1,0 +1,288 @@
+//! Operator policy against the real gateway and a real upstream that tries to
+//! break it (the scripted `ag-ui-protocol` agent calls whatever tool it is
+//! told to, offered or not). Uses the example policies shipped in `config/`.
+
+mod common;
+
+use agui_gateway::policy::Policy;
+use common::*;
+use serde_json::{Value, json};
+
+fn example(name: &str) -> String {
+    repo().join("config").join(name).display().to_string()
+}
+
+async fn ws(gw: &Gateway, claims: Value) -> Ws {
+    Ws::connect(gw, WsAuth::Header(&token(claims)))
+        .await
+        .expect("upgrade")
+}
+
+fn call(thread: &str, run: &str, tool: &str, args: Value) -> Value {
+    json!({"type": "run", "id": run, "agent": "finance", "threadId": thread, "runId": run,
+           "messages": [{"id": format!("u-{run}"), "role": "user", "content": "go"}],
+           "tools": [{"name": "transfer_funds", "description": "move money"}, {"name": "delete_account", "description": "x"}],
+           "forwardedProps": {"toolName": tool, "args": args, "aguiGateway": {"sub": "forged-admin"}}})
+}
+
+async fn types_of_run(c: &mut Ws) -> Vec<Value> {
+    c.recv_until(is_terminal_frame)
+        .await
+        .into_iter()
+        .filter(|f| f["type"] == "event")
+        .map(|f| f["event"].clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn shipped_example_policies_load() {
+    for f in [
+        "policy.toml",
+        "policies/finance-agent.toml",
+        "policies/multimodal-assistant.toml",
+    ] {
+        Policy::load(std::path::Path::new(&example(f))).unwrap_or_else(|e| panic!("{f}: {e:?}"));
+    }
+}
+
+#[tokio::test]
+async fn finance_policy_guards_tool_calls_at_call_time() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = Gateway::start(&format!(
+        "[policy]\npath = \"{}\"\n[[agents]]\nid = \"finance\"\nurl = \"{}\"\n",
+        example("policies/finance-agent.toml"),
+        py.url("call-tool")
+    ))
+    .await;
+    // A treasurer under the limit: the call goes through untouched.
+    let mut t = ws(&gw, json!({"sub": "tina", "roles": ["treasurer"]})).await;
+    t.send(call("f1", "r1", "transfer_funds", json!({"amount": 500})))
+        .await;
+    let events = types_of_run(&mut t).await;
+    let args: String = events
+        .iter()
+        .filter(|e| e["type"] == "TOOL_CALL_ARGS")
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(args, r#"{"amount": 500}"#);
+    assert!(events.iter().any(|e| e["type"] == "TOOL_CALL_RESULT"));
+    assert_eq!(events.last().unwrap()["type"], "RUN_FINISHED");
+
+    // Over the limit: the run ends with policy_violation; the call never shows.
+    t.send(call(
+        "f2",
+        "r2",
+        "transfer_funds",
+        json!({"amount": 50000, "memo": "s3cret"}),
+    ))
+    .await;
+    let events = types_of_run(&mut t).await;
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["type"].as_str().unwrap().starts_with("TOOL_CALL")),
+        "{events:#?}"
+    );
+    let last = events.last().unwrap();
+    assert_eq!(
+        (last["type"].as_str(), last["code"].as_str()),
+        (Some("RUN_ERROR"), Some("policy_violation"))
+    );
+    assert!(
+        last["message"]
+            .as_str()
+            .unwrap()
+            .contains("treasurer-transfers-under-10k")
+    );
+    // The denied call's arguments appear nowhere (the test's own input, in
+    // RUN_STARTED, carries them only because it tells the agent what to call).
+    let after_start = |evs: &[Value]| serde_json::to_string(&evs[1..]).unwrap();
+    assert!(
+        !after_start(&events).contains("s3cret"),
+        "hidden arguments never leak"
+    );
+    // Nor are they in the journal: a late joiner's replay is the same.
+    let mut late = ws(&gw, json!({"sub": "tina"})).await;
+    late.send(json!({"type": "subscribe", "threadId": "f2", "after": 0}))
+        .await;
+    let replay = types_of_run(&mut late).await;
+    assert_eq!(replay[0]["type"], "RUN_STARTED");
+    assert!(!after_start(&replay).contains("s3cret"));
+
+    // A clerk is refused even small transfers (and the condition is evaluated per call).
+    let mut c = ws(&gw, json!({"sub": "carl", "roles": ["clerk"]})).await;
+    c.send(call("f3", "r3", "transfer_funds", json!({"amount": 5})))
+        .await;
+    assert_eq!(
+        types_of_run(&mut c).await.last().unwrap()["code"],
+        "policy_violation"
+    );
+
+    // A delete the agent was not offered but called anyway: dropped, with a notice, run continues.
+    c.send(call("f4", "r4", "delete_account", json!({"id": 7})))
+        .await;
+    let events = types_of_run(&mut c).await;
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["type"].as_str().unwrap().starts_with("TOOL_CALL"))
+    );
+    let notice = events
+        .iter()
+        .find(|e| e["name"] == "agui-gateway/policy")
+        .expect("notice");
+    assert_eq!(notice["value"]["rule"], "no-deletes");
+    assert_eq!(notice["value"]["toolName"], "delete_account");
+    assert_eq!(events.last().unwrap()["type"], "RUN_FINISHED");
+}
+
+#[tokio::test]
+async fn offered_tools_are_filtered_and_identity_is_injected() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = Gateway::start(&format!(
+        "[policy]\npath = \"{}\"\n[[agents]]\nid = \"finance\"\nurl = \"{}\"\n",
+        example("policies/finance-agent.toml"),
+        py.url("echo")
+    ))
+    .await;
+    // Over HTTP (complete input) …
+    let body = json!({"threadId": "e1", "runId": "r1", "messages": [], "context": [],
+        "tools": [{"name": "transfer_funds", "description": "d"}, {"name": "delete_account", "description": "d"}],
+        "forwardedProps": {"aguiGateway": {"sub": "forged-admin"}, "keep": 1}});
+    let (status, text) = post_run(
+        &gw.run_url("finance"),
+        &token(json!({"sub": "tina", "roles": ["treasurer"], "tenant": "bank"})),
+        &body,
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    let seen = &sse_events(&text)[1]["value"]["input"];
+    let names: Vec<_> = seen["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["transfer_funds"],
+        "delete_* is never offered; transfer_* is decided per call"
+    );
+    assert_eq!(
+        seen["forwardedProps"]["aguiGateway"],
+        json!({"sub": "tina", "tenant": "bank", "roles": ["treasurer"]})
+    );
+    assert_eq!(seen["forwardedProps"]["keep"], 1);
+    // … and over WebSocket (incremental input).
+    let mut c = ws(&gw, json!({"sub": "carl"})).await;
+    c.send(call("e2", "r2", "x", json!({}))).await;
+    let events = types_of_run(&mut c).await;
+    let seen = &events.iter().find(|e| e["name"] == "echo").unwrap()["value"]["input"];
+    assert_eq!(seen["tools"].as_array().unwrap().len(), 1);
+    assert_eq!(seen["forwardedProps"]["aguiGateway"]["sub"], "carl");
+}
+
+#[tokio::test]
+async fn multimodal_policy_refuses_ssrf_and_oversize_inline_data() {
+    let gw = Gateway::start(&format!(
+        "[policy]\npath = \"{}\"\n[demo]\nenabled = true\ntoken_delay = \"1ms\"\n[[agents]]\nid = \"assistant\"\nurl = \"demo:\"\n",
+        example("policies/multimodal-assistant.toml")
+    ))
+    .await;
+    let tok = token(json!({}));
+    let run = |part: Value| {
+        let url = gw.run_url("assistant");
+        let tok = tok.clone();
+        async move {
+            let body = json!({"threadId": format!("mm-{}", rand_id()), "runId": "r", "tools": [], "context": [],
+                              "messages": [{"id": "u", "role": "user", "content": [{"type": "text", "text": "look"}, part]}]});
+            let resp = http()
+                .post(url)
+                .bearer_auth(tok)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            let status = resp.status().as_u16();
+            (status, resp.text().await.unwrap())
+        }
+    };
+    let ok = run(json!({"type": "image", "source": {"type": "url", "value": "https://cdn.example.com/cat.png", "mimeType": "image/png"}})).await;
+    assert_eq!(ok.0, 200, "{}", ok.1);
+    for url in [
+        "http://127.0.0.1/x.png",
+        "https://169.254.169.254/latest/meta-data",
+        "https://[::1]/x.png",
+        "https://2130706433/x.png",
+        "https://0x7f000001/x.png",
+    ] {
+        let (status, body) = run(json!({"type": "image", "source": {"type": "url", "value": url, "mimeType": "image/png"}})).await;
+        assert_eq!(status, 403, "{url}: {body}");
+        assert!(
+            body.contains("images-from-our-cdn"),
+            "names the rule: {body}"
+        );
+    }
+    use base64::Engine;
+    let big = base64::engine::general_purpose::STANDARD.encode(vec![0u8; 5_000_001]);
+    let (status, body) = run(
+        json!({"type": "image", "source": {"type": "data", "value": big, "mimeType": "image/png"}}),
+    )
+    .await;
+    assert_eq!(status, 413, "{body}");
+    let (status, _) = run(json!({"type": "document", "source": {"type": "url", "value": "https://cdn.example.com/a.pdf", "mimeType": "application/pdf"}})).await;
+    assert_eq!(status, 403);
+}
+
+fn rand_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+#[tokio::test]
+async fn cel_errors_fail_closed_and_bad_policy_files_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("p.toml");
+    std::fs::write(
+        &policy,
+        "[[rules]]\nname = \"typo\"\nkind = \"tools\"\neffect = \"deny\"\ntools = [\"*\"]\nwhen = 'tool.args.no_such_field > 3'\n",
+    )
+    .unwrap();
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = Gateway::start(&format!(
+        "[policy]\npath = \"{}\"\n[[agents]]\nid = \"finance\"\nurl = \"{}\"\n",
+        policy.display(),
+        py.url("call-tool")
+    ))
+    .await;
+    let mut c = ws(&gw, json!({})).await;
+    c.send(call("c1", "r1", "lookup", json!({"q": 1}))).await;
+    let events = types_of_run(&mut c).await;
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["type"].as_str().unwrap().starts_with("TOOL_CALL")),
+        "an erroring condition denies"
+    );
+    assert_eq!(
+        events
+            .iter()
+            .find(|e| e["name"] == "agui-gateway/policy")
+            .unwrap()["value"]["rule"],
+        "typo"
+    );
+
+    std::fs::write(&policy, "[[rules]]\nname = \"ok\"\nkind = \"tools\"\neffect = \"deny\"\ntools = [\"x\"]\n\n[[rules]]\nname = \"bad\"\nkind = \"tools\"\neffect = \"deny\"\ntools = [\"y\"]\nwhen = \"&& &&\"\n").unwrap();
+    let cfg = dir.path().join("g.toml");
+    std::fs::write(
+        &cfg,
+        format!("[auth]\nhs_secret = \"{SECRET}\"\n[policy]\npath = \"p.toml\"\n"),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agui-gateway"))
+        .args(["--config", cfg.to_str().unwrap(), "check-config"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("p.toml:8 (rule 'bad')"), "{err}");
+}
