@@ -184,10 +184,14 @@ async fn offered_tools_are_filtered_and_identity_is_injected() {
 
 #[tokio::test]
 async fn multimodal_policy_refuses_ssrf_and_oversize_inline_data() {
-    let gw = Gateway::start(&format!(
-        "[policy]\npath = \"{}\"\n[demo]\nenabled = true\ntoken_delay = \"1ms\"\n[[agents]]\nid = \"assistant\"\nurl = \"demo:\"\n",
-        example("policies/multimodal-assistant.toml")
-    ))
+    // A body limit above the policy's 5 MB, so the policy is what refuses.
+    let gw = Gateway::start_with_env(
+        &format!(
+            "[policy]\npath = \"{}\"\n[demo]\nenabled = true\ntoken_delay = \"1ms\"\n[[agents]]\nid = \"assistant\"\nurl = \"demo:\"\n",
+            example("policies/multimodal-assistant.toml")
+        ),
+        &[("AGUI_GATEWAY__SERVER__MAX_BODY_BYTES", "16777216")],
+    )
     .await;
     let tok = token(json!({}));
     let run = |part: Value| {
