@@ -290,3 +290,87 @@ async fn cel_errors_fail_closed_and_bad_policy_files_are_named() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("p.toml:8 (rule 'bad')"), "{err}");
 }
+
+#[tokio::test]
+async fn rate_limits_runs_meta_and_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("rate.toml");
+    std::fs::write(
+        &policy,
+        "[[rules]]\nname = \"two-runs-a-minute\"\nkind = \"rate\"\naction = \"run\"\nlimit = 2\n\
+         [[rules]]\nname = \"one-note-a-minute\"\nkind = \"rate\"\naction = \"meta\"\nlimit = 1\n\
+         [[rules]]\nname = \"two-sockets\"\nkind = \"rate\"\naction = \"connection\"\nlimit = 2\n",
+    )
+    .unwrap();
+    let gw = Gateway::start(&format!(
+        "[policy]\npath = \"{}\"\n[demo]\nenabled = true\ntoken_delay = \"1ms\"\n[[agents]]\nid = \"demo\"\nurl = \"demo:\"\n",
+        policy.display()
+    ))
+    .await;
+    let alice = token(json!({"sub": "alice"}));
+    for i in 0..2 {
+        let (s, _) = post_run(&gw.run_url("demo"), &alice, &json!({"threadId": format!("t{i}"), "runId": "r", "messages": [], "tools": [], "context": []})).await;
+        assert_eq!(s, 200);
+    }
+    let resp = http()
+        .post(gw.run_url("demo"))
+        .bearer_auth(&alice)
+        .json(&json!({"threadId": "t9", "runId": "r", "messages": [], "tools": [], "context": []}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 429);
+    let retry: u64 = resp.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(retry >= 1);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "rate_limited");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("two-runs-a-minute")
+    );
+    // Budgets are per user.
+    let (s, _) = post_run(
+        &gw.run_url("demo"),
+        &token(json!({"sub": "bob"})),
+        &json!({"threadId": "b", "runId": "r", "messages": [], "tools": [], "context": []}),
+    )
+    .await;
+    assert_eq!(s, 200);
+
+    // Meta: one a minute.
+    let mut a = Ws::connect(&gw, WsAuth::Header(&alice)).await.unwrap();
+    a.send(json!({"type": "meta", "id": 1, "threadId": "t0", "metaType": "note", "payload": {}}))
+        .await;
+    assert_eq!(a.recv().await["type"], "ack");
+    a.send(json!({"type": "meta", "id": 2, "threadId": "t0", "metaType": "note", "payload": {}}))
+        .await;
+    let e = a.recv().await;
+    assert_eq!(e["code"], "rate_limited");
+    assert!(e["retryAfter"].as_u64().unwrap() >= 1);
+
+    // Connections: two at once; the third is refused before the upgrade.
+    let b = Ws::connect(&gw, WsAuth::Header(&alice)).await.unwrap();
+    assert_eq!(
+        Ws::connect(&gw, WsAuth::Header(&alice)).await.err(),
+        Some(429)
+    );
+    drop(b);
+    // The slot comes back once the gateway sees the socket close.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match Ws::connect(&gw, WsAuth::Header(&alice)).await {
+            Ok(_) => break,
+            Err(429) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await
+            }
+            Err(s) => panic!("still refused: {s}"),
+        }
+    }
+    drop(a);
+}

@@ -15,6 +15,7 @@
 pub mod cel;
 pub mod identity;
 pub mod limits;
+pub mod rate;
 pub mod tools;
 
 use crate::auth::Principal;
@@ -67,6 +68,10 @@ pub struct RuleFile {
     pub url_schemes: Option<Vec<String>>,
     pub url_hosts: Option<Vec<String>>,
     pub allow_file_sources: Option<bool>,
+    // rate
+    pub action: Option<rate::Action>,
+    pub per: Option<rate::Per>,
+    pub limit: Option<u32>,
 }
 
 /// Rule kinds.
@@ -75,6 +80,7 @@ pub struct RuleFile {
 pub enum RuleKind {
     Tools,
     Limits,
+    Rate,
 }
 
 /// Who and what a rule applies to (globs; empty = everyone).
@@ -110,6 +116,7 @@ pub struct Policy {
     pub identity: identity::IdentityConfig,
     pub tools: Vec<tools::ToolRule>,
     pub limits: Vec<limits::LimitRule>,
+    pub rates: Vec<rate::RateRule>,
 }
 
 impl Policy {
@@ -174,7 +181,11 @@ impl Policy {
                 Some(RuleKind::Limits) => {
                     limits::LimitRule::new(&rule, scope, when).map(|r| policy.limits.push(r))
                 }
-                None => Err("missing `kind` (tools or limits)".into()),
+                Some(RuleKind::Rate) if when.is_some() => Err("rate rules take no `when`".into()),
+                Some(RuleKind::Rate) => {
+                    rate::RateRule::new(&rule, scope).map(|r| policy.rates.push(r))
+                }
+                None => Err("missing `kind` (tools, limits or rate)".into()),
             };
             if let Err(e) = result {
                 errors.push(format!("{at}: {e}"));
@@ -205,17 +216,31 @@ impl EventFilter for Chain {
     }
 }
 
+/// Why the policy refused a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    Limit(limits::Refusal),
+    Rate(rate::Limited),
+}
+
+impl From<limits::Refusal> for Refused {
+    fn from(r: limits::Refusal) -> Refused {
+        Refused::Limit(r)
+    }
+}
+
 impl Policy {
-    /// Applies the request-side rules to a run about to start (limits, offered
-    /// tools, identity) and returns the filter for its events, if any rule
-    /// needs one.
+    /// Applies the request-side rules to a run about to start (rate, limits,
+    /// offered tools, identity) and returns the filter for its events, if any
+    /// rule needs one.
     pub fn prepare_run(
         self: &Arc<Self>,
         who: &Principal,
         agent: &str,
         thread: &str,
         input: &mut RunInput,
-    ) -> Result<Option<Box<dyn EventFilter>>, limits::Refusal> {
+    ) -> Result<Option<Box<dyn EventFilter>>, Refused> {
+        rate::check(&self.rates, rate::Action::Run, who, agent).map_err(Refused::Rate)?;
         let decider = tools::ToolDecider::new(self.clone(), who, agent, thread);
         match input {
             RunInput::Incremental {

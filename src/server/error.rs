@@ -62,6 +62,8 @@ pub struct ApiError {
     pub message: String,
     /// Finer, stable sub-code (authentication only, for now).
     pub reason: Option<&'static str>,
+    /// Seconds to wait before retrying (`rate_limited`): `Retry-After` on HTTP.
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -71,6 +73,7 @@ impl ApiError {
             code,
             message: message.into(),
             reason: None,
+            retry_after: None,
         }
     }
 }
@@ -81,6 +84,7 @@ impl From<crate::auth::AuthFailure> for ApiError {
             code: ErrorCode::Unauthenticated,
             message: f.to_string(),
             reason: Some(f.reason()),
+            retry_after: None,
         }
     }
 }
@@ -106,13 +110,42 @@ impl From<crate::policy::limits::Refusal> for ApiError {
     }
 }
 
+impl From<crate::policy::rate::Limited> for ApiError {
+    fn from(l: crate::policy::rate::Limited) -> ApiError {
+        let secs = l.retry_after.as_secs().max(1);
+        ApiError {
+            retry_after: Some(secs),
+            ..ApiError::new(
+                ErrorCode::RateLimited,
+                format!("rate limit '{}' reached; retry after {secs} s", l.rule),
+            )
+        }
+    }
+}
+
+impl From<crate::policy::Refused> for ApiError {
+    fn from(r: crate::policy::Refused) -> ApiError {
+        match r {
+            crate::policy::Refused::Limit(r) => r.into(),
+            crate::policy::Refused::Rate(l) => l.into(),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut error = json!({"code": self.code.as_str(), "message": self.message});
         if let Some(r) = self.reason {
             error["reason"] = r.into();
         }
+        if let Some(s) = self.retry_after {
+            error["retryAfter"] = s.into();
+        }
         let mut resp = (self.code.status(), axum::Json(json!({ "error": error }))).into_response();
+        if let Some(s) = self.retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
         if self.code == ErrorCode::Unauthenticated {
             resp.headers_mut().insert(
                 header::WWW_AUTHENTICATE,

@@ -65,6 +65,12 @@ pub async fn meta(
     let thread = thread_for(state, who, thread_id, Permission::Meta, false)
         .await
         .map_err(AccessError::into_api)?;
+    crate::policy::rate::check(
+        &state.policy.rates,
+        crate::policy::rate::Action::Meta,
+        who,
+        "",
+    )?;
     let (event_id, entry) = thread
         .append_meta(&who.subject, meta_type, payload, client_event_id)
         .await;

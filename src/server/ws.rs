@@ -35,6 +35,7 @@ pub const CLOSE_UNAUTHENTICATED: u16 = 4001;
 pub const CLOSE_PROTOCOL: u16 = 4009;
 pub const CLOSE_TOO_LARGE: u16 = 1009;
 pub const CLOSE_GOING_AWAY: u16 = 1001;
+pub const CLOSE_POLICY: u16 = 1008;
 
 /// The upgrade handler: origin check, token from header / subprotocol /
 /// (opt-in) query, then the connection.
@@ -83,6 +84,14 @@ pub async fn upgrade(
         },
         None => None,
     };
+    // Connection limits, checked before the upgrade when the caller is known.
+    let slot = match &principal {
+        Some(p) => match crate::policy::rate::connect(&state.policy.rates, p) {
+            Ok(slot) => Some(slot),
+            Err(l) => return ApiError::from(l).into_response(),
+        },
+        None => None,
+    };
     let limit = cfg.max_frame_bytes;
     ws.protocols([SUBPROTOCOL])
         .max_message_size(limit)
@@ -90,7 +99,7 @@ pub async fn upgrade(
         // Small buffers: an idle socket should cost little (see docs/benchmarks.md).
         .read_buffer_size(1024)
         .write_buffer_size(0)
-        .on_upgrade(move |socket| connection(state, socket, principal))
+        .on_upgrade(move |socket| connection(state, socket, principal, slot))
 }
 
 /// A connection after authentication.
@@ -102,7 +111,12 @@ struct Conn {
     subs: HashMap<ThreadKey, Arc<Thread>>,
 }
 
-async fn connection(state: Arc<AppState>, socket: WebSocket, principal: Option<Principal>) {
+async fn connection(
+    state: Arc<AppState>,
+    socket: WebSocket,
+    principal: Option<Principal>,
+    mut slot: Option<crate::policy::rate::ConnectionSlot>,
+) {
     let (sink, mut stream) = socket.split();
     let (outbox, rx) = outbox(state.config.threads.viewer_queue_bytes);
     let writer = tokio::spawn(write_loop(sink, rx, state.config.ws.ping_interval));
@@ -111,10 +125,21 @@ async fn connection(state: Arc<AppState>, socket: WebSocket, principal: Option<P
     let principal = match principal {
         Some(p) => p,
         None => match first_frame_auth(&state, &mut stream, cfg.auth_timeout).await {
-            Ok(p) => {
-                outbox.push(reply(json!({"type": "ack", "id": p.1})));
-                p.0
-            }
+            Ok(p) => match crate::policy::rate::connect(&state.policy.rates, &p.0) {
+                Ok(s) => {
+                    slot = Some(s);
+                    outbox.push(reply(json!({"type": "ack", "id": p.1})));
+                    p.0
+                }
+                Err(l) => {
+                    let e = ApiError::from(l);
+                    outbox.push(reply(json!({"type": "error", "code": e.code.as_str(), "message": e.message, "retryAfter": e.retry_after})));
+                    outbox.close(CLOSE_POLICY, "connection limit reached");
+                    drop(outbox);
+                    let _ = writer.await;
+                    return;
+                }
+            },
             Err(reason) => {
                 outbox.close(CLOSE_UNAUTHENTICATED, &reason);
                 drop(outbox);
@@ -178,6 +203,7 @@ async fn connection(state: Arc<AppState>, socket: WebSocket, principal: Option<P
     }
     conn.leave_all();
     drop(conn);
+    drop(slot);
     drop(outbox);
     let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
 }
@@ -288,6 +314,9 @@ fn opt_array(v: &Value, field: &str) -> Result<Vec<Value>, ApiError> {
 impl Conn {
     fn error(&self, id: Option<&Value>, e: ApiError) {
         let mut v = json!({"type": "error", "code": e.code.as_str(), "message": e.message});
+        if let Some(s) = e.retry_after {
+            v["retryAfter"] = s.into();
+        }
         if let Some(id) = id.filter(|i| !i.is_null()) {
             v["id"] = id.clone();
         }
