@@ -191,15 +191,14 @@ async fn serve(config: Config) -> Result<(), String> {
             "closed runs left open by the previous process"
         );
     }
-    let state = Arc::new(AppState {
+    let state = Arc::new(AppState::new(
         config,
         auth,
         agents,
-        threads: Arc::new(threads),
-        policy: Arc::new(policy),
-        metrics: Default::default(),
-        ids: Default::default(),
-    });
+        Arc::new(threads),
+        policy,
+    ));
+    agui_gateway::server::reload::spawn(state.clone(), demo_addr, Duration::from_secs(2));
     if !state.config.threads.idle_ttl.is_zero() {
         let every = (state.config.threads.idle_ttl / 4)
             .clamp(Duration::from_secs(1), Duration::from_secs(60));

@@ -374,3 +374,138 @@ async fn rate_limits_runs_meta_and_connections() {
     }
     drop(a);
 }
+
+/// `agui_config_reloads_total` from /metrics.
+async fn reloads(gw: &Gateway) -> (u64, u64) {
+    let m = http()
+        .get(gw.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let read = |name: &str| {
+        m.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(u64::MAX)
+    };
+    (
+        read("agui_config_reloads_total"),
+        read("agui_config_reload_success"),
+    )
+}
+
+/// Waits until the gateway has attempted more than `n` reloads.
+async fn reload_after(gw: &Gateway, n: u64) -> u64 {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (count, ok) = reloads(gw).await;
+        if count > n {
+            return ok;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no reload happened");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await; // polling /metrics
+    }
+}
+
+#[tokio::test]
+async fn hot_reload_applies_to_the_next_run_and_keeps_the_last_good_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("live.toml");
+    let deny = "[[rules]]\nname = \"no-deletes\"\nkind = \"tools\"\neffect = \"deny\"\ntools = [\"delete_*\"]\n";
+    std::fs::write(&policy, deny).unwrap();
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = Gateway::start(&format!(
+        "[policy]\npath = \"{}\"\n[demo]\nenabled = true\ntoken_delay = \"30ms\"\n\
+         [[agents]]\nid = \"finance\"\nurl = \"{}\"\n[[agents]]\nid = \"demo\"\nurl = \"demo:\"\n",
+        policy.display(),
+        py.url("call-tool")
+    ))
+    .await;
+    let mut c = ws(&gw, json!({"sub": "olga"})).await;
+    let tool_calls = |events: &[Value]| {
+        events
+            .iter()
+            .filter(|e| e["type"] == "TOOL_CALL_START")
+            .count()
+    };
+    c.send(call("h1", "r1", "delete_account", json!({}))).await;
+    assert_eq!(
+        tool_calls(&types_of_run(&mut c).await),
+        0,
+        "denied before the reload"
+    );
+
+    // A long run is in flight while the policy changes.
+    let mut long = ws(&gw, json!({"sub": "olga"})).await;
+    long.send(json!({"type": "run", "agent": "demo", "threadId": "h-long", "messages": [{"id": "u", "role": "user", "content": "a long answer please"}]})).await;
+    long.recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_CONTENT")
+        .await;
+    let (before, _) = reloads(&gw).await;
+    std::fs::write(&policy, "# no rules\n").unwrap();
+    assert_eq!(reload_after(&gw, before).await, 1);
+    let finished = types_of_run(&mut long).await;
+    assert_eq!(
+        finished.last().unwrap()["outcome"]["type"],
+        "success",
+        "the run in flight was not dropped"
+    );
+    c.send(call("h2", "r2", "delete_account", json!({}))).await;
+    assert_eq!(
+        tool_calls(&types_of_run(&mut c).await),
+        1,
+        "the new rules apply to the next run"
+    );
+
+    // A broken file: refused, gauge 0, last good policy kept.
+    let (before, _) = reloads(&gw).await;
+    std::fs::write(
+        &policy,
+        "[[rules]]\nname = \"x\"\nkind = \"tools\"\nwhen = \"&& &&\"\n",
+    )
+    .unwrap();
+    assert_eq!(reload_after(&gw, before).await, 0);
+    c.send(call("h3", "r3", "delete_account", json!({}))).await;
+    assert_eq!(
+        tool_calls(&types_of_run(&mut c).await),
+        1,
+        "still the last good policy"
+    );
+
+    // SIGHUP reloads too (here: fixing the file and adding an agent route).
+    std::fs::write(&policy, deny).unwrap();
+    let mut cfg = std::fs::read_to_string(&gw.config_path).unwrap();
+    cfg.push_str("\n[[agents]]\nid = \"finance2\"\nurl = \"demo:\"\n");
+    std::fs::write(&gw.config_path, cfg).unwrap();
+    let (before, _) = reloads(&gw).await;
+    let pid = gw.proc.child.id().unwrap().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-HUP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert_eq!(reload_after(&gw, before).await, 1);
+    c.send(call("h4", "r4", "delete_account", json!({}))).await;
+    assert_eq!(tool_calls(&types_of_run(&mut c).await), 0, "denied again");
+    let agents: Value = http()
+        .get(gw.url("/v1/agents"))
+        .bearer_auth(token(json!({})))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        agents["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["id"] == "finance2"),
+        "new route"
+    );
+}

@@ -82,7 +82,7 @@ async fn list_agents(State(state): State<Arc<AppState>>, headers: HeaderMap) -> 
         Err(e) => return e.into_response(),
     };
     let agents: Vec<_> = state
-        .agents
+        .agents()
         .visible_to(&who)
         .map(|a| json!({"id": a.id, "description": a.description}))
         .collect();
@@ -149,7 +149,7 @@ async fn start_run(
 ) -> Result<OutboxReceiver, ApiError> {
     let who = authenticate(state, request.headers()).await?;
     let agent = state
-        .agents
+        .agents()
         .get(agent_id)
         .ok_or_else(|| ApiError::new(ErrorCode::NotFound, format!("no agent '{agent_id}'")))?;
     if !agent.allows(&who) {
@@ -173,7 +173,7 @@ async fn start_run(
     let run_id = input.run_id.clone();
     let mut input = RunInput::Complete(input);
     let filter = state
-        .policy
+        .policy()
         .prepare_run(&who, &agent.id, &thread.key.thread_id, &mut input)?;
     let req = RunRequest {
         agent: agent.clone(),

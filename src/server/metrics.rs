@@ -11,11 +11,20 @@ pub struct Metrics {
     pub runs_started: AtomicU64,
     pub events_forwarded: AtomicU64,
     pub auth_failures: AtomicU64,
+    /// 1 when the last reload succeeded (or none happened), 0 after a refused one.
+    reload_ok: AtomicU64,
+    reloads: AtomicU64,
     /// Runs that ended, by terminal code (`success`, `interrupt`, `upstream_timeout`, …).
     runs_ended: Mutex<Vec<(String, u64)>>,
 }
 
 impl Metrics {
+    /// Records a reload attempt.
+    pub fn reloaded(&self, ok: bool) {
+        self.reloads.fetch_add(1, Relaxed);
+        self.reload_ok.store(if ok { 0 } else { 1 }, Relaxed);
+    }
+
     /// Counts a finished run under `outcome`.
     pub fn run_ended(&self, outcome: &str) {
         let mut ended = self.runs_ended.lock().expect("metrics lock");
@@ -51,6 +60,18 @@ impl Metrics {
             "agui_auth_failures_total",
             "Requests refused for authentication.",
             self.auth_failures.load(Relaxed),
+        );
+        counter(
+            &mut out,
+            "agui_config_reloads_total",
+            "Configuration reload attempts.",
+            self.reloads.load(Relaxed),
+        );
+        // Stored inverted so the zero default means "fine".
+        let ok = 1 - self.reload_ok.load(Relaxed).min(1);
+        let _ = writeln!(
+            out,
+            "# HELP agui_config_reload_success 1 if the last configuration reload succeeded.\n# TYPE agui_config_reload_success gauge\nagui_config_reload_success {ok}"
         );
         let _ = writeln!(
             out,

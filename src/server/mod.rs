@@ -5,6 +5,7 @@ pub mod access;
 pub mod error;
 pub mod http;
 pub mod metrics;
+pub mod reload;
 pub mod sideband;
 pub mod sse;
 pub mod threads;
@@ -23,16 +24,53 @@ use tokio::net::TcpListener;
 pub struct AppState {
     pub config: Config,
     pub auth: Authenticator,
-    pub agents: AgentRegistry,
+    /// Agent routes; swapped whole on reload.
+    agents: std::sync::RwLock<Arc<AgentRegistry>>,
     pub threads: Arc<Threads>,
-    /// Operator policy (empty when no file is configured).
-    pub policy: Arc<crate::policy::Policy>,
+    /// Operator policy (empty when no file is configured); swapped whole on reload.
+    policy: std::sync::RwLock<Arc<crate::policy::Policy>>,
     pub metrics: metrics::Metrics,
     /// Source of connection/viewer ids.
     pub ids: AtomicU64,
 }
 
 impl AppState {
+    /// State for a gateway with these parts.
+    pub fn new(
+        config: Config,
+        auth: Authenticator,
+        agents: AgentRegistry,
+        threads: Arc<Threads>,
+        policy: crate::policy::Policy,
+    ) -> AppState {
+        AppState {
+            config,
+            auth,
+            agents: std::sync::RwLock::new(Arc::new(agents)),
+            threads,
+            policy: std::sync::RwLock::new(Arc::new(policy)),
+            metrics: Default::default(),
+            ids: Default::default(),
+        }
+    }
+
+    /// The current agent routes.
+    pub fn agents(&self) -> Arc<AgentRegistry> {
+        self.agents.read().expect("agents lock").clone()
+    }
+
+    /// The current policy.
+    pub fn policy(&self) -> Arc<crate::policy::Policy> {
+        self.policy.read().expect("policy lock").clone()
+    }
+
+    /// Replaces routes and policy at once (hot reload); runs in flight keep
+    /// the ones they started with.
+    pub fn swap(&self, agents: AgentRegistry, policy: crate::policy::Policy) {
+        *self.agents.write().expect("agents lock") = Arc::new(agents);
+        *self.policy.write().expect("policy lock") = Arc::new(policy);
+    }
+
     /// A fresh id for a connection or viewer.
     pub fn next_connection_id(&self) -> u64 {
         self.ids.fetch_add(1, Ordering::Relaxed) + 1

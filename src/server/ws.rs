@@ -86,7 +86,7 @@ pub async fn upgrade(
     };
     // Connection limits, checked before the upgrade when the caller is known.
     let slot = match &principal {
-        Some(p) => match crate::policy::rate::connect(&state.policy.rates, p) {
+        Some(p) => match crate::policy::rate::connect(&state.policy().rates, p) {
             Ok(slot) => Some(slot),
             Err(l) => return ApiError::from(l).into_response(),
         },
@@ -125,7 +125,7 @@ async fn connection(
     let principal = match principal {
         Some(p) => p,
         None => match first_frame_auth(&state, &mut stream, cfg.auth_timeout).await {
-            Ok(p) => match crate::policy::rate::connect(&state.policy.rates, &p.0) {
+            Ok(p) => match crate::policy::rate::connect(&state.policy().rates, &p.0) {
                 Ok(s) => {
                     slot = Some(s);
                     outbox.push(reply(json!({"type": "ack", "id": p.1})));
@@ -451,7 +451,7 @@ impl Conn {
             .map(str::to_owned)
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let agent =
-            self.state.agents.get(agent_id).ok_or_else(|| {
+            self.state.agents().get(agent_id).ok_or_else(|| {
                 ApiError::new(ErrorCode::NotFound, format!("no agent '{agent_id}'"))
             })?;
         if !agent.allows(&self.principal) {
@@ -497,7 +497,7 @@ impl Conn {
             self.subs.insert(thread.key.clone(), thread.clone());
         }
         let mut input = input;
-        let filter = self.state.policy.prepare_run(
+        let filter = self.state.policy().prepare_run(
             &self.principal,
             &agent.id,
             &thread.key.thread_id,
@@ -573,7 +573,7 @@ impl Conn {
             })?,
         };
         let agent =
-            self.state.agents.get(&agent_id).ok_or_else(|| {
+            self.state.agents().get(&agent_id).ok_or_else(|| {
                 ApiError::new(ErrorCode::NotFound, format!("no agent '{agent_id}'"))
             })?;
         if !agent.allows(&self.principal) {
@@ -598,7 +598,7 @@ impl Conn {
             self.subs.insert(thread.key.clone(), thread.clone());
         }
         let mut input = input;
-        let filter = self.state.policy.prepare_run(
+        let filter = self.state.policy().prepare_run(
             &self.principal,
             &agent.id,
             &thread.key.thread_id,
