@@ -37,7 +37,13 @@ enum Command {
     /// Run the gateway (the default).
     Serve,
     /// Validate the configuration and print every problem.
-    CheckConfig,
+    CheckConfig {
+        /// Evaluate a sample request against the policy and print what decides:
+        /// a JSON file `{"claims": {…}, "agent": "…", "thread": "…",
+        /// "tool": {"name": "…", "args": {…}}, "input": {messages, tools}}`.
+        #[arg(long)]
+        explain: Option<PathBuf>,
+    },
     /// Mint a development JWT with the configured HS secret.
     Token {
         #[arg(long, default_value = "dev")]
@@ -69,7 +75,19 @@ fn main() -> ExitCode {
         }
     };
     match cli.command.unwrap_or(Command::Serve) {
-        Command::CheckConfig => match Authenticator::from_config(&config.auth) {
+        Command::CheckConfig {
+            explain: Some(sample),
+        } => match explain(&config, &sample) {
+            Ok(report) => {
+                print!("{report}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("explain: {e}");
+                ExitCode::from(2)
+            }
+        },
+        Command::CheckConfig { explain: None } => match Authenticator::from_config(&config.auth) {
             Ok(_) => {
                 println!(
                     "{}: ok ({} agents)",
@@ -130,6 +148,91 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// The decision report behind `check-config --explain`.
+fn explain(config: &Config, sample: &std::path::Path) -> Result<String, String> {
+    use agui_gateway::policy::tools::{ToolDecider, Verdict};
+    use std::fmt::Write;
+    let text = std::fs::read_to_string(sample).map_err(|e| format!("{}: {e}", sample.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", sample.display()))?;
+    let claims = v
+        .get("claims")
+        .and_then(|c| c.as_object())
+        .cloned()
+        .unwrap_or_default();
+    let who = agui_gateway::auth::Principal::from_claims(claims, &config.auth.claims)?;
+    let agent = v.get("agent").and_then(|a| a.as_str()).unwrap_or("");
+    let thread = v.get("thread").and_then(|a| a.as_str()).unwrap_or("sample");
+    let policy = Arc::new(match &config.policy.path {
+        Some(p) => agui_gateway::policy::Policy::load(p).map_err(|e| e.join("; "))?,
+        None => Default::default(),
+    });
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "principal {} (tenant {}, roles {:?}) on agent '{agent}', thread '{thread}'",
+        who.subject, who.tenant, who.roles
+    );
+    let decider = ToolDecider::new(policy.clone(), &who, agent, thread);
+    let verdict = |name: &str, args: Option<&serde_json::Value>| match decider.decide(name, args) {
+        Verdict::Allowed => "allowed".to_owned(),
+        Verdict::NeedsArgs => "decided when the call's arguments are known".to_owned(),
+        Verdict::Denied {
+            rule: Some(r),
+            error,
+        } => format!(
+            "denied by rule '{r}'{}",
+            if error { " (ends the run)" } else { "" }
+        ),
+        Verdict::Denied { rule: None, .. } => "denied: not on the allow-list".to_owned(),
+    };
+    if let Some(tool) = v.get("tool") {
+        let name = tool.get("name").and_then(|n| n.as_str()).unwrap_or("");
+        let _ = writeln!(
+            out,
+            "tool call {name}: {}",
+            verdict(
+                name,
+                Some(tool.get("args").unwrap_or(&serde_json::json!({})))
+            )
+        );
+    }
+    if let Some(input) = v.get("input") {
+        let messages = input
+            .get("messages")
+            .and_then(|m| m.as_array())
+            .cloned()
+            .unwrap_or_default();
+        let tools = input
+            .get("tools")
+            .and_then(|m| m.as_array())
+            .cloned()
+            .unwrap_or_default();
+        match agui_gateway::policy::limits::check_request(&policy, &who, agent, &messages, &tools) {
+            Ok(()) => {
+                let _ = writeln!(out, "request: within limits");
+            }
+            Err(r) => {
+                let _ = writeln!(
+                    out,
+                    "request: refused ({}): {}",
+                    if r.too_large {
+                        "too_large"
+                    } else {
+                        "forbidden"
+                    },
+                    r.message
+                );
+            }
+        }
+        for t in &tools {
+            let name = t.get("name").and_then(|n| n.as_str()).unwrap_or("");
+            let _ = writeln!(out, "offered tool {name}: {}", verdict(name, None));
+        }
+    }
+    Ok(out)
 }
 
 fn init_logging(format: &str) {

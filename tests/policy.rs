@@ -509,3 +509,56 @@ async fn hot_reload_applies_to_the_next_run_and_keeps_the_last_good_policy() {
         "new route"
     );
 }
+
+#[tokio::test]
+async fn check_config_explain_names_the_deciding_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("g.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[auth]\nhs_secret = \"{SECRET}\"\n[policy]\npath = \"{}\"\n",
+            example("policies/finance-agent.toml")
+        ),
+    )
+    .unwrap();
+    let explain = |sample: Value| {
+        let path = dir.path().join("sample.json");
+        std::fs::write(&path, sample.to_string()).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_agui-gateway"))
+            .args([
+                "--config",
+                cfg.to_str().unwrap(),
+                "check-config",
+                "--explain",
+                path.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let clerk = explain(
+        json!({"claims": {"sub": "carl", "roles": ["clerk"]}, "agent": "finance",
+        "tool": {"name": "transfer_funds", "args": {"amount": 500}},
+        "input": {"messages": [], "tools": [{"name": "delete_account"}, {"name": "lookup"}]}}),
+    );
+    assert!(clerk.contains("tool call transfer_funds: denied by rule 'treasurer-transfers-under-10k' (ends the run)"), "{clerk}");
+    assert!(
+        clerk.contains("offered tool delete_account: denied by rule 'no-deletes'"),
+        "{clerk}"
+    );
+    assert!(clerk.contains("offered tool lookup: allowed"), "{clerk}");
+    let treasurer = explain(
+        json!({"claims": {"sub": "tina", "roles": ["treasurer"]}, "agent": "finance",
+        "tool": {"name": "transfer_funds", "args": {"amount": 500}}}),
+    );
+    assert!(
+        treasurer.contains("tool call transfer_funds: allowed"),
+        "{treasurer}"
+    );
+}
