@@ -562,3 +562,59 @@ async fn check_config_explain_names_the_deciding_rule() {
         "{treasurer}"
     );
 }
+
+#[tokio::test]
+async fn redaction_across_deltas_reaches_no_viewer_and_no_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("redact.toml");
+    std::fs::write(
+        &policy,
+        "[[rules]]\nname = \"cards\"\nkind = \"redaction\"\npattern = '\\d{4}-\\d{4}-\\d{4}-\\d{4}'\nreplacement = \"[card]\"\nmax_match_bytes = 19\n",
+    )
+    .unwrap();
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = Gateway::start(&format!(
+        "[policy]\npath = \"{}\"\n[[agents]]\nid = \"shop\"\nurl = \"{}\"\n",
+        policy.display(),
+        py.url("leak")
+    ))
+    .await;
+    let mut c = ws(&gw, json!({"sub": "olga"})).await;
+    c.send(json!({"type": "run", "agent": "shop", "threadId": "cards", "runId": "r1",
+                  "messages": [{"id": "u", "role": "user", "content": "my card is 4111-1111-1111-1111"}]})).await;
+    let live = types_of_run(&mut c).await;
+    let text: String = live
+        .iter()
+        .filter(|e| e["type"] == "TEXT_MESSAGE_CONTENT")
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "Your card [card] is on file.");
+    let args: String = live
+        .iter()
+        .filter(|e| e["type"] == "TOOL_CALL_ARGS")
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(args, r#"{"card": "[card]"}"#);
+    let all = serde_json::to_string(&live).unwrap();
+    assert!(!all.contains("4111"), "no viewer sees it: {all}");
+    // Nor the journal (replay) …
+    let mut late = ws(&gw, json!({"sub": "olga"})).await;
+    late.send(json!({"type": "subscribe", "threadId": "cards", "after": 0}))
+        .await;
+    assert!(
+        !serde_json::to_string(&types_of_run(&mut late).await)
+            .unwrap()
+            .contains("4111")
+    );
+    // … nor the bytes on disk.
+    let data = gw.config_path.parent().unwrap().join("data");
+    let mut stored = Vec::new();
+    for f in std::fs::read_dir(&data).unwrap() {
+        stored.extend(std::fs::read(f.unwrap().path()).unwrap());
+    }
+    assert!(!stored.is_empty());
+    assert!(
+        !stored.windows(4).any(|w| w == b"4111"),
+        "unredacted bytes in the SQLite files"
+    );
+}

@@ -16,6 +16,7 @@ pub mod cel;
 pub mod identity;
 pub mod limits;
 pub mod rate;
+pub mod redaction;
 pub mod tools;
 
 use crate::auth::Principal;
@@ -68,6 +69,11 @@ pub struct RuleFile {
     pub url_schemes: Option<Vec<String>>,
     pub url_hosts: Option<Vec<String>>,
     pub allow_file_sources: Option<bool>,
+    // redaction
+    pub pattern: Option<String>,
+    pub replacement: Option<String>,
+    pub max_match_bytes: Option<usize>,
+    pub applies_to: Option<Vec<redaction::Target>>,
     // rate
     pub action: Option<rate::Action>,
     pub per: Option<rate::Per>,
@@ -81,6 +87,7 @@ pub enum RuleKind {
     Tools,
     Limits,
     Rate,
+    Redaction,
 }
 
 /// Who and what a rule applies to (globs; empty = everyone).
@@ -117,6 +124,7 @@ pub struct Policy {
     pub tools: Vec<tools::ToolRule>,
     pub limits: Vec<limits::LimitRule>,
     pub rates: Vec<rate::RateRule>,
+    pub redactions: Vec<redaction::RedactionRule>,
 }
 
 impl Policy {
@@ -185,7 +193,13 @@ impl Policy {
                 Some(RuleKind::Rate) => {
                     rate::RateRule::new(&rule, scope).map(|r| policy.rates.push(r))
                 }
-                None => Err("missing `kind` (tools, limits or rate)".into()),
+                Some(RuleKind::Redaction) if when.is_some() => {
+                    Err("redaction rules take no `when`".into())
+                }
+                Some(RuleKind::Redaction) => {
+                    redaction::RedactionRule::new(&rule, scope).map(|r| policy.redactions.push(r))
+                }
+                None => Err("missing `kind` (tools, limits, rate or redaction)".into()),
             };
             if let Err(e) = result {
                 errors.push(format!("{at}: {e}"));
@@ -278,6 +292,10 @@ impl Policy {
         }
         if let Some(l) = limits::EventLimits::new(self, who, agent) {
             chain.push(Box::new(l));
+        }
+        // Last, so it also sees what the other filters emit (their notices).
+        if let Some(r) = redaction::Redactor::new(&self.redactions, who, agent, thread) {
+            chain.push(Box::new(r));
         }
         Ok((!chain.is_empty()).then(|| Box::new(Chain(chain)) as Box<dyn EventFilter>))
     }

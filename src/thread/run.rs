@@ -555,44 +555,47 @@ async fn drive(
                 break;
             }
             Step::Events(batch) => {
-                let (batch, failed) = apply_filter(&mut filter, batch);
-                if failed {
-                    drop(stream.take()); // a policy ended the run: stop reading the agent
-                }
-                let terminal = failed || batch.iter().any(|e| e.kind().is_terminal());
-                let mut journal = Vec::with_capacity(batch.len() + 1);
-                // The agent's own event where the journal's differs, for the requester.
-                let mut originals = Vec::with_capacity(batch.len() + 1);
+                // 1. What the journal gets (input on RUN_STARTED, canonical
+                //    interrupts), and what the HTTP requester gets instead:
+                //    `None` nothing, `Some(None)` the same, `Some(Some(e))` `e`.
+                let mut staged: Staged = Vec::with_capacity(batch.len() + 1);
                 for event in batch {
                     if *event.kind() == EventType::RunStarted
                         && !open.started
                         && event.get("input").is_none()
                     {
-                        journal.push(event.modify(|b| {
+                        let journaled = event.modify(|b| {
                             b.insert("input".into(), journal_input.clone());
-                        }));
-                        originals.push(Some(Some(event)));
-                    } else {
-                        if !open.started && *event.kind() != EventType::RunStarted {
-                            // Journal the user's input even when the agent failed before starting.
-                            journal.push(Event::build(json!({"type": "RUN_STARTED", "threadId": thread_id, "runId": run_id, "input": journal_input})));
-                            originals.push(None); // journal only
-                            open.started = true;
-                        }
-                        match interrupts.apply(&event) {
-                            Some(canonical) => {
-                                journal.push(canonical);
-                                originals.push(Some(Some(event)));
-                            }
-                            None => {
-                                journal.push(event);
-                                originals.push(Some(None));
-                            }
-                        }
+                        });
+                        staged.push((journaled, Some(Some(event))));
+                        open.started = true;
+                        continue;
                     }
-                    if let Some(last) = journal.last() {
-                        open.track(last);
+                    if !open.started && *event.kind() != EventType::RunStarted {
+                        // Journal the user's input even when the agent failed before starting.
+                        let start = Event::build(
+                            json!({"type": "RUN_STARTED", "threadId": thread_id, "runId": run_id, "input": journal_input}),
+                        );
+                        staged.push((start, None));
                     }
+                    open.started = true;
+                    match interrupts.apply(&event) {
+                        Some(canonical) => staged.push((canonical, Some(Some(event)))),
+                        None => staged.push((event, Some(None))),
+                    }
+                }
+                // 2. Operator rules, last, over exactly what would be journaled.
+                let (staged, failed) = apply_filter(&mut filter, staged);
+                if failed {
+                    drop(stream.take()); // a policy ended the run: stop reading the agent
+                }
+                let terminal = failed || staged.iter().any(|(e, _)| e.kind().is_terminal());
+                let mut journal = Vec::with_capacity(staged.len());
+                let mut originals = Vec::with_capacity(staged.len());
+                for (event, original) in staged {
+                    open.track(&event);
+                    journal.push(event);
+                    originals.push(original);
                 }
                 let entries = thread.append(journal).await;
                 forward(&starter, &entries, originals);
@@ -606,21 +609,37 @@ async fn drive(
     thread.run_ended(&run_id);
 }
 
-/// Runs `batch` through the run's filter; `true` when the filter ended the run
-/// (its terminal event is then the last one returned).
-fn apply_filter(
-    filter: &mut Option<Box<dyn EventFilter>>,
-    batch: Vec<Event>,
-) -> (Vec<Event>, bool) {
+/// What the HTTP requester gets for a journaled event: `None` nothing (journal
+/// only), `Some(None)` the same event, `Some(Some(e))` the agent's own `e`.
+type ForRequester = Option<Option<Event>>;
+
+/// Events about to be journaled, each with what the requester gets for it.
+type Staged = Vec<(Event, ForRequester)>;
+
+/// Runs staged events through the run's filter; `true` when the filter ended
+/// the run (its terminal event is then the last one). An event the filter
+/// left unchanged keeps what the requester gets for it; anything the filter
+/// changed or added is sent to the requester as journaled.
+fn apply_filter(filter: &mut Option<Box<dyn EventFilter>>, staged: Staged) -> (Staged, bool) {
     let Some(filter) = filter else {
-        return (batch, false);
+        return (staged, false);
     };
-    let mut out = Vec::with_capacity(batch.len());
-    for event in batch {
+    let mut out = Vec::with_capacity(staged.len());
+    for (event, original) in staged {
+        let before = event.json().clone();
         match filter.filter(event) {
-            Ok(events) => out.extend(events),
+            Ok(events) => {
+                for e in events {
+                    let keep = if *e.json() == before {
+                        original.clone()
+                    } else {
+                        Some(None)
+                    };
+                    out.push((e, keep));
+                }
+            }
             Err(end) => {
-                out.push(*end);
+                out.push((*end, Some(None)));
                 return (out, true);
             }
         }

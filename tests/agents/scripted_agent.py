@@ -197,6 +197,23 @@ async def handle(request: Request) -> Response:
             yield ENC.encode(RunFinishedEvent(thread_id=thread_id, run_id=run_id))
         return sse(gen())
 
+    if scenario == "leak":
+        # A card number split across two deltas, in tool args, a tool result and state.
+        async def gen():
+            yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+            yield ENC.encode(TextMessageStartEvent(message_id="m1", role="assistant"))
+            for d in ["Your card 4111-11", "11-1111-1111 is on file."]:
+                yield ENC.encode(TextMessageContentEvent(message_id="m1", delta=d))
+            yield ENC.encode(TextMessageEndEvent(message_id="m1"))
+            yield 'data: %s\n\n' % json.dumps({"type": "TOOL_CALL_START", "toolCallId": "c1", "toolCallName": "charge", "parentMessageId": "m1"})
+            yield 'data: %s\n\n' % json.dumps({"type": "TOOL_CALL_ARGS", "toolCallId": "c1", "delta": '{"card": "4111-1111-'})
+            yield 'data: %s\n\n' % json.dumps({"type": "TOOL_CALL_ARGS", "toolCallId": "c1", "delta": '1111-1111"}'})
+            yield 'data: %s\n\n' % json.dumps({"type": "TOOL_CALL_END", "toolCallId": "c1"})
+            yield ENC.encode(ToolCallResultEvent(message_id="r1", tool_call_id="c1", content="charged 4111-1111-1111-1111", role="tool"))
+            yield ENC.encode(StateSnapshotEvent(snapshot={"card": "4111-1111-1111-1111"}))
+            yield ENC.encode(RunFinishedEvent(thread_id=thread_id, run_id=run_id))
+        return sse(gen())
+
     if scenario == "flood":
         # ~10 MB of text in 10,000 events, as fast as the socket takes it:
         # more than a stalled reader's kernel buffers plus its 1 MiB queue hold.
