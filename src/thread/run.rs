@@ -647,15 +647,9 @@ fn apply_filter(filter: &mut Option<Box<dyn EventFilter>>, staged: Staged) -> (S
     (out, false)
 }
 
-/// Sends a run's entries to its HTTP requester. `originals[i]` says what the
-/// requester gets for entry `i`: `None` nothing (journal-only), `Some(None)`
-/// the entry, `Some(Some(e))` the agent's own event `e` (with the entry's seq).
-/// Missing trailing items mean `Some(None)`.
-fn forward(
-    starter: &Option<Arc<Outbox>>,
-    entries: &[Arc<Entry>],
-    originals: Vec<Option<Option<Event>>>,
-) {
+/// Sends a run's entries to its HTTP requester, `originals[i]` deciding what
+/// it gets for entry `i` (see [`ForRequester`]; missing items mean the entry).
+fn forward(starter: &Option<Arc<Outbox>>, entries: &[Arc<Entry>], originals: Vec<ForRequester>) {
     let Some(outbox) = starter else { return };
     let mut originals = originals.into_iter();
     for e in entries {
