@@ -618,3 +618,77 @@ async fn redaction_across_deltas_reaches_no_viewer_and_no_disk() {
         "unredacted bytes in the SQLite files"
     );
 }
+
+#[tokio::test]
+async fn guests_do_not_see_reasoning_live_on_replay_or_in_snapshots() {
+    let gw = Gateway::start(&format!(
+        "[policy]\npath = \"{}\"\n[demo]\nenabled = true\ntoken_delay = \"1ms\"\n[[agents]]\nid = \"support\"\nurl = \"demo:\"\n",
+        example("policies/support-bot.toml")
+    ))
+    .await;
+    let mut staff = ws(&gw, json!({"sub": "sam", "roles": ["staff"]})).await;
+    staff.send(json!({"type": "run", "agent": "support", "threadId": "help", "runId": "r1",
+                      "messages": [{"id": "u", "role": "user", "content": "hi, I am ann@example.com"}]})).await;
+    assert_eq!(staff.recv().await["type"], "ack");
+    let mut guest = ws(
+        &gw,
+        json!({"sub": "gus", "roles": ["guest"], "threads": {"help": ["view"]}}),
+    )
+    .await;
+    guest
+        .send(json!({"type": "subscribe", "threadId": "help", "after": 0}))
+        .await;
+    let seen_by_staff = types_of_run(&mut staff).await;
+    let seen_by_guest = types_of_run(&mut guest).await;
+    let reasoning = |evs: &[Value]| {
+        evs.iter()
+            .filter(|e| e["type"].as_str().unwrap().starts_with("REASONING"))
+            .count()
+    };
+    assert!(reasoning(&seen_by_staff) > 0);
+    assert_eq!(reasoning(&seen_by_guest), 0);
+    assert_eq!(
+        seen_by_guest.len(),
+        seen_by_staff.len() - reasoning(&seen_by_staff),
+        "everything else arrives"
+    );
+    let all = serde_json::to_string(&seen_by_staff).unwrap();
+    assert!(
+        !all.contains("ann@example.com") && all.contains("[email]"),
+        "redacted for everyone"
+    );
+    // Snapshots follow the same rules.
+    let snapshot = |claims: Value| {
+        let url = gw.url("/v1/threads/help");
+        async move {
+            http()
+                .get(url)
+                .bearer_auth(token(claims))
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
+    };
+    let roles = |snap: &Value| {
+        snap["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        roles(&snapshot(json!({"sub": "sam", "roles": ["staff"]})).await)
+            .contains(&"reasoning".to_owned())
+    );
+    let guest_snap =
+        snapshot(json!({"sub": "gus", "roles": ["guest"], "threads": {"help": ["view"]}})).await;
+    assert!(
+        !roles(&guest_snap).contains(&"reasoning".to_owned()),
+        "{guest_snap}"
+    );
+    assert!(roles(&guest_snap).contains(&"assistant".to_owned()));
+}

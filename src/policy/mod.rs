@@ -18,6 +18,7 @@ pub mod limits;
 pub mod rate;
 pub mod redaction;
 pub mod tools;
+pub mod visibility;
 
 use crate::auth::Principal;
 use crate::auth::access::glob_match;
@@ -74,6 +75,8 @@ pub struct RuleFile {
     pub replacement: Option<String>,
     pub max_match_bytes: Option<usize>,
     pub applies_to: Option<Vec<redaction::Target>>,
+    // visibility
+    pub hide: Option<Vec<String>>,
     // rate
     pub action: Option<rate::Action>,
     pub per: Option<rate::Per>,
@@ -88,6 +91,7 @@ pub enum RuleKind {
     Limits,
     Rate,
     Redaction,
+    Visibility,
 }
 
 /// Who and what a rule applies to (globs; empty = everyone).
@@ -125,14 +129,29 @@ pub struct Policy {
     pub limits: Vec<limits::LimitRule>,
     pub rates: Vec<rate::RateRule>,
     pub redactions: Vec<redaction::RedactionRule>,
+    pub visibility: Vec<visibility::VisibilityRule>,
+    /// One shared hidden-set per policy class, built on first use.
+    classes: dashmap::DashMap<u128, Arc<visibility::Hidden>>,
 }
 
 impl Policy {
-    /// Reads and compiles `path`. Errors name `file:line` and the rule.
+    /// Reads and compiles `path` (TOML, or YAML for `.yaml`/`.yml`).
+    /// Errors name `file:line` and the rule.
     pub fn load(path: &Path) -> Result<Policy, Vec<String>> {
-        let text =
-            std::fs::read_to_string(path).map_err(|e| vec![format!("{}: {e}", path.display())])?;
-        Self::parse(&text, &path.display().to_string())
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| vec![format!("{origin}: {e}")])?;
+        if matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml")
+        ) {
+            let file: PolicyFile = config::Config::builder()
+                .add_source(config::File::from_str(&text, config::FileFormat::Yaml))
+                .build()
+                .and_then(|c| c.try_deserialize())
+                .map_err(|e| vec![format!("{origin}: {e}")])?;
+            return Self::compile(file, &text, &origin);
+        }
+        Self::parse(&text, &origin)
     }
 
     /// Compiles policy text; `origin` names it in errors.
@@ -144,6 +163,10 @@ impl Policy {
                 .unwrap_or(0);
             vec![format!("{origin}:{line}: {}", e.message())]
         })?;
+        Self::compile(file, text, origin)
+    }
+
+    fn compile(file: PolicyFile, text: &str, origin: &str) -> Result<Policy, Vec<String>> {
         let line_of = |name: &str| {
             text.lines()
                 .position(|l| {
@@ -199,7 +222,13 @@ impl Policy {
                 Some(RuleKind::Redaction) => {
                     redaction::RedactionRule::new(&rule, scope).map(|r| policy.redactions.push(r))
                 }
-                None => Err("missing `kind` (tools, limits, rate or redaction)".into()),
+                Some(RuleKind::Visibility) if when.is_some() => {
+                    Err("visibility rules take no `when`".into())
+                }
+                Some(RuleKind::Visibility) => {
+                    visibility::VisibilityRule::new(&rule, scope).map(|r| policy.visibility.push(r))
+                }
+                None => Err("missing `kind` (tools, limits, rate, redaction or visibility)".into()),
             };
             if let Err(e) = result {
                 errors.push(format!("{at}: {e}"));
@@ -244,6 +273,29 @@ impl From<limits::Refusal> for Refused {
 }
 
 impl Policy {
+    /// What `who` may see on threads of `agent` (`None`: everything).
+    pub fn visibility_for(&self, who: &Principal, agent: &str) -> crate::thread::ViewerVisibility {
+        let class = visibility::class_of(&self.visibility, who, agent);
+        if class == 0 {
+            return None;
+        }
+        let hidden = self
+            .classes
+            .entry(class)
+            .or_insert_with(|| {
+                let rules: Vec<&visibility::VisibilityRule> = self
+                    .visibility
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| class & (1 << i) != 0)
+                    .map(|(_, r)| r)
+                    .collect();
+                Arc::new(visibility::Hidden::new(&rules))
+            })
+            .clone();
+        Some(hidden)
+    }
+
     /// Applies the request-side rules to a run about to start (rate, limits,
     /// offered tools, identity) and returns the filter for its events, if any
     /// rule needs one.
@@ -310,6 +362,15 @@ fn log_removed(removed: &[String], who: &Principal, agent: &str, thread: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn yaml_policies_load_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("p.yaml");
+        std::fs::write(&p, "rules:\n  - name: no-deletes\n    kind: tools\n    effect: deny\n    tools: [\"delete_*\"]\n").unwrap();
+        let policy = Policy::load(&p).unwrap();
+        assert_eq!(policy.tools[0].name, "no-deletes");
+    }
 
     #[test]
     fn errors_name_file_line_and_rule() {

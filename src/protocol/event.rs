@@ -137,6 +137,11 @@ impl EventType {
         }
     }
 
+    /// The wire name of a known type as a `'static` string (`None` for [`EventType::Other`]).
+    pub fn static_name(&self) -> Option<&'static str> {
+        NAMES.iter().find(|(_, t)| t == self).map(|(n, _)| *n)
+    }
+
     /// Every type this build knows, in protocol order (for docs and tests).
     pub fn known() -> impl Iterator<Item = EventType> {
         NAMES.iter().map(|(_, t)| t.clone())

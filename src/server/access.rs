@@ -41,6 +41,17 @@ impl AccessError {
     }
 }
 
+/// What `who` may see on `thread` (its agent's visibility rules).
+pub fn visibility_on(
+    state: &AppState,
+    who: &Principal,
+    thread: &Thread,
+) -> crate::thread::ViewerVisibility {
+    state
+        .policy()
+        .visibility_for(who, thread.meta().agent.as_deref().unwrap_or(""))
+}
+
 /// Thread ids: 1–128 of `A-Z a-z 0-9 . _ : -` (spec).
 pub fn valid_thread_id(id: &str) -> bool {
     (1..=128).contains(&id.len())

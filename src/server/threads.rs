@@ -1,7 +1,7 @@
 //! HTTP viewer routes: list threads, read a snapshot, join the event stream.
 
 use super::AppState;
-use super::access::{AccessError, thread_for};
+use super::access::{AccessError, thread_for, visibility_on};
 use super::error::{ApiError, ErrorCode};
 use super::http::authenticate;
 use super::sse::{async_stream, sse_response};
@@ -82,7 +82,7 @@ pub async fn snapshot(
         Err(e) => return e.into_response(),
     };
     match thread_for(&state, &who, &thread_id, Permission::View, false).await {
-        Ok(t) => Json(Value::Object(t.snapshot())).into_response(),
+        Ok(t) => Json(Value::Object(t.snapshot(&visibility_on(&state, &who, &t)))).into_response(),
         Err(e) => e.into_api().into_response(),
     }
 }
@@ -118,7 +118,12 @@ pub async fn join(
     let after = q.after.or(last_event_id).unwrap_or(0);
     let (ob, mut rx) = outbox(state.config.threads.viewer_queue_bytes);
     let viewer = state.next_connection_id();
-    thread.subscribe(viewer, ob.clone(), Start::After(after));
+    thread.subscribe(
+        viewer,
+        ob.clone(),
+        Start::After(after),
+        visibility_on(&state, &who, &thread),
+    );
     let keepalive = state.config.server.keepalive;
     let guard = ViewerGuard { thread, viewer };
     let stream = async_stream(move |tx| async move {

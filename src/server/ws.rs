@@ -426,7 +426,8 @@ impl Conn {
             extra.insert("threadId".into(), thread_id.into());
             self.ack(v.get("id"), extra);
         }
-        thread.subscribe(self.id, self.outbox.clone(), start);
+        let visibility = super::access::visibility_on(&self.state, &self.principal, &thread);
+        thread.subscribe(self.id, self.outbox.clone(), start, visibility);
         self.subs.insert(thread.key.clone(), thread);
         Ok(())
     }
@@ -493,7 +494,11 @@ impl Conn {
         };
         let thread = self.thread(thread_id, Permission::Run, true).await?;
         if !self.subs.contains_key(&thread.key) {
-            thread.subscribe(self.id, self.outbox.clone(), Start::Live);
+            let visibility = self
+                .state
+                .policy()
+                .visibility_for(&self.principal, &agent.id);
+            thread.subscribe(self.id, self.outbox.clone(), Start::Live, visibility);
             self.subs.insert(thread.key.clone(), thread.clone());
         }
         let mut input = input;
@@ -594,7 +599,11 @@ impl Conn {
             resume: Some(Value::Array(entries)),
         };
         if !self.subs.contains_key(&thread.key) {
-            thread.subscribe(self.id, self.outbox.clone(), Start::Live);
+            let visibility = self
+                .state
+                .policy()
+                .visibility_for(&self.principal, &agent.id);
+            thread.subscribe(self.id, self.outbox.clone(), Start::Live, visibility);
             self.subs.insert(thread.key.clone(), thread.clone());
         }
         let mut input = input;

@@ -68,10 +68,28 @@ impl Entry {
     }
 }
 
+/// What one viewer may see. The policy layer implements it; threads only ask.
+pub trait Visibility: Send + Sync {
+    /// True when this viewer must not receive `event`.
+    fn hides(&self, event: &Event) -> bool;
+    /// Removes from a snapshot what this viewer may not see.
+    fn redact_snapshot(&self, snapshot: &mut Map<String, Value>);
+}
+
+/// A viewer's visibility (`None`: sees everything).
+pub type ViewerVisibility = Option<Arc<dyn Visibility>>;
+
 /// A viewer registered on a thread.
 struct Viewer {
     id: u64,
     outbox: Arc<Outbox>,
+    visibility: ViewerVisibility,
+}
+
+impl Viewer {
+    fn hides(&self, event: &Event) -> bool {
+        self.visibility.as_ref().is_some_and(|v| v.hides(event))
+    }
 }
 
 struct Inner {
@@ -156,28 +174,44 @@ impl Thread {
         self.lock().fold.seq
     }
 
-    /// The snapshot object (spec `snapshot` frame without `type`).
-    pub fn snapshot(&self) -> Map<String, Value> {
-        snapshot_of(&self.key, &self.lock(), false)
+    /// The snapshot object (spec `snapshot` frame without `type`), as
+    /// `visibility` allows.
+    pub fn snapshot(&self, visibility: &ViewerVisibility) -> Map<String, Value> {
+        let mut snap = snapshot_of(&self.key, &self.lock(), false);
+        if let Some(v) = visibility {
+            v.redact_snapshot(&mut snap);
+        }
+        snap
     }
 
     /// Registers viewer `id` and queues its start (snapshot or replay) ahead
     /// of any live event.
-    pub fn subscribe(&self, id: u64, outbox: Arc<Outbox>, start: Start) {
+    pub fn subscribe(
+        &self,
+        id: u64,
+        outbox: Arc<Outbox>,
+        start: Start,
+        visibility: ViewerVisibility,
+    ) {
         let mut inner = self.lock();
         inner.viewers.retain(|v| v.id != id);
+        let viewer = Viewer {
+            id,
+            outbox,
+            visibility,
+        };
         let ok = match start {
             Start::Live => true,
-            Start::Snapshot => push_snapshot(&self.key, &inner, &outbox, false),
+            Start::Snapshot => push_snapshot(&self.key, &inner, &viewer, false),
             Start::After(n) if n >= inner.base_seq && n <= inner.fold.seq => inner
                 .journal
                 .iter()
-                .filter(|e| e.seq > n)
-                .all(|e| outbox.push_replay(Outgoing::Event(e.clone()))),
-            Start::After(_) => push_snapshot(&self.key, &inner, &outbox, true),
+                .filter(|e| e.seq > n && !viewer.hides(&e.event))
+                .all(|e| viewer.outbox.push_replay(Outgoing::Event(e.clone()))),
+            Start::After(_) => push_snapshot(&self.key, &inner, &viewer, true),
         };
         if ok {
-            inner.viewers.push(Viewer { id, outbox });
+            inner.viewers.push(viewer);
         }
     }
 
@@ -264,7 +298,7 @@ impl Thread {
             inner.journal.push_back(entry.clone());
             inner
                 .viewers
-                .retain(|v| v.outbox.push(Outgoing::Event(entry.clone())));
+                .retain(|v| v.hides(&entry.event) || v.outbox.push(Outgoing::Event(entry.clone())));
         }
     }
 
@@ -399,10 +433,15 @@ fn snapshot_of(key: &ThreadKey, inner: &Inner, reset: bool) -> Map<String, Value
     m
 }
 
-fn push_snapshot(key: &ThreadKey, inner: &Inner, outbox: &Outbox, reset: bool) -> bool {
+fn push_snapshot(key: &ThreadKey, inner: &Inner, viewer: &Viewer, reset: bool) -> bool {
     let mut m = Map::new();
     m.insert("type".into(), "snapshot".into());
-    m.extend(snapshot_of(key, inner, reset));
+    let mut snap = snapshot_of(key, inner, reset);
+    if let Some(v) = &viewer.visibility {
+        v.redact_snapshot(&mut snap);
+    }
+    m.extend(snap);
+    let outbox = &viewer.outbox;
     let text = serde_json::to_string(&m).expect("snapshot serializes");
     outbox.push_replay(Outgoing::Message(Utf8Bytes::from(text)))
 }
@@ -613,7 +652,7 @@ mod tests {
         )])
         .await;
         let (ob, mut rx) = fanout::outbox(1 << 20);
-        t.subscribe(1, ob, Start::Snapshot);
+        t.subscribe(1, ob, Start::Snapshot, None);
         let entries = t
             .append(vec![
                 ev(json!({"type":"TEXT_MESSAGE_START","messageId":"m"})),
@@ -642,7 +681,7 @@ mod tests {
                 .await;
         }
         let (ob, mut rx) = fanout::outbox(1 << 20);
-        t.subscribe(1, ob, Start::After(3));
+        t.subscribe(1, ob, Start::After(3), None);
         let got = drain(&mut rx).await;
         assert_eq!(
             got.iter()
@@ -652,14 +691,14 @@ mod tests {
         );
         t.maybe_compact().await;
         let (ob, mut rx) = fanout::outbox(1 << 20);
-        t.subscribe(2, ob, Start::After(3));
+        t.subscribe(2, ob, Start::After(3), None);
         let got = drain(&mut rx).await;
         assert_eq!(got[0]["type"], "snapshot");
         assert_eq!(got[0]["reset"], true);
         assert_eq!(got[0]["seq"], 5);
         // After the base, up-to-date viewers still resume without a reset.
         let (ob, mut rx) = fanout::outbox(1 << 20);
-        t.subscribe(3, ob, Start::After(5));
+        t.subscribe(3, ob, Start::After(5), None);
         t.append(vec![ev(json!({"type":"CUSTOM","name":"n","value":6}))])
             .await;
         assert_eq!(drain(&mut rx).await[0]["seq"], 6);
@@ -723,7 +762,7 @@ mod tests {
             },
         );
         let t = ts.get(&key).await.unwrap().unwrap();
-        let snap = t.snapshot();
+        let snap = t.snapshot(&None);
         assert_eq!(snap["seq"], 4);
         assert_eq!(snap["state"], json!({"a":2}));
         assert_eq!(snap["run"]["status"], "finished");
