@@ -24,6 +24,8 @@ use std::sync::Arc;
 pub struct LimitRule {
     pub name: String,
     scope: Scope,
+    max_request_bytes: Option<usize>,
+    max_run_seconds: Option<u64>,
     max_messages: Option<usize>,
     max_tools: Option<usize>,
     max_event_bytes: Option<usize>,
@@ -50,6 +52,8 @@ impl LimitRule {
         Ok(LimitRule {
             name: file.name.clone(),
             scope,
+            max_request_bytes: file.max_request_bytes,
+            max_run_seconds: file.max_run_seconds,
             max_messages: file.max_messages,
             max_tools: file.max_tools,
             max_event_bytes: file.max_event_bytes,
@@ -75,6 +79,25 @@ fn refuse(rule: &LimitRule, too_large: bool, what: String) -> Refusal {
         too_large,
         message: format!("{what} (policy rule '{}')", rule.name),
     }
+}
+
+/// Checks a run request's serialized size against `max_request_bytes`.
+pub fn check_size(
+    policy: &Policy,
+    who: &Principal,
+    agent: &str,
+    bytes: usize,
+) -> Result<(), Refusal> {
+    for rule in policy.limits.iter().filter(|r| r.scope.applies(who, agent)) {
+        if let Some(max) = rule.max_request_bytes.filter(|m| bytes > *m) {
+            return Err(refuse(
+                rule,
+                true,
+                format!("the request is {bytes} bytes; at most {max}"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Checks a run request's messages and tools against every applicable limit.
@@ -313,6 +336,8 @@ fn parse_loose_ipv4(host: &str) -> Option<Ipv4Addr> {
 pub struct EventLimits {
     max_event_bytes: Option<(usize, String)>,
     max_events: Option<(usize, String)>,
+    max_duration: Option<(std::time::Duration, String)>,
+    started: std::time::Instant,
     seen: usize,
 }
 
@@ -322,6 +347,8 @@ impl EventLimits {
         let mut l = EventLimits {
             max_event_bytes: None,
             max_events: None,
+            max_duration: None,
+            started: std::time::Instant::now(),
             seen: 0,
         };
         for r in policy.limits.iter().filter(|r| r.scope.applies(who, agent)) {
@@ -336,13 +363,34 @@ impl EventLimits {
                 l.max_events = Some((m, r.name.clone()));
             }
         }
-        (l.max_event_bytes.is_some() || l.max_events.is_some()).then_some(l)
+        for r in policy.limits.iter().filter(|r| r.scope.applies(who, agent)) {
+            if let Some(secs) = r.max_run_seconds {
+                let d = std::time::Duration::from_secs(secs);
+                if l.max_duration.as_ref().is_none_or(|(c, _)| d < *c) {
+                    l.max_duration = Some((d, r.name.clone()));
+                }
+            }
+        }
+        (l.max_event_bytes.is_some() || l.max_events.is_some() || l.max_duration.is_some())
+            .then_some(l)
     }
 }
 
 impl EventFilter for EventLimits {
     fn filter(&mut self, event: Event) -> Result<Vec<Event>, Box<Event>> {
         self.seen += 1;
+        // Checked as events arrive; a silent agent is bounded by its `timeouts.total`.
+        if let Some((max, rule)) = &self.max_duration
+            && self.started.elapsed() > *max
+        {
+            return Err(Box::new(run_error(
+                "policy_violation",
+                format!(
+                    "the run exceeded {} s (policy rule '{rule}')",
+                    max.as_secs()
+                ),
+            )));
+        }
         if let Some((max, rule)) = &self.max_events
             && self.seen > *max
         {
@@ -430,6 +478,42 @@ allow_file_sources = false
             claims: Default::default(),
         };
         check_request(&policy(), &who, "a", &user(parts), &[])
+    }
+
+    #[test]
+    fn request_size_run_duration_and_event_limits() {
+        let p = Arc::new(
+            Policy::parse(
+                "[[rules]]\nname = \"small\"\nkind = \"limits\"\nmax_request_bytes = 10\nmax_run_seconds = 0\nmax_events_per_run = 5\n",
+                "t",
+            )
+            .unwrap(),
+        );
+        let who = Principal {
+            subject: "u".into(),
+            roles: vec![],
+            tenant: "t".into(),
+            grants: vec![],
+            expires_at: 0,
+            claims: Default::default(),
+        };
+        assert!(check_size(&p, &who, "a", 10).is_ok());
+        let r = check_size(&p, &who, "a", 11).unwrap_err();
+        assert!(r.too_large && r.message.contains("'small'"));
+        let mut l = EventLimits::new(&p, &who, "a").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(2)); // exceed the 0 s budget
+        let end = l
+            .filter(Event::build(
+                json!({"type": "CUSTOM", "name": "x", "value": 1}),
+            ))
+            .unwrap_err();
+        assert_eq!(end.body()["code"], "policy_violation");
+        assert!(
+            end.body()["message"]
+                .as_str()
+                .unwrap()
+                .contains("exceeded 0 s")
+        );
     }
 
     #[test]

@@ -61,6 +61,8 @@ pub struct RuleFile {
     pub tools: Vec<String>,
     pub on_violation: Option<tools::OnViolation>,
     // limits
+    pub max_request_bytes: Option<usize>,
+    pub max_run_seconds: Option<u64>,
     pub max_messages: Option<usize>,
     pub max_tools: Option<usize>,
     pub max_event_bytes: Option<usize>,
@@ -306,7 +308,28 @@ impl Policy {
         thread: &str,
         input: &mut RunInput,
     ) -> Result<Option<Box<dyn EventFilter>>, Refused> {
-        rate::check(&self.rates, rate::Action::Run, who, agent).map_err(Refused::Rate)?;
+        let refused = |r: Refused| {
+            let rule = match &r {
+                Refused::Limit(l) => l.message.clone(),
+                Refused::Rate(l) => format!("rate rule '{}'", l.rule),
+            };
+            tracing::info!(user = %who.subject, tenant = %who.tenant, agent, thread, "policy refused a run: {rule}");
+            r
+        };
+        rate::check(&self.rates, rate::Action::Run, who, agent)
+            .map_err(|l| refused(Refused::Rate(l)))?;
+        let size = match &*input {
+            RunInput::Incremental {
+                messages,
+                tools,
+                context,
+                ..
+            } => serde_json::to_vec(&(messages, tools, context))
+                .map(|v| v.len())
+                .unwrap_or(0),
+            RunInput::Complete(i) => serde_json::to_vec(i).map(|v| v.len()).unwrap_or(0),
+        };
+        limits::check_size(self, who, agent, size).map_err(|l| refused(Refused::Limit(l)))?;
         let decider = tools::ToolDecider::new(self.clone(), who, agent, thread);
         match input {
             RunInput::Incremental {
@@ -331,7 +354,8 @@ impl Policy {
                     .iter()
                     .map(|t| serde_json::to_value(t).unwrap_or_default())
                     .collect();
-                limits::check_request(self, who, agent, &messages, &offered)?;
+                limits::check_request(self, who, agent, &messages, &offered)
+                    .map_err(|l| refused(Refused::Limit(l)))?;
                 let removed = decider.filter_offered(&mut offered);
                 i.tools.retain(|t| !removed.contains(&t.name));
                 log_removed(&removed, who, agent, thread);
@@ -347,6 +371,7 @@ impl Policy {
         }
         // Last, so it also sees what the other filters emit (their notices).
         if let Some(r) = redaction::Redactor::new(&self.redactions, who, agent, thread) {
+            // (logs name the rule, the user and the thread, never the content)
             chain.push(Box::new(r));
         }
         Ok((!chain.is_empty()).then(|| Box::new(Chain(chain)) as Box<dyn EventFilter>))

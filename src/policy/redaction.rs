@@ -79,6 +79,7 @@ pub struct Redactor {
     /// Held raw text per open stream: ("m"|"t", id).
     pending: HashMap<(char, String), String>,
     thread: String,
+    user: String,
 }
 
 impl Redactor {
@@ -115,6 +116,7 @@ impl Redactor {
                 .collect(),
             pending: HashMap::new(),
             thread: thread.to_owned(),
+            user: format!("{}/{}", who.tenant, who.subject),
         })
     }
 
@@ -123,7 +125,7 @@ impl Redactor {
         let mut out = text.to_owned();
         for (name, re, replacement, targets) in &self.rules {
             if targets.contains(&target) && re.is_match(&out) {
-                tracing::info!(rule = %name, thread = %self.thread, ?target, "policy redacted content");
+                tracing::info!(rule = %name, user = %self.user, thread = %self.thread, ?target, "policy redacted content");
                 out = re.replace_all(&out, replacement.as_str()).into_owned();
             }
         }
