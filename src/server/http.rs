@@ -180,6 +180,7 @@ async fn start_run(
         run_id,
         input,
         starter: Some(starter),
+        starter_visibility: state.policy().visibility_for(&who, &agent.id),
         filter,
     };
     thread

@@ -513,6 +513,7 @@ impl Conn {
             run_id: run_id.clone(),
             input,
             starter: None,
+            starter_visibility: None,
             filter,
         };
         let started = thread.start_run(req, strategy).map_err(ApiError::from)?;
@@ -618,6 +619,7 @@ impl Conn {
             run_id: run_id.clone(),
             input,
             starter: None,
+            starter_visibility: None,
             filter,
         };
         thread

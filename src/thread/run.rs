@@ -114,6 +114,8 @@ pub struct RunRequest {
     pub input: RunInput,
     /// The HTTP requester's stream: this run's events only.
     pub starter: Option<Arc<Outbox>>,
+    /// What the HTTP requester may see.
+    pub starter_visibility: super::ViewerVisibility,
     /// Operator rules on the run's events, if any.
     pub filter: Option<Box<dyn EventFilter>>,
 }
@@ -488,6 +490,7 @@ async fn drive(
         run_id,
         mut starter,
         mut filter,
+        starter_visibility,
         ..
     } = req;
     let thread_id = thread.key.thread_id.clone();
@@ -539,7 +542,7 @@ async fn drive(
                 closing.extend(open.closing());
                 closing.push(Event::build(json!({"type": "RUN_FINISHED", "threadId": thread_id, "runId": run_id, "outcome": {"type": "cancelled"}})));
                 let entries = thread.append(closing).await;
-                forward(&starter, &entries, Vec::new());
+                forward(&starter, &starter_visibility, &entries, Vec::new());
                 tracing::info!(thread = %thread_id, run = %run_id, "run cancelled");
                 break;
             }
@@ -551,7 +554,7 @@ async fn drive(
                         "upstream stream ended without a terminal event",
                     )])
                     .await;
-                forward(&starter, &entries, Vec::new());
+                forward(&starter, &starter_visibility, &entries, Vec::new());
                 break;
             }
             Step::Events(batch) => {
@@ -598,7 +601,7 @@ async fn drive(
                     originals.push(original);
                 }
                 let entries = thread.append(journal).await;
-                forward(&starter, &entries, originals);
+                forward(&starter, &starter_visibility, &entries, originals);
                 if terminal {
                     break;
                 }
@@ -649,7 +652,12 @@ fn apply_filter(filter: &mut Option<Box<dyn EventFilter>>, staged: Staged) -> (S
 
 /// Sends a run's entries to its HTTP requester, `originals[i]` deciding what
 /// it gets for entry `i` (see [`ForRequester`]; missing items mean the entry).
-fn forward(starter: &Option<Arc<Outbox>>, entries: &[Arc<Entry>], originals: Vec<ForRequester>) {
+fn forward(
+    starter: &Option<Arc<Outbox>>,
+    visibility: &super::ViewerVisibility,
+    entries: &[Arc<Entry>],
+    originals: Vec<ForRequester>,
+) {
     let Some(outbox) = starter else { return };
     let mut originals = originals.into_iter();
     for e in entries {
@@ -658,6 +666,9 @@ fn forward(starter: &Option<Arc<Outbox>>, entries: &[Arc<Entry>], originals: Vec
             Some(None) => e.clone(),
             Some(Some(original)) => Arc::new(Entry::new("", e.seq, original)),
         };
+        if visibility.as_ref().is_some_and(|v| v.hides(&item.event)) {
+            continue;
+        }
         outbox.push(Outgoing::Event(item));
     }
 }
