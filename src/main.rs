@@ -210,7 +210,9 @@ fn explain(config: &Config, sample: &std::path::Path) -> Result<String, String> 
             .and_then(|m| m.as_array())
             .cloned()
             .unwrap_or_default();
-        match agui_gateway::policy::limits::check_request(&policy, &who, agent, &messages, &tools) {
+        match agui_gateway::policy::limits::check_request(
+            &policy, &who, agent, thread, &messages, &tools,
+        ) {
             Ok(()) => {
                 let _ = writeln!(out, "request: within limits");
             }

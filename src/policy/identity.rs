@@ -12,6 +12,26 @@ use serde_json::{Value, json};
 pub struct IdentityConfig {
     /// Key under `forwardedProps` that receives `{sub, tenant, roles}`; unset: no injection.
     pub forwarded_props_key: Option<String>,
+    /// Also send `X-AGUI-User`, `X-AGUI-Tenant` and `X-AGUI-Roles` (comma-separated) upstream.
+    #[serde(default)]
+    pub headers: bool,
+}
+
+/// The identity headers for `who`, when configured.
+pub fn headers(cfg: &IdentityConfig, who: &Principal) -> reqwest::header::HeaderMap {
+    let mut h = reqwest::header::HeaderMap::new();
+    if cfg.headers {
+        for (name, value) in [
+            ("x-agui-user", who.subject.clone()),
+            ("x-agui-tenant", who.tenant.clone()),
+            ("x-agui-roles", who.roles.join(",")),
+        ] {
+            if let Ok(v) = reqwest::header::HeaderValue::from_str(&value) {
+                h.insert(name, v);
+            }
+        }
+    }
+    h
 }
 
 /// Writes `who` into `forwarded_props[key]`, replacing anything the client put there.
@@ -44,6 +64,7 @@ mod tests {
         inject(
             &IdentityConfig {
                 forwarded_props_key: Some("identity".into()),
+                headers: false,
             },
             &who,
             &mut props,

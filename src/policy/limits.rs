@@ -8,7 +8,6 @@
 //! shorthand, IPv6), and `file` sources only when allowed. Event side: event
 //! size and events per run (`RUN_ERROR policy_violation`).
 
-use super::cel::Condition;
 use super::{Policy, RuleFile, Scope};
 use crate::auth::Principal;
 use crate::protocol::Event;
@@ -38,17 +37,8 @@ pub struct LimitRule {
 }
 
 impl LimitRule {
-    /// Builds a rule from its file form (limits take no `when`).
-    pub fn new(
-        file: &RuleFile,
-        scope: Scope,
-        when: Option<Condition>,
-    ) -> Result<LimitRule, String> {
-        if when.is_some() {
-            return Err(
-                "limits rules take no `when`; scope them with agents/roles/tenants/users".into(),
-            );
-        }
+    /// Builds a rule from its file form.
+    pub fn new(file: &RuleFile, scope: Scope) -> Result<LimitRule, String> {
         Ok(LimitRule {
             name: file.name.clone(),
             scope,
@@ -86,9 +76,14 @@ pub fn check_size(
     policy: &Policy,
     who: &Principal,
     agent: &str,
+    thread: &str,
     bytes: usize,
 ) -> Result<(), Refusal> {
-    for rule in policy.limits.iter().filter(|r| r.scope.applies(who, agent)) {
+    for rule in policy
+        .limits
+        .iter()
+        .filter(|r| r.scope.applies_on(who, agent, thread))
+    {
         if let Some(max) = rule.max_request_bytes.filter(|m| bytes > *m) {
             return Err(refuse(
                 rule,
@@ -105,10 +100,15 @@ pub fn check_request(
     policy: &Policy,
     who: &Principal,
     agent: &str,
+    thread: &str,
     messages: &[Value],
     tools: &[Value],
 ) -> Result<(), Refusal> {
-    for rule in policy.limits.iter().filter(|r| r.scope.applies(who, agent)) {
+    for rule in policy
+        .limits
+        .iter()
+        .filter(|r| r.scope.applies_on(who, agent, thread))
+    {
         if let Some(max) = rule.max_messages.filter(|m| messages.len() > *m) {
             return Err(refuse(
                 rule,
@@ -343,7 +343,12 @@ pub struct EventLimits {
 
 impl EventLimits {
     /// The tightest applicable limits, or `None` when there are none.
-    pub fn new(policy: &Arc<Policy>, who: &Principal, agent: &str) -> Option<EventLimits> {
+    pub fn new(
+        policy: &Arc<Policy>,
+        who: &Principal,
+        agent: &str,
+        thread: &str,
+    ) -> Option<EventLimits> {
         let mut l = EventLimits {
             max_event_bytes: None,
             max_events: None,
@@ -351,7 +356,11 @@ impl EventLimits {
             started: std::time::Instant::now(),
             seen: 0,
         };
-        for r in policy.limits.iter().filter(|r| r.scope.applies(who, agent)) {
+        for r in policy
+            .limits
+            .iter()
+            .filter(|r| r.scope.applies_on(who, agent, thread))
+        {
             if let Some(m) = r.max_event_bytes
                 && l.max_event_bytes.as_ref().is_none_or(|(c, _)| m < *c)
             {
@@ -363,7 +372,11 @@ impl EventLimits {
                 l.max_events = Some((m, r.name.clone()));
             }
         }
-        for r in policy.limits.iter().filter(|r| r.scope.applies(who, agent)) {
+        for r in policy
+            .limits
+            .iter()
+            .filter(|r| r.scope.applies_on(who, agent, thread))
+        {
             if let Some(secs) = r.max_run_seconds {
                 let d = std::time::Duration::from_secs(secs);
                 if l.max_duration.as_ref().is_none_or(|(c, _)| d < *c) {
@@ -477,7 +490,7 @@ allow_file_sources = false
             expires_at: 0,
             claims: Default::default(),
         };
-        check_request(&policy(), &who, "a", &user(parts), &[])
+        check_request(&policy(), &who, "a", "t", &user(parts), &[])
     }
 
     #[test]
@@ -497,10 +510,10 @@ allow_file_sources = false
             expires_at: 0,
             claims: Default::default(),
         };
-        assert!(check_size(&p, &who, "a", 10).is_ok());
-        let r = check_size(&p, &who, "a", 11).unwrap_err();
+        assert!(check_size(&p, &who, "a", "t", 10).is_ok());
+        let r = check_size(&p, &who, "a", "t", 11).unwrap_err();
         assert!(r.too_large && r.message.contains("'small'"));
-        let mut l = EventLimits::new(&p, &who, "a").unwrap();
+        let mut l = EventLimits::new(&p, &who, "a", "t").unwrap();
         std::thread::sleep(std::time::Duration::from_millis(2)); // exceed the 0 s budget
         let end = l
             .filter(Event::build(

@@ -96,13 +96,15 @@ pub enum RuleKind {
     Visibility,
 }
 
-/// Who and what a rule applies to (globs; empty = everyone).
+/// Who and what a rule applies to (globs; empty = everyone), plus, for
+/// kinds other than `tools`, the rule's `when` condition.
 #[derive(Debug, Clone, Default)]
 pub struct Scope {
     pub agents: Vec<String>,
     pub roles: Vec<String>,
     pub tenants: Vec<String>,
     pub users: Vec<String>,
+    pub when: Option<Arc<cel::Condition>>,
 }
 
 fn any_glob(patterns: &[String], value: &str) -> bool {
@@ -110,7 +112,27 @@ fn any_glob(patterns: &[String], value: &str) -> bool {
 }
 
 impl Scope {
-    /// Whether the rule applies to `who` running `agent`.
+    /// Whether the rule applies to `who` running `agent` on `thread`. A
+    /// condition that fails to evaluate makes the rule apply: every kind that
+    /// uses this restricts, so that is the closed side.
+    pub fn applies_on(&self, who: &Principal, agent: &str, thread: &str) -> bool {
+        if !self.applies(who, agent) {
+            return false;
+        }
+        let Some(cond) = &self.when else { return true };
+        let facts = cel::Facts {
+            principal: who,
+            agent,
+            thread,
+            tool: None,
+        };
+        cond.eval(&facts).unwrap_or_else(|e| {
+            tracing::warn!(condition = %cond.source, "policy condition failed; applying the rule: {e}");
+            true
+        })
+    }
+
+    /// Whether the globs match `who` running `agent` (conditions not evaluated).
     pub fn applies(&self, who: &Principal, agent: &str) -> bool {
         any_glob(&self.agents, agent)
             && any_glob(&self.tenants, &who.tenant)
@@ -201,31 +223,32 @@ impl Policy {
                     continue;
                 }
             };
-            let scope = Scope {
+            let mut scope = Scope {
                 agents: rule.agents.clone(),
                 roles: rule.roles.clone(),
                 tenants: rule.tenants.clone(),
                 users: rule.users.clone(),
+                when: None,
+            };
+            let when = if rule.kind == Some(RuleKind::Tools) {
+                when
+            } else {
+                scope.when = when.map(Arc::new);
+                None
             };
             let result = match rule.kind {
                 Some(RuleKind::Tools) => {
                     tools::ToolRule::new(&rule, scope, when).map(|r| policy.tools.push(r))
                 }
                 Some(RuleKind::Limits) => {
-                    limits::LimitRule::new(&rule, scope, when).map(|r| policy.limits.push(r))
+                    limits::LimitRule::new(&rule, scope).map(|r| policy.limits.push(r))
                 }
-                Some(RuleKind::Rate) if when.is_some() => Err("rate rules take no `when`".into()),
+
                 Some(RuleKind::Rate) => {
                     rate::RateRule::new(&rule, scope).map(|r| policy.rates.push(r))
                 }
-                Some(RuleKind::Redaction) if when.is_some() => {
-                    Err("redaction rules take no `when`".into())
-                }
                 Some(RuleKind::Redaction) => {
                     redaction::RedactionRule::new(&rule, scope).map(|r| policy.redactions.push(r))
-                }
-                Some(RuleKind::Visibility) if when.is_some() => {
-                    Err("visibility rules take no `when`".into())
                 }
                 Some(RuleKind::Visibility) => {
                     visibility::VisibilityRule::new(&rule, scope).map(|r| policy.visibility.push(r))
@@ -261,6 +284,12 @@ impl EventFilter for Chain {
     }
 }
 
+/// What a run gets from the policy: its event filter and extra upstream headers.
+pub struct Prepared {
+    pub filter: Option<Box<dyn EventFilter>>,
+    pub upstream_headers: reqwest::header::HeaderMap,
+}
+
 /// Why the policy refused a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refused {
@@ -275,9 +304,14 @@ impl From<limits::Refusal> for Refused {
 }
 
 impl Policy {
-    /// What `who` may see on threads of `agent` (`None`: everything).
-    pub fn visibility_for(&self, who: &Principal, agent: &str) -> crate::thread::ViewerVisibility {
-        let class = visibility::class_of(&self.visibility, who, agent);
+    /// What `who` may see on `thread` of `agent` (`None`: everything).
+    pub fn visibility_for(
+        &self,
+        who: &Principal,
+        agent: &str,
+        thread: &str,
+    ) -> crate::thread::ViewerVisibility {
+        let class = visibility::class_of(&self.visibility, who, agent, thread);
         if class == 0 {
             return None;
         }
@@ -307,7 +341,7 @@ impl Policy {
         agent: &str,
         thread: &str,
         input: &mut RunInput,
-    ) -> Result<Option<Box<dyn EventFilter>>, Refused> {
+    ) -> Result<Prepared, Refused> {
         let refused = |r: Refused| {
             let rule = match &r {
                 Refused::Limit(l) => l.message.clone(),
@@ -316,7 +350,7 @@ impl Policy {
             tracing::info!(user = %who.subject, tenant = %who.tenant, agent, thread, "policy refused a run: {rule}");
             r
         };
-        rate::check(&self.rates, rate::Action::Run, who, agent)
+        rate::check(&self.rates, rate::Action::Run, who, agent, thread)
             .map_err(|l| refused(Refused::Rate(l)))?;
         let size = match &*input {
             RunInput::Incremental {
@@ -329,7 +363,8 @@ impl Policy {
                 .unwrap_or(0),
             RunInput::Complete(i) => serde_json::to_vec(i).map(|v| v.len()).unwrap_or(0),
         };
-        limits::check_size(self, who, agent, size).map_err(|l| refused(Refused::Limit(l)))?;
+        limits::check_size(self, who, agent, thread, size)
+            .map_err(|l| refused(Refused::Limit(l)))?;
         let decider = tools::ToolDecider::new(self.clone(), who, agent, thread);
         match input {
             RunInput::Incremental {
@@ -338,7 +373,7 @@ impl Policy {
                 forwarded_props,
                 ..
             } => {
-                limits::check_request(self, who, agent, messages, tools)?;
+                limits::check_request(self, who, agent, thread, messages, tools)?;
                 let removed = decider.filter_offered(tools);
                 log_removed(&removed, who, agent, thread);
                 identity::inject(&self.identity, who, forwarded_props);
@@ -354,7 +389,7 @@ impl Policy {
                     .iter()
                     .map(|t| serde_json::to_value(t).unwrap_or_default())
                     .collect();
-                limits::check_request(self, who, agent, &messages, &offered)
+                limits::check_request(self, who, agent, thread, &messages, &offered)
                     .map_err(|l| refused(Refused::Limit(l)))?;
                 let removed = decider.filter_offered(&mut offered);
                 i.tools.retain(|t| !removed.contains(&t.name));
@@ -366,7 +401,7 @@ impl Policy {
         if self.tools.iter().any(|r| r.applies(who, agent)) {
             chain.push(Box::new(decider.guard()));
         }
-        if let Some(l) = limits::EventLimits::new(self, who, agent) {
+        if let Some(l) = limits::EventLimits::new(self, who, agent, thread) {
             chain.push(Box::new(l));
         }
         // Last, so it also sees what the other filters emit (their notices).
@@ -374,7 +409,10 @@ impl Policy {
             // (logs name the rule, the user and the thread, never the content)
             chain.push(Box::new(r));
         }
-        Ok((!chain.is_empty()).then(|| Box::new(Chain(chain)) as Box<dyn EventFilter>))
+        Ok(Prepared {
+            filter: (!chain.is_empty()).then(|| Box::new(Chain(chain)) as Box<dyn EventFilter>),
+            upstream_headers: identity::headers(&self.identity, who),
+        })
     }
 }
 
@@ -387,6 +425,31 @@ fn log_removed(removed: &[String], who: &Principal, agent: &str, thread: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn when_scopes_every_rule_kind_and_errors_apply_the_rule() {
+        let p = Policy::parse(
+            "[[rules]]\nname = \"free-tier\"\nkind = \"limits\"\nmax_messages = 1\nwhen = 'principal.tenant == \"free\"'\n\
+             [[rules]]\nname = \"broken\"\nkind = \"limits\"\nmax_tools = 0\nwhen = 'principal.claims.nope.deeper'\n",
+            "t",
+        )
+        .unwrap();
+        let who = |tenant: &str| Principal {
+            subject: "u".into(),
+            roles: vec![],
+            tenant: tenant.into(),
+            grants: vec![],
+            expires_at: 0,
+            claims: Default::default(),
+        };
+        let two = vec![serde_json::json!({}), serde_json::json!({})];
+        assert!(limits::check_request(&p, &who("free"), "a", "t", &two, &[]).is_err());
+        assert!(limits::check_request(&p, &who("paid"), "a", "t", &two, &[]).is_ok());
+        // The erroring condition makes its restriction apply (fail closed).
+        let tool = vec![serde_json::json!({"name": "x"})];
+        let e = limits::check_request(&p, &who("paid"), "a", "t", &[], &tool).unwrap_err();
+        assert!(e.message.contains("'broken'"), "{e:?}");
+    }
 
     #[test]
     fn yaml_policies_load_too() {

@@ -100,10 +100,11 @@ pub fn check(
     action: Action,
     who: &Principal,
     agent: &str,
+    thread: &str,
 ) -> Result<(), Limited> {
     for r in rules
         .iter()
-        .filter(|r| r.action == action && r.scope.applies(who, agent))
+        .filter(|r| r.action == action && r.scope.applies_on(who, agent, thread))
     {
         if let Some(limiter) = &r.limiter
             && let Err(not_until) = limiter.check_key(&r.key(who))
@@ -140,7 +141,7 @@ pub fn connect(rules: &[RateRule], who: &Principal) -> Result<ConnectionSlot, Li
     let mut slot = ConnectionSlot::default();
     for r in rules
         .iter()
-        .filter(|r| r.action == Action::Connection && r.scope.applies(who, ""))
+        .filter(|r| r.action == Action::Connection && r.scope.applies_on(who, "", ""))
     {
         let key = r.key(who);
         let mut n = r.open.entry(key.clone()).or_insert(0);
@@ -183,13 +184,13 @@ mod tests {
             "t",
         )
         .unwrap();
-        assert!(check(&p.rates, Action::Run, &who("a"), "x").is_ok());
-        assert!(check(&p.rates, Action::Run, &who("a"), "x").is_ok());
-        let l = check(&p.rates, Action::Run, &who("a"), "x").unwrap_err();
+        assert!(check(&p.rates, Action::Run, &who("a"), "x", "t").is_ok());
+        assert!(check(&p.rates, Action::Run, &who("a"), "x", "t").is_ok());
+        let l = check(&p.rates, Action::Run, &who("a"), "x", "t").unwrap_err();
         assert_eq!(l.rule, "runs");
         assert!(l.retry_after >= Duration::from_secs(1));
         assert!(
-            check(&p.rates, Action::Run, &who("b"), "x").is_ok(),
+            check(&p.rates, Action::Run, &who("b"), "x", "t").is_ok(),
             "per user"
         );
         let slot = connect(&p.rates, &who("a")).unwrap();

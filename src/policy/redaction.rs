@@ -92,7 +92,7 @@ impl Redactor {
     ) -> Option<Redactor> {
         let applicable: Vec<&RedactionRule> = rules
             .iter()
-            .filter(|r| r.scope.applies(who, agent))
+            .filter(|r| r.scope.applies_on(who, agent, thread))
             .collect();
         if applicable.is_empty() {
             return None;

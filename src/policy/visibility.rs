@@ -99,11 +99,11 @@ impl Visibility for Hidden {
 }
 
 /// The class key: which of the rules apply to `who` on `agent` (bit per rule).
-pub fn class_of(rules: &[VisibilityRule], who: &Principal, agent: &str) -> u128 {
+pub fn class_of(rules: &[VisibilityRule], who: &Principal, agent: &str, thread: &str) -> u128 {
     rules
         .iter()
         .enumerate()
         .take(128)
-        .filter(|(_, r)| r.scope.applies(who, agent))
+        .filter(|(_, r)| r.scope.applies_on(who, agent, thread))
         .fold(0u128, |acc, (i, _)| acc | (1 << i))
 }

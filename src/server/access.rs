@@ -47,9 +47,11 @@ pub fn visibility_on(
     who: &Principal,
     thread: &Thread,
 ) -> crate::thread::ViewerVisibility {
-    state
-        .policy()
-        .visibility_for(who, thread.meta().agent.as_deref().unwrap_or(""))
+    state.policy().visibility_for(
+        who,
+        thread.meta().agent.as_deref().unwrap_or(""),
+        &thread.key.thread_id,
+    )
 }
 
 /// Thread ids: 1–128 of `A-Z a-z 0-9 . _ : -` (spec).

@@ -172,16 +172,20 @@ async fn start_run(
     let (starter, rx) = outbox(state.config.threads.viewer_queue_bytes);
     let run_id = input.run_id.clone();
     let mut input = RunInput::Complete(input);
-    let filter = state
-        .policy()
-        .prepare_run(&who, &agent.id, &thread.key.thread_id, &mut input)?;
+    let prepared =
+        state
+            .policy()
+            .prepare_run(&who, &agent.id, &thread.key.thread_id, &mut input)?;
     let req = RunRequest {
         agent: agent.clone(),
         run_id,
         input,
         starter: Some(starter),
-        starter_visibility: state.policy().visibility_for(&who, &agent.id),
-        filter,
+        starter_visibility: state
+            .policy()
+            .visibility_for(&who, &agent.id, &thread.key.thread_id),
+        filter: prepared.filter,
+        upstream_headers: prepared.upstream_headers,
     };
     thread
         .start_run(req, agent.strategy)

@@ -70,6 +70,7 @@ pub async fn meta(
         crate::policy::rate::Action::Meta,
         who,
         "",
+        thread_id,
     )?;
     let (event_id, entry) = thread
         .append_meta(&who.subject, meta_type, payload, client_event_id)

@@ -494,15 +494,16 @@ impl Conn {
         };
         let thread = self.thread(thread_id, Permission::Run, true).await?;
         if !self.subs.contains_key(&thread.key) {
-            let visibility = self
-                .state
-                .policy()
-                .visibility_for(&self.principal, &agent.id);
+            let visibility = self.state.policy().visibility_for(
+                &self.principal,
+                &agent.id,
+                &thread.key.thread_id,
+            );
             thread.subscribe(self.id, self.outbox.clone(), Start::Live, visibility);
             self.subs.insert(thread.key.clone(), thread.clone());
         }
         let mut input = input;
-        let filter = self.state.policy().prepare_run(
+        let prepared = self.state.policy().prepare_run(
             &self.principal,
             &agent.id,
             &thread.key.thread_id,
@@ -514,7 +515,8 @@ impl Conn {
             input,
             starter: None,
             starter_visibility: None,
-            filter,
+            filter: prepared.filter,
+            upstream_headers: prepared.upstream_headers,
         };
         let started = thread.start_run(req, strategy).map_err(ApiError::from)?;
         self.state
@@ -600,15 +602,16 @@ impl Conn {
             resume: Some(Value::Array(entries)),
         };
         if !self.subs.contains_key(&thread.key) {
-            let visibility = self
-                .state
-                .policy()
-                .visibility_for(&self.principal, &agent.id);
+            let visibility = self.state.policy().visibility_for(
+                &self.principal,
+                &agent.id,
+                &thread.key.thread_id,
+            );
             thread.subscribe(self.id, self.outbox.clone(), Start::Live, visibility);
             self.subs.insert(thread.key.clone(), thread.clone());
         }
         let mut input = input;
-        let filter = self.state.policy().prepare_run(
+        let prepared = self.state.policy().prepare_run(
             &self.principal,
             &agent.id,
             &thread.key.thread_id,
@@ -620,7 +623,8 @@ impl Conn {
             input,
             starter: None,
             starter_visibility: None,
-            filter,
+            filter: prepared.filter,
+            upstream_headers: prepared.upstream_headers,
         };
         thread
             .start_run(req, agent.strategy)

@@ -118,6 +118,8 @@ pub struct RunRequest {
     pub starter_visibility: super::ViewerVisibility,
     /// Operator rules on the run's events, if any.
     pub filter: Option<Box<dyn EventFilter>>,
+    /// Extra upstream request headers (the verified identity, when configured).
+    pub upstream_headers: reqwest::header::HeaderMap,
 }
 
 /// How a request was taken.
@@ -491,10 +493,11 @@ async fn drive(
         mut starter,
         mut filter,
         starter_visibility,
+        upstream_headers,
         ..
     } = req;
     let thread_id = thread.key.thread_id.clone();
-    let mut stream = Some(RunStream::start(agent.clone(), body));
+    let mut stream = Some(RunStream::start(agent.clone(), body, upstream_headers));
     let mut open = OpenEntities::default();
     let mut interrupts = InterruptNormalizer::new(agent.interrupts);
     loop {

@@ -75,8 +75,9 @@ impl Stream for RunStream {
 }
 
 impl RunStream {
-    /// Starts a run on `agent` with `body` (serialized `RunAgentInput`).
-    pub fn start(agent: Arc<Agent>, body: Bytes) -> RunStream {
+    /// Starts a run on `agent` with `body` (serialized `RunAgentInput`);
+    /// `extra` headers (e.g. the verified identity) go after the agent's own.
+    pub fn start(agent: Arc<Agent>, body: Bytes, extra: reqwest::header::HeaderMap) -> RunStream {
         let (tx, rx) = mpsc::channel(CHANNEL_EVENTS);
         let task = tokio::spawn(async move {
             let mut run = Run {
@@ -89,7 +90,7 @@ impl RunStream {
                 ended: false,
                 seen_any: false,
             };
-            if let Err(failure) = run.drive(body).await
+            if let Err(failure) = run.drive(body, extra).await
                 && let Some((code, message)) = failure
             {
                 tracing::warn!(agent = %agent.id, code = %code.as_string(), "{message}");
@@ -124,7 +125,11 @@ fn fail(code: UpstreamCode, message: impl Into<String>) -> Failure {
 }
 
 impl Run<'_> {
-    async fn drive(&mut self, body: Bytes) -> Result<(), Failure> {
+    async fn drive(
+        &mut self,
+        body: Bytes,
+        extra: reqwest::header::HeaderMap,
+    ) -> Result<(), Failure> {
         let t = &self.agent.timeouts;
         let started = Instant::now();
         let total_deadline = started + t.total;
@@ -135,6 +140,7 @@ impl Run<'_> {
             .http
             .post(self.agent.url.clone())
             .headers(self.agent.headers.clone())
+            .headers(extra)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header(reqwest::header::ACCEPT, "text/event-stream")
             .body(body)

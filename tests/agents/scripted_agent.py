@@ -121,6 +121,7 @@ async def handle(request: Request) -> Response:
                 "input": body,
                 "authorization": request.headers.get("authorization"),
                 "accept": request.headers.get("accept"),
+                "identityHeaders": {k: v for k, v in request.headers.items() if k.lower().startswith("x-agui-")},
             }
             yield ENC.encode(CustomEvent(name="echo", value=seen))
             yield ENC.encode(RunFinishedEvent(thread_id=thread_id, run_id=run_id))
