@@ -174,7 +174,10 @@ async fn offered_tools_are_filtered_and_identity_is_injected() {
     );
     assert_eq!(seen["forwardedProps"]["keep"], 1);
     let headers = &sse_events(&text)[1]["value"]["identityHeaders"];
-    assert_eq!(headers, &json!({"x-agui-user": "tina", "x-agui-tenant": "bank", "x-agui-roles": "treasurer"}));
+    assert_eq!(
+        headers,
+        &json!({"x-agui-user": "tina", "x-agui-tenant": "bank", "x-agui-roles": "treasurer"})
+    );
     // … and over WebSocket (incremental input).
     let mut c = ws(&gw, json!({"sub": "carl"})).await;
     c.send(call("e2", "r2", "x", json!({}))).await;
