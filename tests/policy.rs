@@ -697,3 +697,32 @@ async fn guests_do_not_see_reasoning_live_on_replay_or_in_snapshots() {
     );
     assert!(roles(&guest_snap).contains(&"assistant".to_owned()));
 }
+
+#[tokio::test]
+async fn event_limits_end_a_runaway_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("cap.toml");
+    std::fs::write(
+        &policy,
+        "[[rules]]\nname = \"cap\"\nkind = \"limits\"\nmax_events_per_run = 100\n",
+    )
+    .unwrap();
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = Gateway::start(&format!(
+        "[policy]\npath = \"{}\"\n[[agents]]\nid = \"flood\"\nurl = \"{}\"\n",
+        policy.display(),
+        py.url("flood")
+    ))
+    .await;
+    let mut c = ws(&gw, json!({"sub": "olga"})).await;
+    c.send(json!({"type": "run", "agent": "flood", "threadId": "cap", "runId": "r1"}))
+        .await;
+    let events = types_of_run(&mut c).await;
+    let last = events.last().unwrap();
+    assert_eq!(
+        (last["type"].as_str(), last["code"].as_str()),
+        (Some("RUN_ERROR"), Some("policy_violation"))
+    );
+    assert!(last["message"].as_str().unwrap().contains("100 events"));
+    assert!(events.len() <= 102, "stopped at the cap: {}", events.len());
+}
