@@ -493,44 +493,7 @@ impl Conn {
             resume: None,
         };
         let thread = self.thread(thread_id, Permission::Run, true).await?;
-        if !self.subs.contains_key(&thread.key) {
-            let visibility = self.state.policy().visibility_for(
-                &self.principal,
-                &agent.id,
-                &thread.key.thread_id,
-            );
-            thread.subscribe(self.id, self.outbox.clone(), Start::Live, visibility);
-            self.subs.insert(thread.key.clone(), thread.clone());
-        }
-        let mut input = input;
-        let prepared = self.state.policy().prepare_run(
-            &self.principal,
-            &agent.id,
-            &thread.key.thread_id,
-            &mut input,
-        )?;
-        let req = RunRequest {
-            agent,
-            run_id: run_id.clone(),
-            input,
-            starter: None,
-            starter_visibility: None,
-            filter: prepared.filter,
-            upstream_headers: prepared.upstream_headers,
-        };
-        let started = thread.start_run(req, strategy).map_err(ApiError::from)?;
-        self.state
-            .metrics
-            .runs_started
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut extra = Map::new();
-        extra.insert("threadId".into(), thread_id.into());
-        extra.insert("runId".into(), run_id.into());
-        if let Started::Queued(n) = started {
-            extra.insert("queued".into(), n.into());
-        }
-        self.ack(v.get("id"), extra);
-        Ok(())
+        self.start(v, thread, agent, run_id, input, strategy).await
     }
 
     async fn cancel(&mut self, v: &Value) -> Result<(), ApiError> {
@@ -601,24 +564,32 @@ impl Conn {
             forwarded_props: v.get("forwardedProps").cloned().filter(|s| !s.is_null()),
             resume: Some(Value::Array(entries)),
         };
+        let strategy = agent.strategy;
+        self.start(v, thread, agent, run_id, input, strategy).await
+    }
+
+    /// The common tail of `run` and `resume`: the caller watches the thread
+    /// (live) if it did not already, the policy prepares the run, the thread
+    /// starts or queues it, and the ack says which.
+    async fn start(
+        &mut self,
+        cmd: &Value,
+        thread: Arc<Thread>,
+        agent: Arc<crate::upstream::Agent>,
+        run_id: String,
+        mut input: RunInput,
+        strategy: Strategy,
+    ) -> Result<(), ApiError> {
+        let thread_id = thread.key.thread_id.clone();
+        let policy = self.state.policy();
         if !self.subs.contains_key(&thread.key) {
-            let visibility = self.state.policy().visibility_for(
-                &self.principal,
-                &agent.id,
-                &thread.key.thread_id,
-            );
+            let visibility = policy.visibility_for(&self.principal, &agent.id, &thread_id);
             thread.subscribe(self.id, self.outbox.clone(), Start::Live, visibility);
             self.subs.insert(thread.key.clone(), thread.clone());
         }
-        let mut input = input;
-        let prepared = self.state.policy().prepare_run(
-            &self.principal,
-            &agent.id,
-            &thread.key.thread_id,
-            &mut input,
-        )?;
+        let prepared = policy.prepare_run(&self.principal, &agent.id, &thread_id, &mut input)?;
         let req = RunRequest {
-            agent: agent.clone(),
+            agent,
             run_id: run_id.clone(),
             input,
             starter: None,
@@ -626,13 +597,18 @@ impl Conn {
             filter: prepared.filter,
             upstream_headers: prepared.upstream_headers,
         };
-        thread
-            .start_run(req, agent.strategy)
-            .map_err(ApiError::from)?;
+        let started = thread.start_run(req, strategy).map_err(ApiError::from)?;
+        self.state
+            .metrics
+            .runs_started
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut extra = Map::new();
         extra.insert("threadId".into(), thread_id.into());
         extra.insert("runId".into(), run_id.into());
-        self.ack(v.get("id"), extra);
+        if let Started::Queued(n) = started {
+            extra.insert("queued".into(), n.into());
+        }
+        self.ack(cmd.get("id"), extra);
         Ok(())
     }
 
