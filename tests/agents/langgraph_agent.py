@@ -7,10 +7,9 @@ plain `RUN_FINISHED`, and resumes from `forwardedProps.command.resume` or
 `RunAgentInput.resume`. Prints "listening <port>" on stdout.
 """
 
-import socket
 import sys
 
-import uvicorn
+from serve import serve
 from ag_ui_langgraph import LangGraphAgent, add_langgraph_fastapi_endpoint
 from fastapi import FastAPI
 from langchain_core.messages import AIMessage
@@ -45,11 +44,7 @@ graph = builder.compile(checkpointer=MemorySaver())
 def main() -> None:
     app = FastAPI()
     add_langgraph_fastapi_endpoint(app, LangGraphAgent(name="lg", graph=graph), "/agent")
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    print(f"listening {sock.getsockname()[1]}", flush=True)
-    uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off")).run(sockets=[sock])
+    serve(app)
 
 
 if __name__ == "__main__":

@@ -6,10 +6,9 @@ tool (`lookup`) and then streams a text answer, exactly as with a real LLM.
 Prints "listening <port>" on stdout.
 """
 
-import socket
 import sys
 
-import uvicorn
+from serve import serve
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
@@ -51,11 +50,7 @@ async def run(request: Request):
 
 def main() -> None:
     app = Starlette(routes=[Route("/agent", run, methods=["POST"])])
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    print(f"listening {sock.getsockname()[1]}", flush=True)
-    uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off")).run(sockets=[sock])
+    serve(app)
 
 
 if __name__ == "__main__":

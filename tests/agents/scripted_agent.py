@@ -13,10 +13,9 @@ It prints "DISCONNECTED <scenario>" when a client drops a stalled stream.
 import asyncio
 import json
 import os
-import socket
 import sys
 
-import uvicorn
+from serve import serve
 from ag_ui.core import (
     CustomEvent,
     EventType,
@@ -298,12 +297,7 @@ async def handle(request: Request) -> Response:
 
 def main() -> None:
     app = Starlette(routes=[Route("/{scenario}", handle, methods=["POST"])])
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    say(f"listening {sock.getsockname()[1]}")
-    config = uvicorn.Config(app, log_level="warning", lifespan="off")
-    uvicorn.Server(config).run(sockets=[sock])
+    serve(app)
 
 
 if __name__ == "__main__":

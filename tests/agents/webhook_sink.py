@@ -6,10 +6,9 @@ Prints "listening <port>" on stdout.
 """
 
 import json
-import socket
 import sys
 
-import uvicorn
+from serve import serve
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
@@ -30,11 +29,7 @@ async def hook(request: Request):
 
 def main() -> None:
     app = Starlette(routes=[Route("/hook", hook, methods=["POST"])])
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    print(f"listening {sock.getsockname()[1]}", flush=True)
-    uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off")).run(sockets=[sock])
+    serve(app)
 
 
 if __name__ == "__main__":
