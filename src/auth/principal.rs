@@ -112,6 +112,19 @@ impl Principal {
         })
     }
 
+    /// A principal for unit tests: `subject` in tenant `t` with `roles`.
+    #[cfg(test)]
+    pub fn for_test(subject: &str, roles: &[&str]) -> Principal {
+        Principal {
+            subject: subject.into(),
+            roles: roles.iter().map(|r| r.to_string()).collect(),
+            tenant: "t".into(),
+            grants: Vec::new(),
+            expires_at: 0,
+            claims: Map::new(),
+        }
+    }
+
     /// True when any of the principal's roles is in `allowed` (`"*"` matches all).
     pub fn has_any_role(&self, allowed: &[String]) -> bool {
         allowed

@@ -98,14 +98,7 @@ mod tests {
     use serde_json::json;
 
     fn who(roles: &[&str]) -> Principal {
-        Principal {
-            subject: "u".into(),
-            roles: roles.iter().map(|r| r.to_string()).collect(),
-            tenant: "t".into(),
-            grants: vec![],
-            expires_at: 0,
-            claims: Default::default(),
-        }
+        Principal::for_test("u", roles)
     }
 
     fn eval(src: &str, roles: &[&str], args: Value) -> Result<bool, String> {

@@ -482,14 +482,7 @@ allow_file_sources = false
     }
 
     fn check(parts: Value) -> Result<(), Refusal> {
-        let who = Principal {
-            subject: "u".into(),
-            roles: vec![],
-            tenant: "t".into(),
-            grants: vec![],
-            expires_at: 0,
-            claims: Default::default(),
-        };
+        let who = Principal::for_test("u", &[]);
         check_request(&policy(), &who, "a", "t", &user(parts), &[])
     }
 
@@ -502,14 +495,7 @@ allow_file_sources = false
             )
             .unwrap(),
         );
-        let who = Principal {
-            subject: "u".into(),
-            roles: vec![],
-            tenant: "t".into(),
-            grants: vec![],
-            expires_at: 0,
-            claims: Default::default(),
-        };
+        let who = Principal::for_test("u", &[]);
         assert!(check_size(&p, &who, "a", "t", 10).is_ok());
         let r = check_size(&p, &who, "a", "t", 11).unwrap_err();
         assert!(r.too_large && r.message.contains("'small'"));

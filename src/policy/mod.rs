@@ -435,12 +435,8 @@ mod tests {
         )
         .unwrap();
         let who = |tenant: &str| Principal {
-            subject: "u".into(),
-            roles: vec![],
             tenant: tenant.into(),
-            grants: vec![],
-            expires_at: 0,
-            claims: Default::default(),
+            ..Principal::for_test("u", &[])
         };
         let two = vec![serde_json::json!({}), serde_json::json!({})];
         assert!(limits::check_request(&p, &who("free"), "a", "t", &two, &[]).is_err());

@@ -166,14 +166,7 @@ mod tests {
     use crate::policy::Policy;
 
     fn who(sub: &str) -> Principal {
-        Principal {
-            subject: sub.into(),
-            roles: vec![],
-            tenant: "t".into(),
-            grants: vec![],
-            expires_at: 0,
-            claims: Default::default(),
-        }
+        Principal::for_test(sub, &[])
     }
 
     #[test]

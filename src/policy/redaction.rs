@@ -258,14 +258,7 @@ mod tests {
             "t",
         )
         .unwrap();
-        let who = Principal {
-            subject: "u".into(),
-            roles: vec![],
-            tenant: "t".into(),
-            grants: vec![],
-            expires_at: 0,
-            claims: Default::default(),
-        };
+        let who = Principal::for_test("u", &[]);
         Redactor::new(&p.redactions, &who, "a", "th").unwrap()
     }
 

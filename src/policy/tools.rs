@@ -346,14 +346,7 @@ mod tests {
     use super::*;
 
     fn who(roles: &[&str]) -> Principal {
-        Principal {
-            subject: "u".into(),
-            roles: roles.iter().map(|r| r.to_string()).collect(),
-            tenant: "t".into(),
-            grants: vec![],
-            expires_at: 0,
-            claims: Default::default(),
-        }
+        Principal::for_test("u", roles)
     }
 
     const FINANCE: &str = r#"
