@@ -36,12 +36,7 @@ fn last_event(frames: &[Value]) -> &Value {
 
 #[tokio::test]
 async fn pydantic_ai_approval_reaches_every_viewer_and_one_answer_continues_the_run() {
-    let py = PyAgent::start("pydantic_approval_agent.py").await;
-    let gw = Gateway::start(&format!(
-        "[[agents]]\nid = \"bank\"\nurl = \"{}\"\n",
-        py.url("agent")
-    ))
-    .await;
+    let (_py, gw) = agent_behind_gateway("pydantic_approval_agent.py", "agent", "bank", "").await;
     let owner = json!({"sub": "olga"});
     let mut runner = ws(&gw, owner.clone()).await;
     runner
@@ -162,12 +157,7 @@ async fn pydantic_ai_approval_reaches_every_viewer_and_one_answer_continues_the_
 
 #[tokio::test]
 async fn langgraph_legacy_interrupt_is_canonical_and_resumes_the_graph() {
-    let py = PyAgent::start("langgraph_agent.py").await;
-    let gw = Gateway::start(&format!(
-        "[[agents]]\nid = \"lg\"\nurl = \"{}\"\n",
-        py.url("agent")
-    ))
-    .await;
+    let (_py, gw) = agent_behind_gateway("langgraph_agent.py", "agent", "lg", "").await;
     let mut c = ws(&gw, json!({})).await;
     c.send(run_cmd("lg", "mail", "r1", "email bob")).await;
     let frames = to_terminal(&mut c).await;
@@ -211,12 +201,7 @@ async fn langgraph_legacy_interrupt_is_canonical_and_resumes_the_graph() {
 
 #[tokio::test]
 async fn draft_shape_interrupt_is_normalized_and_answered() {
-    let py = PyAgent::start("scripted_agent.py").await;
-    let gw = Gateway::start(&format!(
-        "[[agents]]\nid = \"draft\"\nurl = \"{}\"\n",
-        py.url("draft-interrupt")
-    ))
-    .await;
+    let (_py, gw) = agent_behind_gateway("scripted_agent.py", "draft-interrupt", "draft", "").await;
     let mut c = ws(&gw, json!({})).await;
     c.send(run_cmd("draft", "d1", "r1", "delete the report"))
         .await;
@@ -255,11 +240,12 @@ async fn draft_shape_interrupt_is_normalized_and_answered() {
 
 #[tokio::test]
 async fn cancel_over_http_stops_the_upstream_with_a_run_id_guard() {
-    let mut py = PyAgent::start("scripted_agent.py").await;
-    let gw = Gateway::start(&format!(
-        "[[agents]]\nid = \"slow\"\nurl = \"{}\"\ntimeouts = {{ idle = \"1h\" }}\n",
-        py.url("stall")
-    ))
+    let (mut py, gw) = agent_behind_gateway(
+        "scripted_agent.py",
+        "stall",
+        "slow",
+        "timeouts = { idle = \"1h\" }\n",
+    )
     .await;
     let mut c = ws(&gw, json!({"sub": "olga"})).await;
     c.send(run_cmd("slow", "long", "r1", "take your time"))
@@ -442,11 +428,12 @@ async fn meta_events_are_attributed_deduplicated_and_broadcast() {
 
 #[tokio::test]
 async fn on_disconnect_cancel_stops_the_run_when_the_last_viewer_leaves() {
-    let mut py = PyAgent::start("scripted_agent.py").await;
-    let gw = Gateway::start(&format!(
-        "[[agents]]\nid = \"slow\"\nurl = \"{}\"\non_disconnect = \"cancel\"\ntimeouts = {{ idle = \"1h\" }}\n",
-        py.url("stall")
-    ))
+    let (mut py, gw) = agent_behind_gateway(
+        "scripted_agent.py",
+        "stall",
+        "slow",
+        "on_disconnect = \"cancel\"\ntimeouts = { idle = \"1h\" }\n",
+    )
     .await;
     let mut c = ws(&gw, json!({"sub": "olga"})).await;
     c.send(run_cmd("slow", "gone", "r1", "hello")).await;
@@ -463,12 +450,7 @@ async fn on_disconnect_cancel_stops_the_run_when_the_last_viewer_leaves() {
 
 #[tokio::test]
 async fn expired_interrupts_cannot_be_answered() {
-    let py = PyAgent::start("scripted_agent.py").await;
-    let gw = Gateway::start(&format!(
-        "[[agents]]\nid = \"x\"\nurl = \"{}\"\n",
-        py.url("expired-interrupt")
-    ))
-    .await;
+    let (_py, gw) = agent_behind_gateway("scripted_agent.py", "expired-interrupt", "x", "").await;
     let mut c = ws(&gw, json!({})).await;
     c.send(run_cmd("x", "exp", "r1", "hi")).await;
     let frames = to_terminal(&mut c).await;

@@ -279,14 +279,7 @@ async fn health_ready_and_metrics() {
     )
     .await;
     let _ = c.get(gw.url("/v1/agents")).send().await.unwrap();
-    let m = c
-        .get(gw.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = gw.metrics().await;
     assert!(m.contains("agui_runs_started_total 1"), "{m}");
     assert!(
         m.contains("agui_runs_ended_total{outcome=\"success\"} 1"),

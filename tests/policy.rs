@@ -382,14 +382,7 @@ async fn rate_limits_runs_meta_and_connections() {
 
 /// `agui_config_reloads_total` from /metrics.
 async fn reloads(gw: &Gateway) -> (u64, u64) {
-    let m = http()
-        .get(gw.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = gw.metrics().await;
     let read = |name: &str| {
         m.lines()
             .find_map(|l| l.strip_prefix(&format!("{name} ")))

@@ -215,10 +215,39 @@ impl Gateway {
         format!("{}{}", self.base, path)
     }
 
+    /// The `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        http()
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     /// The run endpoint of `agent`.
     pub fn run_url(&self, agent: &str) -> String {
         self.url(&format!("/v1/agents/{agent}/run"))
     }
+}
+
+/// A Python agent from `tests/agents/<script>` and a gateway whose agent `id`
+/// is that process's `path`, with `agent_extra` TOML for the agent entry.
+pub async fn agent_behind_gateway(
+    script: &str,
+    path: &str,
+    id: &str,
+    agent_extra: &str,
+) -> (PyAgent, Gateway) {
+    let py = PyAgent::start(script).await;
+    let gw = Gateway::start(&format!(
+        "[[agents]]\nid = \"{id}\"\nurl = \"{}\"\n{agent_extra}\n",
+        py.url(path)
+    ))
+    .await;
+    (py, gw)
 }
 
 /// Signs a test token with [`SECRET`]; `claims` are merged over a default
