@@ -12,7 +12,7 @@ use std::hint::black_box;
 
 /// A realistic stream: the captured framework streams, repeated to ~1 MiB.
 fn sample_stream() -> Vec<u8> {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/streams/");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/streams/");
     let mut one = Vec::new();
     for name in [
         "pydantic-ai-tool-and-text.sse",
@@ -60,7 +60,7 @@ fn per_event(c: &mut Criterion) {
     let text = br#"{"type":"TEXT_MESSAGE_CONTENT","timestamp":1795344420594,"messageId":"29ae642a-38e5-4a02-af51-8282efc30e27","delta":"answer "}"#;
     let big = std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/fixtures/streams/langgraph-legacy-interrupt.sse"
+        "/tests/fixtures/streams/langgraph-legacy-interrupt.sse"
     ))
     .unwrap();
     // The largest event in the captures: a LangGraph STATE_SNAPSHOT.

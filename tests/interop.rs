@@ -5,7 +5,7 @@
 //!
 //! Upstreams: the scripted `ag-ui-protocol` agent (deterministic, so the
 //! comparison is exact), replays of the captured pydantic-ai and LangGraph
-//! streams in `../shared/fixtures`, and a live pydantic-ai agent (ids and
+//! streams in `tests/fixtures`, and a live pydantic-ai agent (ids and
 //! timestamps are random per run there, so those are canonicalized first).
 
 mod common;

@@ -744,7 +744,7 @@ mod tests {
             "langgraph-resumed.sse",
         ] {
             let path = format!(
-                "{}/../shared/fixtures/streams/{name}",
+                "{}/tests/fixtures/streams/{name}",
                 env!("CARGO_MANIFEST_DIR")
             );
             let Ok(bytes) = std::fs::read(&path) else {

@@ -136,9 +136,9 @@ async def handle(request: Request) -> Response:
         return sse(gen())
 
     if scenario.startswith("fixture-"):
-        # Replays a captured stream from ../shared/fixtures byte-for-byte.
+        # Replays a captured stream from tests/fixtures byte-for-byte.
         name = scenario[len("fixture-"):]
-        path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "fixtures", "streams", name + ".sse")
+        path = os.path.join(os.path.dirname(__file__), "..", "fixtures", "streams", name + ".sse")
         with open(path, "rb") as f:
             data = f.read()
 

@@ -346,9 +346,9 @@ pub fn assert_run_error(events: &[Value], code: &str) -> String {
     last["message"].as_str().unwrap().to_owned()
 }
 
-/// Path of a shared fixture stream.
+/// Path of a captured fixture stream (`tests/fixtures/streams`).
 pub fn fixture(name: &str) -> PathBuf {
-    repo().join("../shared/fixtures/streams").join(name)
+    repo().join("tests/fixtures/streams").join(name)
 }
 
 /// True when `path` exists (for messages).
