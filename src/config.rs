@@ -9,8 +9,45 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The file `serve` reads when no `--config` is given.
+/// The file `serve` reads when no `--config` is given (when it exists).
 pub const DEFAULT_PATH: &str = "config/gateway.toml";
+
+/// `config/gateway.toml`, compiled in: with no config file at hand the binary
+/// still runs (demo agent, development secret with its warning, a writable
+/// data directory from [`default_data_dir`]), so a bare binary is a working
+/// embedded gateway.
+pub const EMBEDDED_CONFIG: &str = include_str!("../config/gateway.toml");
+
+/// `config/policy.toml`, compiled in for the embedded configuration.
+pub const EMBEDDED_POLICY: &str = include_str!("../config/policy.toml");
+
+/// Where the embedded configuration keeps its journal: systemd's
+/// `$STATE_DIRECTORY`, else `$XDG_STATE_HOME/agui-gateway`, else
+/// `~/.local/state/agui-gateway`, else `./agui-gateway-data`.
+pub fn default_data_dir() -> PathBuf {
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    if let Some(dir) = env("STATE_DIRECTORY") {
+        // systemd may list several, separated by ':'; the first is ours.
+        let first = dir
+            .to_string_lossy()
+            .split(':')
+            .next()
+            .unwrap_or("")
+            .to_owned();
+        return PathBuf::from(first);
+    }
+    if let Some(dir) = env("XDG_STATE_HOME") {
+        return dir.join("agui-gateway");
+    }
+    if let Some(home) = env("HOME") {
+        return home.join(".local/state/agui-gateway");
+    }
+    PathBuf::from("agui-gateway-data")
+}
 
 /// The development secret shipped in `config/gateway.toml`; the gateway warns
 /// loudly at start-up while it is in use.
@@ -40,9 +77,14 @@ pub struct Config {
     pub meta: MetaConfig,
     #[serde(default)]
     pub policy: PolicyConfig,
-    /// Where the file was read from (set by [`Config::load`]).
+    /// Where the file was read from (set by [`Config::load`]); empty for
+    /// the embedded configuration.
     #[serde(skip)]
     pub source: PathBuf,
+    /// True when this is the compiled-in [`EMBEDDED_CONFIG`] (no file to
+    /// watch; the policy is [`EMBEDDED_POLICY`]).
+    #[serde(skip)]
+    pub embedded: bool,
 }
 
 /// The listening side.
@@ -419,17 +461,60 @@ impl Config {
     /// environment overrides, and validates. All problems are returned, not
     /// just the first.
     pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
-        let file = path.display().to_string();
+        if !path.exists() {
+            return Err(vec![ConfigError {
+                file: path.display().to_string(),
+                key: "-".into(),
+                message: "file not found".into(),
+            }]);
+        }
+        let file = config::Config::builder().add_source(config::File::from(path));
+        Self::build(file, path, false)
+    }
+
+    /// The compiled-in default ([`EMBEDDED_CONFIG`]) with its journal in
+    /// [`default_data_dir`]; environment overrides apply as for a file.
+    pub fn embedded() -> Result<Config, Vec<ConfigError>> {
+        let db = default_data_dir().join("agui-gateway.db");
+        let store = format!(
+            "[store]\npath = {}\n[policy]\npath = \"\"\n",
+            toml::Value::from(db.display().to_string())
+        );
+        let sources = config::Config::builder()
+            .add_source(config::File::from_str(
+                EMBEDDED_CONFIG,
+                config::FileFormat::Toml,
+            ))
+            .add_source(config::File::from_str(&store, config::FileFormat::Toml));
+        Self::build(sources, Path::new(""), true)
+    }
+
+    /// What the configuration was read from, for messages.
+    pub fn origin(&self) -> String {
+        if self.embedded {
+            "<embedded config/gateway.toml>".into()
+        } else {
+            self.source.display().to_string()
+        }
+    }
+
+    /// Adds the environment overrides to `sources`, deserializes and validates.
+    fn build(
+        sources: config::builder::ConfigBuilder<config::builder::DefaultState>,
+        path: &Path,
+        embedded: bool,
+    ) -> Result<Config, Vec<ConfigError>> {
+        let file = if embedded {
+            "<embedded config/gateway.toml>".to_owned()
+        } else {
+            path.display().to_string()
+        };
         let err = |key: &str, message: String| ConfigError {
             file: file.clone(),
             key: key.into(),
             message,
         };
-        if !path.exists() {
-            return Err(vec![err("-", "file not found".into())]);
-        }
-        let built = config::Config::builder()
-            .add_source(config::File::from(path))
+        let built = sources
             .add_source(
                 config::Environment::with_prefix("AGUI_GATEWAY")
                     .prefix_separator("__")
@@ -446,6 +531,16 @@ impl Config {
             )]
         })?;
         cfg.source = path.to_path_buf();
+        cfg.embedded = embedded;
+        if embedded
+            && cfg
+                .policy
+                .path
+                .as_ref()
+                .is_some_and(|p| p.as_os_str().is_empty())
+        {
+            cfg.policy.path = None;
+        }
         cfg.resolve_paths();
         let problems = cfg.validate();
         if problems.is_empty() {

@@ -22,9 +22,10 @@ use std::time::Duration;
     about = "Secure multi-viewer gateway for AG-UI agents"
 )]
 struct Cli {
-    /// Configuration file (TOML or YAML).
-    #[arg(long, global = true, default_value = DEFAULT_PATH, env = "AGUI_GATEWAY_CONFIG")]
-    config: PathBuf,
+    /// Configuration file (TOML or YAML). Without one, `config/gateway.toml`
+    /// when it exists, else the compiled-in default configuration.
+    #[arg(long, global = true, env = "AGUI_GATEWAY_CONFIG")]
+    config: Option<PathBuf>,
     /// Log format: `text` or `json`.
     #[arg(long, global = true, default_value = "text")]
     log_format: String,
@@ -65,7 +66,14 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(&cli.log_format);
-    let config = match Config::load(&cli.config) {
+    let loaded = match &cli.config {
+        Some(path) => Config::load(path),
+        None if std::path::Path::new(DEFAULT_PATH).exists() => {
+            Config::load(std::path::Path::new(DEFAULT_PATH))
+        }
+        None => Config::embedded(),
+    };
+    let config = match loaded {
         Ok(c) => c,
         Err(problems) => {
             for p in &problems {
@@ -89,15 +97,11 @@ fn main() -> ExitCode {
         },
         Command::CheckConfig { explain: None } => match Authenticator::from_config(&config.auth) {
             Ok(_) => {
-                println!(
-                    "{}: ok ({} agents)",
-                    config.source.display(),
-                    config.agents.len()
-                );
+                println!("{}: ok ({} agents)", config.origin(), config.agents.len());
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                eprintln!("config error: {}: {e}", config.source.display());
+                eprintln!("config error: {}: {e}", config.origin());
                 ExitCode::from(2)
             }
         },
@@ -165,10 +169,8 @@ fn explain(config: &Config, sample: &std::path::Path) -> Result<String, String> 
     let who = agui_gateway::auth::Principal::from_claims(claims, &config.auth.claims)?;
     let agent = v.get("agent").and_then(|a| a.as_str()).unwrap_or("");
     let thread = v.get("thread").and_then(|a| a.as_str()).unwrap_or("sample");
-    let policy = Arc::new(match &config.policy.path {
-        Some(p) => agui_gateway::policy::Policy::load(p).map_err(|e| e.join("; "))?,
-        None => Default::default(),
-    });
+    let policy =
+        Arc::new(agui_gateway::policy::Policy::from_config(config).map_err(|e| e.join("; "))?);
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -266,10 +268,13 @@ async fn serve(config: Config) -> Result<(), String> {
         );
     }
     let auth = Authenticator::from_config(&config.auth)?;
-    let policy = match &config.policy.path {
-        Some(p) => agui_gateway::policy::Policy::load(p).map_err(|e| e.join("\n"))?,
-        None => Default::default(),
-    };
+    if config.embedded {
+        tracing::info!(
+            journal = %config.store.path.display(),
+            "no config file: running on the compiled-in default configuration"
+        );
+    }
+    let policy = agui_gateway::policy::Policy::from_config(&config).map_err(|e| e.join("\n"))?;
     let agents = AgentRegistry::from_config(&config.agents, demo_addr)?;
     let store: Arc<dyn JournalStore> = match config.store.kind {
         StoreKind::Sqlite => Arc::new(

@@ -159,6 +159,19 @@ pub struct Policy {
 }
 
 impl Policy {
+    /// The policy `config` names: its file, the compiled-in default policy
+    /// for the embedded configuration, or none.
+    pub fn from_config(config: &crate::config::Config) -> Result<Policy, Vec<String>> {
+        match &config.policy.path {
+            Some(p) => Self::load(p),
+            None if config.embedded => Self::parse(
+                crate::config::EMBEDDED_POLICY,
+                "<embedded config/policy.toml>",
+            ),
+            None => Ok(Default::default()),
+        }
+    }
+
     /// Reads and compiles `path` (TOML, or YAML for `.yaml`/`.yml`).
     /// Errors name `file:line` and the rule.
     pub fn load(path: &Path) -> Result<Policy, Vec<String>> {

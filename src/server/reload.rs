@@ -16,13 +16,14 @@ use std::time::{Duration, SystemTime};
 /// Re-reads the config file and policy now; `Err` lists what was wrong.
 pub fn reload(state: &AppState, demo_addr: Option<SocketAddr>) -> Result<(), Vec<String>> {
     let result = (|| {
-        let config = Config::load(&state.config.source)
-            .map_err(|e| e.iter().map(|e| e.to_string()).collect::<Vec<_>>())?;
+        let config = if state.config.embedded {
+            Config::embedded()
+        } else {
+            Config::load(&state.config.source)
+        }
+        .map_err(|e| e.iter().map(|e| e.to_string()).collect::<Vec<_>>())?;
         let agents = AgentRegistry::from_config(&config.agents, demo_addr).map_err(|e| vec![e])?;
-        let policy = match &config.policy.path {
-            Some(p) => crate::policy::Policy::load(p)?,
-            None => Default::default(),
-        };
+        let policy = crate::policy::Policy::from_config(&config)?;
         state.swap(agents, policy);
         Ok(config.agents.len())
     })();
@@ -53,7 +54,10 @@ fn mtimes(files: &[PathBuf]) -> Vec<Option<SystemTime>> {
 pub fn spawn(state: Arc<AppState>, demo_addr: Option<SocketAddr>, poll: Duration) {
     tokio::spawn(async move {
         let files = |s: &AppState| {
-            let mut f = vec![s.config.source.clone()];
+            let mut f: Vec<PathBuf> = (!s.config.embedded)
+                .then(|| s.config.source.clone())
+                .into_iter()
+                .collect();
             f.extend(s.config.policy.path.clone());
             f
         };
