@@ -70,6 +70,8 @@ pub struct Config {
     pub threads: ThreadsConfig,
     #[serde(default)]
     pub ws: WsConfig,
+    #[serde(default)]
+    pub cors: CorsConfig,
     /// Role-wide thread permissions.
     #[serde(default)]
     pub grants: Vec<crate::auth::access::RoleGrant>,
@@ -101,6 +103,31 @@ pub struct ServerConfig {
     /// How long shutdown waits for open streams before closing them.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    /// Lifetime of a one-use SSE join ticket (`POST /v1/threads/{id}/ticket`).
+    #[serde(with = "humantime_serde")]
+    pub ticket_ttl: Duration,
+}
+
+/// Cross-origin browser access to the HTTP routes.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CorsConfig {
+    /// Origins whose browser pages may call the HTTP routes (`*` wildcards,
+    /// e.g. `https://*.example.com`, `http://localhost:*`; `"*"` any).
+    /// Empty: no CORS headers, so browsers refuse cross-origin calls.
+    pub allowed_origins: Vec<String>,
+    /// How long browsers may cache a preflight answer.
+    #[serde(with = "humantime_serde")]
+    pub max_age: Duration,
+}
+
+impl Default for CorsConfig {
+    fn default() -> Self {
+        CorsConfig {
+            allowed_origins: Vec::new(),
+            max_age: Duration::from_secs(600),
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -110,6 +137,7 @@ impl Default for ServerConfig {
             max_body_bytes: 1024 * 1024,
             keepalive: Duration::from_secs(15),
             shutdown_grace: Duration::from_secs(10),
+            ticket_ttl: Duration::from_secs(30),
         }
     }
 }

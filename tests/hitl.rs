@@ -157,7 +157,7 @@ async fn pydantic_ai_approval_reaches_every_viewer_and_one_answer_continues_the_
 
 #[tokio::test]
 async fn langgraph_legacy_interrupt_is_canonical_and_resumes_the_graph() {
-    let (_py, gw) = agent_behind_gateway("langgraph_agent.py", "agent", "lg", "").await;
+    let (mut py, gw) = agent_behind_gateway("langgraph_agent.py", "agent", "lg", "").await;
     let mut c = ws(&gw, json!({})).await;
     c.send(run_cmd("lg", "mail", "r1", "email bob")).await;
     let frames = to_terminal(&mut c).await;
@@ -175,14 +175,22 @@ async fn langgraph_legacy_interrupt_is_canonical_and_resumes_the_graph() {
     let frames = c
         .recv_until(|f| is_terminal_frame(f) && f["event"]["runId"] != "r1")
         .await;
+    py.proc.expect_line("forwarded ").await; // the first run's
+    let resumed: Value =
+        serde_json::from_str(&py.proc.expect_line("forwarded ").await["forwarded ".len()..])
+            .unwrap();
+    assert_eq!(
+        resumed["command"]["resume"],
+        json!({"approved": true}),
+        "LangGraph's own resume channel is set too"
+    );
     let started = frames
         .iter()
         .find(|f| f["event"]["type"] == "RUN_STARTED")
         .unwrap();
-    assert_eq!(
-        started["event"]["input"]["forwardedProps"]["command"]["resume"],
-        json!({"approved": true}),
-        "LangGraph's own resume channel is set too"
+    assert!(
+        started["event"]["input"].get("forwardedProps").is_none(),
+        "forwardedProps (private to the request) are not journaled"
     );
     let says_sent = frames.iter().any(|f| {
         f["event"]["type"] == "MESSAGES_SNAPSHOT"

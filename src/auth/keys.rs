@@ -189,7 +189,10 @@ impl RemoteKeySet {
     /// The key for `kid`/`family`, fetching when stale or when the kid is new.
     pub async fn find(&self, kid: Option<&str>, family: Family) -> Result<PublicKey, String> {
         let (found, stale, may_refetch, generation) = {
-            let s = self.state.lock().expect("jwks lock");
+            let s = self
+                .state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let now = Instant::now();
             (
                 s.keys.find(kid, family).cloned(),
@@ -205,7 +208,12 @@ impl RemoteKeySet {
         if stale || may_refetch {
             let _single_flight = self.fetch_lock.lock().await;
             // Another task may have fetched while we waited for the lock.
-            let fetched_meanwhile = self.state.lock().expect("jwks lock").generation != generation;
+            let fetched_meanwhile = self
+                .state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .generation
+                != generation;
             if !fetched_meanwhile && let Err(e) = self.fetch().await {
                 tracing::warn!(url = %self.url, "JWKS fetch failed: {e}");
                 if let Some(k) = found {
@@ -214,7 +222,10 @@ impl RemoteKeySet {
                 return Err(format!("JWKS unavailable: {e}"));
             }
         }
-        let s = self.state.lock().expect("jwks lock");
+        let s = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         s.keys
             .find(kid, family)
             .cloned()
@@ -223,7 +234,10 @@ impl RemoteKeySet {
 
     async fn fetch(&self) -> Result<(), String> {
         {
-            let mut s = self.state.lock().expect("jwks lock");
+            let mut s = self
+                .state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             s.last_fetch = Some(Instant::now());
             s.generation += 1;
         }
@@ -246,7 +260,10 @@ impl RemoteKeySet {
         let ttl = max_age
             .unwrap_or(self.min_refresh)
             .clamp(self.min_refresh, self.max_refresh);
-        let mut s = self.state.lock().expect("jwks lock");
+        let mut s = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         s.keys = keys;
         s.fresh_until = Some(Instant::now() + ttl);
         Ok(())

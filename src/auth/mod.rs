@@ -9,6 +9,7 @@
 pub mod access;
 pub mod keys;
 pub mod principal;
+pub mod ticket;
 
 pub use principal::{Permission, Principal, ThreadGrant};
 

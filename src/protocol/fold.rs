@@ -88,6 +88,11 @@ impl Fold {
         self.run.as_ref()
     }
 
+    /// The message with this id, if the conversation holds one.
+    pub fn message(&self, id: &str) -> Option<&Value> {
+        self.find(id).map(|i| &self.messages[i])
+    }
+
     /// True when a message with this id is already in the conversation.
     pub fn has_message(&self, id: &str) -> bool {
         self.find(id).is_some()
@@ -176,7 +181,9 @@ impl Fold {
                     return;
                 };
                 if let Some((mi, ci)) = self.find_tool_call(call_id) {
-                    self.messages[mi]["toolCalls"][ci]["function"]["name"] = name.into();
+                    if let Some(f) = self.function_mut(mi, ci) {
+                        f.insert("name".into(), name.into());
+                    }
                     return;
                 }
                 let target = s("parentMessageId").unwrap_or(call_id);
@@ -192,20 +199,23 @@ impl Fold {
                     }
                 };
                 let call = json!({"id": call_id, "type": "function", "function": {"name": name, "arguments": ""}});
-                match self.messages[mi].get_mut("toolCalls") {
+                match field_mut(&mut self.messages[mi], "toolCalls") {
                     Some(Value::Array(calls)) => calls.push(call),
-                    _ => self.messages[mi]["toolCalls"] = json!([call]),
+                    Some(other) => *other = json!([call]),
+                    None => {}
                 }
             }
             ToolCallArgs => {
                 if let (Some(call_id), Some(delta)) = (s("toolCallId"), s("delta"))
                     && let Some((mi, ci)) = self.find_tool_call(call_id)
+                    && let Some(f) = self.function_mut(mi, ci)
                 {
-                    append_str(
-                        &mut self.messages[mi]["toolCalls"][ci]["function"],
-                        "arguments",
-                        delta,
-                    );
+                    match f.get_mut("arguments") {
+                        Some(Value::String(args)) => args.push_str(delta),
+                        _ => {
+                            f.insert("arguments".into(), delta.into());
+                        }
+                    }
                 }
             }
             ToolCallResult => {
@@ -276,7 +286,9 @@ impl Fold {
                         .cloned()
                         .and_then(|p| serde_json::from_value::<json_patch::Patch>(p).ok())
                 {
-                    let _ = json_patch::patch(&mut self.messages[i]["content"], &ops);
+                    if let Some(content) = field_mut(&mut self.messages[i], "content") {
+                        let _ = json_patch::patch(content, &ops);
+                    }
                 }
             }
             ReasoningEncryptedValue => {
@@ -284,11 +296,17 @@ impl Fold {
                     return;
                 };
                 if s("subtype") == Some("tool-call") {
-                    if let Some((mi, ci)) = self.find_tool_call(entity) {
-                        self.messages[mi]["toolCalls"][ci]["encryptedValue"] = value.into();
+                    if let Some((mi, ci)) = self.find_tool_call(entity)
+                        && let Some(slot) = self
+                            .tool_call_mut(mi, ci)
+                            .and_then(|c| field_mut(c, "encryptedValue"))
+                    {
+                        *slot = value.into();
                     }
-                } else if let Some(i) = self.find(entity) {
-                    self.messages[i]["encryptedValue"] = value.into();
+                } else if let Some(i) = self.find(entity)
+                    && let Some(slot) = field_mut(&mut self.messages[i], "encryptedValue")
+                {
+                    *slot = value.into();
                 }
             }
             _ => {}
@@ -299,6 +317,25 @@ impl Fold {
         if let Some(run) = &mut self.run {
             run.status = status;
         }
+    }
+
+    /// Tool call `ci` of message `mi` (indices from [`Fold::find_tool_call`]).
+    fn tool_call_mut(&mut self, mi: usize, ci: usize) -> Option<&mut Value> {
+        self.messages
+            .get_mut(mi)?
+            .get_mut("toolCalls")?
+            .as_array_mut()?
+            .get_mut(ci)
+    }
+
+    /// The `function` object of a tool call, made an object when an agent's
+    /// snapshot sent something else there (untrusted JSON never panics).
+    fn function_mut(&mut self, mi: usize, ci: usize) -> Option<&mut Map<String, Value>> {
+        let f = field_mut(self.tool_call_mut(mi, ci)?, "function")?;
+        if !f.is_object() {
+            *f = json!({});
+        }
+        f.as_object_mut()
     }
 
     fn find(&self, id: &str) -> Option<usize> {
@@ -384,10 +421,17 @@ fn copy(from: &Map<String, Value>, to: &mut Map<String, Value>, key: &str) {
     }
 }
 
+/// `v[key]`, inserted as null when missing; `None` when `v` is not an
+/// object (indexing untrusted JSON that way would panic).
+fn field_mut<'a>(v: &'a mut Value, key: &str) -> Option<&'a mut Value> {
+    Some(v.as_object_mut()?.entry(key).or_insert(Value::Null))
+}
+
 fn append_str(target: &mut Value, key: &str, delta: &str) {
-    match target.get_mut(key) {
+    match field_mut(target, key) {
         Some(Value::String(s)) => s.push_str(delta),
-        _ => target[key] = delta.into(),
+        Some(other) => *other = delta.into(),
+        None => {}
     }
 }
 
@@ -513,5 +557,35 @@ mod tests {
         ]);
         let back = Fold::from_json(&Value::Object(f.to_json()), f.run().cloned());
         assert_eq!(back, f);
+    }
+
+    #[test]
+    fn malformed_agent_snapshots_never_panic() {
+        // An agent's MESSAGES_SNAPSHOT is untrusted: `function`, `toolCalls`
+        // and messages of the wrong JSON type must not make later events panic.
+        let f = fold(&[
+            json!({"type":"MESSAGES_SNAPSHOT","messages":[
+                {"id":"a","role":"assistant","toolCalls":[{"id":"c1","function":"oops"},{"id":"c2","function":7}]},
+                {"id":"b","role":"assistant","toolCalls":"nope"},
+                "not an object", 42, null
+            ]}),
+            json!({"type":"TOOL_CALL_START","toolCallId":"c1","toolCallName":"n"}),
+            json!({"type":"TOOL_CALL_ARGS","toolCallId":"c1","delta":"{}"}),
+            json!({"type":"TOOL_CALL_ARGS","toolCallId":"c2","delta":"{"}),
+            json!({"type":"TOOL_CALL_START","toolCallId":"c3","toolCallName":"m","parentMessageId":"b"}),
+            json!({"type":"REASONING_ENCRYPTED_VALUE","subtype":"tool-call","entityId":"c2","encryptedValue":"x"}),
+            json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"a","delta":"hi"}),
+            json!({"type":"ACTIVITY_SNAPSHOT","messageId":"p","activityType":"plan","content":3}),
+            json!({"type":"ACTIVITY_DELTA","messageId":"p","patch":[{"op":"add","path":"/x","value":1}]}),
+        ]);
+        let a = &f.messages()[0];
+        assert_eq!(
+            a["toolCalls"][0]["function"],
+            json!({"name":"n","arguments":"{}"})
+        );
+        assert_eq!(a["toolCalls"][1]["function"], json!({"arguments":"{"}));
+        assert_eq!(a["toolCalls"][1]["encryptedValue"], "x");
+        assert_eq!(a["content"], "hi");
+        assert_eq!(f.messages()[1]["toolCalls"][0]["id"], "c3");
     }
 }

@@ -4,12 +4,16 @@
 //! [`event`] turns a frame into a lossless [`Event`], [`chunks`] expands
 //! `*_CHUNK` events, [`verify`] checks the stream against the AG-UI client's
 //! rules. [`input`] is the request side (`RunAgentInput` and what it holds).
+//! [`fold`] summarizes a journal; [`open`] tracks what a run left open;
+//! [`join`] presents any window of a journal as a valid AG-UI stream.
 
 pub mod chunks;
 pub mod event;
 pub mod fold;
 pub mod input;
 pub mod interrupts;
+pub mod join;
+pub mod open;
 pub mod sse;
 pub mod verify;
 

@@ -5,6 +5,7 @@
 //! failures add `reason` (e.g. `token_expired`) so clients can tell a refresh
 //! from a re-login without parsing prose.
 
+use axum::body::Body;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -16,6 +17,8 @@ pub enum ErrorCode {
     Forbidden,
     NotFound,
     Invalid,
+    /// The route exists, the method does not (405, with `Allow`).
+    MethodNotAllowed,
     Conflict,
     RateLimited,
     TooLarge,
@@ -31,6 +34,7 @@ impl ErrorCode {
             ErrorCode::Forbidden => "forbidden",
             ErrorCode::NotFound => "not_found",
             ErrorCode::Invalid => "invalid",
+            ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::Conflict => "conflict",
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::TooLarge => "too_large",
@@ -46,6 +50,7 @@ impl ErrorCode {
             ErrorCode::Forbidden => StatusCode::FORBIDDEN,
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::Invalid => StatusCode::BAD_REQUEST,
+            ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorCode::Conflict => StatusCode::CONFLICT,
             ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -154,4 +159,53 @@ impl IntoResponse for ApiError {
         }
         resp
     }
+}
+
+/// The stable code for an error status that did not come from an [`ApiError`].
+fn code_for(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::UNAUTHORIZED => ErrorCode::Unauthenticated.as_str(),
+        StatusCode::FORBIDDEN => ErrorCode::Forbidden.as_str(),
+        StatusCode::NOT_FOUND => ErrorCode::NotFound.as_str(),
+        StatusCode::METHOD_NOT_ALLOWED => ErrorCode::MethodNotAllowed.as_str(),
+        StatusCode::CONFLICT => ErrorCode::Conflict.as_str(),
+        StatusCode::PAYLOAD_TOO_LARGE => ErrorCode::TooLarge.as_str(),
+        StatusCode::TOO_MANY_REQUESTS => ErrorCode::RateLimited.as_str(),
+        StatusCode::SERVICE_UNAVAILABLE => ErrorCode::Unavailable.as_str(),
+        s if s.is_server_error() => ErrorCode::Internal.as_str(),
+        _ => ErrorCode::Invalid.as_str(),
+    }
+}
+
+/// Response middleware: an error response that is not already JSON (the
+/// framework's own rejections — bad query, wrong method, a failed WebSocket
+/// upgrade) becomes `{"error":{"code","message"}}` with the same status and
+/// headers (`Allow` on 405), its text as the message.
+pub async fn json_errors(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
+    let mut message: String = String::from_utf8_lossy(&text)
+        .trim()
+        .chars()
+        .take(300)
+        .collect();
+    if message.is_empty() {
+        message = status.canonical_reason().unwrap_or("error").to_lowercase();
+    }
+    let body = json!({"error": {"code": code_for(status), "message": message}});
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(body.to_string()))
 }

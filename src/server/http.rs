@@ -24,8 +24,10 @@ use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-/// All routes, with JSON errors for unknown paths and methods.
+/// All routes, with JSON errors for unknown paths and methods, and CORS for
+/// the configured browser origins.
 pub fn router(state: Arc<AppState>) -> Router {
+    let cors = super::cors::layer(&state.config.cors);
     Router::new()
         .route("/v1/agents", get(list_agents))
         .route("/v1/agents/{agent}/run", post(run_agent))
@@ -33,6 +35,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/threads", get(super::threads::list))
         .route("/v1/threads/{thread}", get(super::threads::snapshot))
         .route("/v1/threads/{thread}/events", get(super::threads::join))
+        .route(
+            "/v1/threads/{thread}/ticket",
+            post(super::threads::issue_ticket),
+        )
         .route(
             "/v1/threads/{thread}/meta",
             post(super::sideband::post_meta),
@@ -45,11 +51,12 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/readyz", get(ready))
         .route("/metrics", get(metrics))
         .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
-        .method_not_allowed_fallback(|| async {
-            ApiError::new(ErrorCode::Invalid, "method not allowed on this route")
-        })
         // We read bodies ourselves so an oversize one gets our JSON 413.
         .layer(DefaultBodyLimit::disable())
+        // Whatever answers with an error (a framework rejection, a wrong
+        // method, a failed upgrade) answers with the documented JSON shape.
+        .layer(axum::middleware::map_response(super::error::json_errors))
+        .layer(cors)
         .with_state(state)
 }
 
@@ -166,16 +173,17 @@ async fn start_run(
     } else {
         Permission::Run
     };
-    let thread = thread_for(state, &who, &input.thread_id, need, need == Permission::Run)
+    let thread_id = input.thread_id.clone();
+    let run_id = input.run_id.clone();
+    let mut input = RunInput::Complete(input);
+    // Policy first: a refused run creates no thread.
+    let prepared = state
+        .policy()
+        .prepare_run(&who, &agent.id, &thread_id, &mut input)?;
+    let thread = thread_for(state, &who, &thread_id, need, need == Permission::Run)
         .await
         .map_err(AccessError::into_api)?;
     let (starter, rx) = outbox(state.config.threads.viewer_queue_bytes);
-    let run_id = input.run_id.clone();
-    let mut input = RunInput::Complete(input);
-    let prepared =
-        state
-            .policy()
-            .prepare_run(&who, &agent.id, &thread.key.thread_id, &mut input)?;
     let req = RunRequest {
         agent: agent.clone(),
         run_id,

@@ -27,7 +27,10 @@ impl Metrics {
 
     /// Counts a finished run under `outcome`.
     pub fn run_ended(&self, outcome: &str) {
-        let mut ended = self.runs_ended.lock().expect("metrics lock");
+        let mut ended = self
+            .runs_ended
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         match ended.iter_mut().find(|(o, _)| o == outcome) {
             Some((_, n)) => *n += 1,
             None => ended.push((outcome.to_owned(), 1)),
@@ -77,7 +80,12 @@ impl Metrics {
             out,
             "# HELP agui_runs_ended_total Runs that ended, by outcome or error code.\n# TYPE agui_runs_ended_total counter"
         );
-        for (outcome, n) in self.runs_ended.lock().expect("metrics lock").iter() {
+        for (outcome, n) in self
+            .runs_ended
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+        {
             let _ = writeln!(out, "agui_runs_ended_total{{outcome=\"{outcome}\"}} {n}");
         }
         out

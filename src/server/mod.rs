@@ -1,7 +1,8 @@
 //! What clients talk to: the HTTP routes ([`http`]), their error shape
-//! ([`error`]) and the counters behind `/metrics` ([`metrics`]).
+//! ([`error`]), CORS ([`cors`]) and the counters behind `/metrics` ([`metrics`]).
 
 pub mod access;
+pub mod cors;
 pub mod error;
 pub mod http;
 pub mod metrics;
@@ -32,6 +33,8 @@ pub struct AppState {
     pub metrics: metrics::Metrics,
     /// Source of connection/viewer ids.
     pub ids: AtomicU64,
+    /// One-use SSE join tickets.
+    pub tickets: crate::auth::ticket::StreamTickets,
 }
 
 impl AppState {
@@ -44,31 +47,44 @@ impl AppState {
         policy: crate::policy::Policy,
     ) -> AppState {
         AppState {
-            config,
             auth,
             agents: std::sync::RwLock::new(Arc::new(agents)),
             threads,
             policy: std::sync::RwLock::new(Arc::new(policy)),
             metrics: Default::default(),
             ids: Default::default(),
+            tickets: crate::auth::ticket::StreamTickets::new(config.server.ticket_ttl),
+            config,
         }
     }
 
     /// The current agent routes.
     pub fn agents(&self) -> Arc<AgentRegistry> {
-        self.agents.read().expect("agents lock").clone()
+        self.agents
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// The current policy.
     pub fn policy(&self) -> Arc<crate::policy::Policy> {
-        self.policy.read().expect("policy lock").clone()
+        self.policy
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Replaces routes and policy at once (hot reload); runs in flight keep
     /// the ones they started with.
     pub fn swap(&self, agents: AgentRegistry, policy: crate::policy::Policy) {
-        *self.agents.write().expect("agents lock") = Arc::new(agents);
-        *self.policy.write().expect("policy lock") = Arc::new(policy);
+        *self
+            .agents
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(agents);
+        *self
+            .policy
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(policy);
     }
 
     /// A fresh id for a connection or viewer.

@@ -7,8 +7,8 @@ use super::http::authenticate;
 use super::sse::{async_stream, sse_response};
 use crate::auth::Permission;
 use crate::auth::access::permissions;
-use crate::protocol::EventType;
-use crate::protocol::sse::KEEPALIVE;
+use crate::protocol::join::{Framed, JoinFramer};
+use crate::protocol::sse::{KEEPALIVE, encode_data};
 use crate::thread::Start;
 use crate::thread::fanout::{Outgoing, outbox};
 use axum::Json;
@@ -18,7 +18,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use bytes::BytesMut;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use std::sync::Arc;
 
 /// Query of `GET /v1/threads`.
@@ -91,21 +91,70 @@ pub async fn snapshot(
 #[derive(Debug, Deserialize)]
 pub struct JoinQuery {
     after: Option<u64>,
+    /// A one-use ticket from `POST /v1/threads/{id}/ticket`, for clients
+    /// that cannot send headers (`EventSource`).
+    ticket: Option<String>,
+}
+
+/// `POST /v1/threads/{threadId}/ticket`: a one-use, short-lived ticket that
+/// lets the caller join this thread's SSE stream as `?ticket=` (see
+/// [`crate::auth::ticket`]).
+pub async fn issue_ticket(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(thread_id): Path<String>,
+) -> Response {
+    let who = match authenticate(&state, &headers).await {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    if let Err(e) = thread_for(&state, &who, &thread_id, Permission::View, false).await {
+        return e.into_api().into_response();
+    }
+    match state.tickets.issue(&who, &thread_id) {
+        Some((ticket, ttl)) => {
+            Json(json!({"ticket": ticket, "expiresIn": ttl.as_secs()})).into_response()
+        }
+        None => ApiError {
+            retry_after: Some(1),
+            ..ApiError::new(
+                ErrorCode::RateLimited,
+                "too many outstanding stream tickets",
+            )
+        }
+        .into_response(),
+    }
 }
 
 /// `GET /v1/threads/{threadId}/events`: SSE join stream with `id: <seq>`
-/// lines. Starts after `after` (or `Last-Event-ID`), else from the oldest
-/// event held; when that is no longer held it starts with a
-/// `CUSTOM agui-gateway/snapshot` event carrying the snapshot.
+/// lines, authenticated by a bearer token or a one-use `?ticket=`. Starts
+/// after `after` (or `Last-Event-ID`), else from the oldest event held (a
+/// snapshot when that is compacted), and is always a valid AG-UI stream for
+/// a stock client, whatever the thread holds (see [`JoinFramer`]).
 pub async fn join(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     Path(thread_id): Path<String>,
     Query(q): Query<JoinQuery>,
 ) -> Response {
-    let who = match authenticate(&state, &headers).await {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
+    let who = match &q.ticket {
+        Some(ticket) => match state.tickets.redeem(ticket, &thread_id) {
+            Some(p) => p,
+            None => {
+                return ApiError {
+                    reason: Some("bad_ticket"),
+                    ..ApiError::new(
+                        ErrorCode::Unauthenticated,
+                        "stream ticket is unknown, used, expired or for another thread",
+                    )
+                }
+                .into_response();
+            }
+        },
+        None => match authenticate(&state, &headers).await {
+            Ok(p) => p,
+            Err(e) => return e.into_response(),
+        },
     };
     let thread = match thread_for(&state, &who, &thread_id, Permission::View, false).await {
         Ok(t) => t,
@@ -118,12 +167,9 @@ pub async fn join(
     let after = q.after.or(last_event_id).unwrap_or(0);
     let (ob, mut rx) = outbox(state.config.threads.viewer_queue_bytes);
     let viewer = state.next_connection_id();
-    thread.subscribe(
-        viewer,
-        ob.clone(),
-        Start::After(after),
-        visibility_on(&state, &who, &thread),
-    );
+    let visibility = visibility_on(&state, &who, &thread);
+    let mut framer = JoinFramer::new(&thread_id, &thread.snapshot(&visibility));
+    thread.subscribe(viewer, ob.clone(), Start::After(after), visibility);
     let keepalive = state.config.server.keepalive;
     let guard = ViewerGuard { thread, viewer };
     let stream = async_stream(move |tx| async move {
@@ -133,10 +179,12 @@ pub async fn join(
         loop {
             let frame = tokio::select! {
                 item = rx.recv() => match item {
-                    Some(Outgoing::Event(e)) if *e.event.kind() == EventType::Meta => meta_as_custom(&e),
-                    Some(Outgoing::Event(e)) => e.sse(),
-                    Some(Outgoing::Message(m)) => match snapshot_event(&m) {
-                        Some(f) => f,
+                    Some(Outgoing::Event(e)) => encode(&e, framer.event(e.seq, &e.event)),
+                    Some(Outgoing::Message(m)) => match snapshot_of_message(&m) {
+                        Some(snap) => {
+                            let seq = snap.get("seq").and_then(Value::as_u64);
+                            encode_snapshot(framer.snapshot(&snap), seq)
+                        }
                         None => continue,
                     },
                     Some(Outgoing::Close(..)) | None => break,
@@ -152,6 +200,42 @@ pub async fn join(
     sse_response(stream)
 }
 
+/// SSE frames for what the framer made of journal entry `e`.
+fn encode(e: &crate::thread::Entry, framed: Vec<Framed>) -> Bytes {
+    if let [Framed::Journal] = framed.as_slice() {
+        return e.sse();
+    }
+    let mut buf = BytesMut::new();
+    for f in framed {
+        match f {
+            Framed::Journal => buf.extend_from_slice(&e.sse()),
+            Framed::Converted(v) => encode_data(v.to_string().as_bytes(), Some(e.seq), &mut buf),
+            Framed::Synthetic(v) => encode_data(v.to_string().as_bytes(), None, &mut buf),
+        }
+    }
+    buf.freeze()
+}
+
+/// SSE frames for a snapshot start; the event standing for the journal up
+/// to the snapshot carries its `seq` as id.
+fn encode_snapshot(framed: Vec<Framed>, seq: Option<u64>) -> Bytes {
+    let mut buf = BytesMut::new();
+    for f in framed {
+        match f {
+            Framed::Converted(v) => encode_data(v.to_string().as_bytes(), seq, &mut buf),
+            Framed::Synthetic(v) => encode_data(v.to_string().as_bytes(), None, &mut buf),
+            Framed::Journal => {}
+        }
+    }
+    buf.freeze()
+}
+
+/// The snapshot object of a `snapshot` message (without `type`).
+fn snapshot_of_message(message: &str) -> Option<Map<String, Value>> {
+    let mut v: Map<String, Value> = serde_json::from_str(message).ok()?;
+    (v.remove("type")?.as_str()? == "snapshot").then_some(v)
+}
+
 /// Unsubscribes a viewer when dropped.
 pub struct ViewerGuard {
     pub thread: Arc<crate::thread::Thread>,
@@ -163,29 +247,4 @@ impl Drop for ViewerGuard {
         self.thread.unsubscribe(self.viewer);
         self.thread.viewer_left();
     }
-}
-
-/// A META event as `CUSTOM agui-gateway/meta` (stock AG-UI 1.0 clients drop
-/// the draft META type), with the journal seq as its SSE id.
-fn meta_as_custom(e: &crate::thread::Entry) -> Bytes {
-    let mut value = e.event.body().clone();
-    value.remove("type");
-    let event = json!({"type": "CUSTOM", "name": "agui-gateway/meta", "value": value});
-    let mut buf = BytesMut::new();
-    crate::protocol::sse::encode_data(event.to_string().as_bytes(), Some(e.seq), &mut buf);
-    buf.freeze()
-}
-
-/// A `snapshot` message as an SSE `CUSTOM agui-gateway/snapshot` event.
-fn snapshot_event(message: &str) -> Option<Bytes> {
-    let mut v: Value = serde_json::from_str(message).ok()?;
-    if v.get("type")?.as_str()? != "snapshot" {
-        return None;
-    }
-    let seq = v.get("seq").and_then(Value::as_u64);
-    v.as_object_mut()?.remove("type");
-    let event = json!({"type": "CUSTOM", "name": "agui-gateway/snapshot", "value": v});
-    let mut buf = BytesMut::new();
-    crate::protocol::sse::encode_data(event.to_string().as_bytes(), seq, &mut buf);
-    Some(buf.freeze())
 }

@@ -208,12 +208,17 @@ async fn connection(
     let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
 }
 
+/// When a token expiring at `exp_secs` (Unix seconds) must close the socket.
+/// A token's `exp` is client data: a far-future one is capped (ten years)
+/// instead of overflowing `Instant`.
 fn deadline(exp_secs: u64) -> Instant {
+    const FAR: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    Instant::now() + Duration::from_secs(exp_secs.saturating_sub(now))
+    let left = Duration::from_secs(exp_secs.saturating_sub(now)).min(FAR);
+    Instant::now() + left
 }
 
 /// Waits for `{"type":"auth","token":…}` as the first frame.
@@ -484,7 +489,7 @@ impl Conn {
             serde_json::from_value::<AguiMessage>(m.clone())
                 .map_err(|e| ApiError::new(ErrorCode::Invalid, format!("messages[{i}]: {e}")))?;
         }
-        let input = RunInput::Incremental {
+        let mut input = RunInput::Incremental {
             messages,
             tools: opt_array(v, "tools")?,
             context: opt_array(v, "context")?,
@@ -492,8 +497,14 @@ impl Conn {
             forwarded_props: v.get("forwardedProps").cloned().filter(|s| !s.is_null()),
             resume: None,
         };
+        // Policy first: a refused run creates no thread and no subscription.
+        let prepared =
+            self.state
+                .policy()
+                .prepare_run(&self.principal, &agent.id, thread_id, &mut input)?;
         let thread = self.thread(thread_id, Permission::Run, true).await?;
-        self.start(v, thread, agent, run_id, input, strategy).await
+        self.start(v, thread, agent, run_id, input, prepared, strategy)
+            .await
     }
 
     async fn cancel(&mut self, v: &Value) -> Result<(), ApiError> {
@@ -556,7 +567,7 @@ impl Conn {
         let run_id = opt_str(v, "runId")?
             .map(str::to_owned)
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-        let input = RunInput::Incremental {
+        let mut input = RunInput::Incremental {
             messages: opt_array(v, "messages")?,
             tools: opt_array(v, "tools")?,
             context: opt_array(v, "context")?,
@@ -565,29 +576,40 @@ impl Conn {
             resume: Some(Value::Array(entries)),
         };
         let strategy = agent.strategy;
-        self.start(v, thread, agent, run_id, input, strategy).await
+        let prepared =
+            self.state
+                .policy()
+                .prepare_run(&self.principal, &agent.id, thread_id, &mut input)?;
+        self.start(v, thread, agent, run_id, input, prepared, strategy)
+            .await
     }
 
-    /// The common tail of `run` and `resume`: the caller watches the thread
-    /// (live) if it did not already, the policy prepares the run, the thread
-    /// starts or queues it, and the ack says which.
+    /// The common tail of `run` and `resume` (the policy has prepared the
+    /// run): the caller watches the thread (live) if it did not already, the
+    /// thread starts or queues the run, and the ack says which. A refused run
+    /// leaves no subscription behind.
+    #[allow(clippy::too_many_arguments)]
     async fn start(
         &mut self,
         cmd: &Value,
         thread: Arc<Thread>,
         agent: Arc<crate::upstream::Agent>,
         run_id: String,
-        mut input: RunInput,
+        input: RunInput,
+        prepared: crate::policy::Prepared,
         strategy: Strategy,
     ) -> Result<(), ApiError> {
         let thread_id = thread.key.thread_id.clone();
-        let policy = self.state.policy();
-        if !self.subs.contains_key(&thread.key) {
-            let visibility = policy.visibility_for(&self.principal, &agent.id, &thread_id);
+        let newly_watching = !self.subs.contains_key(&thread.key);
+        if newly_watching {
+            let visibility =
+                self.state
+                    .policy()
+                    .visibility_for(&self.principal, &agent.id, &thread_id);
+            // Before the run starts, so the caller misses none of its events.
             thread.subscribe(self.id, self.outbox.clone(), Start::Live, visibility);
             self.subs.insert(thread.key.clone(), thread.clone());
         }
-        let prepared = policy.prepare_run(&self.principal, &agent.id, &thread_id, &mut input)?;
         let req = RunRequest {
             agent,
             run_id: run_id.clone(),
@@ -597,7 +619,16 @@ impl Conn {
             filter: prepared.filter,
             upstream_headers: prepared.upstream_headers,
         };
-        let started = thread.start_run(req, strategy).map_err(ApiError::from)?;
+        let started = match thread.start_run(req, strategy) {
+            Ok(started) => started,
+            Err(refused) => {
+                if newly_watching {
+                    self.subs.remove(&thread.key);
+                    thread.unsubscribe(self.id);
+                }
+                return Err(refused.into());
+            }
+        };
         self.state
             .metrics
             .runs_started
@@ -617,5 +648,18 @@ impl Conn {
             thread.unsubscribe(self.id);
             thread.viewer_left();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn far_future_token_expiry_does_not_overflow() {
+        // Before: `Instant + Duration::from_secs(u64::MAX - now)` panicked.
+        let d = deadline(u64::MAX);
+        assert!(d > Instant::now() + Duration::from_secs(365 * 24 * 3600));
+        assert!(deadline(0) <= Instant::now());
     }
 }

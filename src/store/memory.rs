@@ -20,7 +20,10 @@ impl MemoryStore {
 impl JournalStore for MemoryStore {
     fn append(&self, batch: AppendBatch) -> AppendAck {
         let (tx, rx) = oneshot::channel();
-        let mut threads = self.threads.lock().expect("memory store lock");
+        let mut threads = self
+            .threads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let t = threads.entry(batch.key).or_insert_with(|| StoredThread {
             meta: batch.meta.clone(),
             base: None,
@@ -46,7 +49,10 @@ impl JournalStore for MemoryStore {
     }
 
     fn list(&self, tenant: &str) -> Result<Vec<(ThreadKey, ThreadMeta)>, StoreError> {
-        let threads = self.threads.lock().expect("memory store lock");
+        let threads = self
+            .threads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut out: Vec<_> = threads
             .iter()
             .filter(|(k, _)| k.tenant == tenant)
@@ -57,7 +63,10 @@ impl JournalStore for MemoryStore {
     }
 
     fn running(&self) -> Result<Vec<ThreadKey>, StoreError> {
-        let threads = self.threads.lock().expect("memory store lock");
+        let threads = self
+            .threads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         Ok(threads
             .iter()
             .filter(|(_, t)| t.meta.status == "running")

@@ -205,7 +205,10 @@ impl JournalStore for SqliteStore {
     }
 
     fn load(&self, key: &ThreadKey) -> Result<Option<StoredThread>, StoreError> {
-        let conn = self.reader.lock().expect("reader lock");
+        let conn = self
+            .reader
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let head = conn
             .query_row(
                 "SELECT creator, agent, status, created_ms, updated_ms, last_seq, base_seq, base_snapshot
@@ -243,7 +246,10 @@ impl JournalStore for SqliteStore {
     }
 
     fn list(&self, tenant: &str) -> Result<Vec<(ThreadKey, ThreadMeta)>, StoreError> {
-        let conn = self.reader.lock().expect("reader lock");
+        let conn = self
+            .reader
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut stmt = conn
             .prepare_cached(
                 "SELECT thread, creator, agent, status, created_ms, updated_ms, last_seq
@@ -262,7 +268,10 @@ impl JournalStore for SqliteStore {
     }
 
     fn running(&self) -> Result<Vec<ThreadKey>, StoreError> {
-        let conn = self.reader.lock().expect("reader lock");
+        let conn = self
+            .reader
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut stmt = conn
             .prepare("SELECT tenant, thread FROM threads WHERE status = 'running'")
             .map_err(err)?;
@@ -278,7 +287,10 @@ impl JournalStore for SqliteStore {
     }
 
     fn ping(&self) -> Result<(), StoreError> {
-        let conn = self.reader.lock().expect("reader lock");
+        let conn = self
+            .reader
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         conn.query_row("SELECT 1", [], |_| Ok(())).map_err(err)
     }
 }

@@ -156,7 +156,9 @@ impl Thread {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().expect("thread lock")
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The creator's subject (for access checks).
@@ -408,6 +410,10 @@ fn status_after<'a>(current: &str, events: impl Iterator<Item = &'a Event>) -> S
 /// What the store keeps as a compacted base: the fold plus run info.
 fn fold_record(inner: &Inner) -> Value {
     let mut v = inner.fold.to_json();
+    v.insert(
+        "runIds".into(),
+        inner.runs.used_ids().cloned().collect::<Vec<_>>().into(),
+    );
     if let Some(run) = inner.fold.run() {
         v.insert(
             "run".into(),
@@ -504,6 +510,16 @@ impl Threads {
                     })
                 });
                 inner.fold = Fold::from_json(&v, run);
+                for id in v
+                    .get("runIds")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    if let Some(id) = id.as_str() {
+                        inner.runs.remember(id);
+                    }
+                }
                 inner.base_seq = *base_seq;
                 inner.fold.seq = *base_seq;
             }
@@ -517,6 +533,11 @@ impl Threads {
                             entry.event.str_field("id"),
                         ) {
                             inner.meta_ids.insert(cid.to_owned(), id.to_owned());
+                        }
+                        if *entry.event.kind() == EventType::RunStarted
+                            && let Some(run_id) = entry.event.str_field("runId")
+                        {
+                            inner.runs.remember(run_id);
                         }
                         inner.fold.apply(seq, &entry.event);
                         inner.journal.push_back(entry);
@@ -585,7 +606,8 @@ impl Threads {
     }
 
     /// Closes runs that were active when the process last stopped, with
-    /// `RUN_ERROR gateway_restarted`. Returns how many were closed.
+    /// `RUN_ERROR gateway_restarted`. Returns how many were closed; a thread
+    /// that cannot be loaded is logged and skipped.
     pub async fn recover(&self) -> Result<usize, StoreError> {
         let store = self.store.clone();
         let running = tokio::task::spawn_blocking(move || store.running())
@@ -593,7 +615,15 @@ impl Threads {
             .map_err(|e| StoreError(e.to_string()))??;
         let mut closed = 0;
         for key in running {
-            if let Some(thread) = self.get(&key).await? {
+            // One unreadable thread must not keep the gateway from starting.
+            let thread = match self.get(&key).await {
+                Ok(thread) => thread,
+                Err(e) => {
+                    tracing::error!(tenant = %key.tenant, thread = %key.thread_id, "cannot load thread to close its interrupted run; skipped: {e}");
+                    continue;
+                }
+            };
+            if let Some(thread) = thread {
                 let event = crate::protocol::event::run_error(
                     "gateway_restarted",
                     "the gateway restarted while this run was active; the run was not resumed",

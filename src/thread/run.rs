@@ -11,7 +11,9 @@
 use super::fanout::{Outbox, Outgoing};
 use super::{Entry, Inner, Thread};
 use crate::protocol::event::run_error;
+use crate::protocol::fold::RunStatus;
 use crate::protocol::interrupts::InterruptNormalizer;
+use crate::protocol::open::OpenEntities;
 use crate::protocol::{Event, EventType, RunAgentInput};
 use crate::upstream::{Agent, RunStream};
 use bytes::Bytes;
@@ -80,10 +82,19 @@ impl RunInput {
             } => forwarded_props.get_or_insert_with(|| json!({})),
             RunInput::Complete(i) => i.forwarded_props.get_or_insert_with(|| json!({})),
         };
-        if !props.is_object() {
-            *props = json!({});
+        // Client JSON: `forwardedProps` or its `command` may be any type.
+        let Some(props) = props.as_object_mut() else {
+            *props = json!({"command": {"resume": answer}});
+            return;
+        };
+        match props.get_mut("command").and_then(Value::as_object_mut) {
+            Some(command) => {
+                command.insert("resume".into(), answer);
+            }
+            None => {
+                props.insert("command".into(), json!({"resume": answer}));
+            }
         }
-        props["command"]["resume"] = answer;
     }
 
     fn has_resume(&self) -> bool {
@@ -155,9 +166,22 @@ pub(super) struct RunSlot {
     queue: VecDeque<RunRequest>,
     /// The run that answered the pending interrupts, until it ends.
     resume_claimed: Option<String>,
+    /// Every runId this thread has accepted: a reused id would make two
+    /// replies fold into one, so it is refused.
+    used_ids: std::collections::HashSet<String>,
 }
 
 impl RunSlot {
+    /// Records a runId seen in the journal (or its compacted base).
+    pub(super) fn remember(&mut self, run_id: &str) {
+        self.used_ids.insert(run_id.to_owned());
+    }
+
+    /// Every runId accepted on this thread (kept in the compacted base).
+    pub(super) fn used_ids(&self) -> impl Iterator<Item = &String> {
+        self.used_ids.iter()
+    }
+
     /// No run active or waiting.
     pub(super) fn is_idle(&self) -> bool {
         self.active.is_none() && self.queue.is_empty()
@@ -214,6 +238,13 @@ impl Thread {
                 "run '{active}' is still active on this thread"
             )));
         }
+        if inner.runs.used_ids.contains(&req.run_id) {
+            return Err(RunRefused::Conflict(format!(
+                "runId '{}' was already used on this thread; every run needs a fresh runId",
+                req.run_id
+            )));
+        }
+        inner.runs.used_ids.insert(req.run_id.clone());
         if req.input.has_resume() {
             inner.runs.resume_claimed = Some(req.run_id.clone());
         }
@@ -270,7 +301,7 @@ impl Thread {
     }
 
     fn launch(self: &Arc<Self>, inner: &mut Inner, req: RunRequest) {
-        let (body, journal_input) = build_input(&self.key.thread_id, inner, &req);
+        let prepared = build_input(&self.key.thread_id, inner, &req);
         inner.meta.agent = Some(req.agent.id.clone());
         let cancel = CancellationToken::new();
         inner.runs.active = Some(ActiveRun {
@@ -279,7 +310,32 @@ impl Thread {
             cancel_when_unwatched: req.agent.on_disconnect == crate::config::OnDisconnect::Cancel,
         });
         tracing::info!(tenant = %self.key.tenant, thread = %self.key.thread_id, run = %req.run_id, agent = %req.agent.id, "run started");
-        tokio::spawn(drive(self.clone(), req, body, journal_input, cancel));
+        let run_id = req.run_id.clone();
+        let run = tokio::spawn(drive(self.clone(), req, prepared, cancel));
+        tokio::spawn(self.clone().supervise(run_id, run));
+    }
+
+    /// Ends a run whose task panicked: without this the thread would stay
+    /// "running" (its slot taken) until the process restarts.
+    async fn supervise(self: Arc<Self>, run_id: String, run: tokio::task::JoinHandle<()>) {
+        let Err(e) = run.await else { return };
+        if !e.is_panic() {
+            return;
+        }
+        tracing::error!(tenant = %self.key.tenant, thread = %self.key.thread_id, run = %run_id, "run task panicked; closing the run with RUN_ERROR internal");
+        if self.run_is_open(&run_id) {
+            let event = run_error("internal", "the gateway failed while running this run");
+            self.append(vec![event]).await;
+        }
+        self.run_ended(&run_id);
+    }
+
+    /// True when the journal's latest run is `run_id` and has not ended.
+    fn run_is_open(&self, run_id: &str) -> bool {
+        self.lock()
+            .fold
+            .run()
+            .is_some_and(|r| r.run_id == run_id && r.status == RunStatus::Running)
     }
 
     fn run_ended(self: &Arc<Self>, run_id: &str) {
@@ -351,22 +407,61 @@ fn check_resume(input: &RunInput, pending: &[Value]) -> Result<bool, RunRefused>
         .any(crate::protocol::interrupts::is_langgraph))
 }
 
-/// The upstream body (full history) and the journal's normalized input (new messages only).
-fn build_input(thread_id: &str, inner: &Inner, req: &RunRequest) -> (Bytes, Value) {
+/// What a run sends upstream and what its journal says about its input.
+struct PreparedInput {
+    /// The upstream request body: the full history.
+    body: Bytes,
+    /// The journal's `RUN_STARTED.input`: messages new to the thread only;
+    /// no `forwardedProps` or `state` (per-request, possibly private: the
+    /// verified identity travels there, and viewers need not see either).
+    journal_input: Value,
+    /// The whole history the agent was sent, when it changed a message the
+    /// thread already holds: journaled as a `MESSAGES_SNAPSHOT` right after
+    /// `RUN_STARTED` so the fold (and every viewer) follows the edit.
+    edited_history: Option<Vec<Value>>,
+}
+
+/// True when a client re-sent message `known` (same id) with other content:
+/// role, content, tool calls or the tool call it answers. Other fields
+/// (metadata a client strips or adds) are not an edit.
+fn is_edit(known: &Value, sent: &Value) -> bool {
+    ["role", "content", "toolCalls", "toolCallId"]
+        .iter()
+        .any(|k| known.get(k) != sent.get(k))
+}
+
+/// Keys of `RunAgentInput` that are not journaled (see [`PreparedInput`]).
+const UNJOURNALED_INPUT: [&str; 2] = ["forwardedProps", "state"];
+
+fn build_input(thread_id: &str, inner: &Inner, req: &RunRequest) -> PreparedInput {
     let fold = &inner.fold;
-    let is_new = |m: &Value| {
+    let known = |m: &Value| {
         m.get("id")
             .and_then(Value::as_str)
-            .is_none_or(|id| !fold.has_message(id))
+            .and_then(|id| fold.message(id))
     };
+    let edited = |msgs: &[Value]| msgs.iter().any(|m| known(m).is_some_and(|k| is_edit(k, m)));
     match &req.input {
         RunInput::Complete(input) => {
             let body = Bytes::from(serde_json::to_vec(input).expect("input serializes"));
             let mut journal = serde_json::to_value(input).expect("input serializes");
-            if let Some(Value::Array(msgs)) = journal.get_mut("messages") {
-                msgs.retain(is_new);
+            let mut edited_history = None;
+            if let Some(obj) = journal.as_object_mut() {
+                for k in UNJOURNALED_INPUT {
+                    obj.remove(k);
+                }
+                if let Some(Value::Array(msgs)) = obj.get_mut("messages") {
+                    if edited(msgs) {
+                        edited_history = Some(msgs.clone());
+                    }
+                    msgs.retain(|m| known(m).is_none());
+                }
             }
-            (body, journal)
+            PreparedInput {
+                body,
+                journal_input: journal,
+                edited_history,
+            }
         }
         RunInput::Incremental {
             messages,
@@ -376,97 +471,53 @@ fn build_input(thread_id: &str, inner: &Inner, req: &RunRequest) -> (Bytes, Valu
             forwarded_props,
             resume,
         } => {
-            let new: Vec<Value> = messages.iter().filter(|m| is_new(m)).cloned().collect();
-            let mut input = Map::new();
-            input.insert("threadId".into(), thread_id.into());
-            input.insert("runId".into(), req.run_id.clone().into());
-            input.insert("protocolVersion".into(), "1.0".into());
+            let new: Vec<Value> = messages
+                .iter()
+                .filter(|m| known(m).is_none())
+                .cloned()
+                .collect();
+            let mut journal = Map::new();
+            journal.insert("threadId".into(), thread_id.into());
+            journal.insert("runId".into(), req.run_id.clone().into());
+            journal.insert("protocolVersion".into(), "1.0".into());
+            journal.insert("tools".into(), Value::Array(tools.clone()));
+            journal.insert("context".into(), Value::Array(context.clone()));
+            if let Some(r) = resume {
+                journal.insert("resume".into(), r.clone());
+            }
+            let mut input = journal.clone();
+            journal.insert("messages".into(), Value::Array(new.clone()));
             input.insert(
                 "state".into(),
                 state.clone().unwrap_or_else(|| fold.state().clone()),
             );
-            input.insert("tools".into(), Value::Array(tools.clone()));
-            input.insert("context".into(), Value::Array(context.clone()));
             input.insert(
                 "forwardedProps".into(),
                 forwarded_props.clone().unwrap_or_else(|| json!({})),
             );
-            if let Some(r) = resume {
-                input.insert("resume".into(), r.clone());
-            }
-            let mut journal = input.clone();
-            journal.insert("messages".into(), Value::Array(new.clone()));
-            let mut all = fold.messages().to_vec();
+            // History from the fold, with any message the client re-sent
+            // under a known id replaced by its edit.
+            let edits = edited(messages);
+            let mut all: Vec<Value> = fold
+                .messages()
+                .iter()
+                .map(|m| {
+                    let id = m.get("id").and_then(Value::as_str);
+                    messages
+                        .iter()
+                        .find(|s| id.is_some() && s.get("id").and_then(Value::as_str) == id)
+                        .unwrap_or(m)
+                        .clone()
+                })
+                .collect();
             all.extend(new);
-            input.insert("messages".into(), Value::Array(all));
-            (
-                Bytes::from(serde_json::to_vec(&input).expect("input serializes")),
-                Value::Object(journal),
-            )
+            input.insert("messages".into(), Value::Array(all.clone()));
+            PreparedInput {
+                body: Bytes::from(serde_json::to_vec(&input).expect("input serializes")),
+                journal_input: Value::Object(journal),
+                edited_history: edits.then_some(all),
+            }
         }
-    }
-}
-
-/// Entities a run opened and has not closed, so a cancel can close them.
-#[derive(Default)]
-struct OpenEntities {
-    started: bool,
-    steps: Vec<String>,
-    messages: Vec<String>,
-    tool_calls: Vec<String>,
-    reasoning_messages: Vec<String>,
-    reasoning_spans: Vec<String>,
-}
-
-impl OpenEntities {
-    fn track(&mut self, e: &Event) {
-        let id = |f: &str| e.str_field(f).unwrap_or_default().to_owned();
-        use EventType::*;
-        match e.kind() {
-            RunStarted => self.started = true,
-            StepStarted => self.steps.push(id("stepName")),
-            StepFinished => self.steps.retain(|s| *s != id("stepName")),
-            TextMessageStart => self.messages.push(id("messageId")),
-            TextMessageEnd => self.messages.retain(|s| *s != id("messageId")),
-            ToolCallStart => self.tool_calls.push(id("toolCallId")),
-            ToolCallEnd => self.tool_calls.retain(|s| *s != id("toolCallId")),
-            ReasoningMessageStart => self.reasoning_messages.push(id("messageId")),
-            ReasoningMessageEnd => self.reasoning_messages.retain(|s| *s != id("messageId")),
-            ReasoningStart => self.reasoning_spans.push(id("messageId")),
-            ReasoningEnd => self.reasoning_spans.retain(|s| *s != id("messageId")),
-            _ => {}
-        }
-    }
-
-    /// End events for everything still open, innermost first.
-    fn closing(&self) -> Vec<Event> {
-        let mut out = Vec::new();
-        for m in &self.messages {
-            out.push(Event::build(
-                json!({"type": "TEXT_MESSAGE_END", "messageId": m}),
-            ));
-        }
-        for c in &self.tool_calls {
-            out.push(Event::build(
-                json!({"type": "TOOL_CALL_END", "toolCallId": c}),
-            ));
-        }
-        for r in &self.reasoning_messages {
-            out.push(Event::build(
-                json!({"type": "REASONING_MESSAGE_END", "messageId": r}),
-            ));
-        }
-        for r in &self.reasoning_spans {
-            out.push(Event::build(
-                json!({"type": "REASONING_END", "messageId": r}),
-            ));
-        }
-        for s in self.steps.iter().rev() {
-            out.push(Event::build(
-                json!({"type": "STEP_FINISHED", "stepName": s}),
-            ));
-        }
-        out
     }
 }
 
@@ -483,8 +534,7 @@ enum Step {
 async fn drive(
     thread: Arc<Thread>,
     req: RunRequest,
-    body: Bytes,
-    journal_input: Value,
+    input: PreparedInput,
     cancel: CancellationToken,
 ) {
     let RunRequest {
@@ -497,8 +547,33 @@ async fn drive(
         ..
     } = req;
     let thread_id = thread.key.thread_id.clone();
+    let PreparedInput {
+        body,
+        journal_input,
+        edited_history,
+    } = input;
+    // The journal's opening of the run: RUN_STARTED with the normalized
+    // input (the agent's own, when it sent one, goes to the requester), then
+    // the edited history, if the client changed a known message.
+    let opening = |agent_start: Option<&Event>| -> Staged {
+        let start = match agent_start {
+            Some(e) => e.modify(|b| {
+                b.insert("input".into(), journal_input.clone());
+            }),
+            None => Event::build(
+                json!({"type": "RUN_STARTED", "threadId": thread_id, "runId": run_id, "input": journal_input}),
+            ),
+        };
+        let mut staged: Staged = vec![(start, agent_start.map(|e| Some(e.clone())))];
+        if let Some(history) = &edited_history {
+            let snapshot = json!({"type": "MESSAGES_SNAPSHOT", "messages": history});
+            staged.push((Event::build(snapshot), None));
+        }
+        staged
+    };
     let mut stream = Some(RunStream::start(agent.clone(), body, upstream_headers));
     let mut open = OpenEntities::default();
+    let mut started = false;
     let mut interrupts = InterruptNormalizer::new(agent.interrupts);
     loop {
         let step = {
@@ -539,8 +614,8 @@ async fn drive(
             Step::Cancel => {
                 drop(stream.take()); // drops the upstream request now
                 let mut closing = Vec::new();
-                if !open.started {
-                    closing.push(Event::build(json!({"type": "RUN_STARTED", "threadId": thread_id, "runId": run_id, "input": journal_input})));
+                if !started {
+                    closing.extend(opening(None).into_iter().map(|(e, _)| e));
                 }
                 closing.extend(open.closing());
                 closing.push(Event::build(json!({"type": "RUN_FINISHED", "threadId": thread_id, "runId": run_id, "outcome": {"type": "cancelled"}})));
@@ -564,31 +639,26 @@ async fn drive(
                 // 1. What the journal gets (input on RUN_STARTED, canonical
                 //    interrupts), and what the HTTP requester gets instead:
                 //    `None` nothing, `Some(None)` the same, `Some(Some(e))` `e`.
-                let mut staged: Staged = Vec::with_capacity(batch.len() + 1);
+                let mut staged: Staged = Vec::with_capacity(batch.len() + 2);
                 for event in batch {
-                    if *event.kind() == EventType::RunStarted
-                        && !open.started
-                        && event.get("input").is_none()
-                    {
-                        let journaled = event.modify(|b| {
-                            b.insert("input".into(), journal_input.clone());
-                        });
-                        staged.push((journaled, Some(Some(event))));
-                        open.started = true;
-                        continue;
-                    }
-                    if !open.started && *event.kind() != EventType::RunStarted {
+                    if !started {
+                        started = true;
+                        if *event.kind() == EventType::RunStarted {
+                            staged.extend(opening(Some(&event)));
+                            continue;
+                        }
                         // Journal the user's input even when the agent failed before starting.
-                        let start = Event::build(
-                            json!({"type": "RUN_STARTED", "threadId": thread_id, "runId": run_id, "input": journal_input}),
-                        );
-                        staged.push((start, None));
+                        let mut synthetic = opening(None);
+                        for (_, requester) in &mut synthetic {
+                            *requester = None;
+                        }
+                        staged.extend(synthetic);
                     }
-                    open.started = true;
-                    match interrupts.apply(&event) {
-                        Some(canonical) => staged.push((canonical, Some(Some(event)))),
-                        None => staged.push((event, Some(None))),
-                    }
+                    // The requester gets what the journal holds (canonical
+                    // interrupts), so a stock client sees `pendingInterrupts`
+                    // and resumes as usual.
+                    let journaled = interrupts.apply(&event).unwrap_or(event);
+                    staged.push((journaled, Some(None)));
                 }
                 // 2. Operator rules, last, over exactly what would be journaled.
                 let (staged, failed) = apply_filter(&mut filter, staged);
@@ -673,5 +743,127 @@ fn forward(
             continue;
         }
         outbox.push(Outgoing::Event(item));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::ThreadKey;
+    use crate::store::memory::MemoryStore;
+    use crate::thread::{Start, ThreadSettings, Threads, fanout};
+
+    /// A filter with a bug: it panics on the first text delta.
+    struct Explodes;
+
+    impl EventFilter for Explodes {
+        fn filter(&mut self, event: Event) -> Result<Vec<Event>, Box<Event>> {
+            assert!(
+                *event.kind() != EventType::TextMessageContent,
+                "filter bug (deliberate)"
+            );
+            Ok(vec![event])
+        }
+    }
+
+    /// The next terminal event a viewer gets (fails instead of hanging).
+    async fn next_terminal(rx: &mut fanout::OutboxReceiver) -> Arc<Entry> {
+        let wait = async {
+            loop {
+                match rx.recv().await {
+                    Some(Outgoing::Event(e)) if e.event.kind().is_terminal() => return e,
+                    Some(_) => continue,
+                    None => panic!("viewer closed"),
+                }
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(20), wait)
+            .await
+            .expect("the run never ended")
+    }
+
+    #[tokio::test]
+    async fn a_panicking_run_is_closed_and_frees_the_thread() {
+        let demo = crate::demo::start(&crate::config::DemoConfig {
+            token_delay: std::time::Duration::ZERO,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let cfg: crate::config::AgentConfig =
+            toml::from_str("id = \"demo\"\nurl = \"demo:\"").unwrap();
+        let agent = Arc::new(Agent::from_config(&cfg, Some(demo)).unwrap());
+        let threads = Threads::new(
+            Arc::new(MemoryStore::new()),
+            ThreadSettings {
+                max_events: 1000,
+                idle_ttl: std::time::Duration::ZERO,
+            },
+        );
+        let t = threads
+            .get_or_create(&ThreadKey::new("ten", "th"), "u")
+            .await
+            .unwrap();
+        let (ob, mut rx) = fanout::outbox(1 << 20);
+        t.subscribe(1, ob, Start::Live, None);
+        let req = |run: &str, filter: Option<Box<dyn EventFilter>>| RunRequest {
+            agent: agent.clone(),
+            run_id: run.into(),
+            input: RunInput::Incremental {
+                messages: vec![json!({"id": format!("u-{run}"), "role": "user", "content": "hi"})],
+                tools: vec![],
+                context: vec![],
+                state: None,
+                forwarded_props: None,
+                resume: None,
+            },
+            starter: None,
+            starter_visibility: None,
+            filter,
+            upstream_headers: Default::default(),
+        };
+        t.start_run(req("r1", Some(Box::new(Explodes))), Strategy::Reject)
+            .unwrap();
+        let end = next_terminal(&mut rx).await;
+        assert_eq!(*end.event.kind(), EventType::RunError);
+        assert_eq!(end.event.str_field("code"), Some("internal"));
+        // The slot is freed: the next run (queued if the old one is still
+        // being torn down) starts and finishes.
+        t.start_run(req("r2", None), Strategy::Enqueue).unwrap();
+        let end = next_terminal(&mut rx).await;
+        assert_eq!(*end.event.kind(), EventType::RunFinished, "{:?}", end.event);
+        assert_eq!(end.event.str_field("runId"), Some("r2"));
+    }
+
+    #[test]
+    fn langgraph_command_survives_any_forwarded_props() {
+        for props in [
+            json!("str"),
+            json!({"command": "oops"}),
+            json!({"command": 3, "k": 1}),
+            json!(null),
+        ] {
+            let mut input = RunInput::Incremental {
+                messages: vec![],
+                tools: vec![],
+                context: vec![],
+                state: None,
+                forwarded_props: Some(props),
+                resume: Some(
+                    json!([{"interruptId": "i", "status": "resolved", "payload": {"ok": true}}]),
+                ),
+            };
+            input.set_langgraph_command();
+            let RunInput::Incremental {
+                forwarded_props, ..
+            } = input
+            else {
+                unreachable!()
+            };
+            assert_eq!(
+                forwarded_props.unwrap()["command"]["resume"],
+                json!({"ok": true})
+            );
+        }
     }
 }

@@ -158,11 +158,15 @@ impl Run<'_> {
 
         let status = response.status();
         if !status.is_success() {
+            // The body may carry internals (stack traces, hosts, queries):
+            // operators get a capped, escaped excerpt in the log; clients
+            // only the status.
             let excerpt = read_excerpt(response, first_deadline).await;
+            tracing::warn!(agent = %self.agent.id, status = status.as_u16(), body = %excerpt.escape_debug(), "agent answered an HTTP error");
             return Err(fail(
                 UpstreamCode::Http(status.as_u16()),
                 format!(
-                    "agent '{}' answered HTTP {}: {excerpt}",
+                    "agent '{}' answered HTTP {} (its response body is in the gateway log)",
                     self.agent.id,
                     status.as_u16()
                 ),

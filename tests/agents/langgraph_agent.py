@@ -4,9 +4,12 @@ No model is involved: the `chat` node answers with a fixed message and the
 `approve` node pauses with `interrupt(...)`. ag-ui-langgraph reports the pause
 its default way, `CUSTOM on_interrupt` (value: a JSON string) followed by a
 plain `RUN_FINISHED`, and resumes from `forwardedProps.command.resume` or
-`RunAgentInput.resume`. Prints "listening <port>" on stdout.
+`RunAgentInput.resume`. Prints "listening <port>" on stdout, then
+"forwarded <json>" with each request's `forwardedProps` (what the tests
+check the gateway sent).
 """
 
+import json
 import sys
 
 from serve import serve
@@ -41,10 +44,41 @@ builder.add_edge("approve", END)
 graph = builder.compile(checkpointer=MemorySaver())
 
 
+class LogForwardedProps:
+    """ASGI wrapper: prints each request's forwardedProps, then replays the body."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        chunks, more = [], True
+        while more:
+            msg = await receive()
+            chunks.append(msg.get("body", b""))
+            more = msg.get("more_body", False)
+        body = b"".join(chunks)
+        try:
+            print("forwarded " + json.dumps(json.loads(body).get("forwardedProps")), flush=True)
+        except ValueError:
+            print("forwarded null", flush=True)
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
 def main() -> None:
     app = FastAPI()
     add_langgraph_fastapi_endpoint(app, LangGraphAgent(name="lg", graph=graph), "/agent")
-    serve(app)
+    serve(LogForwardedProps(app))
 
 
 if __name__ == "__main__":

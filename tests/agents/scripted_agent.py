@@ -45,6 +45,10 @@ ENC = EventEncoder()
 TS = 1795344400000  # fixed timestamps: the stream is byte-for-byte repeatable
 
 
+# Open "gated" runs, released together by POST /release.
+GATES: list = []
+
+
 def say(line: str) -> None:
     print(line, flush=True)
 
@@ -228,7 +232,7 @@ async def handle(request: Request) -> Response:
         return sse(gen())
 
     if scenario == "http500":
-        return PlainTextResponse("internal kaboom: database on fire", status_code=500)
+        return PlainTextResponse("internal kaboom: database on fire at 10.0.0.7", status_code=500)
 
     if scenario == "wrong-ctype":
         return Response('{"hello":"json"}', media_type="application/json")
@@ -281,6 +285,39 @@ async def handle(request: Request) -> Response:
             finally:
                 say(f"DISCONNECTED {scenario}")
         return sse(gen())
+
+    if scenario == "events":
+        # Sends forwardedProps.events verbatim between RUN_STARTED and
+        # RUN_FINISHED: a test scripts exactly the stream it needs.
+        events = (body.get("forwardedProps") or {}).get("events", [])
+
+        async def gen():
+            yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+            for ev in events:
+                yield "data: %s\n\n" % json.dumps(ev)
+            yield ENC.encode(RunFinishedEvent(thread_id=thread_id, run_id=run_id))
+        return sse(gen())
+
+    if scenario == "gated":
+        # Streams "part1", then waits for POST /release before "part2": a
+        # viewer can join while the run is provably in the middle of a message.
+        gate = asyncio.Event()
+        GATES.append(gate)
+
+        async def gen():
+            yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+            yield ENC.encode(TextMessageStartEvent(message_id="g1", role="assistant"))
+            yield ENC.encode(TextMessageContentEvent(message_id="g1", delta="part1"))
+            await gate.wait()
+            yield ENC.encode(TextMessageContentEvent(message_id="g1", delta="part2"))
+            yield ENC.encode(TextMessageEndEvent(message_id="g1"))
+            yield ENC.encode(RunFinishedEvent(thread_id=thread_id, run_id=run_id))
+        return sse(gen())
+
+    if scenario == "release":
+        while GATES:
+            GATES.pop().set()
+        return PlainTextResponse("released")
 
     if scenario == "die":
         async def gen():

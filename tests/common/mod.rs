@@ -46,6 +46,8 @@ pub struct Proc {
     pub child: Child,
     lines: mpsc::UnboundedReceiver<String>,
     stderr: std::sync::Arc<std::sync::Mutex<String>>,
+    /// Signalled whenever a stderr line arrives.
+    stderr_grew: std::sync::Arc<tokio::sync::Notify>,
 }
 
 impl Proc {
@@ -67,20 +69,25 @@ impl Proc {
             }
         });
         let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        let sink = stderr.clone();
+        let stderr_grew = std::sync::Arc::new(tokio::sync::Notify::new());
+        let (sink, grew) = (stderr.clone(), stderr_grew.clone());
         let err = child.stderr.take().unwrap();
         tokio::spawn(async move {
             let mut r = BufReader::new(err).lines();
             while let Ok(Some(line)) = r.next_line().await {
-                let mut s = sink.lock().unwrap();
-                s.push_str(&line);
-                s.push('\n');
+                {
+                    let mut s = sink.lock().unwrap();
+                    s.push_str(&line);
+                    s.push('\n');
+                }
+                grew.notify_waiters();
             }
         });
         Proc {
             child,
             lines,
             stderr,
+            stderr_grew,
         }
     }
 
@@ -99,6 +106,20 @@ impl Proc {
                     "timed out waiting for '{prefix}'; stderr:\n{}",
                     self.stderr()
                 ),
+            }
+        }
+    }
+
+    /// Waits until the process's stderr contains `needle` (a log line).
+    pub async fn expect_stderr(&self, needle: &str) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let grew = self.stderr_grew.notified();
+            if self.stderr().contains(needle) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, grew).await.is_err() {
+                panic!("stderr never contained '{needle}':\n{}", self.stderr());
             }
         }
     }
@@ -344,6 +365,35 @@ pub fn assert_run_error(events: &[Value], code: &str) -> String {
     assert_eq!(last["type"], "RUN_ERROR", "{events:#?}");
     assert_eq!(last["code"], code, "{last}");
     last["message"].as_str().unwrap().to_owned()
+}
+
+/// Runs a stock-client script from `tests/interop` with Node and returns the
+/// JSON line it prints.
+pub async fn node_client(script: &str, args: &[&str]) -> Value {
+    let dir = repo().join("tests/interop");
+    assert!(
+        dir.join("node_modules/@ag-ui/client").exists(),
+        "tests/interop/node_modules missing: run `bash .ci/run` once (npm ci)"
+    );
+    let out = tokio::time::timeout(
+        WAIT,
+        Command::new("node")
+            .arg(dir.join(script))
+            .args(args)
+            .current_dir(&dir)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("node {script} timed out"))
+    .expect("node runs");
+    assert!(
+        out.status.success(),
+        "node {script} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("bad output {e}: {}", String::from_utf8_lossy(&out.stdout)))
 }
 
 /// Path of a captured fixture stream (`tests/fixtures/streams`).
