@@ -170,6 +170,7 @@ pub async fn join(
     let visibility = visibility_on(&state, &who, &thread);
     let mut framer = JoinFramer::new(&thread_id, &thread.snapshot(&visibility));
     thread.subscribe(viewer, ob.clone(), Start::After(after), visibility);
+    tracing::debug!(thread = %thread_id, viewer, after, "viewer joined the SSE stream");
     let keepalive = state.config.server.keepalive;
     let guard = ViewerGuard { thread, viewer };
     let stream = async_stream(move |tx| async move {

@@ -1,0 +1,624 @@
+//! The edges real users reach first: browsers (CORS, `EventSource` tickets),
+//! stock AG-UI clients (`@ag-ui/client` on interrupts, on the join stream, on
+//! reused run ids), edited history, the error shape of every refusal, the
+//! bare binary, and hostile input that must never wedge a thread. All against
+//! the real binary, real Python agents and the real npm client.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+
+/// Scenarios of `tests/agents/scripted_agent.py` each test gateway routes.
+const SCRIPTED: &[&str] = &["ok", "events", "gated", "draft-interrupt", "release"];
+
+/// The scripted agent and a gateway with one agent per scenario, plus `extra`.
+async fn scripted_gateway(extra: &str) -> (PyAgent, Gateway) {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let mut cfg = String::new();
+    for s in SCRIPTED {
+        cfg.push_str(&format!(
+            "[[agents]]\nid = \"{s}\"\nurl = \"{}\"\n",
+            py.url(s)
+        ));
+    }
+    cfg.push_str(extra);
+    (py, Gateway::start(&cfg).await)
+}
+
+/// A run input whose agent (`events`) streams exactly `events`.
+fn scripted_input(thread: &str, run: &str, text: &str, events: Value) -> Value {
+    let mut v = input(thread, run, text);
+    v["messages"][0]["id"] = format!("u-{run}").into();
+    v["forwardedProps"] = json!({ "events": events });
+    v
+}
+
+fn text_events(id: &str, text: &str) -> Value {
+    json!([
+        {"type": "TEXT_MESSAGE_START", "messageId": id, "role": "assistant"},
+        {"type": "TEXT_MESSAGE_CONTENT", "messageId": id, "delta": text},
+        {"type": "TEXT_MESSAGE_END", "messageId": id},
+    ])
+}
+
+async fn get_json(url: &str, token: &str) -> (u16, Value) {
+    let resp = http().get(url).bearer_auth(token).send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+fn message<'a>(messages: &'a Value, id: &str) -> &'a Value {
+    messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == id)
+        .unwrap_or_else(|| panic!("no message {id} in {messages:#}"))
+}
+
+// 1. CORS
+
+#[tokio::test]
+async fn cors_preflights_are_answered_for_allowed_origins_only() {
+    let gw = Gateway::start(
+        "[cors]\nallowed_origins = [\"https://app.example.com\", \"http://localhost:*\"]\n",
+    )
+    .await;
+    let preflight = |origin: &str| {
+        http()
+            .request(reqwest::Method::OPTIONS, gw.run_url("demo"))
+            .header("Origin", origin)
+            .header("Access-Control-Request-Method", "POST")
+            .header(
+                "Access-Control-Request-Headers",
+                "authorization,content-type",
+            )
+            .send()
+    };
+    for origin in ["https://app.example.com", "http://localhost:5173"] {
+        let resp = preflight(origin).await.unwrap();
+        assert!(resp.status().is_success(), "{origin}: {}", resp.status());
+        let h = resp.headers();
+        assert_eq!(h["access-control-allow-origin"], origin);
+        let allowed = h["access-control-allow-headers"]
+            .to_str()
+            .unwrap()
+            .to_lowercase();
+        assert!(allowed.contains("authorization") && allowed.contains("content-type"));
+        assert!(
+            h["access-control-allow-methods"]
+                .to_str()
+                .unwrap()
+                .contains("POST")
+        );
+    }
+    let refused = preflight("https://evil.example.net").await.unwrap();
+    assert!(
+        refused
+            .headers()
+            .get("access-control-allow-origin")
+            .is_none(),
+        "a refused origin gets no CORS headers"
+    );
+    // The real request from an allowed page can read even an error answer.
+    let resp = http()
+        .post(gw.run_url("demo"))
+        .header("Origin", "https://app.example.com")
+        .json(&input("t", "r", "hi"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    assert_eq!(
+        resp.headers()["access-control-allow-origin"],
+        "https://app.example.com"
+    );
+    // Without [cors], no origin is allowed.
+    let closed = Gateway::start("").await;
+    let resp = http()
+        .request(reqwest::Method::OPTIONS, closed.run_url("demo"))
+        .header("Origin", "https://app.example.com")
+        .header("Access-Control-Request-Method", "POST")
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.headers().get("access-control-allow-origin").is_none());
+}
+
+// 2. Canonical interrupts reach the HTTP requester.
+
+#[tokio::test]
+async fn stock_httpagent_gets_langgraph_interrupts_and_resumes_them() {
+    let (_py, gw) = agent_behind_gateway("langgraph_agent.py", "agent", "lg", "").await;
+    let t = token(json!({}));
+    let url = gw.run_url("lg");
+    let v = node_client(
+        "httpagent.mjs",
+        &[&url, &t, "lg-mail", "run-a", "email bob"],
+    )
+    .await;
+    assert!(v["error"].is_null(), "{}", v["error"]);
+    let pending = v["pendingInterrupts"].as_array().unwrap();
+    assert_eq!(pending.len(), 1, "{v:#}");
+    assert_eq!(pending[0]["id"], "lg-run-a-1");
+    assert_eq!(pending[0]["reason"], "confirmation");
+    let resume =
+        json!([{"interruptId": "lg-run-a-1", "status": "resolved", "payload": {"approved": true}}])
+            .to_string();
+    let v = node_client(
+        "httpagent.mjs",
+        &[&url, &t, "lg-mail", "run-b", "email bob", &resume],
+    )
+    .await;
+    assert!(v["error"].is_null(), "{}", v["error"]);
+    assert_eq!(v["pendingInterrupts"], json!([]));
+    assert!(
+        v["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["content"] == "Sent."),
+        "the graph continued: {:#}",
+        v["messages"]
+    );
+}
+
+#[tokio::test]
+async fn stock_httpagent_accepts_the_draft_interrupt_shape_as_canonical() {
+    let (_py, gw) = scripted_gateway("").await;
+    let t = token(json!({}));
+    let url = gw.run_url("draft-interrupt");
+    let v = node_client("httpagent.mjs", &[&url, &t, "draft", "run-a", "delete it"]).await;
+    assert!(v["error"].is_null(), "no schema error: {}", v["error"]);
+    let pending = &v["pendingInterrupts"];
+    assert_eq!(pending[0]["id"], "int-run-a-1", "{v:#}");
+    assert_eq!(pending[0]["reason"], "confirm_delete");
+    let resume =
+        json!([{"interruptId": "int-run-a-1", "status": "resolved", "payload": {"ok": true}}])
+            .to_string();
+    let v = node_client(
+        "httpagent.mjs",
+        &[&url, &t, "draft", "run-b", "delete it", &resume],
+    )
+    .await;
+    assert!(v["error"].is_null(), "{}", v["error"]);
+    assert!(
+        v["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "answer")
+    );
+}
+
+// 3. The join stream is a valid AG-UI stream whatever the thread holds.
+
+#[tokio::test]
+async fn stock_client_reads_the_join_stream_from_any_position() {
+    // Journals longer than 12 events are compacted when a run ends.
+    let (py, gw) = scripted_gateway("[threads]\nmax_events = 12\n").await;
+    let t = token(json!({}));
+    let events_url = |thread: &str| gw.url(&format!("/v1/threads/{thread}/events"));
+
+    // A run, a meta event between runs, a run: seqs 1-5, 6, 7-11.
+    let body = scripted_input("jm", "r1", "hi", text_events("a1", "first"));
+    assert_eq!(post_run(&gw.run_url("events"), &t, &body).await.0, 200);
+    let meta = http()
+        .post(gw.url("/v1/threads/jm/meta"))
+        .bearer_auth(&t)
+        .json(&json!({"metaType": "thumbs_up", "payload": {}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(meta.status(), 200);
+    let body = scripted_input("jm", "r2", "more", text_events("a2", "second"));
+    assert_eq!(post_run(&gw.run_url("events"), &t, &body).await.0, 200);
+    let (_, snapshot) = get_json(&gw.url("/v1/threads/jm"), &t).await;
+    assert_eq!(snapshot["seq"], 11);
+    let v = node_client("joinstream.mjs", &[&events_url("jm"), &t, "3"]).await;
+    assert!(v["error"].is_null(), "stock client error: {}", v["error"]);
+    assert_eq!(
+        v["messages"], snapshot["messages"],
+        "the client folds what the gateway folds"
+    );
+    assert!(
+        v["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "agui-gateway/meta" && e["value"]["metaType"] == "thumbs_up")
+    );
+    // From inside the second run (after its TEXT_MESSAGE_START, seq 8).
+    let mid = format!("{}?after=8", events_url("jm"));
+    let v = node_client("joinstream.mjs", &[&mid, &t, "1"]).await;
+    assert!(v["error"].is_null(), "mid-run start: {}", v["error"]);
+    assert_eq!(message(&v["messages"], "a2")["content"], "second");
+
+    // A compacted thread starts from its snapshot.
+    assert_eq!(
+        post_run(&gw.run_url("ok"), &t, &input("j", "r1", "hi"))
+            .await
+            .0,
+        200
+    );
+    let (_, snapshot) = get_json(&gw.url("/v1/threads/j"), &t).await;
+    let v = node_client("joinstream.mjs", &[&events_url("j"), &t, "1"]).await;
+    assert!(v["error"].is_null(), "compacted start: {}", v["error"]);
+    assert_eq!(v["messages"], snapshot["messages"]);
+    assert_eq!(v["state"], snapshot["state"]);
+
+    // Joining the compacted thread live while a run is mid-message.
+    let mut runner = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
+    runner
+        .send(
+            json!({"type": "run", "agent": "gated", "threadId": "j", "runId": "r3",
+                     "messages": [{"id": "u3", "role": "user", "content": "go"}]}),
+        )
+        .await;
+    runner.recv_until(|f| f["event"]["delta"] == "part1").await;
+    let join = tokio::spawn({
+        let (url, t) = (events_url("j"), t.clone());
+        async move { node_client("joinstream.mjs", &[&url, &t, "1"]).await }
+    });
+    gw.proc.expect_stderr("viewer joined the SSE stream").await;
+    http().post(py.url("release")).send().await.unwrap();
+    runner.recv_until(is_terminal_frame).await;
+    let v = join.await.unwrap();
+    assert!(v["error"].is_null(), "live mid-run join: {}", v["error"]);
+    assert_eq!(message(&v["messages"], "g1")["content"], "part1part2");
+}
+
+// 4. EventSource authenticates with a one-use ticket.
+
+#[tokio::test]
+async fn stream_tickets_are_one_use_single_thread_and_never_logged() {
+    let (_py, gw) = scripted_gateway("").await;
+    let alice = token(json!({"sub": "alice"}));
+    let body = scripted_input("tk", "r1", "hi", text_events("a1", "hello"));
+    assert_eq!(post_run(&gw.run_url("events"), &alice, &body).await.0, 200);
+    let issue = |thread: &str, tok: &str| {
+        http()
+            .post(gw.url(&format!("/v1/threads/{thread}/ticket")))
+            .bearer_auth(tok.to_owned())
+            .send()
+    };
+    let resp = issue("tk", &alice).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let v: Value = resp.json().await.unwrap();
+    let ticket = v["ticket"].as_str().unwrap().to_owned();
+    assert!((1..=30).contains(&v["expiresIn"].as_u64().unwrap()));
+
+    // EventSource-style: no header, the ticket in the query.
+    let url = gw.url(&format!("/v1/threads/tk/events?ticket={ticket}"));
+    let mut resp = http().get(&url).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut seen = String::new();
+    while !seen.contains("RUN_FINISHED") {
+        let chunk = resp.chunk().await.unwrap().expect("stream open");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(seen.contains("hello"));
+    drop(resp);
+
+    let again = http().get(&url).send().await.unwrap();
+    assert_eq!(again.status(), 401, "one use");
+    let e: Value = again.json().await.unwrap();
+    assert_eq!(e["error"]["reason"], "bad_ticket");
+
+    let v: Value = issue("tk", &alice).await.unwrap().json().await.unwrap();
+    let other = gw.url(&format!(
+        "/v1/threads/other/events?ticket={}",
+        v["ticket"].as_str().unwrap()
+    ));
+    assert_eq!(
+        http().get(&other).send().await.unwrap().status(),
+        401,
+        "one thread"
+    );
+
+    // No ticket for a thread you may not view; long-lived tokens stay out of URLs.
+    let bob = token(json!({"sub": "bob"}));
+    assert_eq!(issue("tk", &bob).await.unwrap().status(), 404);
+    let with_jwt = gw.url(&format!("/v1/threads/tk/events?access_token={alice}"));
+    assert_eq!(http().get(&with_jwt).send().await.unwrap().status(), 401);
+    assert!(
+        !gw.proc.stderr().contains(&ticket),
+        "tickets are never logged"
+    );
+}
+
+// 5. A reused runId is a conflict.
+
+const DEMO: &str = "[demo]\nenabled = true\ntoken_delay = \"0ms\"\n\
+    [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n";
+
+#[tokio::test]
+async fn reused_run_id_is_a_conflict_and_replies_stay_apart() {
+    let gw = Gateway::start(DEMO).await;
+    let t = token(json!({}));
+    let url = gw.run_url("demo");
+    let first = input("ru", "r1", "hello");
+    assert_eq!(post_run(&url, &t, &first).await.0, 200);
+    let (status, body) = post_run(&url, &t, &first).await;
+    assert_eq!(status, 409, "{body}");
+    let e: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(e["error"]["code"], "conflict");
+    assert!(e["error"]["message"].as_str().unwrap().contains("'r1'"));
+
+    let mut ws = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
+    ws.send(
+        json!({"type": "run", "id": "c", "agent": "demo", "threadId": "ru", "runId": "r1",
+                   "messages": [{"id": "u9", "role": "user", "content": "again"}]}),
+    )
+    .await;
+    let reply = ws.recv().await;
+    assert_eq!(reply["type"], "error", "{reply}");
+    assert_eq!(reply["code"], "conflict");
+
+    assert_eq!(post_run(&url, &t, &input("ru", "r2", "hello")).await.0, 200);
+    let (_, snap) = get_json(&gw.url("/v1/threads/ru"), &t).await;
+    let assistants = snap["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| {
+            m["role"] == "assistant" && m["content"].as_str().is_some_and(|c| !c.is_empty())
+        })
+        .count();
+    assert_eq!(
+        assistants, 2,
+        "two runs, two replies: {:#}",
+        snap["messages"]
+    );
+
+    // A stock client reusing its runId gets the 409 as an error.
+    let same = ["thread-x", "same-run", "hi"];
+    let v = node_client("httpagent.mjs", &[&url, &t, same[0], same[1], same[2]]).await;
+    assert!(v["error"].is_null(), "{}", v["error"]);
+    let v = node_client("httpagent.mjs", &[&url, &t, same[0], same[1], same[2]]).await;
+    assert!(
+        v["error"].as_str().unwrap().contains("409"),
+        "{}",
+        v["error"]
+    );
+}
+
+// 6. Edited history is journaled, and the fold follows.
+
+#[tokio::test]
+async fn edited_history_reaches_the_journal_and_every_viewer() {
+    let gw = Gateway::start(DEMO).await;
+    let t = token(json!({}));
+    let url = gw.run_url("demo");
+    assert_eq!(post_run(&url, &t, &input("ed", "r1", "hello")).await.0, 200);
+    let mut edited = input("ed", "r2", "hello, edited");
+    edited["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"id": "u2", "role": "user", "content": "and more"}));
+    assert_eq!(post_run(&url, &t, &edited).await.0, 200);
+    let (_, snap) = get_json(&gw.url("/v1/threads/ed"), &t).await;
+    assert_eq!(message(&snap["messages"], "u1")["content"], "hello, edited");
+    assert_eq!(message(&snap["messages"], "u2")["content"], "and more");
+    // A late viewer sees the edit as a MESSAGES_SNAPSHOT right after RUN_STARTED.
+    let mut ws = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
+    ws.send(json!({"type": "subscribe", "threadId": "ed", "after": 0}))
+        .await;
+    let frames = ws
+        .recv_until(|f| is_terminal_frame(f) && f["event"]["runId"] == "r2")
+        .await;
+    let i = frames
+        .iter()
+        .position(|f| f["event"]["type"] == "RUN_STARTED" && f["event"]["runId"] == "r2")
+        .unwrap();
+    assert_eq!(frames[i + 1]["event"]["type"], "MESSAGES_SNAPSHOT");
+    // The first run re-sent nothing: only the edit journaled a snapshot.
+    let snapshots = frames
+        .iter()
+        .filter(|f| f["event"]["type"] == "MESSAGES_SNAPSHOT")
+        .count();
+    assert_eq!(snapshots, 1);
+}
+
+// 7. Every error has the JSON shape.
+
+#[tokio::test]
+async fn every_error_answer_has_the_json_shape() {
+    let gw = Gateway::start("").await;
+    let t = token(json!({}));
+    let check = |resp: reqwest::Response, status: u16, code: &'static str| async move {
+        assert_eq!(resp.status().as_u16(), status);
+        let ctype = resp.headers()["content-type"].to_str().unwrap().to_owned();
+        assert!(ctype.starts_with("application/json"), "{ctype}");
+        let v: Value = resp.json().await.unwrap();
+        assert_eq!(v["error"]["code"], code, "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        );
+    };
+    let resp = http().put(gw.url("/v1/agents")).send().await.unwrap();
+    assert!(resp.headers()["allow"].to_str().unwrap().contains("GET"));
+    check(resp, 405, "method_not_allowed").await;
+    let resp = http().get(gw.run_url("demo")).send().await.unwrap();
+    assert!(resp.headers()["allow"].to_str().unwrap().contains("POST"));
+    check(resp, 405, "method_not_allowed").await;
+    let resp = http()
+        .get(gw.url("/v1/threads/x/events?after=abc"))
+        .bearer_auth(&t)
+        .send()
+        .await
+        .unwrap();
+    check(resp, 400, "invalid").await;
+    let resp = http()
+        .get(gw.url("/v1/threads?limit=-1"))
+        .bearer_auth(&t)
+        .send()
+        .await
+        .unwrap();
+    check(resp, 400, "invalid").await;
+    let resp = http()
+        .get(gw.url("/v1/ws"))
+        .bearer_auth(&t)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    assert!((400..500).contains(&status));
+    let v: Value = resp.json().await.unwrap();
+    assert!(v["error"]["code"].is_string(), "{v}");
+    check(
+        http().get(gw.url("/nope")).send().await.unwrap(),
+        404,
+        "not_found",
+    )
+    .await;
+}
+
+// 8. The bare binary runs on the compiled-in default.
+
+#[tokio::test]
+async fn bare_binary_runs_without_a_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let env = |cmd: &mut tokio::process::Command| {
+        cmd.current_dir(dir.path())
+            .env("HOME", &home)
+            .env("AGUI_GATEWAY__SERVER__LISTEN", "127.0.0.1:0")
+            .env("AGUI_GATEWAY__DEMO__TOKEN_DELAY", "0ms")
+            .env_remove("AGUI_GATEWAY_CONFIG")
+            .env_remove("XDG_STATE_HOME")
+            .env_remove("STATE_DIRECTORY");
+    };
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agui-gateway"));
+    env(&mut cmd);
+    let mut gw = Proc::spawn(cmd);
+    let line = gw.expect_line("agui-gateway listening on ").await;
+    let base = line["agui-gateway listening on ".len()..].trim().to_owned();
+    gw.expect_stderr("compiled-in default configuration").await;
+    gw.expect_stderr("public development secret").await;
+
+    let mut mint = tokio::process::Command::new(env!("CARGO_BIN_EXE_agui-gateway"));
+    env(&mut mint);
+    let out = mint
+        .args(["token", "--sub", "alice"])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tok = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+
+    let (status, body) = post_run(
+        &format!("{base}/v1/agents/demo/run"),
+        &tok,
+        &input("t1", "r1", "hello"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(sse_events(&body).last().unwrap()["type"], "RUN_FINISHED");
+    assert!(
+        home.join(".local/state/agui-gateway/agui-gateway.db")
+            .exists()
+    );
+}
+
+// 10. Hostile input never wedges a thread.
+
+#[tokio::test]
+async fn malformed_agent_snapshot_neither_panics_nor_wedges_the_thread() {
+    let (_py, gw) = scripted_gateway("").await;
+    let t = token(json!({}));
+    let hostile = json!([
+        {"type": "MESSAGES_SNAPSHOT", "messages": [
+            {"id": "a", "role": "assistant", "toolCalls": [{"id": "c1", "type": "function", "function": "oops"}]},
+            "not a message", 7
+        ]},
+        {"type": "TOOL_CALL_START", "toolCallId": "c1", "toolCallName": "n", "parentMessageId": "a"},
+        {"type": "TOOL_CALL_ARGS", "toolCallId": "c1", "delta": "{}"},
+        {"type": "TOOL_CALL_END", "toolCallId": "c1"},
+    ]);
+    let url = gw.run_url("events");
+    let (status, body) = post_run(&url, &t, &scripted_input("hx", "r1", "hi", hostile)).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        sse_events(&body).last().unwrap()["type"],
+        "RUN_FINISHED",
+        "{body}"
+    );
+    let next = scripted_input("hx", "r2", "again", text_events("a2", "fine"));
+    let (status, body) = post_run(&url, &t, &next).await;
+    assert_eq!(status, 200, "the thread still works: {body}");
+    // And it loads again after a restart (the journal is folded at load).
+    let gw = gw.restart().await;
+    let (status, snap) = get_json(&gw.url("/v1/threads/hx"), &t).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        message(&snap["messages"], "a")["toolCalls"][0]["function"]["name"],
+        "n"
+    );
+}
+
+#[tokio::test]
+async fn langgraph_resume_with_a_non_object_command_is_still_answered() {
+    let (_py, gw) = agent_behind_gateway("langgraph_agent.py", "agent", "lg", "").await;
+    let t = token(json!({}));
+    let url = gw.run_url("lg");
+    assert_eq!(
+        post_run(&url, &t, &input("lgc", "r1", "email bob")).await.0,
+        200
+    );
+    let mut resume = input("lgc", "r2", "email bob");
+    resume["resume"] =
+        json!([{"interruptId": "lg-r1-1", "status": "resolved", "payload": {"approved": true}}]);
+    resume["forwardedProps"] = json!({"command": "not an object"});
+    let (status, body) = post_run(&url, &t, &resume).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("Sent."), "the graph continued: {body}");
+}
+
+// 13. Refused runs leave nothing behind.
+
+#[tokio::test]
+async fn a_run_refused_by_policy_creates_no_thread_and_no_subscription() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "[[rules]]\nname = \"no-tools\"\nkind = \"limits\"\nmax_tools = 0\n",
+    )
+    .unwrap();
+    let (_py, gw) = scripted_gateway(&format!(
+        "[policy]\npath = {:?}\n",
+        policy.display().to_string()
+    ))
+    .await;
+    let t = token(json!({}));
+    let tool = json!([{"name": "t", "description": "d", "parameters": {}}]);
+
+    let mut a = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
+    a.send(
+        json!({"type": "run", "id": "x", "agent": "events", "threadId": "nope", "runId": "r1",
+                  "tools": tool, "messages": [{"id": "u1", "role": "user", "content": "hi"}]}),
+    )
+    .await;
+    let refused = a.recv().await;
+    assert_eq!(refused["type"], "error", "{refused}");
+    let mut http_input = input("nope", "r2", "hi");
+    http_input["tools"] = tool;
+    let (status, body) = post_run(&gw.run_url("events"), &t, &http_input).await;
+    assert_eq!(status, 413, "{body}");
+    let (status, _) = get_json(&gw.url("/v1/threads/nope"), &t).await;
+    assert_eq!(status, 404, "no thread was created");
+
+    // Someone else's run on that thread id is not delivered to `a`.
+    let body = scripted_input("nope", "r3", "hi", text_events("m", "x"));
+    assert_eq!(post_run(&gw.run_url("events"), &t, &body).await.0, 200);
+    a.send(json!({"type": "ping", "id": "p"})).await;
+    assert_eq!(a.recv().await["type"], "pong", "a was never subscribed");
+}
