@@ -48,6 +48,38 @@ async fn get_json(url: &str, token: &str) -> (u16, Value) {
     (status, resp.json().await.unwrap_or(Value::Null))
 }
 
+/// Reads a join stream until it has carried `runs` terminal events, and
+/// checks the capture with the `ag-ui-validate` conformance tool (PyPI).
+async fn validate_join_stream(url: &str, token: &str, runs: usize) {
+    let mut resp = http().get(url).bearer_auth(token).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = String::new();
+    while sse_events(&body)
+        .iter()
+        .filter(|e| matches!(e["type"].as_str(), Some("RUN_FINISHED" | "RUN_ERROR")))
+        .count()
+        < runs
+    {
+        let chunk = resp.chunk().await.unwrap().expect("stream open");
+        body.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let capture = dir.path().join("join.sse");
+    std::fs::write(&capture, &body).unwrap();
+    let validator = python().with_file_name("ag-ui-validate");
+    let out = tokio::process::Command::new(validator)
+        .arg(&capture)
+        .arg("--no-color")
+        .output()
+        .await
+        .expect("ag-ui-validate runs");
+    assert!(
+        out.status.success(),
+        "ag-ui-validate: {}\n{body}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
 fn message<'a>(messages: &'a Value, id: &str) -> &'a Value {
     messages
         .as_array()
@@ -216,6 +248,7 @@ async fn stock_client_reads_the_join_stream_from_any_position() {
     assert_eq!(post_run(&gw.run_url("events"), &t, &body).await.0, 200);
     let (_, snapshot) = get_json(&gw.url("/v1/threads/jm"), &t).await;
     assert_eq!(snapshot["seq"], 11);
+    validate_join_stream(&events_url("jm"), &t, 3).await;
     let v = node_client("joinstream.mjs", &[&events_url("jm"), &t, "3"]).await;
     assert!(v["error"].is_null(), "stock client error: {}", v["error"]);
     assert_eq!(
@@ -231,6 +264,7 @@ async fn stock_client_reads_the_join_stream_from_any_position() {
     );
     // From inside the second run (after its TEXT_MESSAGE_START, seq 8).
     let mid = format!("{}?after=8", events_url("jm"));
+    validate_join_stream(&mid, &t, 1).await;
     let v = node_client("joinstream.mjs", &[&mid, &t, "1"]).await;
     assert!(v["error"].is_null(), "mid-run start: {}", v["error"]);
     assert_eq!(message(&v["messages"], "a2")["content"], "second");
@@ -243,6 +277,7 @@ async fn stock_client_reads_the_join_stream_from_any_position() {
         200
     );
     let (_, snapshot) = get_json(&gw.url("/v1/threads/j"), &t).await;
+    validate_join_stream(&events_url("j"), &t, 1).await;
     let v = node_client("joinstream.mjs", &[&events_url("j"), &t, "1"]).await;
     assert!(v["error"].is_null(), "compacted start: {}", v["error"]);
     assert_eq!(v["messages"], snapshot["messages"]);

@@ -25,11 +25,18 @@ async fn setup(scenarios: &[(&str, &str)]) -> (Gateway, PyAgent) {
     (Gateway::start(&cfg).await, py)
 }
 
+/// Runs `agent` as run `r1` on a thread of its own (a thread refuses a
+/// reused runId).
 async fn run(gw: &Gateway, agent: &str) -> Vec<Value> {
+    static THREADS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let thread = format!(
+        "t{}",
+        THREADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
     let (status, body) = post_run(
         &gw.run_url(agent),
         &token(json!({})),
-        &input("t1", "r1", "hi"),
+        &input(&thread, "r1", "hi"),
     )
     .await;
     assert_eq!(status, 200, "{body}");
@@ -241,8 +248,15 @@ async fn client_disconnect_drops_the_upstream_request() {
 #[tokio::test]
 async fn crlf_bom_comments_and_tiny_reads_decode_like_the_clean_stream() {
     let (gw, _py) = setup(&[("crlf", "")]).await;
-    let clean = run(&gw, "ok").await;
-    let messy = run(&gw, "crlf").await;
+    // Each run has a thread of its own: compare all but the threadId.
+    let without_thread = |mut events: Vec<Value>| {
+        for e in &mut events {
+            e.as_object_mut().unwrap().remove("threadId");
+        }
+        events
+    };
+    let clean = without_thread(run(&gw, "ok").await);
+    let messy = without_thread(run(&gw, "crlf").await);
     assert_eq!(clean, messy);
     assert_eq!(clean.last().unwrap()["type"], "RUN_FINISHED");
 }
@@ -303,6 +317,7 @@ async fn input_reaches_the_agent_whole_and_header_secrets_stay_out_of_logs() {
     }
     assert_eq!(seen["input"]["messages"][0]["vendorField"], "kept");
     // A failing run against an agent with a secret header: the error says why, never the secret.
+    body["runId"] = "r-down".into();
     let (_, text) = post_run(&gw.run_url("down"), &token(json!({})), &body).await;
     let msg = assert_run_error(&sse_events(&text), "upstream_unavailable");
     assert!(!msg.contains(secret));

@@ -285,10 +285,9 @@ impl Fold {
                         .get("patch")
                         .cloned()
                         .and_then(|p| serde_json::from_value::<json_patch::Patch>(p).ok())
+                    && let Some(content) = field_mut(&mut self.messages[i], "content")
                 {
-                    if let Some(content) = field_mut(&mut self.messages[i], "content") {
-                        let _ = json_patch::patch(content, &ops);
-                    }
+                    let _ = json_patch::patch(content, &ops);
                 }
             }
             ReasoningEncryptedValue => {

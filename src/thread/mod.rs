@@ -809,4 +809,66 @@ mod tests {
             "tenants are separate"
         );
     }
+
+    /// A store whose `load` fails for one thread (a damaged row, say) once
+    /// `damaged` is set.
+    struct DamagedRow {
+        inner: MemoryStore,
+        bad: ThreadKey,
+        damaged: std::sync::atomic::AtomicBool,
+    }
+
+    impl JournalStore for DamagedRow {
+        fn append(&self, batch: AppendBatch) -> crate::store::AppendAck {
+            self.inner.append(batch)
+        }
+        fn load(&self, key: &ThreadKey) -> Result<Option<crate::store::StoredThread>, StoreError> {
+            if *key == self.bad && self.damaged.load(std::sync::atomic::Ordering::Relaxed) {
+                return Err(StoreError("damaged row".into()));
+            }
+            self.inner.load(key)
+        }
+        fn list(&self, tenant: &str) -> Result<Vec<(ThreadKey, ThreadMeta)>, StoreError> {
+            self.inner.list(tenant)
+        }
+        fn running(&self) -> Result<Vec<ThreadKey>, StoreError> {
+            self.inner.running()
+        }
+        fn ping(&self) -> Result<(), StoreError> {
+            self.inner.ping()
+        }
+    }
+
+    #[tokio::test]
+    async fn recover_skips_a_thread_it_cannot_load() {
+        let bad = ThreadKey::new("ten", "bad");
+        let good = ThreadKey::new("ten", "good");
+        let store = Arc::new(DamagedRow {
+            inner: MemoryStore::new(),
+            bad: bad.clone(),
+            damaged: false.into(),
+        });
+        let settings = ThreadSettings {
+            max_events: 1000,
+            idle_ttl: std::time::Duration::ZERO,
+        };
+        {
+            let ts = Threads::new(store.clone(), settings.clone());
+            for key in [&bad, &good] {
+                let t = ts.get_or_create(key, "u").await.unwrap();
+                t.append(vec![ev(
+                    json!({"type":"RUN_STARTED","threadId":"x","runId":"r"}),
+                )])
+                .await;
+            }
+        }
+        // A new process: both runs were left open; one thread is unreadable.
+        store
+            .damaged
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let ts = Threads::new(store, settings);
+        assert_eq!(ts.recover().await.unwrap(), 1);
+        let snap = ts.get(&good).await.unwrap().unwrap().snapshot(&None);
+        assert_eq!(snap["run"]["status"], "error");
+    }
 }
