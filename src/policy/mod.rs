@@ -155,7 +155,7 @@ pub struct Policy {
     pub redactions: Vec<redaction::RedactionRule>,
     pub visibility: Vec<visibility::VisibilityRule>,
     /// One shared hidden-set per policy class, built on first use.
-    classes: dashmap::DashMap<u128, Arc<visibility::Hidden>>,
+    classes: dashmap::DashMap<visibility::ClassKey, Arc<visibility::Hidden>>,
 }
 
 impl Policy {
@@ -325,18 +325,21 @@ impl Policy {
         thread: &str,
     ) -> crate::thread::ViewerVisibility {
         let class = visibility::class_of(&self.visibility, who, agent, thread);
-        if class == 0 {
+        if class.is_empty() {
             return None;
+        }
+        if let Some(hidden) = self.classes.get(&class) {
+            return Some(hidden.clone());
         }
         let hidden = self
             .classes
-            .entry(class)
+            .entry(class.clone())
             .or_insert_with(|| {
                 let rules: Vec<&visibility::VisibilityRule> = self
                     .visibility
                     .iter()
                     .enumerate()
-                    .filter(|(i, _)| class & (1 << i) != 0)
+                    .filter(|(i, _)| class.contains(*i))
                     .map(|(_, r)| r)
                     .collect();
                 Arc::new(visibility::Hidden::new(&rules))
