@@ -414,6 +414,10 @@ impl Policy {
             }
         }
         let mut chain: Vec<Box<dyn EventFilter>> = Vec::new();
+        // The identity injected above is for the agent, never the journal.
+        if let Some(s) = identity::JournalScrub::new(&self.identity) {
+            chain.push(Box::new(s));
+        }
         if self.tools.iter().any(|r| r.applies(who, agent)) {
             chain.push(Box::new(decider.guard()));
         }
