@@ -790,3 +790,66 @@ async fn view_only_viewers_see_a_redacted_run_input_without_the_identity() {
     assert!(snap.contains("[card]") && !snap.contains("4111"), "{snap}");
     assert!(!snap.contains("aguiGateway"), "{snap}");
 }
+
+#[tokio::test]
+async fn rate_budgets_and_connection_counts_survive_a_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("rate.toml");
+    let rules = |runs: u32| {
+        format!(
+            "[[rules]]\nname = \"runs\"\nkind = \"rate\"\naction = \"run\"\nlimit = {runs}\n\
+             [[rules]]\nname = \"one-socket\"\nkind = \"rate\"\naction = \"connection\"\nlimit = 1\n"
+        )
+    };
+    std::fs::write(&policy, rules(2)).unwrap();
+    let gw = Gateway::start(&format!(
+        "[policy]\npath = \"{}\"\n[demo]\nenabled = true\ntoken_delay = \"1ms\"\n[[agents]]\nid = \"demo\"\nurl = \"demo:\"\n",
+        policy.display()
+    ))
+    .await;
+    let alice = token(json!({"sub": "alice"}));
+    let run = |i: u32| {
+        let url = gw.run_url("demo");
+        let alice = alice.clone();
+        async move {
+            post_run(
+                &url,
+                &alice,
+                &json!({"threadId": format!("rl{i}"), "runId": "r", "messages": [], "tools": [], "context": []}),
+            )
+            .await
+            .0
+        }
+    };
+    assert_eq!(run(0).await, 200);
+    assert_eq!(run(1).await, 200);
+    assert_eq!(run(2).await, 429, "quota spent");
+    let socket = Ws::connect(&gw, WsAuth::Header(&alice)).await.unwrap();
+    assert_eq!(
+        Ws::connect(&gw, WsAuth::Header(&alice)).await.err(),
+        Some(429)
+    );
+
+    // Rewriting the file with the same rules reloads it …
+    let (before, _) = reloads(&gw).await;
+    std::fs::write(&policy, rules(2)).unwrap();
+    assert_eq!(reload_after(&gw, before).await, 1);
+    // … and resets nothing.
+    assert_eq!(run(3).await, 429, "the budget survives a reload");
+    assert_eq!(
+        Ws::connect(&gw, WsAuth::Header(&alice)).await.err(),
+        Some(429),
+        "the open socket still counts"
+    );
+
+    // A changed quota is a new budget; the connection rule is unchanged.
+    let (before, _) = reloads(&gw).await;
+    std::fs::write(&policy, rules(3)).unwrap();
+    assert_eq!(reload_after(&gw, before).await, 1);
+    assert_eq!(run(4).await, 200, "a new quota starts fresh");
+    assert_eq!(
+        Ws::connect(&gw, WsAuth::Header(&alice)).await.err(),
+        Some(429)
+    );
+    drop(socket);
+}

@@ -317,6 +317,14 @@ impl From<limits::Refusal> for Refused {
 }
 
 impl Policy {
+    /// Takes over the live state of `old`, the policy this one replaces on
+    /// reload: rate budgets and open-connection counts (see
+    /// [`rate::carry_state`]). Without it a reload, or just touching the
+    /// policy file, would reset every user's quota.
+    pub fn carry_state_from(&mut self, old: &Policy) {
+        rate::carry_state(&mut self.rates, &old.rates);
+    }
+
     /// What `who` may see on `thread` of `agent` (`None`: everything).
     pub fn visibility_for(
         &self,
