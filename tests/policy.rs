@@ -719,3 +719,137 @@ async fn event_limits_end_a_runaway_run() {
     assert!(last["message"].as_str().unwrap().contains("100 events"));
     assert!(events.len() <= 102, "stopped at the cap: {}", events.len());
 }
+
+#[tokio::test]
+async fn view_only_viewers_see_a_redacted_run_input_without_the_identity() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("input.toml");
+    std::fs::write(
+        &policy,
+        "[identity]\nforwarded_props_key = \"aguiGateway\"\n\n\
+         [[rules]]\nname = \"cards\"\nkind = \"redaction\"\npattern = '\\d{4}-\\d{4}-\\d{4}-\\d{4}'\nreplacement = \"[card]\"\nmax_match_bytes = 19\n\
+         [[rules]]\nname = \"api-tokens\"\nkind = \"redaction\"\npattern = 'tok_[a-z0-9]+'\napplies_to = [\"tool_args\"]\n",
+    )
+    .unwrap();
+    let gw = Gateway::start(&format!(
+        "[policy]\npath = \"{}\"\n[demo]\nenabled = true\ntoken_delay = \"1ms\"\n[[agents]]\nid = \"demo\"\nurl = \"demo:\"\n",
+        policy.display()
+    ))
+    .await;
+    let mut owner = ws(&gw, json!({"sub": "owner-5f2c", "tenant": "acme"})).await;
+    owner
+        .send(json!({"type": "run", "agent": "demo", "threadId": "inp", "runId": "r1",
+            "messages": [
+                {"id": "u1", "role": "user", "content": "my card is 4111-1111-1111-1111"},
+                {"id": "u2", "role": "user", "content": [{"type": "text", "text": "again 4111-1111-1111-1111"}]},
+                {"id": "a1", "role": "assistant", "toolCalls": [{"id": "c1", "type": "function",
+                    "function": {"name": "login", "arguments": "{\"token\": \"tok_9f8e7d\"}"}}]},
+                {"id": "t1", "role": "tool", "toolCallId": "c1", "content": "ok"},
+                {"id": "u3", "role": "user", "content": "thanks"}
+            ],
+            "forwardedProps": {"keep": 1, "aguiGateway": {"sub": "forged-admin"}}}))
+        .await;
+    types_of_run(&mut owner).await;
+
+    let viewer_claims = json!({"sub": "vic", "tenant": "acme", "threads": {"inp": ["view"]}});
+    let mut viewer = ws(&gw, viewer_claims.clone()).await;
+    viewer
+        .send(json!({"type": "subscribe", "threadId": "inp", "after": 0}))
+        .await;
+    let seen = types_of_run(&mut viewer).await;
+    let started = seen
+        .iter()
+        .find(|e| e["type"] == "RUN_STARTED")
+        .expect("RUN_STARTED");
+    let input = &started["input"];
+    assert_eq!(input["messages"][0]["content"], "my card is [card]");
+    assert_eq!(input["messages"][1]["content"][0]["text"], "again [card]");
+    assert_eq!(
+        input["messages"][2]["toolCalls"][0]["function"]["arguments"], r#"{"token": "[redacted]"}"#,
+        "tool-call arguments in the input, by a tool_args rule"
+    );
+    let text = started.to_string();
+    assert!(
+        !text.contains("4111") && !text.contains("tok_"),
+        "redacted: {text}"
+    );
+    assert!(
+        !text.contains("aguiGateway") && !text.contains("owner-5f2c") && !text.contains("forged"),
+        "no identity in the journaled input: {text}"
+    );
+    // The snapshot is folded from the same journal.
+    let snap = http()
+        .get(gw.url("/v1/threads/inp"))
+        .bearer_auth(token(viewer_claims))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(snap.contains("[card]") && !snap.contains("4111"), "{snap}");
+    assert!(!snap.contains("aguiGateway"), "{snap}");
+}
+
+#[tokio::test]
+async fn rate_budgets_and_connection_counts_survive_a_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("rate.toml");
+    let rules = |runs: u32| {
+        format!(
+            "[[rules]]\nname = \"runs\"\nkind = \"rate\"\naction = \"run\"\nlimit = {runs}\n\
+             [[rules]]\nname = \"one-socket\"\nkind = \"rate\"\naction = \"connection\"\nlimit = 1\n"
+        )
+    };
+    std::fs::write(&policy, rules(2)).unwrap();
+    let gw = Gateway::start(&format!(
+        "[policy]\npath = \"{}\"\n[demo]\nenabled = true\ntoken_delay = \"1ms\"\n[[agents]]\nid = \"demo\"\nurl = \"demo:\"\n",
+        policy.display()
+    ))
+    .await;
+    let alice = token(json!({"sub": "alice"}));
+    let run = |i: u32| {
+        let url = gw.run_url("demo");
+        let alice = alice.clone();
+        async move {
+            post_run(
+                &url,
+                &alice,
+                &json!({"threadId": format!("rl{i}"), "runId": "r", "messages": [], "tools": [], "context": []}),
+            )
+            .await
+            .0
+        }
+    };
+    assert_eq!(run(0).await, 200);
+    assert_eq!(run(1).await, 200);
+    assert_eq!(run(2).await, 429, "quota spent");
+    let socket = Ws::connect(&gw, WsAuth::Header(&alice)).await.unwrap();
+    assert_eq!(
+        Ws::connect(&gw, WsAuth::Header(&alice)).await.err(),
+        Some(429)
+    );
+
+    // Rewriting the file with the same rules reloads it …
+    let (before, _) = reloads(&gw).await;
+    std::fs::write(&policy, rules(2)).unwrap();
+    assert_eq!(reload_after(&gw, before).await, 1);
+    // … and resets nothing.
+    assert_eq!(run(3).await, 429, "the budget survives a reload");
+    assert_eq!(
+        Ws::connect(&gw, WsAuth::Header(&alice)).await.err(),
+        Some(429),
+        "the open socket still counts"
+    );
+
+    // A changed quota is a new budget; the connection rule is unchanged.
+    let (before, _) = reloads(&gw).await;
+    std::fs::write(&policy, rules(3)).unwrap();
+    assert_eq!(reload_after(&gw, before).await, 1);
+    assert_eq!(run(4).await, 200, "a new quota starts fresh");
+    assert_eq!(
+        Ws::connect(&gw, WsAuth::Header(&alice)).await.err(),
+        Some(429)
+    );
+    drop(socket);
+}

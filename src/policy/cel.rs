@@ -66,7 +66,14 @@ impl Condition {
                 to_cel(&serde_json::json!({"name": name, "args": args})),
             );
         }
-        match self.program.execute(&ctx) {
+        // Isolated like compilation: the parser is known to panic, and a
+        // panic on a path of the evaluator not probed here (the tests probe
+        // overflow, division by zero, bad regexes and conversions: all
+        // errors) must fail the rule closed, not take the gateway down.
+        let result =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.program.execute(&ctx)))
+                .map_err(|_| "the condition failed while evaluating".to_owned())?;
+        match result {
             Ok(Cel::Bool(b)) => Ok(b),
             Ok(other) => Err(format!("condition returned {other:?}, not a boolean")),
             Err(e) => Err(e.to_string()),
@@ -110,6 +117,30 @@ mod tests {
             thread: "th",
             tool: Some(("transfer_funds", &args)),
         })
+    }
+
+    #[test]
+    fn evaluation_failures_are_errors_so_rules_fail_closed() {
+        for src in [
+            "9223372036854775807 + tool.args.n > 0",
+            "-9223372036854775807 - 2 - tool.args.n < 0",
+            "9223372036854775807 * 2 > tool.args.n",
+            "tool.args.n / 0 == 1",
+            "tool.args.n % 0 == 1",
+            "tool.name.matches('[')",
+            "timestamp('x') == tool.args.n",
+            "duration('x') == tool.args.n",
+            "size(tool.args.n) == 1",
+            "tool.name.startsWith()",
+            "tool.args.n.x.y == 1",
+            "string(tool) == ''",
+            "int('99999999999999999999') == 1",
+            "double('x') == 1.0",
+            "tool.args.missing.startsWith('a')",
+        ] {
+            let r = eval(src, &[], json!({"n": 1}));
+            assert!(r.is_err(), "{src}: {r:?}");
+        }
     }
 
     #[test]

@@ -3,10 +3,12 @@
 //! Request side: message and tool counts; for every image/audio/video/document
 //! part (AG-UI 1.0) and legacy `binary` part: allowed MIME types, inline
 //! (`data`) bytes after base64 decoding, URL sources only with allowed schemes
-//! and hosts and never to a loopback, private, link-local or unspecified
-//! address written as an IP literal in any form (dotted, decimal, hex, octal,
-//! shorthand, IPv6), and `file` sources only when allowed. Event side: event
-//! size and events per run (`RUN_ERROR policy_violation`).
+//! and hosts and never to `localhost` or to an address that is not globally
+//! reachable (the IANA special-purpose registries, multicast, embedded IPv4;
+//! see [`is_internal_ip`]) written as an IP literal in any form (dotted,
+//! decimal, hex, octal, shorthand, IPv6), and `file` sources only when
+//! allowed. Event side: event size and events per run (`RUN_ERROR
+//! policy_violation`).
 
 use super::{Policy, RuleFile, Scope};
 use crate::auth::Principal;
@@ -14,8 +16,9 @@ use crate::protocol::Event;
 use crate::protocol::event::run_error;
 use crate::thread::run::EventFilter;
 use base64::Engine;
+use ipnet::{Ipv4Net, Ipv6Net};
 use serde_json::Value;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 /// A compiled limits rule.
@@ -268,39 +271,160 @@ fn check_url(rule: &LimitRule, raw: &str) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// Loopback, private, link-local, unspecified or broadcast, in any IP literal
-/// form (the WHATWG URL parser has already normalized decimal, hex, octal and
-/// shorthand IPv4), plus `localhost`.
+/// Whether a URL host names this machine or a network that is not globally
+/// reachable (the SSRF guard): `localhost`, `*.localhost` and the usual
+/// `/etc/hosts` loopback aliases, with any trailing dots; and IP literals in
+/// any form (dotted, decimal, hex, octal, shorthand, bracketed IPv6) that
+/// [`is_internal_ip`] refuses. The WHATWG URL parser has already normalized
+/// most IPv4 forms; the loose parse here covers callers that did not.
 pub fn is_internal_host(host: &str) -> bool {
-    if host == "localhost" || host.ends_with(".localhost") {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    // An IPv6 zone (`fe80::1%eth0`) names an interface, not another address.
+    let host = host.split('%').next().unwrap_or_default();
+    // `localhost.` is `localhost` (a fully qualified name): strip the root.
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    if matches!(
+        host.as_str(),
+        "localhost" | "localhost.localdomain" | "ip6-localhost" | "ip6-loopback"
+    ) || host.ends_with(".localhost")
+    {
         return true;
     }
-    let ip = match host.parse::<IpAddr>() {
-        Ok(ip) => ip,
-        Err(_) => match parse_loose_ipv4(host) {
-            Some(v4) => IpAddr::V4(v4),
-            None => return false,
-        },
-    };
-    match ip {
-        IpAddr::V4(v4) => internal_v4(v4),
-        IpAddr::V6(v6) => {
-            v6.is_loopback()
-                || v6.is_unspecified()
-                || (v6.segments()[0] & 0xfe00) == 0xfc00 // unique local
-                || (v6.segments()[0] & 0xffc0) == 0xfe80 // link-local
-                || v6.to_ipv4_mapped().is_some_and(internal_v4)
-        }
+    match host.parse::<IpAddr>() {
+        Ok(ip) => is_internal_ip(ip),
+        Err(_) => parse_loose_ipv4(&host).is_some_and(|v4| is_internal_ip(IpAddr::V4(v4))),
     }
 }
 
-fn internal_v4(v4: Ipv4Addr) -> bool {
-    v4.is_loopback()
-        || v4.is_private()
-        || v4.is_link_local()
-        || v4.is_unspecified()
-        || v4.is_broadcast()
-        || v4.octets()[0] == 100 && (v4.octets()[1] & 0xc0) == 64 // carrier-grade NAT
+/// Whether `ip` must not be fetched on a user's behalf: it is in a block of
+/// the IANA special-purpose address registries that is not globally
+/// reachable, or multicast, or (IPv6) outside global unicast, or an IPv6
+/// address that embeds such an IPv4 address.
+///
+/// The tables encode, as of 2025:
+/// - the IANA IPv4 Special-Purpose Address Registry
+///   (<https://www.iana.org/assignments/iana-ipv4-special-registry/>, RFC 6890):
+///   every entry whose "Globally Reachable" is False, see [`V4_NOT_GLOBAL`];
+/// - the IANA IPv6 Special-Purpose Address Registry
+///   (<https://www.iana.org/assignments/iana-ipv6-special-registry/>):
+///   likewise, see [`V6_NOT_GLOBAL`];
+/// - the multicast blocks of the IPv4 and IPv6 multicast address registries
+///   (224.0.0.0/4, ff00::/8);
+/// - the IPv6 Address Space registry: only 2000::/3 is global unicast, so
+///   anything else not already classified (reserved space) is refused.
+///
+/// Where a registry entry is not globally reachable but a more specific one
+/// is (the PCP/TURN anycast /32s in 192.0.0.0/24 and 2001:1::/48, ORCHIDv2,
+/// AMT, DETs), the whole block is refused: those are protocol service
+/// addresses, never an image or document host.
+///
+/// IPv6 forms that carry an IPv4 address are judged as that address
+/// ([`embedded_v4`]): IPv4-mapped, IPv4-compatible, IPv4-translated, NAT64
+/// (64:ff9b::/96), 6to4 (2002::/16) and Teredo (2001::/32, server or client).
+pub fn is_internal_ip(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => internal_v4(v4),
+        IpAddr::V6(v6) => internal_v6(v6),
+    }
+}
+
+/// IPv4 Special-Purpose Address Registry entries that are not globally
+/// reachable (plus the deprecated 6to4 relay anycast block, RFC 7526), and
+/// multicast. Kept in registry order so it can be checked against it.
+pub const V4_NOT_GLOBAL: &[Ipv4Net] = &[
+    v4(0, 0, 0, 0, 8),       // "this network" (RFC 791); 0.0.0.0/32 "this host"
+    v4(10, 0, 0, 0, 8),      // private-use (RFC 1918)
+    v4(100, 64, 0, 0, 10),   // shared address space, carrier-grade NAT (RFC 6598)
+    v4(127, 0, 0, 0, 8),     // loopback (RFC 1122)
+    v4(169, 254, 0, 0, 16),  // link local (RFC 3927), cloud metadata services
+    v4(172, 16, 0, 0, 12),   // private-use (RFC 1918)
+    v4(192, 0, 0, 0, 24),    // IETF protocol assignments (RFC 6890)
+    v4(192, 0, 2, 0, 24),    // documentation TEST-NET-1 (RFC 5737)
+    v4(192, 88, 99, 0, 24),  // deprecated 6to4 relay anycast (RFC 7526)
+    v4(192, 168, 0, 0, 16),  // private-use (RFC 1918)
+    v4(198, 18, 0, 0, 15),   // benchmarking (RFC 2544)
+    v4(198, 51, 100, 0, 24), // documentation TEST-NET-2 (RFC 5737)
+    v4(203, 0, 113, 0, 24),  // documentation TEST-NET-3 (RFC 5737)
+    v4(224, 0, 0, 0, 4),     // multicast (RFC 5771)
+    v4(240, 0, 0, 0, 4),     // reserved (RFC 1112), and 255.255.255.255 broadcast
+];
+
+/// IPv6 Special-Purpose Address Registry entries that are not globally
+/// reachable, plus multicast and the deprecated site-local block. The
+/// embedded-IPv4 forms are judged by [`embedded_v4`] first.
+pub const V6_NOT_GLOBAL: &[Ipv6Net] = &[
+    v6([0, 0, 0, 0, 0, 0, 0, 1], 128),         // loopback (RFC 4291)
+    v6([0, 0, 0, 0, 0, 0, 0, 0], 128),         // unspecified (RFC 4291)
+    v6([0x64, 0xff9b, 1, 0, 0, 0, 0, 0], 48),  // IPv4-IPv6 translation, local use (RFC 8215)
+    v6([0x100, 0, 0, 0, 0, 0, 0, 0], 64),      // discard-only (RFC 6666)
+    v6([0x100, 0, 0, 1, 0, 0, 0, 0], 64),      // dummy prefix (RFC 9780)
+    v6([0x2001, 0, 0, 0, 0, 0, 0, 0], 23),     // IETF protocol assignments (RFC 2928)
+    v6([0x2001, 0xdb8, 0, 0, 0, 0, 0, 0], 32), // documentation (RFC 3849)
+    v6([0x3fff, 0, 0, 0, 0, 0, 0, 0], 20),     // documentation (RFC 9637)
+    v6([0x5f00, 0, 0, 0, 0, 0, 0, 0], 16),     // segment routing SIDs (RFC 9602)
+    v6([0xfc00, 0, 0, 0, 0, 0, 0, 0], 7),      // unique local (RFC 4193)
+    v6([0xfe80, 0, 0, 0, 0, 0, 0, 0], 10),     // link-local unicast (RFC 4291)
+    v6([0xfec0, 0, 0, 0, 0, 0, 0, 0], 10),     // site-local, deprecated (RFC 3879)
+    v6([0xff00, 0, 0, 0, 0, 0, 0, 0], 8),      // multicast (RFC 4291)
+];
+
+/// Global unicast (IPv6 Address Space registry): the only space from which
+/// an address can be globally reachable.
+const V6_GLOBAL_UNICAST: Ipv6Net = v6([0x2000, 0, 0, 0, 0, 0, 0, 0], 3);
+
+const fn v4(a: u8, b: u8, c: u8, d: u8, len: u8) -> Ipv4Net {
+    Ipv4Net::new_assert(Ipv4Addr::new(a, b, c, d), len)
+}
+
+const fn v6(s: [u16; 8], len: u8) -> Ipv6Net {
+    Ipv6Net::new_assert(
+        Ipv6Addr::new(s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]),
+        len,
+    )
+}
+
+fn internal_v4(ip: Ipv4Addr) -> bool {
+    V4_NOT_GLOBAL.iter().any(|n| n.contains(&ip))
+}
+
+fn internal_v6(ip: Ipv6Addr) -> bool {
+    if ip.is_loopback() || ip.is_unspecified() {
+        return true;
+    }
+    let embedded = embedded_v4(ip);
+    if !embedded.is_empty() {
+        return embedded.into_iter().any(internal_v4);
+    }
+    V6_NOT_GLOBAL.iter().any(|n| n.contains(&ip)) || !V6_GLOBAL_UNICAST.contains(&ip)
+}
+
+/// The IPv4 addresses an IPv6 address stands for, if it is one of the
+/// forms that carry one; empty otherwise. Teredo gives two (its server and,
+/// stored inverted, its client), and is refused if either is internal.
+pub fn embedded_v4(ip: Ipv6Addr) -> Vec<Ipv4Addr> {
+    let bits = u128::from(ip);
+    let low = Ipv4Addr::from(bits as u32);
+    let prefix = |net: Ipv6Net| net.contains(&ip);
+    if prefix(v6([0, 0, 0, 0, 0, 0xffff, 0, 0], 96)) // IPv4-mapped (RFC 4291)
+        || prefix(v6([0, 0, 0, 0, 0, 0, 0, 0], 96)) // IPv4-compatible, deprecated (RFC 4291)
+        || prefix(v6([0, 0, 0, 0, 0xffff, 0, 0, 0], 96)) // IPv4-translated (RFC 2765)
+        || prefix(v6([0x64, 0xff9b, 0, 0, 0, 0, 0, 0], 96))
+    // NAT64 well-known prefix (RFC 6052)
+    {
+        return vec![low];
+    }
+    if prefix(v6([0x2002, 0, 0, 0, 0, 0, 0, 0], 16)) {
+        // 6to4 (RFC 3056): the IPv4 address follows the prefix.
+        return vec![Ipv4Addr::from((bits >> 80) as u32)];
+    }
+    if prefix(v6([0x2001, 0, 0, 0, 0, 0, 0, 0], 32)) {
+        // Teredo (RFC 4380): server in bits 32..64, client inverted in the last 32.
+        return vec![
+            Ipv4Addr::from((bits >> 64) as u32),
+            Ipv4Addr::from(!(bits as u32)),
+        ];
+    }
+    Vec::new()
 }
 
 /// IPv4 in the forms `inet_aton` accepts (decimal, hex, octal, 1–4 parts).
@@ -456,6 +580,128 @@ mod tests {
         }
         for h in ["8.8.8.8", "cdn.example.com", "2001:4860::8888", "1.2.3.4"] {
             assert!(!is_internal_host(h), "{h}");
+        }
+    }
+
+    /// Every block of the IANA special-purpose registries that is not
+    /// globally reachable, multicast, the embedded-IPv4 forms (classified as
+    /// the address they embed) and the `localhost` names, trailing dots
+    /// included.
+    #[test]
+    fn special_purpose_addresses_and_names_are_internal() {
+        for h in [
+            // names
+            "localhost.",
+            "LOCALHOST",
+            "localhost..",
+            "app.localhost",
+            "app.localhost.",
+            "ip6-localhost",
+            "fe80::1%eth0",
+            "127.0.0.1.",
+            "0x7f.1",
+            // IPv4 registry
+            "0.0.0.0",
+            "0.1.2.3",
+            "0",
+            "10.0.0.1",
+            "100.127.255.254",
+            "127.255.0.1",
+            "169.254.1.1",
+            "172.31.0.1",
+            "192.0.0.1",
+            "192.0.0.8",
+            "192.0.0.170",
+            "192.0.2.10",
+            "192.88.99.1",
+            "192.168.1.1",
+            "198.18.0.1",
+            "198.19.255.255",
+            "198.51.100.7",
+            "203.0.113.9",
+            "240.0.0.1",
+            "255.255.255.255",
+            // IPv4 multicast
+            "224.0.0.1",
+            "239.255.255.250",
+            // IPv6 registry
+            "::",
+            "::1",
+            "[::1]",
+            "64:ff9b:1::1",
+            "100::1",
+            "100:0:0:1::1",
+            "2001:2::1",
+            "2001:db8::1",
+            "2001:10::1",
+            "3fff::1",
+            "5f00::1",
+            "fc00::1",
+            "fd12:3456::1",
+            "fe80::1",
+            "febf::1",
+            "fec0::1",
+            // IPv6 multicast
+            "ff02::1",
+            "ff05::1:3",
+            "ff0e::1",
+            // outside global unicast (2000::/3)
+            "4000::1",
+            "e000::1",
+            // embedded IPv4, classified as the address embedded
+            "::ffff:127.0.0.1",
+            "::ffff:10.0.0.1",
+            "::ffff:0.0.0.0",
+            "::ffff:0:7f00:1",
+            "::7f00:1",
+            "::a9fe:a9fe",
+            "64:ff9b::7f00:1",
+            "64:ff9b::169.254.169.254",
+            "64:ff9b::c612:1",
+            "2002:7f00:1::1",
+            "2002:a00:1::",
+            "2002:c0a8:101::1",
+            "2002:e000:1::",
+            // Teredo: client 127.0.0.1 (stored inverted), server 10.0.0.1
+            "2001:0:4136:e378:8000:63bf:80ff:fffe",
+            "2001:0:a00:1:8000:63bf:f7f7:f7f7",
+        ] {
+            assert!(is_internal_host(h), "{h} must be refused");
+        }
+        for h in [
+            "8.8.8.8",
+            "1.1.1.1",
+            "93.184.216.34",
+            "cdn.example.com",
+            "localhost.example.com",
+            "mylocalhost",
+            "2606:4700:4700::1111",
+            "2001:4860:4860::8888",
+            "64:ff9b::808:808",
+            "2002:808:808::1",
+            "2001:0:4136:e378:8000:63bf:f7f7:f7f7",
+        ] {
+            assert!(!is_internal_host(h), "{h} is public");
+        }
+    }
+
+    #[test]
+    fn ssrf_urls_in_every_form_are_refused() {
+        for url in [
+            "https://localhost./a.png",
+            "https://app.localhost./a.png",
+            "https://127.0.0.1./a.png",
+            "https://0.0.0.0/a.png",
+            "https://0.1.2.3/a.png",
+            "https://198.18.0.1/a.png",
+            "https://224.0.0.1/a.png",
+            "https://[ff02::1]/a.png",
+            "https://[64:ff9b::7f00:1]/a.png",
+            "https://[2002:7f00:1::1]/a.png",
+            "https://[::ffff:7f00:1]/a.png",
+        ] {
+            let e = check(json!([{"type": "image", "source": {"type": "url", "value": url, "mimeType": "image/png"}}])).unwrap_err();
+            assert!(e.message.contains("SSRF"), "{url}: {e:?}");
         }
     }
 

@@ -155,7 +155,7 @@ pub struct Policy {
     pub redactions: Vec<redaction::RedactionRule>,
     pub visibility: Vec<visibility::VisibilityRule>,
     /// One shared hidden-set per policy class, built on first use.
-    classes: dashmap::DashMap<u128, Arc<visibility::Hidden>>,
+    classes: dashmap::DashMap<visibility::ClassKey, Arc<visibility::Hidden>>,
 }
 
 impl Policy {
@@ -317,6 +317,14 @@ impl From<limits::Refusal> for Refused {
 }
 
 impl Policy {
+    /// Takes over the live state of `old`, the policy this one replaces on
+    /// reload: rate budgets and open-connection counts (see
+    /// [`rate::carry_state`]). Without it a reload, or just touching the
+    /// policy file, would reset every user's quota.
+    pub fn carry_state_from(&mut self, old: &Policy) {
+        rate::carry_state(&mut self.rates, &old.rates);
+    }
+
     /// What `who` may see on `thread` of `agent` (`None`: everything).
     pub fn visibility_for(
         &self,
@@ -325,18 +333,21 @@ impl Policy {
         thread: &str,
     ) -> crate::thread::ViewerVisibility {
         let class = visibility::class_of(&self.visibility, who, agent, thread);
-        if class == 0 {
+        if class.is_empty() {
             return None;
+        }
+        if let Some(hidden) = self.classes.get(&class) {
+            return Some(hidden.clone());
         }
         let hidden = self
             .classes
-            .entry(class)
+            .entry(class.clone())
             .or_insert_with(|| {
                 let rules: Vec<&visibility::VisibilityRule> = self
                     .visibility
                     .iter()
                     .enumerate()
-                    .filter(|(i, _)| class & (1 << i) != 0)
+                    .filter(|(i, _)| class.contains(*i))
                     .map(|(_, r)| r)
                     .collect();
                 Arc::new(visibility::Hidden::new(&rules))
@@ -411,6 +422,10 @@ impl Policy {
             }
         }
         let mut chain: Vec<Box<dyn EventFilter>> = Vec::new();
+        // The identity injected above is for the agent, never the journal.
+        if let Some(s) = identity::JournalScrub::new(&self.identity) {
+            chain.push(Box::new(s));
+        }
         if self.tools.iter().any(|r| r.applies(who, agent)) {
             chain.push(Box::new(decider.guard()));
         }

@@ -1,6 +1,11 @@
 //! Rate rules: runs and meta events per minute, and concurrent WebSocket
 //! connections, per user or per tenant (`governor`'s GCRA for the rates).
 //! A refusal is `rate_limited` with the time to wait.
+//!
+//! The counters are shared state, not configuration: a reload builds new
+//! rules and [`carry_state`] hands each one the live counters of the rule it
+//! replaces, so editing (or merely touching) the policy file never resets a
+//! budget or forgets an open connection.
 
 use super::{RuleFile, Scope};
 use crate::auth::Principal;
@@ -39,7 +44,11 @@ pub struct RateRule {
     action: Action,
     per: Per,
     limit: u32,
-    limiter: Option<DefaultKeyedRateLimiter<String>>,
+    /// Runs/meta budgets per key; shared with the rule this one replaced on
+    /// reload when its quota is the same.
+    limiter: Option<Arc<DefaultKeyedRateLimiter<String>>>,
+    /// Open connections per key; shared across reloads (they are facts about
+    /// sockets, not a budget) and with every [`ConnectionSlot`] that counts here.
     open: Arc<DashMap<String, u32>>,
 }
 
@@ -70,11 +79,10 @@ impl RateRule {
             .limit
             .filter(|l| *l > 0)
             .ok_or("rate rules need `limit` > 0")?;
-        let limiter = (action != Action::Connection).then(|| {
-            RateLimiter::keyed(Quota::per_minute(
-                NonZeroU32::new(limit).expect("checked > 0"),
-            ))
-        });
+        let limiter = match (action, NonZeroU32::new(limit)) {
+            (Action::Connection, _) | (_, None) => None,
+            (_, Some(n)) => Some(Arc::new(RateLimiter::keyed(Quota::per_minute(n)))),
+        };
         Ok(RateRule {
             name: file.name.clone(),
             scope,
@@ -86,10 +94,38 @@ impl RateRule {
         })
     }
 
+    /// Takes over `old`'s live state when `old` is the rule this one replaces
+    /// (same name): its budgets if the quota (action, per, limit) is
+    /// unchanged, and its open-connection counts if it counts the same
+    /// connections (action `connection`, same `per`), whatever the new limit.
+    /// A changed quota starts a fresh budget.
+    fn adopt(&mut self, old: &RateRule) {
+        if old.name != self.name || old.action != self.action || old.per != self.per {
+            return;
+        }
+        if self.action == Action::Connection {
+            self.open = old.open.clone();
+        } else if old.limit == self.limit {
+            self.limiter = old.limiter.clone();
+        }
+    }
+
     fn key(&self, who: &Principal) -> String {
         match self.per {
             Per::User => format!("{}/{}", who.tenant, who.subject),
             Per::Tenant => who.tenant.clone(),
+        }
+    }
+}
+
+/// Carries live counters from the rules of the policy being replaced to
+/// their successors in `new` (matched by name; budgets only while the quota
+/// is unchanged, connection counts while they count the same keys), so
+/// a reload keeps every user's spent budget and open connections.
+pub fn carry_state(new: &mut [RateRule], old: &[RateRule]) {
+    for rule in new {
+        if let Some(prev) = old.iter().find(|o| o.name == rule.name) {
+            rule.adopt(prev);
         }
     }
 }
@@ -190,5 +226,40 @@ mod tests {
         assert!(connect(&p.rates, &who("b")).is_err(), "per tenant");
         drop(slot);
         assert!(connect(&p.rates, &who("b")).is_ok(), "released on drop");
+    }
+
+    #[test]
+    fn budgets_and_open_connections_survive_a_reload() {
+        let text = |runs: u32, per: &str| {
+            format!(
+                "[[rules]]\nname = \"runs\"\nkind = \"rate\"\naction = \"run\"\nlimit = {runs}\n\
+                 [[rules]]\nname = \"conns\"\nkind = \"rate\"\naction = \"connection\"\nper = \"{per}\"\nlimit = 1\n"
+            )
+        };
+        let old = Policy::parse(&text(1, "user"), "t").unwrap();
+        assert!(check(&old.rates, Action::Run, &who("a"), "x", "t").is_ok());
+        let slot = connect(&old.rates, &who("a")).unwrap();
+
+        // The same rules, reloaded: nothing resets.
+        let mut same = Policy::parse(&text(1, "user"), "t").unwrap();
+        same.carry_state_from(&old);
+        assert!(check(&same.rates, Action::Run, &who("a"), "x", "t").is_err());
+        assert!(connect(&same.rates, &who("a")).is_err());
+        assert!(check(&same.rates, Action::Run, &who("b"), "x", "t").is_ok());
+
+        // A changed quota starts fresh; the connection is still counted.
+        let mut more = Policy::parse(&text(2, "user"), "t").unwrap();
+        more.carry_state_from(&same);
+        assert!(check(&more.rates, Action::Run, &who("a"), "x", "t").is_ok());
+        assert!(connect(&more.rates, &who("a")).is_err());
+        // Closing the socket opened under the first policy frees the slot in the third.
+        drop(slot);
+        let again = connect(&more.rates, &who("a")).unwrap();
+
+        // Counting other keys (per tenant now): a fresh count.
+        let mut tenant = Policy::parse(&text(2, "tenant"), "t").unwrap();
+        tenant.carry_state_from(&more);
+        assert!(connect(&tenant.rates, &who("a")).is_ok());
+        drop(again);
     }
 }

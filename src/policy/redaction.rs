@@ -1,5 +1,6 @@
 //! Redaction rules: regex replacement over text and reasoning deltas, tool
-//! arguments, tool results, state values and the user's input messages,
+//! arguments, tool results, state values, message snapshots and the run's
+//! input as journaled on `RUN_STARTED` (each field with its own target),
 //! before anything is journaled.
 //!
 //! Streams arrive in pieces, and a secret can be split across two deltas.
@@ -178,13 +179,100 @@ impl Redactor {
         }
     }
 
-    /// A changed copy of `event` only when redaction changed something.
-    fn rewrite(&self, event: Event, target: Target, field: &str) -> Event {
+    /// Redacts a list of AG-UI messages (a run's input, a `MESSAGES_SNAPSHOT`)
+    /// with the target each part belongs to: text as `text`, tool messages'
+    /// content as `tool_results`, assistant tool-call arguments as
+    /// `tool_args`. Ids, roles and media sources are not content and are
+    /// left alone (an id rewritten would break the thread's fold).
+    fn redact_messages(&self, messages: &mut Value) {
+        let Some(list) = messages.as_array_mut() else {
+            self.walk(Target::Text, messages);
+            return;
+        };
+        for message in list {
+            let Some(m) = message.as_object_mut() else {
+                continue;
+            };
+            let target = match m.get("role").and_then(Value::as_str) {
+                Some("tool") => Target::ToolResults,
+                _ => Target::Text,
+            };
+            for (field, v) in m.iter_mut() {
+                match field.as_str() {
+                    "id" | "role" | "toolCallId" | "activityType" => {}
+                    "content" => self.redact_content(target, v),
+                    "toolCalls" => self.redact_tool_calls(v),
+                    // Anything else a client attached to a message (a name,
+                    // an error): content of the message's kind.
+                    _ => self.walk(target, v),
+                }
+            }
+        }
+    }
+
+    /// Message content: a string, multimodal parts (only text parts are
+    /// text; image/audio/… sources are references, not prose), or an
+    /// activity's structured content.
+    fn redact_content(&self, target: Target, content: &mut Value) {
+        match content {
+            Value::Array(parts) => {
+                for part in parts {
+                    if part.get("type").and_then(Value::as_str) == Some("text")
+                        && let Some(text) = part.get_mut("text")
+                    {
+                        self.walk(target, text);
+                    }
+                }
+            }
+            other => self.walk(target, other),
+        }
+    }
+
+    /// `toolCalls[*].function.arguments` (a JSON string, or an object from
+    /// a lenient client) as `tool_args`.
+    fn redact_tool_calls(&self, calls: &mut Value) {
+        let Some(calls) = calls.as_array_mut() else {
+            self.walk(Target::ToolArgs, calls);
+            return;
+        };
+        for call in calls {
+            if let Some(args) = call
+                .get_mut("function")
+                .and_then(|f| f.get_mut("arguments"))
+            {
+                self.walk(Target::ToolArgs, args);
+            }
+        }
+    }
+
+    /// A run input, as journaled on `RUN_STARTED`: messages per
+    /// [`Self::redact_messages`], `state` as `state`, and every other field a
+    /// client controls (`context`, `forwardedProps`, `resume`, unknown
+    /// fields) as `text`, so nothing the client sent is stored unredacted.
+    /// Ids, the protocol version and the offered tool definitions are left
+    /// alone: they are the agent's contract, not user content.
+    fn redact_input(&self, input: &mut Value) {
+        let Some(fields) = input.as_object_mut() else {
+            self.walk(Target::Text, input);
+            return;
+        };
+        for (field, v) in fields.iter_mut() {
+            match field.as_str() {
+                "threadId" | "runId" | "parentRunId" | "protocolVersion" | "tools" => {}
+                "messages" => self.redact_messages(v),
+                "state" => self.walk(Target::State, v),
+                _ => self.walk(Target::Text, v),
+            }
+        }
+    }
+
+    /// A changed copy of `event` only when `redact` changed its `field`.
+    fn rewrite(&self, event: Event, field: &str, redact: impl Fn(&Self, &mut Value)) -> Event {
         let Some(v) = event.get(field) else {
             return event;
         };
         let mut nv = v.clone();
-        self.walk(target, &mut nv);
+        redact(self, &mut nv);
         if nv == *v {
             return event;
         }
@@ -238,10 +326,11 @@ impl EventFilter for Redactor {
             })]);
         }
         Ok(vec![match kind {
-            ToolCallResult => self.rewrite(event, Target::ToolResults, "content"),
-            StateSnapshot => self.rewrite(event, Target::State, "snapshot"),
-            StateDelta => self.rewrite(event, Target::State, "delta"),
-            RunStarted => self.rewrite(event, Target::Text, "input"),
+            ToolCallResult => self.rewrite(event, "content", |r, v| r.walk(Target::ToolResults, v)),
+            StateSnapshot => self.rewrite(event, "snapshot", |r, v| r.walk(Target::State, v)),
+            StateDelta => self.rewrite(event, "delta", |r, v| r.walk(Target::State, v)),
+            RunStarted => self.rewrite(event, "input", Self::redact_input),
+            MessagesSnapshot => self.rewrite(event, "messages", Self::redact_messages),
             _ => event,
         }])
     }
@@ -345,5 +434,77 @@ mod tests {
             r.filter(untouched.clone()).unwrap()[0].json(),
             untouched.json()
         );
+    }
+
+    /// The journaled input is redacted field by field with each field's
+    /// target: message text (string or text parts) as `text`, assistant
+    /// tool-call arguments as `tool_args`, tool messages as `tool_results`,
+    /// state as `state`; media sources and ids are left alone.
+    #[test]
+    fn run_input_is_redacted_per_target() {
+        let p = Policy::parse(
+            "[[rules]]\nname = \"cards-in-args\"\nkind = \"redaction\"\npattern = '\\d{4}-\\d{4}'\napplies_to = [\"tool_args\"]\n\
+             [[rules]]\nname = \"emails\"\nkind = \"redaction\"\npattern = '[a-z]+@example\\.com'\nreplacement = \"[email]\"\napplies_to = [\"text\"]\n\
+             [[rules]]\nname = \"keys\"\nkind = \"redaction\"\npattern = 'key-\\d+'\napplies_to = [\"state\", \"tool_results\"]\n",
+            "t",
+        )
+        .unwrap();
+        let who = Principal::for_test("u", &[]);
+        let mut r = Redactor::new(&p.redactions, &who, "a", "th").unwrap();
+        let input = json!({
+            "threadId": "th", "runId": "r",
+            "messages": [
+                {"id": "m1", "role": "user", "content": "ann@example.com 1234-5678"},
+                {"id": "m2", "role": "user", "content": [
+                    {"type": "text", "text": "bob@example.com"},
+                    {"type": "image", "source": {"type": "url", "value": "https://cdn.example.com/eve@example.com.png"}}
+                ]},
+                {"id": "m3", "role": "assistant", "content": "ok", "toolCalls": [
+                    {"id": "c1", "type": "function", "function": {"name": "pay", "arguments": "{\"card\": \"1234-5678\"}"}}
+                ]},
+                {"id": "m4", "role": "tool", "toolCallId": "c1", "content": "used key-42"}
+            ],
+            "state": {"apiKey": "key-7"},
+            "tools": [], "context": []
+        });
+        let out = r
+            .filter(Event::build(
+                json!({"type": "RUN_STARTED", "threadId": "th", "runId": "r", "input": input}),
+            ))
+            .unwrap();
+        let seen = out.first().and_then(|e| e.get("input")).unwrap();
+        assert_eq!(
+            seen["messages"][0]["content"], "[email] 1234-5678",
+            "text rules only"
+        );
+        assert_eq!(seen["messages"][1]["content"][0]["text"], "[email]");
+        assert_eq!(
+            seen["messages"][1]["content"][1]["source"]["value"],
+            "https://cdn.example.com/eve@example.com.png",
+            "media sources are not text"
+        );
+        assert_eq!(
+            seen["messages"][2]["toolCalls"][0]["function"]["arguments"],
+            "{\"card\": \"[redacted]\"}"
+        );
+        assert_eq!(seen["messages"][3]["content"], "used [redacted]");
+        assert_eq!(seen["state"]["apiKey"], "[redacted]");
+        assert_eq!(seen["messages"][2]["id"], "m3");
+    }
+
+    /// An agent's `MESSAGES_SNAPSHOT` goes through the same message redaction.
+    #[test]
+    fn messages_snapshots_are_redacted() {
+        let mut r = redactor();
+        let out = r
+            .filter(Event::build(json!({"type": "MESSAGES_SNAPSHOT", "messages": [
+                {"id": "a", "role": "assistant", "content": "card 4111-1111-1111-1111", "toolCalls": [
+                    {"id": "c", "type": "function", "function": {"name": "f", "arguments": "\"4111-1111-1111-1111\""}}
+                ]}
+            ]})))
+            .unwrap();
+        let text = serde_json::to_string(out[0].body()).unwrap();
+        assert!(!text.contains("4111"), "{text}");
+        assert_eq!(out[0].body()["messages"][0]["content"], "card [redacted]");
     }
 }

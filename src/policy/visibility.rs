@@ -98,12 +98,95 @@ impl Visibility for Hidden {
     }
 }
 
-/// The class key: which of the rules apply to `who` on `agent` (bit per rule).
-pub fn class_of(rules: &[VisibilityRule], who: &Principal, agent: &str, thread: &str) -> u128 {
-    rules
-        .iter()
-        .enumerate()
-        .take(128)
-        .filter(|(_, r)| r.scope.applies_on(who, agent, thread))
-        .fold(0u128, |acc, (i, _)| acc | (1 << i))
+/// The policy class of a viewer: which visibility rules apply to them, one
+/// bit per rule (bit `i % 64` of word `i / 64` for rule `i`), trailing zero
+/// words trimmed so equal sets give equal keys.
+///
+/// A growable bitset rather than a fixed-width integer, so any number of
+/// rules counts: a fixed width silently ignored every rule past it (fail
+/// open). Viewers with equal keys share one [`Hidden`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct ClassKey(Vec<u64>);
+
+impl ClassKey {
+    /// No rule applies: the viewer sees everything.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether rule `i` applies (used to rebuild the class's rule set).
+    pub fn contains(&self, i: usize) -> bool {
+        self.0
+            .get(i / 64)
+            .is_some_and(|w| w & (1u64 << (i % 64)) != 0)
+    }
+
+    fn insert(&mut self, i: usize) {
+        let word = i / 64;
+        if self.0.len() <= word {
+            self.0.resize(word + 1, 0);
+        }
+        if let Some(w) = self.0.get_mut(word) {
+            *w |= 1u64 << (i % 64);
+        }
+    }
+}
+
+/// The class key: which of the rules apply to `who` on `agent` (bit per
+/// rule, every rule counted).
+pub fn class_of(rules: &[VisibilityRule], who: &Principal, agent: &str, thread: &str) -> ClassKey {
+    let mut key = ClassKey::default();
+    for (i, r) in rules.iter().enumerate() {
+        if r.scope.applies_on(who, agent, thread) {
+            key.insert(i);
+        }
+    }
+    key
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::auth::Principal;
+    use crate::policy::Policy;
+    use crate::protocol::Event;
+    use serde_json::json;
+
+    /// `n` rules that hide an unknown type each (scoped to `users`), then
+    /// one last rule, for everyone, hiding `RAW`.
+    fn many(n: usize, users: &str) -> Policy {
+        let mut text = String::new();
+        for i in 0..n {
+            text.push_str(&format!(
+                "[[rules]]\nname = \"r{i}\"\nkind = \"visibility\"\nusers = [{users}]\nhide = [\"X_{i}\"]\n"
+            ));
+        }
+        text.push_str("[[rules]]\nname = \"last\"\nkind = \"visibility\"\nhide = [\"RAW\"]\n");
+        Policy::parse(&text, "t").unwrap()
+    }
+
+    #[test]
+    fn rules_past_the_128th_still_apply() {
+        let who = Principal::for_test("u", &[]);
+        let raw = Event::build(json!({"type": "RAW", "event": {}}));
+        let text =
+            Event::build(json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "x"}));
+        // Only the last of 131 rules applies to this viewer.
+        let p = many(130, "\"someone-else\"");
+        let hidden = p
+            .visibility_for(&who, "a", "t")
+            .expect("rule 131 applies, so the viewer has a class");
+        assert!(hidden.hides(&raw));
+        assert!(!hidden.hides(&text));
+        // All 131 apply: the union includes the last one, and the first.
+        let p = many(130, "\"*\"");
+        let hidden = p.visibility_for(&who, "a", "t").unwrap();
+        assert!(hidden.hides(&raw));
+        assert!(hidden.hides(&Event::build(json!({"type": "X_0"}))));
+        assert!(hidden.hides(&Event::build(json!({"type": "X_129"}))));
+        // Viewers in the same class share one hidden set.
+        let again = p
+            .visibility_for(&Principal::for_test("v", &[]), "a", "t")
+            .unwrap();
+        assert!(std::sync::Arc::ptr_eq(&hidden, &again));
+    }
 }

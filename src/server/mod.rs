@@ -75,16 +75,19 @@ impl AppState {
     }
 
     /// Replaces routes and policy at once (hot reload); runs in flight keep
-    /// the ones they started with.
-    pub fn swap(&self, agents: AgentRegistry, policy: crate::policy::Policy) {
+    /// the ones they started with. The new policy inherits the old one's
+    /// live state (rate budgets, open connections), so a reload resets no quota.
+    pub fn swap(&self, agents: AgentRegistry, mut policy: crate::policy::Policy) {
         *self
             .agents
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(agents);
-        *self
+        let mut current = self
             .policy
             .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(policy);
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        policy.carry_state_from(&current);
+        *current = Arc::new(policy);
     }
 
     /// A fresh id for a connection or viewer.

@@ -615,7 +615,9 @@ async fn drive(
                 drop(stream.take()); // drops the upstream request now
                 let mut closing = Vec::new();
                 if !started {
-                    closing.extend(opening(None).into_iter().map(|(e, _)| e));
+                    // Through the operator rules like any journaled input.
+                    let (opened, _) = apply_filter(&mut filter, opening(None));
+                    closing.extend(opened.into_iter().map(|(e, _)| e));
                 }
                 closing.extend(open.closing());
                 closing.push(Event::build(json!({"type": "RUN_FINISHED", "threadId": thread_id, "runId": run_id, "outcome": {"type": "cancelled"}})));
