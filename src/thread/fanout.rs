@@ -3,14 +3,19 @@
 //! A thread pushes each published entry to every subscriber's outbox without
 //! waiting: the entry is shared by reference count and its WebSocket frame was
 //! serialized once, at append. Each connection's writer task drains its own
-//! outbox, so a slow viewer delays nobody else. When a viewer falls behind by
-//! more than its byte budget, its outbox closes it with 4008; it can come back
-//! with `subscribe after=N` and lose nothing.
+//! outbox, so a slow viewer delays nobody else. When a viewer falls behind the
+//! live stream by more than its byte budget it is not cut off: it leaves the
+//! thread's live list, and its outbox reads the journal from where it was, a
+//! budget's worth at a time, until it has caught up and goes live again
+//! ([`CatchUp`]). Nothing is lost or repeated, and the viewer costs no more
+//! than its budget. Control messages (acks, errors) over the budget still
+//! close the connection with 4008: those are not in any journal.
 
-use super::Entry;
+use super::{Entry, Thread, Viewer};
 use axum::extract::ws::Utf8Bytes;
-use std::sync::Arc;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use tokio::sync::mpsc;
 
 /// Close code for a viewer whose queue overflowed.
@@ -37,6 +42,76 @@ impl Outgoing {
     }
 }
 
+/// How [`Outbox::push_live`] went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Live {
+    Queued,
+    /// Over the budget: the viewer must catch up from the journal.
+    Full,
+    /// The connection is gone.
+    Closed,
+}
+
+/// A lagging viewer's way back: it reads its thread's journal after `after`
+/// page by page until it is live again. Queued in the viewer's own outbox
+/// (after everything it was sent before), handled by [`OutboxReceiver::recv`].
+pub struct CatchUp {
+    thread: Weak<Thread>,
+    /// `None` once handed back to the thread (nothing to forget on drop).
+    viewer: Option<Viewer>,
+    after: u64,
+}
+
+impl CatchUp {
+    /// A catch-up for `viewer` of `thread` from after `after`.
+    pub(super) fn new(thread: Weak<Thread>, viewer: Viewer, after: u64) -> CatchUp {
+        CatchUp {
+            thread,
+            viewer: Some(viewer),
+            after,
+        }
+    }
+
+    /// Items of the next page, and the catch-up to continue with (if any).
+    fn next_page(mut self, budget: usize) -> (Vec<Outgoing>, Option<CatchUp>) {
+        let (Some(thread), Some(viewer)) = (self.thread.upgrade(), self.viewer.take()) else {
+            return (Vec::new(), None);
+        };
+        let (page, rest) = thread.catch_up_page(viewer, self.after, budget);
+        let rest = rest.map(|(viewer, after)| CatchUp::new(self.thread.clone(), viewer, after));
+        (page, rest)
+    }
+
+    /// Gives up without telling the thread (its caller holds the thread's lock).
+    fn disarm(mut self) {
+        self.viewer = None;
+    }
+}
+
+impl Drop for CatchUp {
+    fn drop(&mut self) {
+        // The reader went away mid-catch-up: let compaction proceed.
+        if let (Some(viewer), Some(thread)) = (self.viewer.take(), self.thread.upgrade()) {
+            thread.catch_up_dropped(viewer.id);
+        }
+    }
+}
+
+impl std::fmt::Debug for CatchUp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CatchUp")
+            .field("after", &self.after)
+            .finish()
+    }
+}
+
+/// What travels through the queue.
+enum Queued {
+    /// An item, and whether it counts against the live budget.
+    Item(Outgoing, bool),
+    CatchUp(CatchUp),
+}
+
 /// The sending side of a connection's queue.
 ///
 /// The budget measures how far a viewer lags the live stream. Replay (a
@@ -45,7 +120,7 @@ impl Outgoing {
 /// and a viewer catching up is behind by definition.
 #[derive(Debug)]
 pub struct Outbox {
-    tx: mpsc::UnboundedSender<(Outgoing, bool)>,
+    tx: mpsc::UnboundedSender<Queued>,
     queued: Arc<AtomicUsize>,
     limit: usize,
     closed: AtomicBool,
@@ -53,8 +128,14 @@ pub struct Outbox {
 
 /// The receiving side, owned by the connection's writer task.
 pub struct OutboxReceiver {
-    rx: mpsc::UnboundedReceiver<(Outgoing, bool)>,
+    rx: mpsc::UnboundedReceiver<Queued>,
     queued: Arc<AtomicUsize>,
+    /// Bytes a catch-up page may hold (the live budget).
+    limit: usize,
+    /// The current catch-up page, sent before anything else.
+    page: VecDeque<Outgoing>,
+    /// Catch-ups to read, one thread at a time.
+    catch_ups: VecDeque<CatchUp>,
 }
 
 /// A new outbox that holds at most `limit` bytes of unsent frames.
@@ -68,7 +149,13 @@ pub fn outbox(limit: usize) -> (Arc<Outbox>, OutboxReceiver) {
             limit,
             closed: AtomicBool::new(false),
         }),
-        OutboxReceiver { rx, queued },
+        OutboxReceiver {
+            rx,
+            queued,
+            limit,
+            page: VecDeque::new(),
+            catch_ups: VecDeque::new(),
+        },
     )
 }
 
@@ -89,11 +176,44 @@ impl Outbox {
             );
             return false;
         }
-        if self.tx.send((item, true)).is_err() {
+        if self.tx.send(Queued::Item(item, true)).is_err() {
             self.closed.store(true, Ordering::Release);
             return false;
         }
         true
+    }
+
+    /// Queues a journal entry for a live viewer; over the budget it is not
+    /// queued and the caller starts the viewer's catch-up ([`CatchUp`]).
+    pub fn push_live(&self, item: Outgoing) -> Live {
+        if self.is_closed() {
+            return Live::Closed;
+        }
+        let cost = item.cost();
+        let before = self.queued.fetch_add(cost, Ordering::AcqRel);
+        if before + cost > self.limit && before > 0 {
+            self.queued.fetch_sub(cost, Ordering::AcqRel);
+            return Live::Full;
+        }
+        if self.tx.send(Queued::Item(item, true)).is_err() {
+            self.closed.store(true, Ordering::Release);
+            return Live::Closed;
+        }
+        Live::Queued
+    }
+
+    /// Queues a catch-up behind everything already queued; false when the
+    /// connection is gone (the catch-up is then dropped without a callback,
+    /// so this may be called under the thread's lock).
+    pub(super) fn push_catch_up(&self, catch_up: CatchUp) -> bool {
+        match self.tx.send(Queued::CatchUp(catch_up)) {
+            Ok(()) => true,
+            Err(mpsc::error::SendError(Queued::CatchUp(c))) => {
+                c.disarm();
+                false
+            }
+            Err(_) => false,
+        }
     }
 
     /// Queues catch-up items outside the byte budget (see the type's docs).
@@ -101,15 +221,16 @@ impl Outbox {
         if self.closed.load(Ordering::Acquire) {
             return false;
         }
-        self.tx.send((item, false)).is_ok()
+        self.tx.send(Queued::Item(item, false)).is_ok()
     }
 
     /// Asks the writer to close the connection (once).
     pub fn close(&self, code: u16, reason: &str) {
         if !self.closed.swap(true, Ordering::AcqRel) {
-            let _ = self
-                .tx
-                .send((Outgoing::Close(code, reason.to_owned()), false));
+            let _ = self.tx.send(Queued::Item(
+                Outgoing::Close(code, reason.to_owned()),
+                false,
+            ));
         }
     }
 
@@ -125,13 +246,31 @@ impl Outbox {
 }
 
 impl OutboxReceiver {
-    /// The next item to send; `None` when every sender is gone.
+    /// The next item to send; `None` when every sender is gone. A viewer
+    /// catching up gets its journal pages here, transparently.
     pub async fn recv(&mut self) -> Option<Outgoing> {
-        let (item, counted) = self.rx.recv().await?;
-        if counted {
-            self.queued.fetch_sub(item.cost(), Ordering::AcqRel);
+        loop {
+            if let Some(item) = self.page.pop_front() {
+                return Some(item);
+            }
+            if let Some(catch_up) = self.catch_ups.pop_front() {
+                let (page, rest) = catch_up.next_page(self.limit);
+                self.page.extend(page);
+                if let Some(rest) = rest {
+                    self.catch_ups.push_front(rest);
+                }
+                continue;
+            }
+            match self.rx.recv().await? {
+                Queued::Item(item, counted) => {
+                    if counted {
+                        self.queued.fetch_sub(item.cost(), Ordering::AcqRel);
+                    }
+                    return Some(item);
+                }
+                Queued::CatchUp(c) => self.catch_ups.push_back(c),
+            }
         }
-        Some(item)
     }
 }
 

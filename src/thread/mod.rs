@@ -20,7 +20,7 @@ use crate::store::{AppendBatch, JournalStore, StoreError, ThreadKey, ThreadMeta}
 use axum::extract::ws::Utf8Bytes;
 use bytes::{Bytes, BytesMut};
 use dashmap::DashMap;
-use fanout::{Outbox, Outgoing};
+use fanout::{CatchUp, Live, Outbox, Outgoing};
 use run::RunSlot;
 use serde_json::{Map, Value, json};
 use std::collections::VecDeque;
@@ -80,15 +80,24 @@ pub trait Visibility: Send + Sync {
 pub type ViewerVisibility = Option<Arc<dyn Visibility>>;
 
 /// A viewer registered on a thread.
-struct Viewer {
+pub(super) struct Viewer {
     id: u64,
     outbox: Arc<Outbox>,
     visibility: ViewerVisibility,
+    /// An HTTP requester reading its run from the journal: it gets that
+    /// run's events only (no meta) and leaves after its terminal event.
+    run_scope: Option<String>,
 }
 
 impl Viewer {
     fn hides(&self, event: &Event) -> bool {
-        self.visibility.as_ref().is_some_and(|v| v.hides(event))
+        (self.run_scope.is_some() && *event.kind() == EventType::Meta)
+            || self.visibility.as_ref().is_some_and(|v| v.hides(event))
+    }
+
+    /// True when `event` is the last one this viewer wants.
+    fn ends_with(&self, event: &Event) -> bool {
+        self.run_scope.is_some() && event.kind().is_terminal()
     }
 }
 
@@ -108,6 +117,9 @@ struct Inner {
     last_event: std::time::Instant,
     /// `clientEventId` → META event id, for idempotent meta posts.
     meta_ids: std::collections::HashMap<String, String>,
+    /// Viewers that fell behind the live budget and read the journal until
+    /// they catch up (see [`fanout::CatchUp`]); compaction waits for them.
+    catching_up: std::collections::HashSet<u64>,
 }
 
 /// One conversation.
@@ -115,6 +127,8 @@ pub struct Thread {
     pub key: ThreadKey,
     store: Arc<dyn JournalStore>,
     settings: ThreadSettings,
+    /// This thread, for catch-ups queued in viewers' outboxes.
+    me: std::sync::Weak<Thread>,
     inner: Mutex<Inner>,
 }
 
@@ -135,11 +149,12 @@ impl Thread {
         store: Arc<dyn JournalStore>,
         settings: ThreadSettings,
         meta: ThreadMeta,
-    ) -> Thread {
-        Thread {
+    ) -> Arc<Thread> {
+        Arc::new_cyclic(|me| Thread {
             key,
             store,
             settings,
+            me: me.clone(),
             inner: Mutex::new(Inner {
                 meta,
                 fold: Fold::new(),
@@ -151,8 +166,9 @@ impl Thread {
                 runs: RunSlot::default(),
                 last_event: std::time::Instant::now(),
                 meta_ids: Default::default(),
+                catching_up: Default::default(),
             }),
-        }
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -197,10 +213,12 @@ impl Thread {
     ) {
         let mut inner = self.lock();
         inner.viewers.retain(|v| v.id != id);
+        inner.catching_up.remove(&id);
         let viewer = Viewer {
             id,
             outbox,
             visibility,
+            run_scope: None,
         };
         let ok = match start {
             Start::Live => true,
@@ -217,18 +235,98 @@ impl Thread {
         }
     }
 
-    /// Removes viewer `id`; returns how many remain.
+    /// Removes viewer `id` (live or catching up); returns how many remain.
     pub fn unsubscribe(&self, id: u64) -> usize {
         let mut inner = self.lock();
         inner.viewers.retain(|v| v.id != id);
-        inner.viewers.len()
+        inner.catching_up.remove(&id);
+        inner.viewers.len() + inner.catching_up.len()
     }
 
-    /// Viewers currently subscribed.
+    /// Viewers currently subscribed (those catching up included).
     pub fn viewer_count(&self) -> usize {
         let mut inner = self.lock();
         inner.viewers.retain(|v| !v.outbox.is_closed());
-        inner.viewers.len()
+        inner.viewers.len() + inner.catching_up.len()
+    }
+
+    /// The next page of a lagging viewer's catch-up: published entries after
+    /// `after`, up to `budget` bytes. When the page reaches the live end the
+    /// viewer is registered live again in the same critical section, so
+    /// nothing falls between the journal and the live stream; otherwise the
+    /// viewer comes back with the position to continue from.
+    pub(super) fn catch_up_page(
+        &self,
+        viewer: Viewer,
+        after: u64,
+        budget: usize,
+    ) -> (Vec<Outgoing>, Option<(Viewer, u64)>) {
+        let mut inner = self.lock();
+        if !inner.catching_up.contains(&viewer.id) || viewer.outbox.is_closed() {
+            return (Vec::new(), None); // unsubscribed or gone meanwhile
+        }
+        if after < inner.base_seq {
+            // Compacted away (compaction waits for catch-ups, so only after a
+            // reload): the contract's reset snapshot, then live.
+            inner.catching_up.remove(&viewer.id);
+            if push_snapshot(&self.key, &inner, &viewer, true) {
+                inner.viewers.push(viewer);
+            }
+            return (Vec::new(), None);
+        }
+        let start = inner.journal.partition_point(|e| e.seq <= after);
+        let (mut page, mut bytes, mut last) = (Vec::new(), 0, after);
+        for e in inner.journal.range(start..) {
+            if bytes >= budget {
+                break;
+            }
+            last = e.seq;
+            if !viewer.hides(&e.event) {
+                bytes += e.ws.len();
+                page.push(Outgoing::Event(e.clone()));
+                if viewer.ends_with(&e.event) {
+                    inner.catching_up.remove(&viewer.id);
+                    return (page, None);
+                }
+            }
+        }
+        if last >= inner.fold.seq {
+            inner.catching_up.remove(&viewer.id);
+            inner.viewers.push(viewer);
+            (page, None)
+        } else {
+            (page, Some((viewer, last)))
+        }
+    }
+
+    /// Hands a run's HTTP requester that fell behind its budget to the
+    /// journal: it reads the run's events after `after` from there, then
+    /// live, until the run's terminal event, like any lagging viewer.
+    pub(super) fn requester_lagged(
+        &self,
+        outbox: Arc<Outbox>,
+        visibility: ViewerVisibility,
+        run_id: &str,
+        after: u64,
+    ) {
+        static REQUESTER_IDS: std::sync::atomic::AtomicU64 =
+            std::sync::atomic::AtomicU64::new(1 << 62);
+        let id = REQUESTER_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let viewer = Viewer {
+            id,
+            outbox: outbox.clone(),
+            visibility,
+            run_scope: Some(run_id.to_owned()),
+        };
+        let mut inner = self.lock();
+        if outbox.push_catch_up(CatchUp::new(self.me.clone(), viewer, after)) {
+            inner.catching_up.insert(id);
+        }
+    }
+
+    /// Forgets a catch-up whose reader went away.
+    pub(super) fn catch_up_dropped(&self, viewer: u64) {
+        self.lock().catching_up.remove(&viewer);
     }
 
     /// Published entries with `seq > after` still in the journal, or `None`
@@ -298,9 +396,33 @@ impl Thread {
             let entry = inner.unpublished.pop_front().expect("checked");
             inner.fold.apply(entry.seq, &entry.event);
             inner.journal.push_back(entry.clone());
-            inner
-                .viewers
-                .retain(|v| v.hides(&entry.event) || v.outbox.push(Outgoing::Event(entry.clone())));
+            let mut i = 0;
+            while i < inner.viewers.len() {
+                let viewer = &inner.viewers[i];
+                if viewer.hides(&entry.event) {
+                    i += 1;
+                    continue;
+                }
+                match viewer.outbox.push_live(Outgoing::Event(entry.clone())) {
+                    Live::Queued if viewer.ends_with(&entry.event) => {
+                        inner.viewers.swap_remove(i);
+                    }
+                    Live::Queued => i += 1,
+                    Live::Closed => {
+                        inner.viewers.swap_remove(i);
+                    }
+                    Live::Full => {
+                        // Behind by more than its budget: it leaves the live
+                        // list and reads the journal from here on.
+                        let viewer = inner.viewers.swap_remove(i);
+                        let (id, outbox) = (viewer.id, viewer.outbox.clone());
+                        let catch_up = CatchUp::new(self.me.clone(), viewer, entry.seq - 1);
+                        if outbox.push_catch_up(catch_up) {
+                            inner.catching_up.insert(id);
+                        }
+                    }
+                }
+            }
         }
     }
 
@@ -361,7 +483,9 @@ impl Thread {
         let batch = {
             let mut inner = self.lock();
             let due = force || inner.journal.len() > self.settings.max_events;
-            if !due || inner.journal.is_empty() || !inner.unpublished.is_empty() {
+            // Lagging viewers still read the journal: compact later.
+            let busy = !inner.unpublished.is_empty() || !inner.catching_up.is_empty();
+            if !due || inner.journal.is_empty() || busy {
                 return;
             }
             let base = inner.fold.seq;
@@ -549,12 +673,7 @@ impl Threads {
             }
             inner.next_seq = inner.fold.seq.max(stored.meta.last_seq) + 1;
         }
-        Ok(Some(
-            self.map
-                .entry(key.clone())
-                .or_insert_with(|| Arc::new(thread))
-                .clone(),
-        ))
+        Ok(Some(self.map.entry(key.clone()).or_insert(thread).clone()))
     }
 
     /// The thread, created with `creator` when it does not exist.
@@ -576,11 +695,7 @@ impl Threads {
             last_seq: 0,
         };
         let thread = Thread::new(key.clone(), self.store.clone(), self.settings.clone(), meta);
-        Ok(self
-            .map
-            .entry(key.clone())
-            .or_insert_with(|| Arc::new(thread))
-            .clone())
+        Ok(self.map.entry(key.clone()).or_insert(thread).clone())
     }
 
     /// Compacts every idle thread's journal (see [`ThreadSettings::idle_ttl`]).
@@ -870,5 +985,75 @@ mod tests {
         assert_eq!(ts.recover().await.unwrap(), 1);
         let snap = ts.get(&good).await.unwrap().unwrap().snapshot(&None);
         assert_eq!(snap["run"]["status"], "error");
+    }
+
+    #[tokio::test]
+    async fn a_lagging_viewer_reads_the_journal_and_goes_live_again() {
+        let ts = threads(3);
+        let t = ts
+            .get_or_create(&ThreadKey::new("ten", "th"), "u")
+            .await
+            .unwrap();
+        // A 300-byte budget: a few frames, then the viewer lags.
+        let (ob, mut rx) = fanout::outbox(300);
+        t.subscribe(1, ob, Start::Live, None);
+        let (fast_ob, mut fast) = fanout::outbox(1 << 20);
+        t.subscribe(2, fast_ob, Start::Live, None);
+        for i in 0..100 {
+            t.append(vec![ev(json!({"type":"CUSTOM","name":"n","value":i}))])
+                .await;
+        }
+        assert_eq!(t.viewer_count(), 2, "the lagging viewer still counts");
+        t.maybe_compact().await;
+        assert!(
+            t.entries_after(0).is_some(),
+            "compaction waits for the lagging reader"
+        );
+        let seqs = |items: Vec<Value>| -> Vec<u64> {
+            items.iter().map(|v| v["seq"].as_u64().unwrap()).collect()
+        };
+        assert_eq!(seqs(drain(&mut fast).await), (1..=100).collect::<Vec<_>>());
+        assert_eq!(
+            seqs(drain(&mut rx).await),
+            (1..=100).collect::<Vec<_>>(),
+            "nothing lost or repeated"
+        );
+        // Live again: the next event arrives normally, and compaction may run.
+        t.append(vec![ev(json!({"type":"CUSTOM","name":"n","value":100}))])
+            .await;
+        assert_eq!(seqs(drain(&mut rx).await), [101]);
+        t.maybe_compact().await;
+        assert!(t.entries_after(0).is_none());
+    }
+
+    #[tokio::test]
+    async fn unsubscribing_or_leaving_ends_a_catch_up() {
+        let ts = threads(3);
+        let t = ts
+            .get_or_create(&ThreadKey::new("ten", "th"), "u")
+            .await
+            .unwrap();
+        let (ob, mut rx) = fanout::outbox(100);
+        t.subscribe(1, ob, Start::Live, None);
+        let (gone, gone_rx) = fanout::outbox(100);
+        t.subscribe(2, gone, Start::Live, None);
+        for i in 0..20 {
+            t.append(vec![ev(json!({"type":"CUSTOM","name":"n","value":i}))])
+                .await;
+        }
+        assert_eq!(t.viewer_count(), 2);
+        drop(gone_rx); // the reader went away: its catch-up is forgotten
+        assert_eq!(t.viewer_count(), 1);
+        t.unsubscribe(1);
+        assert_eq!(t.viewer_count(), 0);
+        let got = drain(&mut rx).await;
+        assert!(
+            got.len() < 20,
+            "no catch-up after unsubscribe: {}",
+            got.len()
+        );
+        t.append(vec![ev(json!({"type":"CUSTOM","name":"n","value":20}))])
+            .await;
+        assert!(drain(&mut rx).await.is_empty(), "and no live events");
     }
 }

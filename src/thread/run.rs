@@ -8,7 +8,7 @@
 //! (and every late joiner) sees the user's new messages too; the HTTP
 //! requester still gets the agent's own `RUN_STARTED`, unchanged.
 
-use super::fanout::{Outbox, Outgoing};
+use super::fanout::{Live, Outbox, Outgoing};
 use super::{Entry, Inner, Thread};
 use crate::protocol::event::run_error;
 use crate::protocol::fold::RunStatus;
@@ -284,6 +284,7 @@ impl Thread {
         let mut inner = self.lock();
         inner.viewers.retain(|v| !v.outbox.is_closed());
         if inner.viewers.is_empty()
+            && inner.catching_up.is_empty()
             && let Some(active) = inner
                 .runs
                 .active
@@ -572,6 +573,9 @@ async fn drive(
         staged
     };
     let mut stream = Some(RunStream::start(agent.clone(), body, upstream_headers));
+    // The requester's outbox while this task feeds it (the journal takes
+    // over if it lags); `starter` itself is kept to notice the requester leave.
+    let mut feed = starter.clone();
     let mut open = OpenEntities::default();
     let mut started = false;
     let mut interrupts = InterruptNormalizer::new(agent.interrupts);
@@ -606,6 +610,7 @@ async fn drive(
         match step {
             Step::StarterGone => {
                 starter = None;
+                feed = None;
                 if thread.viewer_count() == 0 {
                     tracing::info!(thread = %thread_id, run = %run_id, "requester left and nobody is watching: cancelling");
                     cancel.cancel();
@@ -622,7 +627,14 @@ async fn drive(
                 closing.extend(open.closing());
                 closing.push(Event::build(json!({"type": "RUN_FINISHED", "threadId": thread_id, "runId": run_id, "outcome": {"type": "cancelled"}})));
                 let entries = thread.append(closing).await;
-                forward(&starter, &starter_visibility, &entries, Vec::new());
+                forward(
+                    &thread,
+                    &run_id,
+                    &mut feed,
+                    &starter_visibility,
+                    &entries,
+                    Vec::new(),
+                );
                 tracing::info!(thread = %thread_id, run = %run_id, "run cancelled");
                 break;
             }
@@ -634,7 +646,14 @@ async fn drive(
                         "upstream stream ended without a terminal event",
                     )])
                     .await;
-                forward(&starter, &starter_visibility, &entries, Vec::new());
+                forward(
+                    &thread,
+                    &run_id,
+                    &mut feed,
+                    &starter_visibility,
+                    &entries,
+                    Vec::new(),
+                );
                 break;
             }
             Step::Events(batch) => {
@@ -676,7 +695,14 @@ async fn drive(
                     originals.push(original);
                 }
                 let entries = thread.append(journal).await;
-                forward(&starter, &starter_visibility, &entries, originals);
+                forward(
+                    &thread,
+                    &run_id,
+                    &mut feed,
+                    &starter_visibility,
+                    &entries,
+                    originals,
+                );
                 if terminal {
                     break;
                 }
@@ -727,8 +753,13 @@ fn apply_filter(filter: &mut Option<Box<dyn EventFilter>>, staged: Staged) -> (S
 
 /// Sends a run's entries to its HTTP requester, `originals[i]` deciding what
 /// it gets for entry `i` (see [`ForRequester`]; missing items mean the entry).
+/// A requester that falls behind its budget is handed to the journal (it
+/// reads the rest of the run from there, losing nothing) and `starter` is
+/// cleared: the run no longer feeds it.
 fn forward(
-    starter: &Option<Arc<Outbox>>,
+    thread: &Thread,
+    run_id: &str,
+    starter: &mut Option<Arc<Outbox>>,
     visibility: &super::ViewerVisibility,
     entries: &[Arc<Entry>],
     originals: Vec<ForRequester>,
@@ -744,7 +775,15 @@ fn forward(
         if visibility.as_ref().is_some_and(|v| v.hides(&item.event)) {
             continue;
         }
-        outbox.push(Outgoing::Event(item));
+        match outbox.push_live(Outgoing::Event(item)) {
+            Live::Queued => {}
+            Live::Closed => return,
+            Live::Full => {
+                thread.requester_lagged(outbox.clone(), visibility.clone(), run_id, e.seq - 1);
+                *starter = None;
+                return;
+            }
+        }
     }
 }
 

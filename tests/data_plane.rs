@@ -1,0 +1,157 @@
+//! Readers slower than the agent: the HTTP requester and the SSE join stream
+//! fall behind their byte budget while a 10 MB run streams, and still get
+//! every event and exactly one terminal event — read from the journal once
+//! they are behind, never cut off.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A raw HTTP/1.1 request on a socket with a 4 KiB receive buffer, not read
+/// until the caller says so: the gateway's side backs up at once.
+struct SlowReader {
+    tcp: tokio::net::TcpStream,
+}
+
+impl SlowReader {
+    async fn send(gw: &Gateway, method: &str, path: &str, token: &str, body: &str) -> SlowReader {
+        let addr: std::net::SocketAddr = gw.base.trim_start_matches("http://").parse().unwrap();
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut tcp = socket.connect(addr).await.unwrap();
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+             Content-Type: application/json\r\nAccept: text/event-stream\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        tcp.write_all(request.as_bytes()).await.unwrap();
+        SlowReader { tcp }
+    }
+
+    /// Reads the whole response (the server closes after the terminal
+    /// event) and returns its de-chunked body.
+    async fn read_all(mut self) -> String {
+        let mut raw = Vec::new();
+        tokio::time::timeout(WAIT * 3, self.tcp.read_to_end(&mut raw))
+            .await
+            .expect("response ends")
+            .unwrap();
+        let text = String::from_utf8(raw).unwrap();
+        let (head, mut rest) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(
+            head.to_lowercase().contains("transfer-encoding: chunked"),
+            "{head}"
+        );
+        let mut body = String::new();
+        loop {
+            let (size, after) = rest.split_once("\r\n").unwrap();
+            let size = usize::from_str_radix(size.trim(), 16).unwrap();
+            if size == 0 {
+                return body;
+            }
+            body.push_str(&after[..size]);
+            rest = &after[size + 2..];
+        }
+    }
+}
+
+fn terminal_count(events: &[Value]) -> usize {
+    events
+        .iter()
+        .filter(|e| matches!(e["type"].as_str(), Some("RUN_FINISHED" | "RUN_ERROR")))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_requester_and_slow_join_reader_get_every_event() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = Gateway::start(&format!(
+        "[threads]\nmax_events = 100000\n[[agents]]\nid = \"quick\"\nurl = \"{}\"\n\
+         [[agents]]\nid = \"flood\"\nurl = \"{}\"\n",
+        py.url("ok"),
+        py.url("flood")
+    ))
+    .await;
+    let t = token(json!({"sub": "alice"}));
+    // A quick run creates the thread, so a viewer can watch the flood finish.
+    let (status, _) = post_run(&gw.run_url("quick"), &t, &input("big", "r0", "hi")).await;
+    assert_eq!(status, 200);
+    let (_, snap) = {
+        let resp = http()
+            .get(gw.url("/v1/threads/big"))
+            .bearer_auth(&t)
+            .send()
+            .await
+            .unwrap();
+        (resp.status(), resp.json::<Value>().await.unwrap())
+    };
+    let base = snap["seq"].as_u64().unwrap();
+    let mut watcher = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
+    watcher
+        .send(json!({"type": "subscribe", "id": "s", "threadId": "big", "after": base}))
+        .await;
+    assert_eq!(watcher.recv().await["type"], "ack");
+
+    let join = SlowReader::send(
+        &gw,
+        "GET",
+        &format!("/v1/threads/big/events?after={base}"),
+        &t,
+        "",
+    )
+    .await;
+    let mut flood = input("big", "r1", "go");
+    flood["messages"][0]["id"] = "u-flood".into();
+    let requester =
+        SlowReader::send(&gw, "POST", "/v1/agents/flood/run", &t, &flood.to_string()).await;
+
+    // Nobody reads the two slow sockets until the whole run is journaled.
+    let frames = watcher.recv_until(is_terminal_frame).await;
+    let n = seqs(&frames).len();
+    assert_eq!(n, 10004, "the watcher got the whole run");
+
+    let body = requester.read_all().await;
+    let events = sse_events(&body);
+    assert_eq!(events.len(), 10004, "the slow requester got every event");
+    assert_eq!(terminal_count(&events), 1);
+    assert_eq!(events.last().unwrap()["type"], "RUN_FINISHED");
+    let deltas: Vec<String> = events
+        .iter()
+        .filter(|e| e["type"] == "TEXT_MESSAGE_CONTENT")
+        .map(|e| e["delta"].as_str().unwrap()[..5].to_owned())
+        .collect();
+    let expected: Vec<String> = (0..10000).map(|i| format!("{i:05}")).collect();
+    assert_eq!(deltas, expected, "in order, nothing lost or repeated");
+
+    // The join stream stays open (it is live): read until the last seq.
+    let last = format!("id: {}\n", base + 10004);
+    let text = {
+        let mut join = join;
+        let mut raw = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        while !String::from_utf8_lossy(&raw[raw.len().saturating_sub(64 * 1024)..]).contains(&last)
+        {
+            let n = tokio::time::timeout(WAIT, join.tcp.read(&mut buf))
+                .await
+                .expect("join stream delivers")
+                .unwrap();
+            assert!(n > 0, "join stream ended early");
+            raw.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8(raw).unwrap()
+    };
+    let ids: Vec<u64> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .map(|v| v.trim().parse().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        (base + 1..=base + 10004).collect::<Vec<_>>(),
+        "the slow join reader got every journal event once, in order"
+    );
+}
