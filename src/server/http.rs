@@ -96,9 +96,12 @@ async fn list_agents(State(state): State<Arc<AppState>>, headers: HeaderMap) -> 
     Json(json!({ "agents": agents })).into_response()
 }
 
-/// Ready when the journal answers.
+/// Ready when the journal answers and has not failed a write.
 async fn ready(State(state): State<Arc<AppState>>) -> Response {
     let store = state.threads.store().clone();
+    if !store.healthy() {
+        return ApiError::new(ErrorCode::Unavailable, "journal writes are failing").into_response();
+    }
     match tokio::task::spawn_blocking(move || store.ping()).await {
         Ok(Ok(())) => Json(json!({"status": "ready"})).into_response(),
         _ => ApiError::new(ErrorCode::Unavailable, "journal unreachable").into_response(),

@@ -89,4 +89,9 @@ pub trait JournalStore: Send + Sync + 'static {
     fn running(&self) -> Result<Vec<ThreadKey>, StoreError>;
     /// Cheap reachability check for `/readyz`.
     fn ping(&self) -> Result<(), StoreError>;
+    /// False once a write has failed: readiness turns false, because runs
+    /// can no longer be journaled (and nothing unjournaled is published).
+    fn healthy(&self) -> bool {
+        true
+    }
 }

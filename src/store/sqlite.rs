@@ -24,6 +24,8 @@ type Ack = oneshot::Sender<Result<(), StoreError>>;
 pub struct SqliteStore {
     writer: mpsc::Sender<(AppendBatch, Ack)>,
     reader: Mutex<Connection>,
+    /// Cleared by the writer when a commit fails.
+    healthy: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 fn err(e: impl std::fmt::Display) -> StoreError {
@@ -82,6 +84,8 @@ impl SqliteStore {
         write.execute_batch(SCHEMA).map_err(err)?;
         let reader = open(path, synchronous)?;
         let (tx, rx) = mpsc::channel::<(AppendBatch, Ack)>();
+        let healthy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let writer_health = healthy.clone();
         std::thread::Builder::new()
             .name("journal-writer".into())
             .spawn(move || {
@@ -100,6 +104,7 @@ impl SqliteStore {
                     let result = write_group(&mut write, &group);
                     if let Err(e) = &result {
                         tracing::error!("journal write failed: {e}");
+                        writer_health.store(false, std::sync::atomic::Ordering::Release);
                     }
                     for (_, ack) in group {
                         let _ = ack.send(result.clone());
@@ -110,6 +115,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             writer: tx,
             reader: Mutex::new(reader),
+            healthy,
         })
     }
 }
@@ -200,8 +206,14 @@ impl JournalStore for SqliteStore {
         let (tx, rx) = oneshot::channel();
         if let Err(mpsc::SendError((_, ack))) = self.writer.send((batch, tx)) {
             let _ = ack.send(Err(StoreError("journal writer stopped".into())));
+            self.healthy
+                .store(false, std::sync::atomic::Ordering::Release);
         }
         rx
+    }
+
+    fn healthy(&self) -> bool {
+        self.healthy.load(std::sync::atomic::Ordering::Acquire)
     }
 
     fn load(&self, key: &ThreadKey) -> Result<Option<StoredThread>, StoreError> {
@@ -357,7 +369,9 @@ mod tests {
         let s = SqliteStore::open(&dir.path().join("j.db"), "normal", 1024).unwrap();
         let k = ThreadKey::new("t", "x");
         s.append(batch(&k, 1, 2, "running")).await.unwrap().unwrap();
+        assert!(s.healthy());
         assert!(s.append(batch(&k, 2, 1, "running")).await.unwrap().is_err());
+        assert!(!s.healthy(), "a failed write turns readiness false");
         assert_eq!(
             s.load(&k).unwrap().unwrap().events.len(),
             2,

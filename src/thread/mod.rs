@@ -117,6 +117,11 @@ struct Inner {
     last_event: std::time::Instant,
     /// `clientEventId` → META event id, for idempotent meta posts.
     meta_ids: std::collections::HashMap<String, String>,
+    /// Acknowledged batches (first, last seq) not yet published because an
+    /// earlier batch is still waiting for the store.
+    acked: Vec<(u64, u64)>,
+    /// Why the journal failed this thread (nothing more is appended).
+    broken: Option<String>,
     /// Viewers that fell behind the live budget and read the journal until
     /// they catch up (see [`fanout::CatchUp`]); compaction waits for them.
     catching_up: std::collections::HashSet<u64>,
@@ -167,6 +172,8 @@ impl Thread {
                 last_event: std::time::Instant::now(),
                 meta_ids: Default::default(),
                 catching_up: Default::default(),
+                acked: Vec::new(),
+                broken: None,
             }),
         })
     }
@@ -344,13 +351,27 @@ impl Thread {
     }
 
     /// Appends events: durable first, then folded and fanned out. Returns the
-    /// published entries (with their seqs).
+    /// entries (with their seqs); empty when the journal failed (logged; see
+    /// [`Thread::try_append`]).
     pub async fn append(&self, events: Vec<Event>) -> Vec<Arc<Entry>> {
+        self.try_append(events).await.unwrap_or_default()
+    }
+
+    /// Appends events: seqs are assigned and the batch is handed to the store
+    /// under the thread's lock, so the store receives batches in seq order;
+    /// viewers get entries only once they and every earlier seq are durable
+    /// (the contiguous acknowledged prefix). A failed write publishes nothing,
+    /// ever: the thread refuses further appends (the journal would have a gap)
+    /// until the process restarts.
+    pub async fn try_append(&self, events: Vec<Event>) -> Result<Vec<Arc<Entry>>, StoreError> {
         if events.is_empty() {
-            return Vec::new();
+            return Ok(Vec::new());
         }
-        let (batch, entries) = {
+        let (ack, entries) = {
             let mut inner = self.lock();
+            if let Some(e) = &inner.broken {
+                return Err(StoreError(format!("journal failed earlier: {e}")));
+            }
             let mut entries = Vec::with_capacity(events.len());
             for event in events {
                 let seq = inner.next_seq;
@@ -374,24 +395,41 @@ impl Thread {
                     .collect(),
                 compact: None,
             };
-            (batch, entries)
+            (self.store.append(batch), entries)
         };
-        let upto = entries.last().map(|e| e.seq).unwrap_or(0);
-        match self.store.append(batch).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::error!(thread = %self.key.thread_id, "journal append failed: {e}; publishing anyway")
+        let (first, last) = (entries[0].seq, entries[entries.len() - 1].seq);
+        let result = match ack.await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError("journal writer gone".into())),
+        };
+        let mut inner = self.lock();
+        match result {
+            Ok(()) => {
+                inner.acked.push((first, last));
+                self.publish_acked(&mut inner);
+                Ok(entries)
             }
-            Err(_) => {
-                tracing::error!(thread = %self.key.thread_id, "journal writer gone; publishing anyway")
+            Err(e) => {
+                tracing::error!(tenant = %self.key.tenant, thread = %self.key.thread_id, first, last, "journal append failed; nothing from seq {first} on is published: {e}");
+                inner.broken.get_or_insert_with(|| e.0.clone());
+                Err(e)
             }
         }
-        self.publish(upto);
-        entries
     }
 
-    fn publish(&self, upto: u64) {
-        let mut inner = self.lock();
+    /// Publishes the unpublished entries whose batches are acknowledged, in
+    /// seq order, stopping at the first one still waiting for the store.
+    fn publish_acked(&self, inner: &mut Inner) {
+        while let Some(front) = inner.unpublished.front().map(|e| e.seq) {
+            let Some(i) = inner.acked.iter().position(|(first, _)| *first == front) else {
+                return;
+            };
+            let (_, last) = inner.acked.swap_remove(i);
+            self.publish(inner, last);
+        }
+    }
+
+    fn publish(&self, inner: &mut Inner, upto: u64) {
         while inner.unpublished.front().is_some_and(|e| e.seq <= upto) {
             let entry = inner.unpublished.pop_front().expect("checked");
             inner.fold.apply(entry.seq, &entry.event);
@@ -480,7 +518,8 @@ impl Thread {
     }
 
     async fn compact(&self, force: bool) {
-        let batch = {
+        // Handed to the store under the lock, like appends: in seq order.
+        let ack = {
             let mut inner = self.lock();
             let due = force || inner.journal.len() > self.settings.max_events;
             // Lagging viewers still read the journal: compact later.
@@ -493,14 +532,14 @@ impl Thread {
             inner.base_seq = base;
             let snapshot =
                 Bytes::from(serde_json::to_vec(&fold_record(&inner)).expect("fold serializes"));
-            AppendBatch {
+            self.store.append(AppendBatch {
                 key: self.key.clone(),
                 meta: inner.meta.clone(),
                 events: Vec::new(),
                 compact: Some((base, snapshot)),
-            }
+            })
         };
-        if let Ok(Err(e)) = self.store.append(batch).await {
+        if let Ok(Err(e)) = ack.await {
             tracing::error!(thread = %self.key.thread_id, "journal compaction failed: {e}");
         }
     }
@@ -1055,5 +1094,146 @@ mod tests {
         t.append(vec![ev(json!({"type":"CUSTOM","name":"n","value":20}))])
             .await;
         assert!(drain(&mut rx).await.is_empty(), "and no live events");
+    }
+
+    /// A store that holds back the acknowledgement of batches starting at
+    /// `held_first` until `release` is notified, and fails batches while
+    /// `failing` is set; otherwise a memory store.
+    struct SlowStore {
+        inner: MemoryStore,
+        held_first: u64,
+        release: Arc<tokio::sync::Notify>,
+        failing: std::sync::atomic::AtomicBool,
+    }
+
+    impl JournalStore for SlowStore {
+        fn append(&self, batch: AppendBatch) -> crate::store::AppendAck {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            if self.failing.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = tx.send(Err(StoreError("disk full".into())));
+                return rx;
+            }
+            let held = batch
+                .events
+                .first()
+                .is_some_and(|(seq, _)| *seq == self.held_first);
+            let done = self.inner.append(batch);
+            let release = self.release.clone();
+            tokio::spawn(async move {
+                if held {
+                    release.notified().await;
+                }
+                let _ = tx.send(done.await.unwrap_or(Ok(())));
+            });
+            rx
+        }
+        fn load(&self, key: &ThreadKey) -> Result<Option<crate::store::StoredThread>, StoreError> {
+            self.inner.load(key)
+        }
+        fn list(&self, tenant: &str) -> Result<Vec<(ThreadKey, ThreadMeta)>, StoreError> {
+            self.inner.list(tenant)
+        }
+        fn running(&self) -> Result<Vec<ThreadKey>, StoreError> {
+            self.inner.running()
+        }
+        fn ping(&self) -> Result<(), StoreError> {
+            self.inner.ping()
+        }
+    }
+
+    fn slow_store(held_first: u64) -> Arc<SlowStore> {
+        Arc::new(SlowStore {
+            inner: MemoryStore::new(),
+            held_first,
+            release: Arc::new(tokio::sync::Notify::new()),
+            failing: false.into(),
+        })
+    }
+
+    #[tokio::test]
+    async fn a_later_seq_is_never_visible_before_an_earlier_one_is_durable() {
+        let store = slow_store(2);
+        let ts = Threads::new(
+            store.clone(),
+            ThreadSettings {
+                max_events: 1000,
+                idle_ttl: std::time::Duration::ZERO,
+            },
+        );
+        let t = ts
+            .get_or_create(&ThreadKey::new("ten", "th"), "u")
+            .await
+            .unwrap();
+        t.append(vec![ev(json!({"type":"CUSTOM","name":"n","value":1}))])
+            .await;
+        let (ob, mut rx) = fanout::outbox(1 << 20);
+        t.subscribe(1, ob, Start::Live, None);
+        // Seq 2 (a run batch, say) is slow to commit; seq 3 (a meta event) is not.
+        let slow = tokio::spawn({
+            let t = t.clone();
+            async move {
+                t.append(vec![ev(json!({"type":"CUSTOM","name":"n","value":2}))])
+                    .await
+            }
+        });
+        tokio::task::yield_now().await;
+        while t.lock().next_seq < 3 {
+            tokio::task::yield_now().await;
+        }
+        let fast = t
+            .append(vec![ev(json!({"type":"CUSTOM","name":"n","value":3}))])
+            .await;
+        assert_eq!(fast[0].seq, 3, "stored");
+        assert!(
+            drain(&mut rx).await.is_empty(),
+            "3 waits for 2 to be durable"
+        );
+        store.release.notify_one();
+        assert_eq!(slow.await.unwrap()[0].seq, 2);
+        let got: Vec<u64> = drain(&mut rx)
+            .await
+            .iter()
+            .map(|v| v["seq"].as_u64().unwrap())
+            .collect();
+        assert_eq!(got, [2, 3]);
+    }
+
+    #[tokio::test]
+    async fn a_failed_write_publishes_nothing_and_stops_the_thread() {
+        let store = slow_store(0);
+        let ts = Threads::new(
+            store.clone(),
+            ThreadSettings {
+                max_events: 1000,
+                idle_ttl: std::time::Duration::ZERO,
+            },
+        );
+        let t = ts
+            .get_or_create(&ThreadKey::new("ten", "th"), "u")
+            .await
+            .unwrap();
+        let (ob, mut rx) = fanout::outbox(1 << 20);
+        t.subscribe(1, ob, Start::Live, None);
+        store
+            .failing
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            t.try_append(vec![ev(json!({"type":"CUSTOM","name":"n","value":1}))])
+                .await
+                .is_err()
+        );
+        store
+            .failing
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            t.try_append(vec![ev(json!({"type":"CUSTOM","name":"n","value":2}))])
+                .await
+                .is_err(),
+            "no append after a gap"
+        );
+        assert!(
+            drain(&mut rx).await.is_empty(),
+            "nothing unstored is published"
+        );
     }
 }

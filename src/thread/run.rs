@@ -626,34 +626,30 @@ async fn drive(
                 }
                 closing.extend(open.closing());
                 closing.push(Event::build(json!({"type": "RUN_FINISHED", "threadId": thread_id, "runId": run_id, "outcome": {"type": "cancelled"}})));
-                let entries = thread.append(closing).await;
-                forward(
+                journal(
                     &thread,
                     &run_id,
                     &mut feed,
                     &starter_visibility,
-                    &entries,
+                    closing,
                     Vec::new(),
-                );
+                )
+                .await;
                 tracing::info!(thread = %thread_id, run = %run_id, "run cancelled");
                 break;
             }
             Step::Ended => {
                 // RunStream always ends with a terminal event; this is a bug guard.
-                let entries = thread
-                    .append(vec![run_error(
-                        "internal",
-                        "upstream stream ended without a terminal event",
-                    )])
-                    .await;
-                forward(
+                let bug = run_error("internal", "upstream stream ended without a terminal event");
+                journal(
                     &thread,
                     &run_id,
                     &mut feed,
                     &starter_visibility,
-                    &entries,
+                    vec![bug],
                     Vec::new(),
-                );
+                )
+                .await;
                 break;
             }
             Step::Events(batch) => {
@@ -687,22 +683,26 @@ async fn drive(
                     drop(stream.take()); // a policy ended the run: stop reading the agent
                 }
                 let terminal = failed || staged.iter().any(|(e, _)| e.kind().is_terminal());
-                let mut journal = Vec::with_capacity(staged.len());
+                let mut events = Vec::with_capacity(staged.len());
                 let mut originals = Vec::with_capacity(staged.len());
                 for (event, original) in staged {
                     open.track(&event);
-                    journal.push(event);
+                    events.push(event);
                     originals.push(original);
                 }
-                let entries = thread.append(journal).await;
-                forward(
+                let stored = journal(
                     &thread,
                     &run_id,
                     &mut feed,
                     &starter_visibility,
-                    &entries,
+                    events,
                     originals,
-                );
+                )
+                .await;
+                if !stored {
+                    drop(stream.take()); // nothing more can be journaled
+                    break;
+                }
                 if terminal {
                     break;
                 }
@@ -749,6 +749,35 @@ fn apply_filter(filter: &mut Option<Box<dyn EventFilter>>, staged: Staged) -> (S
         }
     }
     (out, false)
+}
+
+/// Journals a run's `events` and forwards them to its requester; `false`
+/// when the journal failed: nothing was published, and the requester is told
+/// with a `RUN_ERROR journal_unavailable` the journal cannot hold.
+async fn journal(
+    thread: &Thread,
+    run_id: &str,
+    feed: &mut Option<Arc<Outbox>>,
+    visibility: &super::ViewerVisibility,
+    events: Vec<Event>,
+    originals: Vec<ForRequester>,
+) -> bool {
+    match thread.try_append(events).await {
+        Ok(entries) => {
+            forward(thread, run_id, feed, visibility, &entries, originals);
+            true
+        }
+        Err(_) => {
+            if let Some(outbox) = feed.take() {
+                let error = run_error(
+                    "journal_unavailable",
+                    "the gateway could not store this run's events; the run was stopped",
+                );
+                outbox.push_replay(Outgoing::Event(Arc::new(Entry::new("", 0, error))));
+            }
+            false
+        }
+    }
 }
 
 /// Sends a run's entries to its HTTP requester, `originals[i]` deciding what
