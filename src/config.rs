@@ -183,12 +183,19 @@ impl Default for StoreConfig {
 pub struct ThreadsConfig {
     /// A journal longer than this is compacted into its fold when a run ends.
     pub max_events: usize,
-    /// Unsent bytes a viewer may have queued before it is closed with 4008.
+    /// Live lag (unsent bytes) a reader may have before it switches to
+    /// reading the journal until it catches up.
     pub viewer_queue_bytes: usize,
     /// A thread idle this long (no run, no event) has its journal compacted
     /// into its snapshot; `0s` never.
     #[serde(with = "humantime_serde")]
     pub idle_ttl: Duration,
+    /// A thread nobody uses (no viewer, no run) for this long leaves memory;
+    /// it loads back from the journal on its next use. `0s`: only for the budget.
+    #[serde(with = "humantime_serde")]
+    pub evict_after: Duration,
+    /// Most threads kept in memory; past it the longest-idle unused ones leave.
+    pub max_resident: usize,
 }
 
 impl Default for ThreadsConfig {
@@ -197,6 +204,8 @@ impl Default for ThreadsConfig {
             max_events: 10_000,
             viewer_queue_bytes: 1024 * 1024,
             idle_ttl: Duration::from_secs(24 * 3600),
+            evict_after: Duration::from_secs(600),
+            max_resident: 100_000,
         }
     }
 }

@@ -7,7 +7,7 @@ use agui_gateway::server::{self, AppState};
 use agui_gateway::store::JournalStore;
 use agui_gateway::store::memory::MemoryStore;
 use agui_gateway::store::sqlite::SqliteStore;
-use agui_gateway::thread::{ThreadSettings, Threads};
+use agui_gateway::thread::{Residency, ThreadSettings, Threads};
 use agui_gateway::upstream::AgentRegistry;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -293,7 +293,11 @@ async fn serve(config: Config) -> Result<(), String> {
             max_events: config.threads.max_events,
             idle_ttl: config.threads.idle_ttl,
         },
-    );
+    )
+    .with_residency(Residency {
+        evict_after: config.threads.evict_after,
+        max_resident: config.threads.max_resident,
+    });
     let recovered = threads.recover().await.map_err(|e| e.to_string())?;
     if recovered > 0 {
         tracing::warn!(
@@ -309,11 +313,20 @@ async fn serve(config: Config) -> Result<(), String> {
         policy,
     ));
     agui_gateway::server::reload::spawn(state.clone(), demo_addr, Duration::from_secs(2));
-    if !state.config.threads.idle_ttl.is_zero() {
-        let every = (state.config.threads.idle_ttl / 4)
-            .clamp(Duration::from_secs(1), Duration::from_secs(60));
-        state.threads.spawn_sweeper(every);
-    }
+    // Compaction of idle journals and eviction of idle threads, each checked
+    // at a quarter of its period (between 1 s and 60 s).
+    let periods = [
+        state.config.threads.idle_ttl,
+        state.config.threads.evict_after,
+    ];
+    let every = periods
+        .iter()
+        .filter(|p| !p.is_zero())
+        .map(|p| *p / 4)
+        .min()
+        .unwrap_or(Duration::from_secs(60))
+        .clamp(Duration::from_secs(1), Duration::from_secs(60));
+    state.threads.spawn_sweeper(every);
     let running = server::start(state.clone())
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", state.config.server.listen))?;

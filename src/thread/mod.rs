@@ -331,6 +331,18 @@ impl Thread {
         }
     }
 
+    /// Since when nothing has happened here, if nothing is going on (no
+    /// viewer, no run, nothing unstored): such a thread may leave memory.
+    fn idle_since(&self) -> Option<std::time::Instant> {
+        let mut inner = self.lock();
+        inner.viewers.retain(|v| !v.outbox.is_closed());
+        let idle = inner.viewers.is_empty()
+            && inner.catching_up.is_empty()
+            && inner.runs.is_idle()
+            && inner.unpublished.is_empty();
+        idle.then_some(inner.last_event)
+    }
+
     /// Forgets a catch-up whose reader went away.
     pub(super) fn catch_up_dropped(&self, viewer: u64) {
         self.lock().catching_up.remove(&viewer);
@@ -430,8 +442,14 @@ impl Thread {
     }
 
     fn publish(&self, inner: &mut Inner, upto: u64) {
+        inner.last_event = std::time::Instant::now();
         while inner.unpublished.front().is_some_and(|e| e.seq <= upto) {
             let entry = inner.unpublished.pop_front().expect("checked");
+            if *entry.event.kind() == EventType::RunStarted
+                && let Some(run_id) = entry.event.str_field("runId")
+            {
+                inner.runs.remember(run_id);
+            }
             inner.fold.apply(entry.seq, &entry.event);
             inner.journal.push_back(entry.clone());
             let mut i = 0;
@@ -615,11 +633,33 @@ fn push_snapshot(key: &ThreadKey, inner: &Inner, viewer: &Viewer, reset: bool) -
     outbox.push_replay(Outgoing::Message(Utf8Bytes::from(text)))
 }
 
-/// Every thread the gateway has touched, loaded from the store on demand.
+/// How many threads stay in memory, and how long once idle. An evicted
+/// thread is loaded back from the store on its next use, exactly as it was.
+#[derive(Debug, Clone, Copy)]
+pub struct Residency {
+    /// A thread idle this long leaves memory (zero: only for the budget).
+    pub evict_after: std::time::Duration,
+    /// Most threads kept in memory; past it the longest-idle ones leave
+    /// first (threads in use never do).
+    pub max_resident: usize,
+}
+
+impl Default for Residency {
+    fn default() -> Self {
+        Residency {
+            evict_after: std::time::Duration::ZERO,
+            max_resident: usize::MAX,
+        }
+    }
+}
+
+/// Every thread in use, loaded from the store on demand and evicted when
+/// idle (see [`Residency`]).
 pub struct Threads {
     map: DashMap<ThreadKey, Arc<Thread>>,
     store: Arc<dyn JournalStore>,
     settings: ThreadSettings,
+    residency: Residency,
 }
 
 impl Threads {
@@ -629,7 +669,55 @@ impl Threads {
             map: DashMap::new(),
             store,
             settings,
+            residency: Residency::default(),
         }
+    }
+
+    /// The same registry, evicting idle threads per `residency`.
+    pub fn with_residency(mut self, residency: Residency) -> Threads {
+        self.residency = residency;
+        self
+    }
+
+    /// Threads in memory now.
+    pub fn resident(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Evicts idle threads: those idle past `evict_after`, and the
+    /// longest-idle ones while more than `max_resident` are in memory. A
+    /// thread anyone still holds (a connection, a run, a request) stays: it
+    /// is removed only while the registry holds its one reference, under the
+    /// map's lock, so no second copy can ever be loaded beside it. Returns
+    /// how many left.
+    pub fn evict_idle(&self) -> usize {
+        let Residency {
+            evict_after,
+            max_resident,
+        } = self.residency;
+        let mut idle: Vec<(ThreadKey, std::time::Instant)> = self
+            .map
+            .iter()
+            .filter(|t| Arc::strong_count(t.value()) == 1)
+            .filter_map(|t| Some((t.key().clone(), t.value().idle_since()?)))
+            .collect();
+        idle.sort_by_key(|(_, since)| *since);
+        let mut over = self.map.len().saturating_sub(max_resident);
+        let mut evicted = 0;
+        for (key, since) in idle {
+            let expired = !evict_after.is_zero() && since.elapsed() >= evict_after;
+            if !expired && over == 0 {
+                continue;
+            }
+            let gone = self.map.remove_if(&key, |_, t| {
+                Arc::strong_count(t) == 1 && t.idle_since().is_some()
+            });
+            if gone.is_some() {
+                evicted += 1;
+                over = over.saturating_sub(1);
+            }
+        }
+        evicted
     }
 
     /// The store (for listing and readiness).
@@ -745,7 +833,8 @@ impl Threads {
         }
     }
 
-    /// Runs [`Threads::sweep_idle`] every `every`, for the life of the process.
+    /// Runs [`Threads::sweep_idle`] and [`Threads::evict_idle`] every
+    /// `every`, for the life of the process.
     pub fn spawn_sweeper(self: &Arc<Self>, every: std::time::Duration) {
         let threads = Arc::downgrade(self);
         tokio::spawn(async move {
@@ -755,6 +844,10 @@ impl Threads {
                 tick.tick().await;
                 let Some(t) = threads.upgrade() else { return };
                 t.sweep_idle().await;
+                let evicted = t.evict_idle();
+                if evicted > 0 {
+                    tracing::debug!(evicted, resident = t.resident(), "idle threads left memory");
+                }
             }
         });
     }
@@ -1235,5 +1328,66 @@ mod tests {
             drain(&mut rx).await.is_empty(),
             "nothing unstored is published"
         );
+    }
+
+    /// What a `subscribe after=0` gets, as JSON.
+    async fn replay(t: &Thread) -> Vec<Value> {
+        let (ob, mut rx) = fanout::outbox(1 << 20);
+        t.subscribe(99, ob, Start::After(0), None);
+        let got = drain(&mut rx).await;
+        t.unsubscribe(99);
+        got
+    }
+
+    #[tokio::test]
+    async fn idle_threads_leave_memory_and_come_back_unchanged() {
+        let ts = Threads::new(
+            Arc::new(MemoryStore::new()),
+            ThreadSettings {
+                max_events: 1000,
+                idle_ttl: std::time::Duration::ZERO,
+            },
+        )
+        .with_residency(Residency {
+            evict_after: std::time::Duration::ZERO,
+            max_resident: 2,
+        });
+        let keys: Vec<ThreadKey> = (0..5)
+            .map(|i| ThreadKey::new("ten", format!("th{i}")))
+            .collect();
+        let mut before = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            let t = ts.get_or_create(key, "u").await.unwrap();
+            t.append(vec![
+                ev(json!({"type":"RUN_STARTED","threadId":"x","runId":format!("r{i}")})),
+                ev(json!({"type":"RUN_FINISHED","threadId":"x","runId":format!("r{i}")})),
+            ])
+            .await;
+            before.push((replay(&t).await, t.snapshot(&None)));
+        }
+        // th4 is in use (a connection holds it, with a viewer): it stays.
+        let held = ts.get(&keys[4]).await.unwrap().unwrap();
+        let (ob, _rx) = fanout::outbox(1 << 20);
+        held.subscribe(1, ob, Start::Live, None);
+        assert_eq!(ts.resident(), 5);
+        assert_eq!(ts.evict_idle(), 3, "down to the budget of 2");
+        assert_eq!(ts.resident(), 2);
+        assert!(ts.map.contains_key(&keys[4]));
+        assert!(
+            !ts.map.contains_key(&keys[0]),
+            "the longest idle left first"
+        );
+        for (key, (events, snapshot)) in keys.iter().zip(before) {
+            let t = ts.get(key).await.unwrap().unwrap();
+            assert_eq!(
+                replay(&t).await,
+                events,
+                "{key:?}: same replay after eviction"
+            );
+            assert_eq!(t.snapshot(&None), snapshot);
+            // And it still knows its run ids (a reused one stays refused).
+            let run_id = format!("r{}", &key.thread_id[2..]);
+            assert!(t.lock().runs.used_ids().any(|id| *id == run_id));
+        }
     }
 }
