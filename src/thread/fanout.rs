@@ -60,16 +60,27 @@ pub struct CatchUp {
     /// `None` once handed back to the thread (nothing to forget on drop).
     viewer: Option<Viewer>,
     after: u64,
+    /// Tells this catch-up from a later one of the same viewer (a re-subscribe
+    /// supersedes a catch-up still queued).
+    ticket: u64,
 }
 
 impl CatchUp {
     /// A catch-up for `viewer` of `thread` from after `after`.
     pub(super) fn new(thread: Weak<Thread>, viewer: Viewer, after: u64) -> CatchUp {
+        static TICKETS: AtomicUsize = AtomicUsize::new(1);
+        let ticket = TICKETS.fetch_add(1, Ordering::Relaxed) as u64;
         CatchUp {
             thread,
             viewer: Some(viewer),
             after,
+            ticket,
         }
+    }
+
+    /// This catch-up's ticket (the thread registers it).
+    pub(super) fn ticket(&self) -> u64 {
+        self.ticket
     }
 
     /// Items of the next page, and the catch-up to continue with (if any).
@@ -77,8 +88,13 @@ impl CatchUp {
         let (Some(thread), Some(viewer)) = (self.thread.upgrade(), self.viewer.take()) else {
             return (Vec::new(), None);
         };
-        let (page, rest) = thread.catch_up_page(viewer, self.after, budget);
-        let rest = rest.map(|(viewer, after)| CatchUp::new(self.thread.clone(), viewer, after));
+        let (page, rest) = thread.catch_up_page(viewer, self.after, self.ticket, budget);
+        let rest = rest.map(|(viewer, after)| CatchUp {
+            thread: self.thread.clone(),
+            viewer: Some(viewer),
+            after,
+            ticket: self.ticket,
+        });
         (page, rest)
     }
 
@@ -92,7 +108,7 @@ impl Drop for CatchUp {
     fn drop(&mut self) {
         // The reader went away mid-catch-up: let compaction proceed.
         if let (Some(viewer), Some(thread)) = (self.viewer.take(), self.thread.upgrade()) {
-            thread.catch_up_dropped(viewer.id);
+            thread.catch_up_dropped(viewer.id, self.ticket);
         }
     }
 }

@@ -124,7 +124,8 @@ struct Inner {
     broken: Option<String>,
     /// Viewers that fell behind the live budget and read the journal until
     /// they catch up (see [`fanout::CatchUp`]); compaction waits for them.
-    catching_up: std::collections::HashSet<u64>,
+    /// Viewer id → the ticket of its current catch-up ([`CatchUp::ticket`]).
+    catching_up: std::collections::HashMap<u64, u64>,
 }
 
 /// One conversation.
@@ -230,11 +231,18 @@ impl Thread {
         let ok = match start {
             Start::Live => true,
             Start::Snapshot => push_snapshot(&self.key, &inner, &viewer, false),
-            Start::After(n) if n >= inner.base_seq && n <= inner.fold.seq => inner
-                .journal
-                .iter()
-                .filter(|e| e.seq > n && !viewer.hides(&e.event))
-                .all(|e| viewer.outbox.push_replay(Outgoing::Event(e.clone()))),
+            Start::After(n) if n >= inner.base_seq && n < inner.fold.seq => {
+                // Replay is a catch-up: read from the journal a budget's
+                // worth at a time, then live (memory stays within budget).
+                let outbox = viewer.outbox.clone();
+                let catch_up = CatchUp::new(self.me.clone(), viewer, n);
+                let ticket = catch_up.ticket();
+                if outbox.push_catch_up(catch_up) {
+                    inner.catching_up.insert(id, ticket);
+                }
+                return;
+            }
+            Start::After(n) if n == inner.fold.seq => true,
             Start::After(_) => push_snapshot(&self.key, &inner, &viewer, true),
         };
         if ok {
@@ -266,11 +274,13 @@ impl Thread {
         &self,
         viewer: Viewer,
         after: u64,
+        ticket: u64,
         budget: usize,
     ) -> (Vec<Outgoing>, Option<(Viewer, u64)>) {
         let mut inner = self.lock();
-        if !inner.catching_up.contains(&viewer.id) || viewer.outbox.is_closed() {
-            return (Vec::new(), None); // unsubscribed or gone meanwhile
+        if inner.catching_up.get(&viewer.id) != Some(&ticket) || viewer.outbox.is_closed() {
+            // Unsubscribed, subscribed anew, or gone meanwhile.
+            return (Vec::new(), None);
         }
         if after < inner.base_seq {
             // Compacted away (compaction waits for catch-ups, so only after a
@@ -326,8 +336,10 @@ impl Thread {
             run_scope: Some(run_id.to_owned()),
         };
         let mut inner = self.lock();
-        if outbox.push_catch_up(CatchUp::new(self.me.clone(), viewer, after)) {
-            inner.catching_up.insert(id);
+        let catch_up = CatchUp::new(self.me.clone(), viewer, after);
+        let ticket = catch_up.ticket();
+        if outbox.push_catch_up(catch_up) {
+            inner.catching_up.insert(id, ticket);
         }
     }
 
@@ -343,9 +355,13 @@ impl Thread {
         idle.then_some(inner.last_event)
     }
 
-    /// Forgets a catch-up whose reader went away.
-    pub(super) fn catch_up_dropped(&self, viewer: u64) {
-        self.lock().catching_up.remove(&viewer);
+    /// Forgets a catch-up whose reader went away (unless a newer one of the
+    /// same viewer replaced it).
+    pub(super) fn catch_up_dropped(&self, viewer: u64, ticket: u64) {
+        let mut inner = self.lock();
+        if inner.catching_up.get(&viewer) == Some(&ticket) {
+            inner.catching_up.remove(&viewer);
+        }
     }
 
     /// Published entries with `seq > after` still in the journal, or `None`
@@ -473,8 +489,9 @@ impl Thread {
                         let viewer = inner.viewers.swap_remove(i);
                         let (id, outbox) = (viewer.id, viewer.outbox.clone());
                         let catch_up = CatchUp::new(self.me.clone(), viewer, entry.seq - 1);
+                        let ticket = catch_up.ticket();
                         if outbox.push_catch_up(catch_up) {
-                            inner.catching_up.insert(id);
+                            inner.catching_up.insert(id, ticket);
                         }
                     }
                 }
@@ -630,7 +647,9 @@ fn push_snapshot(key: &ThreadKey, inner: &Inner, viewer: &Viewer, reset: bool) -
     m.extend(snap);
     let outbox = &viewer.outbox;
     let text = serde_json::to_string(&m).expect("snapshot serializes");
-    outbox.push_replay(Outgoing::Message(Utf8Bytes::from(text)))
+    // Counted: a snapshot is this viewer's own copy (a client that asks for
+    // many and reads none is closed at its budget, not kept in memory).
+    outbox.push(Outgoing::Message(Utf8Bytes::from(text)))
 }
 
 /// How many threads stay in memory, and how long once idle. An evicted
@@ -1389,5 +1408,39 @@ mod tests {
             let run_id = format!("r{}", &key.thread_id[2..]);
             assert!(t.lock().runs.used_ids().any(|id| *id == run_id));
         }
+    }
+
+    #[tokio::test]
+    async fn unread_snapshots_and_replays_stay_within_the_budget() {
+        let ts = threads(1000);
+        let t = ts
+            .get_or_create(&ThreadKey::new("ten", "th"), "u")
+            .await
+            .unwrap();
+        for i in 0..50 {
+            t.append(vec![ev(
+                json!({"type":"CUSTOM","name":"n","value":format!("{i:0>100}")}),
+            )])
+            .await;
+        }
+        // Replays: a connection that sends thousands of `subscribe after=0`
+        // queues a small marker each; only the latest is served, a page at a time.
+        let (ob, mut rx) = fanout::outbox(2000);
+        for _ in 0..1000 {
+            t.subscribe(7, ob.clone(), Start::After(0), None);
+        }
+        assert!(!ob.is_closed());
+        let got = drain(&mut rx).await;
+        assert_eq!(got.len(), 50, "only the latest subscription is served");
+        assert_eq!(t.viewer_count(), 1);
+        // Snapshots count against the budget: a reader that never reads is closed.
+        let (ob, mut rx) = fanout::outbox(2000);
+        for id in 0..1000 {
+            t.subscribe(id, ob.clone(), Start::Snapshot, None);
+        }
+        assert!(ob.is_closed(), "closed at its budget, not kept in memory");
+        let got = drain(&mut rx).await;
+        assert!(got.len() < 100, "{}", got.len());
+        assert_eq!(got.last().unwrap()["close"], fanout::CLOSE_TOO_SLOW);
     }
 }
