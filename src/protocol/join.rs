@@ -273,6 +273,17 @@ mod tests {
         out
     }
 
+    /// The events of a snapshot start (all made up by the framer).
+    fn made_up(framed: Vec<Framed>) -> Vec<Value> {
+        framed
+            .into_iter()
+            .map(|f| match f {
+                Framed::Synthetic(v) | Framed::Converted(v) => v,
+                Framed::Journal => unreachable!("a snapshot is not a journal event"),
+            })
+            .collect()
+    }
+
     fn assert_valid(events: &[Value]) {
         let mut v = Verifier::new();
         for e in events {
@@ -382,14 +393,7 @@ mod tests {
             "state":{"k":1},"interrupts":[{"id":"i1","reason":"approve"}],
             "run":{"runId":"r9","status":"interrupted"},"reset":true});
         let mut framer = JoinFramer::new("t", &Map::new());
-        let mut got: Vec<Value> = framer
-            .snapshot(snap.as_object().unwrap())
-            .into_iter()
-            .map(|f| match f {
-                Framed::Synthetic(v) | Framed::Converted(v) => v,
-                Framed::Journal => unreachable!(),
-            })
-            .collect();
+        let mut got = made_up(framer.snapshot(snap.as_object().unwrap()));
         got.extend(view(&mut framer, &journal()[9..]));
         assert_valid(&got);
         assert_eq!(got[0]["runId"], "agui-gateway-snapshot-42");
@@ -405,14 +409,7 @@ mod tests {
         let snap = json!({"threadId":"t","seq":3,"messages":[{"id":"m","role":"assistant","content":"a"}],
             "state":{},"interrupts":[],"run":{"runId":"r1","status":"running"}});
         let mut framer = JoinFramer::new("t", &Map::new());
-        let mut got: Vec<Value> = framer
-            .snapshot(snap.as_object().unwrap())
-            .into_iter()
-            .map(|f| match f {
-                Framed::Synthetic(v) | Framed::Converted(v) => v,
-                Framed::Journal => unreachable!(),
-            })
-            .collect();
+        let mut got = made_up(framer.snapshot(snap.as_object().unwrap()));
         got.extend(view(&mut framer, &journal()[3..]));
         assert_valid(&got);
         assert_eq!(got[0]["runId"], "r1");

@@ -1253,6 +1253,22 @@ mod tests {
         }
     }
 
+    /// A registry over `store` and its thread `th`.
+    async fn thread_on(store: Arc<dyn JournalStore>) -> (Threads, Arc<Thread>) {
+        let ts = Threads::new(
+            store,
+            ThreadSettings {
+                max_events: 1000,
+                idle_ttl: std::time::Duration::ZERO,
+            },
+        );
+        let t = ts
+            .get_or_create(&ThreadKey::new("ten", "th"), "u")
+            .await
+            .unwrap();
+        (ts, t)
+    }
+
     fn slow_store(held_first: u64) -> Arc<SlowStore> {
         Arc::new(SlowStore {
             inner: MemoryStore::new(),
@@ -1265,17 +1281,7 @@ mod tests {
     #[tokio::test]
     async fn a_later_seq_is_never_visible_before_an_earlier_one_is_durable() {
         let store = slow_store(2);
-        let ts = Threads::new(
-            store.clone(),
-            ThreadSettings {
-                max_events: 1000,
-                idle_ttl: std::time::Duration::ZERO,
-            },
-        );
-        let t = ts
-            .get_or_create(&ThreadKey::new("ten", "th"), "u")
-            .await
-            .unwrap();
+        let (_ts, t) = thread_on(store.clone()).await;
         t.append(vec![ev(json!({"type":"CUSTOM","name":"n","value":1}))])
             .await;
         let (ob, mut rx) = fanout::outbox(1 << 20);
@@ -1313,17 +1319,7 @@ mod tests {
     #[tokio::test]
     async fn a_failed_write_publishes_nothing_and_stops_the_thread() {
         let store = slow_store(0);
-        let ts = Threads::new(
-            store.clone(),
-            ThreadSettings {
-                max_events: 1000,
-                idle_ttl: std::time::Duration::ZERO,
-            },
-        );
-        let t = ts
-            .get_or_create(&ThreadKey::new("ten", "th"), "u")
-            .await
-            .unwrap();
+        let (_ts, t) = thread_on(store.clone()).await;
         let (ob, mut rx) = fanout::outbox(1 << 20);
         t.subscribe(1, ob, Start::Live, None);
         store
