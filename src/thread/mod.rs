@@ -138,6 +138,12 @@ pub struct Thread {
     inner: Mutex<Inner>,
 }
 
+/// A batch handed to the store ([`Thread::enqueue`]), not yet acknowledged.
+pub struct PendingAppend {
+    ack: Option<crate::store::AppendAck>,
+    entries: Vec<Arc<Entry>>,
+}
+
 /// How a subscription starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Start {
@@ -392,38 +398,59 @@ impl Thread {
     /// ever: the thread refuses further appends (the journal would have a gap)
     /// until the process restarts.
     pub async fn try_append(&self, events: Vec<Event>) -> Result<Vec<Arc<Entry>>, StoreError> {
+        let pending = self.enqueue(events)?;
+        self.settle(pending).await
+    }
+
+    /// The first half of [`Thread::try_append`]: assigns seqs and hands the
+    /// batch to the store, without waiting. A run pipelines its batches this
+    /// way (it reads the agent on while earlier batches commit).
+    pub fn enqueue(&self, events: Vec<Event>) -> Result<PendingAppend, StoreError> {
         if events.is_empty() {
-            return Ok(Vec::new());
+            return Ok(PendingAppend {
+                ack: None,
+                entries: Vec::new(),
+            });
         }
-        let (ack, entries) = {
-            let mut inner = self.lock();
-            if let Some(e) = &inner.broken {
-                return Err(StoreError(format!("journal failed earlier: {e}")));
-            }
-            let mut entries = Vec::with_capacity(events.len());
-            for event in events {
-                let seq = inner.next_seq;
-                inner.next_seq += 1;
-                let entry = Arc::new(Entry::new(&self.key.thread_id, seq, event));
-                inner.unpublished.push_back(entry.clone());
-                entries.push(entry);
-            }
-            let last = entries.last().map(|e| e.seq).unwrap_or(0);
-            let mut meta = inner.meta.clone();
-            meta.status = status_after(&inner.meta.status, entries.iter().map(|e| &e.event));
-            meta.updated_ms = now_millis();
-            meta.last_seq = last;
-            inner.meta = meta.clone();
-            let batch = AppendBatch {
-                key: self.key.clone(),
-                meta,
-                events: entries
-                    .iter()
-                    .map(|e| (e.seq, e.event.json().clone()))
-                    .collect(),
-                compact: None,
-            };
-            (self.store.append(batch), entries)
+        let mut inner = self.lock();
+        if let Some(e) = &inner.broken {
+            return Err(StoreError(format!("journal failed earlier: {e}")));
+        }
+        let mut entries = Vec::with_capacity(events.len());
+        for event in events {
+            let seq = inner.next_seq;
+            inner.next_seq += 1;
+            let entry = Arc::new(Entry::new(&self.key.thread_id, seq, event));
+            inner.unpublished.push_back(entry.clone());
+            entries.push(entry);
+        }
+        let last = entries.last().map(|e| e.seq).unwrap_or(0);
+        let mut meta = inner.meta.clone();
+        meta.status = status_after(&inner.meta.status, entries.iter().map(|e| &e.event));
+        meta.updated_ms = now_millis();
+        meta.last_seq = last;
+        inner.meta = meta.clone();
+        let batch = AppendBatch {
+            key: self.key.clone(),
+            meta,
+            events: entries
+                .iter()
+                .map(|e| (e.seq, e.event.json().clone()))
+                .collect(),
+            compact: None,
+        };
+        Ok(PendingAppend {
+            ack: Some(self.store.append(batch)),
+            entries,
+        })
+    }
+
+    /// The second half of [`Thread::try_append`]: waits for the store, then
+    /// publishes what is now the contiguous acknowledged prefix.
+    pub async fn settle(&self, pending: PendingAppend) -> Result<Vec<Arc<Entry>>, StoreError> {
+        let PendingAppend { ack, entries } = pending;
+        let Some(ack) = ack else {
+            return Ok(entries);
         };
         let (first, last) = (entries[0].seq, entries[entries.len() - 1].seq);
         let result = match ack.await {

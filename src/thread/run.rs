@@ -15,8 +15,10 @@ use crate::protocol::fold::RunStatus;
 use crate::protocol::interrupts::InterruptNormalizer;
 use crate::protocol::open::OpenEntities;
 use crate::protocol::{Event, EventType, RunAgentInput};
+use crate::store::StoreError;
 use crate::upstream::{Agent, RunStream};
 use bytes::Bytes;
+use futures::stream::FuturesOrdered;
 use futures::{FutureExt, StreamExt};
 use serde_json::{Map, Value, json};
 use std::collections::VecDeque;
@@ -525,11 +527,31 @@ fn build_input(thread_id: &str, inner: &Inner, req: &RunRequest) -> PreparedInpu
 /// Most events appended in one batch.
 const MAX_BATCH: usize = 256;
 
+/// Batches a run may have in the journal's hands at once.
+const PIPELINE: usize = 4;
+
 enum Step {
     Cancel,
     StarterGone,
     Events(Vec<Event>),
+    /// A journaled batch was acknowledged (or failed), with what the
+    /// requester gets for each of its events.
+    Stored(Result<Vec<Arc<Entry>>, StoreError>, Vec<ForRequester>),
     Ended,
+}
+
+/// The agent's next events: whatever arrived together, up to `MAX_BATCH`,
+/// ending at a terminal event; `None` when the stream ended.
+async fn next_batch(upstream: &mut RunStream) -> Option<Vec<Event>> {
+    let first = upstream.next().await?;
+    let mut batch = vec![first];
+    while batch.len() < MAX_BATCH && !batch.last().is_some_and(|e| e.kind().is_terminal()) {
+        match upstream.next().now_or_never() {
+            Some(Some(e)) => batch.push(e),
+            _ => break,
+        }
+    }
+    Some(batch)
 }
 
 async fn drive(
@@ -579,31 +601,41 @@ async fn drive(
     let mut open = OpenEntities::default();
     let mut started = false;
     let mut interrupts = InterruptNormalizer::new(agent.interrupts);
-    loop {
+    // Batches handed to the journal and not yet acknowledged, oldest first:
+    // the run reads the agent on while they commit (at most `PIPELINE`), and
+    // each reaches the requester once it is durable, in order.
+    let mut inflight = FuturesOrdered::new();
+    // Set once the run's terminal event is enqueued: nothing more is read,
+    // and the loop ends when the journal has acknowledged everything.
+    let mut ending = false;
+    'run: loop {
+        if ending && inflight.is_empty() {
+            break;
+        }
+        let room = !ending && inflight.len() < PIPELINE;
         let step = {
-            let upstream = stream.as_mut().expect("stream present while looping");
             let starter_gone = async {
                 match &starter {
                     Some(s) => s.closed().await,
                     None => std::future::pending().await,
                 }
             };
+            let upstream_batch = async {
+                match stream.as_mut() {
+                    Some(upstream) if room => next_batch(upstream).await,
+                    _ => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 biased;
-                _ = cancel.cancelled() => Step::Cancel,
+                _ = cancel.cancelled(), if !ending => Step::Cancel,
                 _ = starter_gone => Step::StarterGone,
-                next = upstream.next() => match next {
+                Some((stored, originals)) = inflight.next(), if !inflight.is_empty() => {
+                    Step::Stored(stored, originals)
+                }
+                batch = upstream_batch => match batch {
                     None => Step::Ended,
-                    Some(first) => {
-                        let mut batch = vec![first];
-                        while batch.len() < MAX_BATCH && !batch.last().is_some_and(|e| e.kind().is_terminal()) {
-                            match upstream.next().now_or_never() {
-                                Some(Some(e)) => batch.push(e),
-                                _ => break,
-                            }
-                        }
-                        Step::Events(batch)
-                    }
+                    Some(batch) => Step::Events(batch),
                 },
             }
         };
@@ -616,37 +648,62 @@ async fn drive(
                     cancel.cancel();
                 }
             }
-            Step::Cancel => {
+            Step::Stored(Ok(entries), originals) => {
+                forward(
+                    &thread,
+                    &run_id,
+                    &mut feed,
+                    &starter_visibility,
+                    &entries,
+                    originals,
+                );
+            }
+            Step::Stored(Err(_), _) => {
+                journal_failed(&mut feed);
+                break;
+            }
+            Step::Cancel | Step::Ended => {
                 drop(stream.take()); // drops the upstream request now
-                let mut closing = Vec::new();
-                if !started {
-                    // Through the operator rules like any journaled input.
-                    let (opened, _) = apply_filter(&mut filter, opening(None));
-                    closing.extend(opened.into_iter().map(|(e, _)| e));
+                // What is in flight goes first, in order.
+                while let Some((stored, originals)) = inflight.next().await {
+                    match stored {
+                        Ok(entries) => forward(
+                            &thread,
+                            &run_id,
+                            &mut feed,
+                            &starter_visibility,
+                            &entries,
+                            originals,
+                        ),
+                        Err(_) => {
+                            journal_failed(&mut feed);
+                            break 'run;
+                        }
+                    }
                 }
-                closing.extend(open.closing());
-                closing.push(Event::build(json!({"type": "RUN_FINISHED", "threadId": thread_id, "runId": run_id, "outcome": {"type": "cancelled"}})));
+                let mut closing = Vec::new();
+                if matches!(step, Step::Ended) {
+                    // RunStream always ends with a terminal event; this is a bug guard.
+                    closing.push(run_error(
+                        "internal",
+                        "upstream stream ended without a terminal event",
+                    ));
+                } else {
+                    if !started {
+                        // Through the operator rules like any journaled input.
+                        let (opened, _) = apply_filter(&mut filter, opening(None));
+                        closing.extend(opened.into_iter().map(|(e, _)| e));
+                    }
+                    closing.extend(open.closing());
+                    closing.push(Event::build(json!({"type": "RUN_FINISHED", "threadId": thread_id, "runId": run_id, "outcome": {"type": "cancelled"}})));
+                    tracing::info!(thread = %thread_id, run = %run_id, "run cancelled");
+                }
                 journal(
                     &thread,
                     &run_id,
                     &mut feed,
                     &starter_visibility,
                     closing,
-                    Vec::new(),
-                )
-                .await;
-                tracing::info!(thread = %thread_id, run = %run_id, "run cancelled");
-                break;
-            }
-            Step::Ended => {
-                // RunStream always ends with a terminal event; this is a bug guard.
-                let bug = run_error("internal", "upstream stream ended without a terminal event");
-                journal(
-                    &thread,
-                    &run_id,
-                    &mut feed,
-                    &starter_visibility,
-                    vec![bug],
                     Vec::new(),
                 )
                 .await;
@@ -679,9 +736,6 @@ async fn drive(
                 }
                 // 2. Operator rules, last, over exactly what would be journaled.
                 let (staged, failed) = apply_filter(&mut filter, staged);
-                if failed {
-                    drop(stream.take()); // a policy ended the run: stop reading the agent
-                }
                 let terminal = failed || staged.iter().any(|(e, _)| e.kind().is_terminal());
                 let mut events = Vec::with_capacity(staged.len());
                 let mut originals = Vec::with_capacity(staged.len());
@@ -690,21 +744,21 @@ async fn drive(
                     events.push(event);
                     originals.push(original);
                 }
-                let stored = journal(
-                    &thread,
-                    &run_id,
-                    &mut feed,
-                    &starter_visibility,
-                    events,
-                    originals,
-                )
-                .await;
-                if !stored {
-                    drop(stream.take()); // nothing more can be journaled
-                    break;
+                // 3. To the journal, without waiting for the commit.
+                match thread.enqueue(events) {
+                    Ok(pending) => {
+                        let thread = thread.clone();
+                        inflight
+                            .push_back(async move { (thread.settle(pending).await, originals) });
+                    }
+                    Err(_) => {
+                        journal_failed(&mut feed);
+                        break;
+                    }
                 }
                 if terminal {
-                    break;
+                    ending = true;
+                    drop(stream.take()); // the run is over: stop reading the agent
                 }
             }
         }
@@ -768,15 +822,21 @@ async fn journal(
             true
         }
         Err(_) => {
-            if let Some(outbox) = feed.take() {
-                let error = run_error(
-                    "journal_unavailable",
-                    "the gateway could not store this run's events; the run was stopped",
-                );
-                outbox.push_replay(Outgoing::Event(Arc::new(Entry::new("", 0, error))));
-            }
+            journal_failed(feed);
             false
         }
+    }
+}
+
+/// Tells the requester its run stopped because the journal failed, with a
+/// `RUN_ERROR journal_unavailable` the journal cannot hold; it is fed no more.
+fn journal_failed(feed: &mut Option<Arc<Outbox>>) {
+    if let Some(outbox) = feed.take() {
+        let error = run_error(
+            "journal_unavailable",
+            "the gateway could not store this run's events; the run was stopped",
+        );
+        outbox.push_replay(Outgoing::Event(Arc::new(Entry::new("", 0, error))));
     }
 }
 
