@@ -1103,44 +1103,11 @@ mod tests {
         );
     }
 
-    /// A store whose `load` fails for one thread (a damaged row, say) once
-    /// `damaged` is set.
-    struct DamagedRow {
-        inner: MemoryStore,
-        bad: ThreadKey,
-        damaged: std::sync::atomic::AtomicBool,
-    }
-
-    impl JournalStore for DamagedRow {
-        fn append(&self, batch: AppendBatch) -> crate::store::AppendAck {
-            self.inner.append(batch)
-        }
-        fn load(&self, key: &ThreadKey) -> Result<Option<crate::store::StoredThread>, StoreError> {
-            if *key == self.bad && self.damaged.load(std::sync::atomic::Ordering::Relaxed) {
-                return Err(StoreError("damaged row".into()));
-            }
-            self.inner.load(key)
-        }
-        fn list(&self, tenant: &str) -> Result<Vec<(ThreadKey, ThreadMeta)>, StoreError> {
-            self.inner.list(tenant)
-        }
-        fn running(&self) -> Result<Vec<ThreadKey>, StoreError> {
-            self.inner.running()
-        }
-        fn ping(&self) -> Result<(), StoreError> {
-            self.inner.ping()
-        }
-    }
-
     #[tokio::test]
     async fn recover_skips_a_thread_it_cannot_load() {
         let bad = ThreadKey::new("ten", "bad");
         let good = ThreadKey::new("ten", "good");
-        let store = Arc::new(DamagedRow {
-            inner: MemoryStore::new(),
-            bad: bad.clone(),
-            damaged: false.into(),
-        });
+        let store = slow_store(0);
         let settings = ThreadSettings {
             max_events: 1000,
             idle_ttl: std::time::Duration::ZERO,
@@ -1156,9 +1123,7 @@ mod tests {
             }
         }
         // A new process: both runs were left open; one thread is unreadable.
-        store
-            .damaged
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        *store.damaged.lock().unwrap() = Some(bad);
         let ts = Threads::new(store, settings);
         assert_eq!(ts.recover().await.unwrap(), 1);
         let snap = ts.get(&good).await.unwrap().unwrap().snapshot(&None);
@@ -1235,14 +1200,15 @@ mod tests {
         assert!(drain(&mut rx).await.is_empty(), "and no live events");
     }
 
-    /// A store that holds back the acknowledgement of batches starting at
-    /// `held_first` until `release` is notified, and fails batches while
-    /// `failing` is set; otherwise a memory store.
+    /// A memory store with faults: it holds back the acknowledgement of the
+    /// batch starting at `held_first` until `release` is notified, fails
+    /// batches while `failing` is set, and cannot load the `damaged` thread.
     struct SlowStore {
         inner: MemoryStore,
         held_first: u64,
         release: Arc<tokio::sync::Notify>,
         failing: std::sync::atomic::AtomicBool,
+        damaged: std::sync::Mutex<Option<ThreadKey>>,
     }
 
     impl JournalStore for SlowStore {
@@ -1267,6 +1233,9 @@ mod tests {
             rx
         }
         fn load(&self, key: &ThreadKey) -> Result<Option<crate::store::StoredThread>, StoreError> {
+            if self.damaged.lock().unwrap().as_ref() == Some(key) {
+                return Err(StoreError("damaged row".into()));
+            }
             self.inner.load(key)
         }
         fn list(&self, tenant: &str) -> Result<Vec<(ThreadKey, ThreadMeta)>, StoreError> {
@@ -1302,6 +1271,7 @@ mod tests {
             held_first,
             release: Arc::new(tokio::sync::Notify::new()),
             failing: false.into(),
+            damaged: Default::default(),
         })
     }
 

@@ -648,37 +648,31 @@ async fn drive(
                     cancel.cancel();
                 }
             }
-            Step::Stored(Ok(entries), originals) => {
-                forward(
+            Step::Stored(stored, originals) => {
+                if !deliver(
                     &thread,
                     &run_id,
                     &mut feed,
                     &starter_visibility,
-                    &entries,
+                    stored,
                     originals,
-                );
-            }
-            Step::Stored(Err(_), _) => {
-                journal_failed(&mut feed);
-                break;
+                ) {
+                    break;
+                }
             }
             Step::Cancel | Step::Ended => {
                 drop(stream.take()); // drops the upstream request now
                 // What is in flight goes first, in order.
                 while let Some((stored, originals)) = inflight.next().await {
-                    match stored {
-                        Ok(entries) => forward(
-                            &thread,
-                            &run_id,
-                            &mut feed,
-                            &starter_visibility,
-                            &entries,
-                            originals,
-                        ),
-                        Err(_) => {
-                            journal_failed(&mut feed);
-                            break 'run;
-                        }
+                    if !deliver(
+                        &thread,
+                        &run_id,
+                        &mut feed,
+                        &starter_visibility,
+                        stored,
+                        originals,
+                    ) {
+                        break 'run;
                     }
                 }
                 let mut closing = Vec::new();
@@ -816,7 +810,21 @@ async fn journal(
     events: Vec<Event>,
     originals: Vec<ForRequester>,
 ) -> bool {
-    match thread.try_append(events).await {
+    let stored = thread.try_append(events).await;
+    deliver(thread, run_id, feed, visibility, stored, originals)
+}
+
+/// Forwards a stored batch to the requester; `false` when the journal
+/// failed it (see [`journal_failed`]).
+fn deliver(
+    thread: &Thread,
+    run_id: &str,
+    feed: &mut Option<Arc<Outbox>>,
+    visibility: &super::ViewerVisibility,
+    stored: Result<Vec<Arc<Entry>>, StoreError>,
+    originals: Vec<ForRequester>,
+) -> bool {
+    match stored {
         Ok(entries) => {
             forward(thread, run_id, feed, visibility, &entries, originals);
             true
