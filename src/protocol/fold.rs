@@ -48,6 +48,12 @@ pub struct RunInfo {
     pub status: RunStatus,
 }
 
+/// Largest folded state, in serialized bytes. A `STATE_DELTA` that would
+/// grow the state past it is refused like a failing patch (state unchanged): `copy` operations can double the state each time, and forty tiny
+/// deltas copying the root would grow it past 2 GB (found by the `fold`
+/// fuzz target), whatever the per-event size limits say.
+pub const MAX_STATE_BYTES: usize = 32 << 20;
+
 /// A thread's folded view.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Fold {
@@ -57,6 +63,31 @@ pub struct Fold {
     state: Value,
     interrupts: Vec<Value>,
     run: Option<RunInfo>,
+    state_bytes: SizeEstimate,
+}
+
+/// An upper estimate of the state's serialized size (exact after a reload
+/// or a recount), and the cap it is held to. Not part of the fold's value:
+/// two folds of the same events are equal whatever their estimates.
+#[derive(Debug, Clone, Copy)]
+struct SizeEstimate {
+    bytes: usize,
+    cap: usize,
+}
+
+impl Default for SizeEstimate {
+    fn default() -> Self {
+        SizeEstimate {
+            bytes: 2,
+            cap: MAX_STATE_BYTES,
+        }
+    }
+}
+
+impl PartialEq for SizeEstimate {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 impl Fold {
@@ -242,15 +273,18 @@ impl Fold {
                     None => self.messages.push(Value::Object(m)),
                 }
             }
-            StateSnapshot => self.state = b.get("snapshot").cloned().unwrap_or(Value::Null),
+            StateSnapshot => {
+                self.state = b.get("snapshot").cloned().unwrap_or(Value::Null);
+                // The event's own size bounds its snapshot's.
+                self.state_bytes.bytes = event.json().len();
+            }
             StateDelta => {
                 if let Some(ops) = b
                     .get("delta")
                     .cloned()
                     .and_then(|d| serde_json::from_value::<json_patch::Patch>(d).ok())
                 {
-                    // Atomic: a failing patch reverts what it did.
-                    let _ = json_patch::patch(&mut self.state, &ops);
+                    self.apply_delta(ops);
                 }
             }
             MessagesSnapshot => {
@@ -310,6 +344,68 @@ impl Fold {
             }
             _ => {}
         }
+    }
+
+    /// Applies an RFC 6902 patch atomically (a failing one leaves the state
+    /// as it was, as the client does), refusing one that would grow the state
+    /// past [`MAX_STATE_BYTES`].
+    fn apply_delta(&mut self, ops: json_patch::Patch) {
+        use json_patch::PatchOperation::{Add, Copy, Replace};
+        let has_copy = ops.0.iter().any(|op| matches!(op, Copy(_)));
+        if !has_copy {
+            // Growth is bounded by the values the event carries.
+            let growth: usize = ops
+                .0
+                .iter()
+                .map(|op| match op {
+                    Add(a) => json_len(&a.value),
+                    Replace(r) => json_len(&r.value),
+                    _ => 0,
+                })
+                .sum();
+            if !self.fits(&self.state, self.state_bytes.bytes, growth) {
+                return;
+            }
+            if json_patch::patch(&mut self.state, &ops).is_ok() {
+                self.state_bytes.bytes += growth;
+            }
+            return;
+        }
+        // A copy grows the state by its source as it stands when the copy
+        // runs: apply one operation at a time, on a working copy.
+        let mut work = self.state.clone();
+        let mut size = self.state_bytes.bytes;
+        for op in ops.0 {
+            let growth = match &op {
+                Add(a) => json_len(&a.value),
+                Replace(r) => json_len(&r.value),
+                Copy(c) => work.pointer(&c.from.to_string()).map(json_len).unwrap_or(0),
+                _ => 0,
+            };
+            if !self.fits(&work, size, growth) {
+                return;
+            }
+            size += growth;
+            if json_patch::patch(&mut work, &[op]).is_err() {
+                return;
+            }
+        }
+        self.state = work;
+        self.state_bytes.bytes = size;
+    }
+
+    /// True when a state of (estimated) `size` bytes may grow by `growth`;
+    /// an estimate over the cap is recounted exactly before refusing.
+    fn fits(&self, state: &Value, size: usize, growth: usize) -> bool {
+        let cap = self.state_bytes.cap;
+        size.saturating_add(growth) <= cap || json_len(state).saturating_add(growth) <= cap
+    }
+
+    /// The same fold with another state cap (tests use a small one).
+    #[cfg(test)]
+    fn with_state_cap(mut self, cap: usize) -> Fold {
+        self.state_bytes.cap = cap;
+        self
     }
 
     fn set_status(&mut self, status: RunStatus) {
@@ -403,6 +499,10 @@ impl Fold {
                 .and_then(Value::as_array)
                 .cloned()
                 .unwrap_or_default(),
+            state_bytes: SizeEstimate {
+                bytes: v.get("state").map(json_len).unwrap_or(2),
+                cap: MAX_STATE_BYTES,
+            },
             state: v.get("state").cloned().unwrap_or(json!({})),
             interrupts: v
                 .get("interrupts")
@@ -418,6 +518,23 @@ fn copy(from: &Map<String, Value>, to: &mut Map<String, Value>, key: &str) {
     if let Some(v) = from.get(key).filter(|v| !v.is_null()) {
         to.insert(key.into(), v.clone());
     }
+}
+
+/// The serialized size of `v`, without allocating it.
+fn json_len(v: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, v);
+    count.0
 }
 
 /// `v[key]`, inserted as null when missing; `None` when `v` is not an
@@ -586,5 +703,33 @@ mod tests {
         assert_eq!(a["toolCalls"][1]["encryptedValue"], "x");
         assert_eq!(a["content"], "hi");
         assert_eq!(f.messages()[1]["toolCalls"][0]["id"], "c3");
+    }
+
+    #[test]
+    fn copy_deltas_cannot_grow_the_state_without_bound() {
+        // The fuzz target's reproducer, in spirit: each delta copies the root.
+        let mut events = vec![json!({"type":"STATE_SNAPSHOT","snapshot":{"k":"x".repeat(1000)}})];
+        for i in 0..40 {
+            events.push(json!({"type":"STATE_DELTA","delta":[{"op":"copy","from":"","path":format!("/a{i}")}]}));
+        }
+        // And one delta doubling forty times on its own.
+        let doubling: Vec<Value> = (0..40)
+            .map(|i| json!({"op":"copy","from":"","path":format!("/b{i}")}))
+            .collect();
+        events.push(json!({"type":"STATE_DELTA","delta": doubling}));
+        let cap = 1 << 20;
+        let mut f = Fold::new().with_state_cap(cap);
+        for (i, e) in events.iter().enumerate() {
+            f.apply(i as u64 + 1, &Event::build(e.clone()));
+        }
+        let size = json_len(f.state());
+        assert!(size <= cap, "{size}");
+        assert!(size > cap / 4, "grew until the cap: {size}");
+        // Ordinary deltas still apply.
+        let f = fold(&[
+            json!({"type":"STATE_SNAPSHOT","snapshot":{"a":1}}),
+            json!({"type":"STATE_DELTA","delta":[{"op":"copy","from":"/a","path":"/b"},{"op":"add","path":"/c","value":[1,2]}]}),
+        ]);
+        assert_eq!(f.state(), &json!({"a":1,"b":1,"c":[1,2]}));
     }
 }
