@@ -49,7 +49,7 @@ impl RunAgentInput {
     /// Parses a request body, naming the offending field on failure.
     pub fn from_json(body: &[u8]) -> Result<RunAgentInput, InputError> {
         let de = &mut serde_json::Deserializer::from_slice(body);
-        let input: RunAgentInput = serde_path_to_error::deserialize(de).map_err(|e| {
+        let input: RunAgentInput = serde_path_to_error::deserialize(&mut *de).map_err(|e| {
             let path = e.path().to_string();
             let message = e.inner().to_string();
             let message = message
@@ -58,13 +58,20 @@ impl RunAgentInput {
                 .unwrap_or(&message)
                 .to_owned();
             InputError {
-                path: if path == "." || path == "?" {
+                // (an error under the key "" has the empty path)
+                path: if path.is_empty() || path == "." || path == "?" {
                     "body".into()
                 } else {
                     path
                 },
                 message,
             }
+        })?;
+        // One JSON value and nothing after it, as `serde_json::from_slice` has
+        // it: `{…} {…}` is not a body (found by the `run_agent_input` fuzz target).
+        de.end().map_err(|_| InputError {
+            path: "body".into(),
+            message: "trailing characters after the JSON value".into(),
         })?;
         input.validate()?;
         Ok(input)
@@ -445,6 +452,11 @@ mod tests {
         assert_eq!(e.path, "threadId");
         let e = RunAgentInput::from_json(b"{not json").unwrap_err();
         assert_eq!(e.path, "body");
+        let e = RunAgentInput::from_json(br#"{"":{"a""#).unwrap_err();
+        assert_eq!(e.path, "body");
+        let e = RunAgentInput::from_json(br#"{"threadId":"t","runId":"r"}]}"#).unwrap_err();
+        assert_eq!(e.path, "body");
+        assert!(RunAgentInput::from_json(b"{\"threadId\":\"t\",\"runId\":\"r\"}\n ").is_ok());
         let e = RunAgentInput::from_json(
             br#"{"threadId":"t","runId":"r","resume":[{"interruptId":"i","status":"maybe"}]}"#,
         )

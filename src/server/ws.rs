@@ -316,6 +316,42 @@ fn opt_array(v: &Value, field: &str) -> Result<Vec<Value>, ApiError> {
     }
 }
 
+/// A frame [`decode_command`] refused: the error to answer with, and the
+/// frame's `id` (when the frame was an object that had one) for the answer
+/// to echo, so the client can match it to its command.
+#[derive(Debug)]
+pub struct Refusal {
+    /// The frame's `id`, echoed in the error answer.
+    pub id: Option<Value>,
+    /// Why the frame is not a command (always `invalid`).
+    pub error: ApiError,
+}
+
+/// Decodes one client text frame into its command object and `type`.
+///
+/// This is the whole of a frame's decoding that needs no connection state,
+/// kept pure and public so it can be fuzzed without a socket (`tests/fuzz`,
+/// target `ws_command`). The refusal is boxed: it is the rare path, and large.
+pub fn decode_command(text: &str) -> Result<(Value, String), Box<Refusal>> {
+    let v: Value = match serde_json::from_str(text) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => {
+            let error = ApiError::new(ErrorCode::Invalid, "frame is not a JSON object");
+            return Err(Box::new(Refusal { id: None, error }));
+        }
+    };
+    match req_str(&v, "type") {
+        Ok(kind) => {
+            let kind = kind.to_owned();
+            Ok((v, kind))
+        }
+        Err(error) => Err(Box::new(Refusal {
+            id: v.get("id").cloned(),
+            error,
+        })),
+    }
+}
+
 impl Conn {
     fn error(&self, id: Option<&Value>, e: ApiError) {
         let mut v = json!({"type": "error", "code": e.code.as_str(), "message": e.message});
@@ -338,24 +374,15 @@ impl Conn {
 
     /// Handles one command; returns a new token expiry after a refresh.
     async fn handle(&mut self, text: &str) -> Option<u64> {
-        let v: Value = match serde_json::from_str(text) {
-            Ok(v @ Value::Object(_)) => v,
-            _ => {
-                self.error(
-                    None,
-                    ApiError::new(ErrorCode::Invalid, "frame is not a JSON object"),
-                );
+        let (v, kind) = match decode_command(text) {
+            Ok(command) => command,
+            Err(refusal) => {
+                let Refusal { id, error } = *refusal;
+                self.error(id.as_ref(), error);
                 return None;
             }
         };
         let id = v.get("id");
-        let kind = match req_str(&v, "type") {
-            Ok(k) => k.to_owned(),
-            Err(e) => {
-                self.error(id, e);
-                return None;
-            }
-        };
         let result = match kind.as_str() {
             "ping" => {
                 let mut pong = json!({"type": "pong"});
