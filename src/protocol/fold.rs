@@ -401,9 +401,9 @@ impl Fold {
         size.saturating_add(growth) <= cap || json_len(state).saturating_add(growth) <= cap
     }
 
-    /// The same fold with another state cap (tests use a small one).
-    #[cfg(test)]
-    fn with_state_cap(mut self, cap: usize) -> Fold {
+    /// The same fold with another state cap than [`MAX_STATE_BYTES`] (tests
+    /// and the fuzz target use a small one, so hitting it stays cheap).
+    pub fn with_state_cap(mut self, cap: usize) -> Fold {
         self.state_bytes.cap = cap;
         self
     }
