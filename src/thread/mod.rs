@@ -945,6 +945,13 @@ mod tests {
         )
     }
 
+    /// Thread `th` of tenant `ten` in `ts`, created by `u` if new.
+    async fn thread_th(ts: &Threads) -> Arc<Thread> {
+        ts.get_or_create(&ThreadKey::new("ten", "th"), "u")
+            .await
+            .unwrap()
+    }
+
     fn ev(v: Value) -> Event {
         Event::build(v)
     }
@@ -966,10 +973,7 @@ mod tests {
     #[tokio::test]
     async fn seqs_are_gapless_and_viewers_get_snapshot_then_live() {
         let ts = threads(1000);
-        let t = ts
-            .get_or_create(&ThreadKey::new("ten", "th"), "u")
-            .await
-            .unwrap();
+        let t = thread_th(&ts).await;
         t.append(vec![ev(
             json!({"type":"RUN_STARTED","threadId":"th","runId":"r"}),
         )])
@@ -995,10 +999,7 @@ mod tests {
     #[tokio::test]
     async fn after_replays_and_compaction_forces_reset() {
         let ts = threads(3);
-        let t = ts
-            .get_or_create(&ThreadKey::new("ten", "th"), "u")
-            .await
-            .unwrap();
+        let t = thread_th(&ts).await;
         for i in 0..5 {
             t.append(vec![ev(json!({"type":"CUSTOM","name":"n","value":i}))])
                 .await;
@@ -1036,10 +1037,7 @@ mod tests {
                 idle_ttl: std::time::Duration::from_millis(1),
             },
         );
-        let t = ts
-            .get_or_create(&ThreadKey::new("ten", "th"), "u")
-            .await
-            .unwrap();
+        let t = thread_th(&ts).await;
         t.append(vec![ev(json!({"type":"CUSTOM","name":"n","value":1}))])
             .await;
         assert_eq!(t.entries_after(0).unwrap().len(), 1);
@@ -1133,10 +1131,7 @@ mod tests {
     #[tokio::test]
     async fn a_lagging_viewer_reads_the_journal_and_goes_live_again() {
         let ts = threads(3);
-        let t = ts
-            .get_or_create(&ThreadKey::new("ten", "th"), "u")
-            .await
-            .unwrap();
+        let t = thread_th(&ts).await;
         // A 300-byte budget: a few frames, then the viewer lags.
         let (ob, mut rx) = fanout::outbox(300);
         t.subscribe(1, ob, Start::Live, None);
@@ -1172,10 +1167,7 @@ mod tests {
     #[tokio::test]
     async fn unsubscribing_or_leaving_ends_a_catch_up() {
         let ts = threads(3);
-        let t = ts
-            .get_or_create(&ThreadKey::new("ten", "th"), "u")
-            .await
-            .unwrap();
+        let t = thread_th(&ts).await;
         let (ob, mut rx) = fanout::outbox(100);
         t.subscribe(1, ob, Start::Live, None);
         let (gone, gone_rx) = fanout::outbox(100);
@@ -1258,10 +1250,7 @@ mod tests {
                 idle_ttl: std::time::Duration::ZERO,
             },
         );
-        let t = ts
-            .get_or_create(&ThreadKey::new("ten", "th"), "u")
-            .await
-            .unwrap();
+        let t = thread_th(&ts).await;
         (ts, t)
     }
 
@@ -1406,10 +1395,7 @@ mod tests {
     #[tokio::test]
     async fn unread_snapshots_and_replays_stay_within_the_budget() {
         let ts = threads(1000);
-        let t = ts
-            .get_or_create(&ThreadKey::new("ten", "th"), "u")
-            .await
-            .unwrap();
+        let t = thread_th(&ts).await;
         for i in 0..50 {
             t.append(vec![ev(
                 json!({"type":"CUSTOM","name":"n","value":format!("{i:0>100}")}),
