@@ -597,7 +597,11 @@ async fn drive(
     let mut stream = Some(RunStream::start(agent.clone(), body, upstream_headers));
     // The requester's outbox while this task feeds it (the journal takes
     // over if it lags); `starter` itself is kept to notice the requester leave.
-    let mut feed = starter.clone();
+    let mut feed = RequesterFeed {
+        outbox: starter.clone(),
+        visibility: starter_visibility,
+        run_id: run_id.clone(),
+    };
     let mut open = OpenEntities::default();
     let mut started = false;
     let mut interrupts = InterruptNormalizer::new(agent.interrupts);
@@ -642,21 +646,14 @@ async fn drive(
         match step {
             Step::StarterGone => {
                 starter = None;
-                feed = None;
+                feed.stop();
                 if thread.viewer_count() == 0 {
                     tracing::info!(thread = %thread_id, run = %run_id, "requester left and nobody is watching: cancelling");
                     cancel.cancel();
                 }
             }
             Step::Stored(stored, originals) => {
-                if !deliver(
-                    &thread,
-                    &run_id,
-                    &mut feed,
-                    &starter_visibility,
-                    stored,
-                    originals,
-                ) {
+                if !feed.deliver(&thread, stored, originals) {
                     break;
                 }
             }
@@ -664,14 +661,7 @@ async fn drive(
                 drop(stream.take()); // drops the upstream request now
                 // What is in flight goes first, in order.
                 while let Some((stored, originals)) = inflight.next().await {
-                    if !deliver(
-                        &thread,
-                        &run_id,
-                        &mut feed,
-                        &starter_visibility,
-                        stored,
-                        originals,
-                    ) {
+                    if !feed.deliver(&thread, stored, originals) {
                         break 'run;
                     }
                 }
@@ -692,15 +682,7 @@ async fn drive(
                     closing.push(Event::build(json!({"type": "RUN_FINISHED", "threadId": thread_id, "runId": run_id, "outcome": {"type": "cancelled"}})));
                     tracing::info!(thread = %thread_id, run = %run_id, "run cancelled");
                 }
-                journal(
-                    &thread,
-                    &run_id,
-                    &mut feed,
-                    &starter_visibility,
-                    closing,
-                    Vec::new(),
-                )
-                .await;
+                feed.journal(&thread, closing, Vec::new()).await;
                 break;
             }
             Step::Events(batch) => {
@@ -746,7 +728,7 @@ async fn drive(
                             .push_back(async move { (thread.settle(pending).await, originals) });
                     }
                     Err(_) => {
-                        journal_failed(&mut feed);
+                        feed.journal_failed();
                         break;
                     }
                 }
@@ -799,86 +781,99 @@ fn apply_filter(filter: &mut Option<Box<dyn EventFilter>>, staged: Staged) -> (S
     (out, false)
 }
 
-/// Journals a run's `events` and forwards them to its requester; `false`
-/// when the journal failed: nothing was published, and the requester is told
-/// with a `RUN_ERROR journal_unavailable` the journal cannot hold.
-async fn journal(
-    thread: &Thread,
-    run_id: &str,
-    feed: &mut Option<Arc<Outbox>>,
-    visibility: &super::ViewerVisibility,
-    events: Vec<Event>,
-    originals: Vec<ForRequester>,
-) -> bool {
-    let stored = thread.try_append(events).await;
-    deliver(thread, run_id, feed, visibility, stored, originals)
+/// The HTTP requester's stream while the run's task feeds it: the journal
+/// takes over when it lags, and nothing follows once the journal failed.
+struct RequesterFeed {
+    outbox: Option<Arc<Outbox>>,
+    visibility: super::ViewerVisibility,
+    run_id: String,
 }
 
-/// Forwards a stored batch to the requester; `false` when the journal
-/// failed it (see [`journal_failed`]).
-fn deliver(
-    thread: &Thread,
-    run_id: &str,
-    feed: &mut Option<Arc<Outbox>>,
-    visibility: &super::ViewerVisibility,
-    stored: Result<Vec<Arc<Entry>>, StoreError>,
-    originals: Vec<ForRequester>,
-) -> bool {
-    match stored {
-        Ok(entries) => {
-            forward(thread, run_id, feed, visibility, &entries, originals);
-            true
-        }
-        Err(_) => {
-            journal_failed(feed);
-            false
+impl RequesterFeed {
+    /// Stops feeding (the requester left).
+    fn stop(&mut self) {
+        self.outbox = None;
+    }
+
+    /// Journals `events` and forwards them; `false` when the journal failed
+    /// (see [`RequesterFeed::deliver`]).
+    async fn journal(
+        &mut self,
+        thread: &Thread,
+        events: Vec<Event>,
+        originals: Vec<ForRequester>,
+    ) -> bool {
+        let stored = thread.try_append(events).await;
+        self.deliver(thread, stored, originals)
+    }
+
+    /// Forwards a stored batch; `false` when the journal failed it: nothing
+    /// was published, and the requester is told with a `RUN_ERROR
+    /// journal_unavailable` the journal cannot hold.
+    fn deliver(
+        &mut self,
+        thread: &Thread,
+        stored: Result<Vec<Arc<Entry>>, StoreError>,
+        originals: Vec<ForRequester>,
+    ) -> bool {
+        match stored {
+            Ok(entries) => {
+                self.forward(thread, &entries, originals);
+                true
+            }
+            Err(_) => {
+                self.journal_failed();
+                false
+            }
         }
     }
-}
 
-/// Tells the requester its run stopped because the journal failed, with a
-/// `RUN_ERROR journal_unavailable` the journal cannot hold; it is fed no more.
-fn journal_failed(feed: &mut Option<Arc<Outbox>>) {
-    if let Some(outbox) = feed.take() {
-        let error = run_error(
-            "journal_unavailable",
-            "the gateway could not store this run's events; the run was stopped",
-        );
-        outbox.push_replay(Outgoing::Event(Arc::new(Entry::new("", 0, error))));
-    }
-}
-
-/// Sends a run's entries to its HTTP requester, `originals[i]` deciding what
-/// it gets for entry `i` (see [`ForRequester`]; missing items mean the entry).
-/// A requester that falls behind its budget is handed to the journal (it
-/// reads the rest of the run from there, losing nothing) and `starter` is
-/// cleared: the run no longer feeds it.
-fn forward(
-    thread: &Thread,
-    run_id: &str,
-    starter: &mut Option<Arc<Outbox>>,
-    visibility: &super::ViewerVisibility,
-    entries: &[Arc<Entry>],
-    originals: Vec<ForRequester>,
-) {
-    let Some(outbox) = starter else { return };
-    let mut originals = originals.into_iter();
-    for e in entries {
-        let item = match originals.next().unwrap_or(Some(None)) {
-            None => continue,
-            Some(None) => e.clone(),
-            Some(Some(original)) => Arc::new(Entry::new("", e.seq, original)),
-        };
-        if visibility.as_ref().is_some_and(|v| v.hides(&item.event)) {
-            continue;
+    /// Ends the requester's stream with `RUN_ERROR journal_unavailable`.
+    fn journal_failed(&mut self) {
+        if let Some(outbox) = self.outbox.take() {
+            let error = run_error(
+                "journal_unavailable",
+                "the gateway could not store this run's events; the run was stopped",
+            );
+            outbox.push_replay(Outgoing::Event(Arc::new(Entry::new("", 0, error))));
         }
-        match outbox.push_live(Outgoing::Event(item)) {
-            Live::Queued => {}
-            Live::Closed => return,
-            Live::Full => {
-                thread.requester_lagged(outbox.clone(), visibility.clone(), run_id, e.seq - 1);
-                *starter = None;
-                return;
+    }
+
+    /// Sends a run's entries, `originals[i]` deciding what the requester gets
+    /// for entry `i` (see [`ForRequester`]; missing items mean the entry). A
+    /// requester that falls behind its budget is handed to the journal (it
+    /// reads the rest of the run from there, losing nothing) and is fed no
+    /// more from here.
+    fn forward(&mut self, thread: &Thread, entries: &[Arc<Entry>], originals: Vec<ForRequester>) {
+        let Some(outbox) = &self.outbox else { return };
+        let mut originals = originals.into_iter();
+        for e in entries {
+            let item = match originals.next().unwrap_or(Some(None)) {
+                None => continue,
+                Some(None) => e.clone(),
+                Some(Some(original)) => Arc::new(Entry::new("", e.seq, original)),
+            };
+            if self
+                .visibility
+                .as_ref()
+                .is_some_and(|v| v.hides(&item.event))
+            {
+                continue;
+            }
+            match outbox.push_live(Outgoing::Event(item)) {
+                Live::Queued => {}
+                Live::Closed => return,
+                Live::Full => {
+                    let lagging = outbox.clone();
+                    thread.requester_lagged(
+                        lagging,
+                        self.visibility.clone(),
+                        &self.run_id,
+                        e.seq - 1,
+                    );
+                    self.outbox = None;
+                    return;
+                }
             }
         }
     }
