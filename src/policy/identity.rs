@@ -7,8 +7,8 @@
 //! (view-only ones included) and every snapshot would otherwise show.
 
 use crate::auth::Principal;
+use crate::protocol::hooks::EventFilter;
 use crate::protocol::{Event, EventType};
-use crate::thread::run::EventFilter;
 use serde::Deserialize;
 use serde_json::{Value, json};
 

@@ -14,7 +14,7 @@ use super::{Policy, RuleFile, Scope};
 use crate::auth::Principal;
 use crate::protocol::Event;
 use crate::protocol::event::run_error;
-use crate::thread::run::EventFilter;
+use crate::protocol::hooks::EventFilter;
 use base64::Engine;
 use ipnet::{Ipv4Net, Ipv6Net};
 use serde_json::Value;

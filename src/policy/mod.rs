@@ -9,7 +9,7 @@
 //! identity can be injected into `forwardedProps` ([`identity`]).
 //!
 //! Request-side checks run before a run is started; event-side rules run as
-//! the run's [`EventFilter`](crate::thread::run::EventFilter), so nothing a
+//! the run's [`EventFilter`](crate::protocol::hooks::EventFilter), so nothing a
 //! rule removed is ever journaled or shown.
 
 pub mod cel;
@@ -23,7 +23,7 @@ pub mod visibility;
 use crate::auth::Principal;
 use crate::auth::access::glob_match;
 use crate::protocol::Event;
-use crate::thread::run::{EventFilter, RunInput};
+use crate::protocol::hooks::{EventFilter, RunInput};
 use serde::Deserialize;
 use serde_json::Value;
 use std::path::Path;
@@ -331,7 +331,7 @@ impl Policy {
         who: &Principal,
         agent: &str,
         thread: &str,
-    ) -> crate::thread::ViewerVisibility {
+    ) -> crate::protocol::hooks::ViewerVisibility {
         let class = visibility::class_of(&self.visibility, who, agent, thread);
         if class.is_empty() {
             return None;

@@ -13,8 +13,8 @@
 
 use super::{RuleFile, Scope};
 use crate::auth::Principal;
+use crate::protocol::hooks::EventFilter;
 use crate::protocol::{Event, EventType};
-use crate::thread::run::EventFilter;
 use regex::Regex;
 use serde::Deserialize;
 use serde_json::{Value, json};

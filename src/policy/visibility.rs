@@ -10,8 +10,8 @@
 use super::{RuleFile, Scope};
 use crate::auth::Principal;
 use crate::auth::access::glob_match;
+use crate::protocol::hooks::Visibility;
 use crate::protocol::{Event, EventType};
-use crate::thread::Visibility;
 use serde_json::{Map, Value};
 use std::collections::HashSet;
 

@@ -6,10 +6,12 @@
 //! rules. [`input`] is the request side (`RunAgentInput` and what it holds).
 //! [`fold`] summarizes a journal; [`open`] tracks what a run left open;
 //! [`join`] presents any window of a journal as a valid AG-UI stream.
+//! [`hooks`] are the traits policy implements for the run loop.
 
 pub mod chunks;
 pub mod event;
 pub mod fold;
+pub mod hooks;
 pub mod input;
 pub mod interrupts;
 pub mod join;

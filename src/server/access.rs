@@ -46,7 +46,7 @@ pub fn visibility_on(
     state: &AppState,
     who: &Principal,
     thread: &Thread,
-) -> crate::thread::ViewerVisibility {
+) -> crate::protocol::hooks::ViewerVisibility {
     state.policy().visibility_for(
         who,
         thread.meta().agent.as_deref().unwrap_or(""),

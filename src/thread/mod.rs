@@ -14,6 +14,7 @@ pub mod run;
 
 use crate::protocol::event::now_millis;
 use crate::protocol::fold::{Fold, RunInfo, RunStatus};
+use crate::protocol::hooks::ViewerVisibility;
 use crate::protocol::sse::encode_data;
 use crate::protocol::{Event, EventType};
 use crate::store::{AppendBatch, JournalStore, StoreError, ThreadKey, ThreadMeta};
@@ -67,17 +68,6 @@ impl Entry {
         buf.freeze()
     }
 }
-
-/// What one viewer may see. The policy layer implements it; threads only ask.
-pub trait Visibility: Send + Sync {
-    /// True when this viewer must not receive `event`.
-    fn hides(&self, event: &Event) -> bool;
-    /// Removes from a snapshot what this viewer may not see.
-    fn redact_snapshot(&self, snapshot: &mut Map<String, Value>);
-}
-
-/// A viewer's visibility (`None`: sees everything).
-pub type ViewerVisibility = Option<Arc<dyn Visibility>>;
 
 /// A viewer registered on a thread.
 pub(super) struct Viewer {

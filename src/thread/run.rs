@@ -12,9 +12,10 @@ use super::fanout::{Live, Outbox, Outgoing};
 use super::{Entry, Inner, Thread};
 use crate::protocol::event::run_error;
 use crate::protocol::fold::RunStatus;
+use crate::protocol::hooks::{EventFilter, RunInput, ViewerVisibility};
 use crate::protocol::interrupts::InterruptNormalizer;
 use crate::protocol::open::OpenEntities;
-use crate::protocol::{Event, EventType, RunAgentInput};
+use crate::protocol::{Event, EventType};
 use crate::store::StoreError;
 use crate::upstream::{Agent, RunStream};
 use bytes::Bytes;
@@ -27,99 +28,6 @@ use tokio_util::sync::CancellationToken;
 
 pub use crate::config::Strategy;
 
-/// The input a run request carries.
-#[derive(Debug, Clone)]
-pub enum RunInput {
-    /// WebSocket: only new messages; the gateway adds history and state.
-    Incremental {
-        messages: Vec<Value>,
-        tools: Vec<Value>,
-        context: Vec<Value>,
-        state: Option<Value>,
-        forwarded_props: Option<Value>,
-        resume: Option<Value>,
-    },
-    /// HTTP face: a complete `RunAgentInput` from an AG-UI client, forwarded as is.
-    Complete(RunAgentInput),
-}
-
-impl RunInput {
-    /// The resume entries, as JSON.
-    fn resume_entries(&self) -> Vec<Value> {
-        match self {
-            RunInput::Incremental { resume, .. } => resume
-                .as_ref()
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default(),
-            RunInput::Complete(i) => i
-                .resume
-                .iter()
-                .flatten()
-                .map(|r| serde_json::to_value(r).expect("serializes"))
-                .collect(),
-        }
-    }
-
-    /// LangGraph answers interrupts through `forwardedProps.command.resume`:
-    /// the single answer's payload, or a map of interrupt id → payload.
-    fn set_langgraph_command(&mut self) {
-        let entries = self.resume_entries();
-        let answer = match entries.as_slice() {
-            [one] => one.get("payload").cloned().unwrap_or(Value::Null),
-            many => Value::Object(
-                many.iter()
-                    .filter_map(|e| {
-                        Some((
-                            e.get("interruptId")?.as_str()?.to_owned(),
-                            e.get("payload").cloned().unwrap_or(Value::Null),
-                        ))
-                    })
-                    .collect(),
-            ),
-        };
-        let props = match self {
-            RunInput::Incremental {
-                forwarded_props, ..
-            } => forwarded_props.get_or_insert_with(|| json!({})),
-            RunInput::Complete(i) => i.forwarded_props.get_or_insert_with(|| json!({})),
-        };
-        // Client JSON: `forwardedProps` or its `command` may be any type.
-        let Some(props) = props.as_object_mut() else {
-            *props = json!({"command": {"resume": answer}});
-            return;
-        };
-        match props.get_mut("command").and_then(Value::as_object_mut) {
-            Some(command) => {
-                command.insert("resume".into(), answer);
-            }
-            None => {
-                props.insert("command".into(), json!({"resume": answer}));
-            }
-        }
-    }
-
-    fn has_resume(&self) -> bool {
-        match self {
-            RunInput::Incremental { resume, .. } => resume
-                .as_ref()
-                .is_some_and(|r| r.as_array().is_some_and(|a| !a.is_empty())),
-            RunInput::Complete(i) => i.resume.as_ref().is_some_and(|r| !r.is_empty()),
-        }
-    }
-}
-
-/// A hook on a run's upstream events, applied before they are journaled.
-///
-/// `thread` defines it and never looks inside: the policy layer (further down
-/// the pipeline) implements it, so operator rules can drop, rewrite or fail
-/// events without the journal ever holding what they removed.
-pub trait EventFilter: Send {
-    /// What to journal instead of `event`: any number of events, or `Err`
-    /// with a terminal event (e.g. `RUN_ERROR policy_violation`) that ends the run.
-    fn filter(&mut self, event: Event) -> Result<Vec<Event>, Box<Event>>;
-}
-
 /// A request to run an agent on a thread.
 pub struct RunRequest {
     pub agent: Arc<Agent>,
@@ -128,7 +36,7 @@ pub struct RunRequest {
     /// The HTTP requester's stream: this run's events only.
     pub starter: Option<Arc<Outbox>>,
     /// What the HTTP requester may see.
-    pub starter_visibility: super::ViewerVisibility,
+    pub starter_visibility: ViewerVisibility,
     /// Operator rules on the run's events, if any.
     pub filter: Option<Box<dyn EventFilter>>,
     /// Extra upstream request headers (the verified identity, when configured).
@@ -785,7 +693,7 @@ fn apply_filter(filter: &mut Option<Box<dyn EventFilter>>, staged: Staged) -> (S
 /// takes over when it lags, and nothing follows once the journal failed.
 struct RequesterFeed {
     outbox: Option<Arc<Outbox>>,
-    visibility: super::ViewerVisibility,
+    visibility: ViewerVisibility,
     run_id: String,
 }
 
