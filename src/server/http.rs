@@ -8,7 +8,7 @@
 use super::AppState;
 use super::access::{AccessError, thread_for};
 use super::error::{ApiError, ErrorCode};
-use super::sse::{async_stream, sse_response};
+use super::sse::{SSE_CHUNK, async_stream, sse_response};
 use crate::auth::{Permission, Principal};
 use crate::protocol::hooks::RunInput;
 use crate::protocol::sse::KEEPALIVE;
@@ -21,6 +21,7 @@ use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use bytes::BytesMut;
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -230,22 +231,41 @@ fn run_response(state: Arc<AppState>, rx: OutboxReceiver) -> Response {
         let mut ticker =
             tokio::time::interval_at(tokio::time::Instant::now() + keepalive, keepalive);
         loop {
-            let (frame, terminal) = tokio::select! {
-                item = rx.recv() => match item {
-                    Some(Outgoing::Event(e)) => {
-                        state.metrics.events_forwarded.fetch_add(1, Relaxed);
-                        let terminal = e.event.kind().is_terminal();
-                        if terminal {
-                            state.metrics.run_ended(&outcome_label(&e.event));
-                        }
-                        (e.sse(), terminal)
-                    }
-                    Some(Outgoing::Message(_)) => continue,
-                    Some(Outgoing::Close(..)) | None => break,
-                },
-                _ = ticker.tick() => (Bytes::from_static(KEEPALIVE), false),
+            let first = tokio::select! {
+                item = rx.recv() => item,
+                _ = ticker.tick() => {
+                    if tx.send(Bytes::from_static(KEEPALIVE)).await.is_err() { break; }
+                    continue;
+                }
             };
-            if tx.send(frame).await.is_err() || terminal {
+            let Some(first) = first else { break };
+            // What is queued goes out as one chunk (one write), not one per event.
+            let mut chunk = BytesMut::new();
+            let mut item = Some(first);
+            let mut ended = false;
+            while let Some(next) = item {
+                match next {
+                    Outgoing::Event(e) => {
+                        state.metrics.events_forwarded.fetch_add(1, Relaxed);
+                        chunk.extend_from_slice(&super::sse::entry_frame(&e));
+                        if e.event.kind().is_terminal() {
+                            state.metrics.run_ended(&outcome_label(&e.event));
+                            ended = true;
+                            break;
+                        }
+                    }
+                    Outgoing::Message(_) => {}
+                    Outgoing::Close(..) => {
+                        ended = true;
+                        break;
+                    }
+                }
+                if chunk.len() >= SSE_CHUNK {
+                    break;
+                }
+                item = rx.try_recv();
+            }
+            if (!chunk.is_empty() && tx.send(chunk.freeze()).await.is_err()) || ended {
                 break;
             }
         }

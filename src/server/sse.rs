@@ -1,9 +1,12 @@
 //! Server-Sent Event responses: a task-fed byte stream and the headers every
 //! SSE route sends (no caching, no proxy buffering).
 
+use crate::protocol::sse::encode_data;
+use crate::thread::{Entry, FrameSlot};
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
+use bytes::BytesMut;
 
 /// A byte stream fed by a task; ends when the task returns. Dropping the
 /// stream (the client left) aborts the task, running its destructors.
@@ -35,4 +38,18 @@ pub fn sse_response(
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     resp
+}
+
+/// Most bytes of queued events coalesced into one SSE chunk (one write):
+/// a busy stream is written in large chunks instead of one per event.
+pub const SSE_CHUNK: usize = 64 * 1024;
+
+/// A journal entry's SSE frame (`id: <seq>` + `data: <event>`), built once
+/// per entry and shared by every SSE reader.
+pub fn entry_frame(entry: &Entry) -> Bytes {
+    entry.frame(FrameSlot::SSE, |e| {
+        let mut buf = BytesMut::with_capacity(e.event.json().len() + 32);
+        encode_data(e.event.json(), Some(e.seq), &mut buf);
+        buf.freeze()
+    })
 }

@@ -4,7 +4,7 @@ use super::AppState;
 use super::access::{AccessError, thread_for, visibility_on};
 use super::error::{ApiError, ErrorCode};
 use super::http::authenticate;
-use super::sse::{async_stream, sse_response};
+use super::sse::{SSE_CHUNK, async_stream, entry_frame, sse_response};
 use crate::auth::Permission;
 use crate::auth::access::permissions;
 use crate::protocol::join::{Framed, JoinFramer};
@@ -178,21 +178,39 @@ pub async fn join(
         let mut ticker =
             tokio::time::interval_at(tokio::time::Instant::now() + keepalive, keepalive);
         loop {
-            let frame = tokio::select! {
-                item = rx.recv() => match item {
-                    Some(Outgoing::Event(e)) => encode(&e, framer.event(e.seq, &e.event)),
-                    Some(Outgoing::Message(m)) => match snapshot_of_message(&m) {
-                        Some(snap) => {
-                            let seq = snap.get("seq").and_then(Value::as_u64);
-                            encode_snapshot(framer.snapshot(&snap), seq)
-                        }
-                        None => continue,
-                    },
-                    Some(Outgoing::Close(..)) | None => break,
-                },
-                _ = ticker.tick() => Bytes::from_static(KEEPALIVE),
+            let first = tokio::select! {
+                item = rx.recv() => item,
+                _ = ticker.tick() => {
+                    if tx.send(Bytes::from_static(KEEPALIVE)).await.is_err() { break; }
+                    continue;
+                }
             };
-            if tx.send(frame).await.is_err() {
+            let Some(first) = first else { break };
+            // What is queued goes out as one chunk (one write), not one per event.
+            let mut chunk = BytesMut::new();
+            let mut item = Some(first);
+            let mut ended = false;
+            while let Some(next) = item.take() {
+                match next {
+                    Outgoing::Event(e) => {
+                        chunk.extend_from_slice(&encode(&e, framer.event(e.seq, &e.event)))
+                    }
+                    Outgoing::Message(m) => {
+                        if let Some(snap) = snapshot_of_message(&m) {
+                            let seq = snap.get("seq").and_then(Value::as_u64);
+                            chunk.extend_from_slice(&encode_snapshot(framer.snapshot(&snap), seq));
+                        }
+                    }
+                    Outgoing::Close(..) => {
+                        ended = true;
+                        break;
+                    }
+                }
+                if chunk.len() < SSE_CHUNK {
+                    item = rx.try_recv();
+                }
+            }
+            if (!chunk.is_empty() && tx.send(chunk.freeze()).await.is_err()) || ended {
                 break;
             }
         }
@@ -204,12 +222,12 @@ pub async fn join(
 /// SSE frames for what the framer made of journal entry `e`.
 fn encode(e: &crate::thread::Entry, framed: Vec<Framed>) -> Bytes {
     if let [Framed::Journal] = framed.as_slice() {
-        return e.sse();
+        return entry_frame(e);
     }
     let mut buf = BytesMut::new();
     for f in framed {
         match f {
-            Framed::Journal => buf.extend_from_slice(&e.sse()),
+            Framed::Journal => buf.extend_from_slice(&entry_frame(e)),
             Framed::Converted(v) => encode_data(v.to_string().as_bytes(), Some(e.seq), &mut buf),
             Framed::Synthetic(v) => encode_data(v.to_string().as_bytes(), None, &mut buf),
         }
@@ -232,8 +250,8 @@ fn encode_snapshot(framed: Vec<Framed>, seq: Option<u64>) -> Bytes {
 }
 
 /// The snapshot object of a `snapshot` message (without `type`).
-fn snapshot_of_message(message: &str) -> Option<Map<String, Value>> {
-    let mut v: Map<String, Value> = serde_json::from_str(message).ok()?;
+fn snapshot_of_message(message: &[u8]) -> Option<Map<String, Value>> {
+    let mut v: Map<String, Value> = serde_json::from_slice(message).ok()?;
     (v.remove("type")?.as_str()? == "snapshot").then_some(v)
 }
 

@@ -17,7 +17,8 @@ use crate::protocol::input::Message as AguiMessage;
 use crate::store::ThreadKey;
 use crate::thread::fanout::{Outbox, OutboxReceiver, Outgoing, outbox};
 use crate::thread::run::{RunRequest, Started};
-use crate::thread::{Start, Thread};
+use crate::thread::{Entry, FrameSlot, Start, Thread};
+use axum::body::Bytes;
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, header};
@@ -99,7 +100,9 @@ pub async fn upgrade(
         .max_frame_size(limit)
         // Small buffers: an idle socket should cost little (see docs/benchmarks.md).
         .read_buffer_size(1024)
-        .write_buffer_size(0)
+        // Frames queued together go out in one write (see `write_loop`);
+        // the buffer only grows for sockets that are sent bursts.
+        .write_buffer_size(8 * 1024)
         .on_upgrade(move |socket| connection(state, socket, principal, slot))
 }
 
@@ -256,37 +259,80 @@ async fn write_loop(
     ping_every: Duration,
 ) {
     let mut ping = tokio::time::interval_at(Instant::now() + ping_every, ping_every);
-    loop {
-        let item = tokio::select! {
+    'connection: loop {
+        let first = tokio::select! {
             item = rx.recv() => item,
             _ = ping.tick() => {
                 if sink.send(Message::Ping(Default::default())).await.is_err() { break; }
                 continue;
             }
         };
-        let sent = match item {
-            None => break,
-            Some(Outgoing::Event(e)) => sink.send(Message::Text(e.ws.clone())).await,
-            Some(Outgoing::Message(m)) => sink.send(Message::Text(m)).await,
-            Some(Outgoing::Close(code, reason)) => {
-                let _ = sink
-                    .send(Message::Close(Some(CloseFrame {
-                        code,
-                        reason: reason.into(),
-                    })))
-                    .await;
-                break;
+        // Everything queued goes out in one flush: per-frame flushes cost a
+        // syscall each and dominate a busy thread's fan-out.
+        let mut item = first;
+        let mut batched = 0;
+        loop {
+            let message = match item {
+                None => break 'connection,
+                Some(Outgoing::Event(e)) => Message::Text(event_frame(&e)),
+                Some(Outgoing::Message(m)) => Message::Text(text(m)),
+                Some(Outgoing::Close(code, reason)) => {
+                    let _ = sink
+                        .send(Message::Close(Some(CloseFrame {
+                            code,
+                            reason: reason.into(),
+                        })))
+                        .await;
+                    break 'connection;
+                }
+            };
+            if sink.feed(message).await.is_err() {
+                break 'connection;
             }
-        };
-        if sent.is_err() {
+            batched += 1;
+            item = match rx.try_recv() {
+                Some(next) if batched < WRITE_BATCH => Some(next),
+                Some(next) => {
+                    // A long backlog still flushes now and then.
+                    if sink.flush().await.is_err() {
+                        break 'connection;
+                    }
+                    batched = 0;
+                    Some(next)
+                }
+                None => break,
+            };
+        }
+        if sink.flush().await.is_err() {
             break;
         }
     }
     let _ = sink.close().await;
 }
 
+/// Most frames written between two flushes.
+const WRITE_BATCH: usize = 64;
+
 fn reply(v: Value) -> Outgoing {
-    Outgoing::Message(Utf8Bytes::from(v.to_string()))
+    Outgoing::Message(Bytes::from(v.to_string()))
+}
+
+/// A journal entry's `event` message, built once per entry and shared by
+/// every WebSocket viewer.
+fn event_frame(entry: &Entry) -> Utf8Bytes {
+    text(entry.frame(FrameSlot::WEBSOCKET, |e| {
+        let json = std::str::from_utf8(e.event.json()).unwrap_or("{}");
+        Bytes::from(format!(
+            "{{\"type\":\"event\",\"threadId\":{},\"seq\":{},\"event\":{json}}}",
+            Value::from(&*e.thread_id),
+            e.seq
+        ))
+    }))
+}
+
+/// Contract messages are JSON text, so always UTF-8.
+fn text(bytes: Bytes) -> Utf8Bytes {
+    Utf8Bytes::try_from(bytes).unwrap_or_else(|_| Utf8Bytes::from_static("{}"))
 }
 
 /// Reads an optional string field; `Err` names it when present but not a string.

@@ -1,8 +1,8 @@
 //! Fan-out: one outbox per connection, bounded in bytes.
 //!
 //! A thread pushes each published entry to every subscriber's outbox without
-//! waiting: the entry is shared by reference count and its WebSocket frame was
-//! serialized once, at append. Each connection's writer task drains its own
+//! waiting: the entry is shared by reference count and each transport's frame
+//! for it is built once, by the first viewer that sends it. Each connection's writer task drains its own
 //! outbox, so a slow viewer delays nobody else. When a viewer falls behind the
 //! live stream by more than its byte budget it is not cut off: it leaves the
 //! thread's live list, and its outbox reads the journal from where it was, a
@@ -12,7 +12,7 @@
 //! close the connection with 4008: those are not in any journal.
 
 use super::{Entry, Thread, Viewer};
-use axum::extract::ws::Utf8Bytes;
+use bytes::Bytes;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
@@ -24,10 +24,11 @@ pub const CLOSE_TOO_SLOW: u16 = 4008;
 /// What a connection's writer sends next.
 #[derive(Debug, Clone)]
 pub enum Outgoing {
-    /// A journal entry (sent as its pre-built frame).
+    /// A journal entry (each transport encodes it, see [`Entry::frame`]).
     Event(Arc<Entry>),
-    /// Any other message (snapshot, ack, error, pong), already serialized.
-    Message(Utf8Bytes),
+    /// Any other message of the client contract (snapshot, ack, error,
+    /// pong), already serialized as JSON text.
+    Message(Bytes),
     /// Close the connection with this code and reason.
     Close(u16, String),
 }
@@ -35,7 +36,7 @@ pub enum Outgoing {
 impl Outgoing {
     fn cost(&self) -> usize {
         match self {
-            Outgoing::Event(e) => e.ws.len(),
+            Outgoing::Event(e) => e.cost(),
             Outgoing::Message(m) => m.len(),
             Outgoing::Close(..) => 0,
         }
@@ -266,25 +267,59 @@ impl OutboxReceiver {
     /// catching up gets its journal pages here, transparently.
     pub async fn recv(&mut self) -> Option<Outgoing> {
         loop {
+            if let Some(item) = self.ready() {
+                return Some(item);
+            }
+            let queued = self.rx.recv().await?;
+            if let Some(item) = self.take(queued) {
+                return Some(item);
+            }
+        }
+    }
+
+    /// The next item if one is ready now, without waiting: a writer drains
+    /// what is queued into one socket write instead of one per frame.
+    pub fn try_recv(&mut self) -> Option<Outgoing> {
+        loop {
+            if let Some(item) = self.ready() {
+                return Some(item);
+            }
+            let queued = self.rx.try_recv().ok()?;
+            if let Some(item) = self.take(queued) {
+                return Some(item);
+            }
+        }
+    }
+
+    /// The next item of the current catch-up page, reading the next page
+    /// when one is due.
+    fn ready(&mut self) -> Option<Outgoing> {
+        loop {
             if let Some(item) = self.page.pop_front() {
                 return Some(item);
             }
-            if let Some(catch_up) = self.catch_ups.pop_front() {
-                let (page, rest) = catch_up.next_page(self.limit);
-                self.page.extend(page);
-                if let Some(rest) = rest {
-                    self.catch_ups.push_front(rest);
-                }
-                continue;
+            let catch_up = self.catch_ups.pop_front()?;
+            let (page, rest) = catch_up.next_page(self.limit);
+            self.page.extend(page);
+            if let Some(rest) = rest {
+                self.catch_ups.push_front(rest);
             }
-            match self.rx.recv().await? {
-                Queued::Item(item, counted) => {
-                    if counted {
-                        self.queued.fetch_sub(item.cost(), Ordering::AcqRel);
-                    }
-                    return Some(item);
+        }
+    }
+
+    /// An item off the queue (its budget released), or `None` for a catch-up
+    /// (kept, to be read in turn).
+    fn take(&mut self, queued: Queued) -> Option<Outgoing> {
+        match queued {
+            Queued::Item(item, counted) => {
+                if counted {
+                    self.queued.fetch_sub(item.cost(), Ordering::AcqRel);
                 }
-                Queued::CatchUp(c) => self.catch_ups.push_back(c),
+                Some(item)
+            }
+            Queued::CatchUp(c) => {
+                self.catch_ups.push_back(c);
+                None
             }
         }
     }
@@ -295,7 +330,7 @@ mod tests {
     use super::*;
 
     fn msg(n: usize) -> Outgoing {
-        Outgoing::Message(Utf8Bytes::from("x".repeat(n)))
+        Outgoing::Message(Bytes::from("x".repeat(n)))
     }
 
     #[tokio::test]

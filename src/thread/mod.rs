@@ -15,17 +15,15 @@ pub mod run;
 use crate::protocol::event::now_millis;
 use crate::protocol::fold::{Fold, RunInfo, RunStatus};
 use crate::protocol::hooks::ViewerVisibility;
-use crate::protocol::sse::encode_data;
 use crate::protocol::{Event, EventType};
 use crate::store::{AppendBatch, JournalStore, StoreError, ThreadKey, ThreadMeta};
-use axum::extract::ws::Utf8Bytes;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use dashmap::DashMap;
 use fanout::{CatchUp, Live, Outbox, Outgoing};
 use run::RunSlot;
 use serde_json::{Map, Value, json};
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Settings that shape every thread.
 #[derive(Debug, Clone)]
@@ -38,34 +36,66 @@ pub struct ThreadSettings {
     pub idle_ttl: std::time::Duration,
 }
 
-/// One published journal event, with its WebSocket frame built once.
-#[derive(Debug)]
+/// One journal event and its seq.
+///
+/// The event's JSON text is the only copy of its bytes kept here; what a
+/// transport sends (a WebSocket envelope, an SSE frame) is built by that
+/// transport in `server/` on first use and cached in the entry's frame
+/// slots, shared by every viewer on that transport ([`Entry::frame`]).
+/// Thread code never builds a frame: it knows no transport.
 pub struct Entry {
+    /// The thread's id (shared by all its entries): a connection's writer
+    /// serves many threads and must name the one each event belongs to.
+    pub thread_id: Arc<str>,
     pub seq: u64,
     pub event: Event,
-    /// `{"type":"event","threadId",…,"seq",…,"event":<event JSON>}`, shared by every viewer.
-    pub ws: Utf8Bytes,
+    frames: [OnceLock<Bytes>; FRAME_SLOTS],
+}
+
+/// How many transports can cache a frame per entry.
+const FRAME_SLOTS: usize = 2;
+
+/// The frame cache slot a transport owns (see [`Entry::frame`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameSlot(usize);
+
+impl FrameSlot {
+    /// WebSocket `event` envelopes.
+    pub const WEBSOCKET: FrameSlot = FrameSlot(0);
+    /// SSE `id:`/`data:` frames.
+    pub const SSE: FrameSlot = FrameSlot(1);
 }
 
 impl Entry {
-    fn new(thread_id: &str, seq: u64, event: Event) -> Entry {
-        let json = std::str::from_utf8(event.json()).unwrap_or("{}");
-        let ws = format!(
-            "{{\"type\":\"event\",\"threadId\":{},\"seq\":{seq},\"event\":{json}}}",
-            Value::from(thread_id)
-        );
+    /// An entry for `event` at `seq` of thread `thread_id` (no frame built yet).
+    pub fn new(thread_id: Arc<str>, seq: u64, event: Event) -> Entry {
         Entry {
+            thread_id,
             seq,
             event,
-            ws: Utf8Bytes::from(ws),
+            frames: Default::default(),
         }
     }
 
-    /// The SSE frame for join streams: `id: <seq>` + `data: <event>`.
-    pub fn sse(&self) -> Bytes {
-        let mut buf = BytesMut::with_capacity(self.event.json().len() + 32);
-        encode_data(self.event.json(), Some(self.seq), &mut buf);
-        buf.freeze()
+    /// This entry's frame for one transport: built by `encode` the first time
+    /// any viewer on that transport needs it, then shared.
+    pub fn frame(&self, slot: FrameSlot, encode: impl FnOnce(&Entry) -> Bytes) -> Bytes {
+        self.frames[slot.0].get_or_init(|| encode(self)).clone()
+    }
+
+    /// What queueing this entry costs a viewer's budget: its JSON plus a
+    /// transport envelope's worth.
+    pub fn cost(&self) -> usize {
+        self.event.json().len() + 64
+    }
+}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry")
+            .field("seq", &self.seq)
+            .field("event", &self.event)
+            .finish()
     }
 }
 
@@ -121,6 +151,8 @@ struct Inner {
 /// One conversation.
 pub struct Thread {
     pub key: ThreadKey,
+    /// `key.thread_id`, shared with every entry.
+    id: Arc<str>,
     store: Arc<dyn JournalStore>,
     settings: ThreadSettings,
     /// This thread, for catch-ups queued in viewers' outboxes.
@@ -153,6 +185,7 @@ impl Thread {
         meta: ThreadMeta,
     ) -> Arc<Thread> {
         Arc::new_cyclic(|me| Thread {
+            id: Arc::from(key.thread_id.as_str()),
             key,
             store,
             settings,
@@ -295,7 +328,7 @@ impl Thread {
             }
             last = e.seq;
             if !viewer.hides(&e.event) {
-                bytes += e.ws.len();
+                bytes += e.cost();
                 page.push(Outgoing::Event(e.clone()));
                 if viewer.ends_with(&e.event) {
                     inner.catching_up.remove(&viewer.id);
@@ -410,7 +443,7 @@ impl Thread {
         for event in events {
             let seq = inner.next_seq;
             inner.next_seq += 1;
-            let entry = Arc::new(Entry::new(&self.key.thread_id, seq, event));
+            let entry = Arc::new(Entry::new(self.id.clone(), seq, event));
             inner.unpublished.push_back(entry.clone());
             entries.push(entry);
         }
@@ -666,7 +699,7 @@ fn push_snapshot(key: &ThreadKey, inner: &Inner, viewer: &Viewer, reset: bool) -
     let text = serde_json::to_string(&m).expect("snapshot serializes");
     // Counted: a snapshot is this viewer's own copy (a client that asks for
     // many and reads none is closed at its budget, not kept in memory).
-    outbox.push(Outgoing::Message(Utf8Bytes::from(text)))
+    outbox.push(Outgoing::Message(Bytes::from(text)))
 }
 
 /// How many threads stay in memory, and how long once idle. An evicted
@@ -813,7 +846,7 @@ impl Threads {
             for (seq, json) in stored.events {
                 match Event::parse(json) {
                     Ok(event) => {
-                        let entry = Arc::new(Entry::new(&key.thread_id, seq, event));
+                        let entry = Arc::new(Entry::new(thread.id.clone(), seq, event));
                         if let (EventType::Meta, Some(cid), Some(id)) = (
                             entry.event.kind(),
                             entry.event.str_field("clientEventId"),
@@ -952,8 +985,12 @@ mod tests {
             tokio::time::timeout(std::time::Duration::from_millis(20), rx.recv()).await
         {
             out.push(match item {
-                Outgoing::Event(e) => serde_json::from_str(&e.ws).unwrap(),
-                Outgoing::Message(m) => serde_json::from_str(&m).unwrap(),
+                Outgoing::Event(e) => json!({
+                    "type": "event",
+                    "seq": e.seq,
+                    "event": serde_json::from_slice::<Value>(e.event.json()).unwrap(),
+                }),
+                Outgoing::Message(m) => serde_json::from_slice(&m).unwrap(),
                 Outgoing::Close(c, _) => json!({"close": c}),
             });
         }

@@ -636,7 +636,7 @@ async fn drive(
                             .push_back(async move { (thread.settle(pending).await, originals) });
                     }
                     Err(_) => {
-                        feed.journal_failed();
+                        feed.journal_failed(&thread);
                         break;
                     }
                 }
@@ -730,20 +730,24 @@ impl RequesterFeed {
                 true
             }
             Err(_) => {
-                self.journal_failed();
+                self.journal_failed(thread);
                 false
             }
         }
     }
 
     /// Ends the requester's stream with `RUN_ERROR journal_unavailable`.
-    fn journal_failed(&mut self) {
+    fn journal_failed(&mut self, thread: &Thread) {
         if let Some(outbox) = self.outbox.take() {
             let error = run_error(
                 "journal_unavailable",
                 "the gateway could not store this run's events; the run was stopped",
             );
-            outbox.push_replay(Outgoing::Event(Arc::new(Entry::new("", 0, error))));
+            outbox.push_replay(Outgoing::Event(Arc::new(Entry::new(
+                thread.id.clone(),
+                0,
+                error,
+            ))));
         }
     }
 
@@ -759,7 +763,7 @@ impl RequesterFeed {
             let item = match originals.next().unwrap_or(Some(None)) {
                 None => continue,
                 Some(None) => e.clone(),
-                Some(Some(original)) => Arc::new(Entry::new("", e.seq, original)),
+                Some(Some(original)) => Arc::new(Entry::new(e.thread_id.clone(), e.seq, original)),
             };
             if self
                 .visibility
