@@ -4,7 +4,8 @@ use super::*;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-/// A [`JournalStore`] kept in memory; appends are acknowledged at once.
+/// A [`JournalStore`] kept in memory; appends are checked (seqs must
+/// continue the journal) and acknowledged at once.
 #[derive(Default)]
 pub struct MemoryStore {
     threads: Mutex<HashMap<ThreadKey, StoredThread>>,
@@ -24,6 +25,16 @@ impl JournalStore for MemoryStore {
             .threads
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let stored_last = threads.get(&batch.key).map_or(0, |t| t.meta.last_seq);
+        if let Some((first, _)) = batch.events.first()
+            && *first != stored_last + 1
+        {
+            let _ = tx.send(Err(StoreError::SeqConflict {
+                expected: stored_last + 1,
+                got: *first,
+            }));
+            return rx;
+        }
         let t = threads.entry(batch.key).or_insert_with(|| StoredThread {
             meta: batch.meta.clone(),
             base: None,
@@ -76,5 +87,50 @@ impl JournalStore for MemoryStore {
 
     fn ping(&self) -> Result<(), StoreError> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(key: &ThreadKey, from: u64, n: u64) -> AppendBatch {
+        AppendBatch {
+            key: key.clone(),
+            meta: ThreadMeta {
+                creator: "u".into(),
+                agent: None,
+                status: "running".into(),
+                created_ms: 1,
+                updated_ms: 1,
+                last_seq: from + n - 1,
+            },
+            events: (from..from + n)
+                .map(|s| (s, Bytes::from(format!("{{\"type\":\"CUSTOM\",\"n\":{s}}}"))))
+                .collect(),
+            compact: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn only_a_batch_that_continues_the_journal_is_stored() {
+        let s = MemoryStore::new();
+        let k = ThreadKey::new("t", "x");
+        assert_eq!(
+            s.append(batch(&k, 2, 1)).await.unwrap(),
+            Err(StoreError::SeqConflict {
+                expected: 1,
+                got: 2
+            }),
+            "a new thread starts at 1"
+        );
+        s.append(batch(&k, 1, 3)).await.unwrap().unwrap();
+        assert!(s.append(batch(&k, 3, 1)).await.unwrap().is_err(), "reused");
+        s.append(batch(&k, 4, 1)).await.unwrap().unwrap();
+        let t = s.load(&k).unwrap().unwrap();
+        assert_eq!(
+            t.events.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+            [1, 2, 3, 4]
+        );
     }
 }

@@ -52,7 +52,8 @@ pub struct ThreadMeta {
 pub struct AppendBatch {
     pub key: ThreadKey,
     pub meta: ThreadMeta,
-    /// (seq, event JSON), consecutive and after the stored ones.
+    /// (seq, event JSON), consecutive; the first must follow the stored
+    /// last seq ([`StoreError::SeqConflict`] otherwise).
     pub events: Vec<(u64, Bytes)>,
     /// When set, events with seq ≤ this are dropped and `snapshot` becomes
     /// the thread's base (retention/compaction).
@@ -69,10 +70,28 @@ pub struct StoredThread {
     pub events: Vec<(u64, Bytes)>,
 }
 
-/// A store failure.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("journal store: {0}")]
-pub struct StoreError(pub String);
+/// Why an append or a load failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The backend failed (I/O, connection, a damaged row).
+    #[error("journal store: {0}")]
+    Failed(String),
+    /// A batch did not continue the stored journal: its first seq is not
+    /// the one after the stored last. The store refuses it (and only it),
+    /// so two writers of one thread — two nodes, or two processes on one
+    /// file — can never interleave or reuse seqs; the loser reloads.
+    #[error(
+        "journal store: seq conflict: the journal continues at {expected}, the batch starts at {got}"
+    )]
+    SeqConflict { expected: u64, got: u64 },
+}
+
+impl StoreError {
+    /// A backend failure with this description.
+    pub fn failed(why: impl std::fmt::Display) -> StoreError {
+        StoreError::Failed(why.to_string())
+    }
+}
 
 /// Acknowledgement of a durable append.
 pub type AppendAck = oneshot::Receiver<Result<(), StoreError>>;
@@ -80,6 +99,9 @@ pub type AppendAck = oneshot::Receiver<Result<(), StoreError>>;
 /// A journal backend.
 pub trait JournalStore: Send + Sync + 'static {
     /// Queues `batch`; the receiver resolves when it is durable (or failed).
+    /// Batches of one thread are applied in the order they are queued, and
+    /// each is checked to continue the stored journal: seqs are checked by
+    /// the store, not only assigned in memory.
     fn append(&self, batch: AppendBatch) -> AppendAck;
     /// Loads a thread (blocking; call from `spawn_blocking`).
     fn load(&self, key: &ThreadKey) -> Result<Option<StoredThread>, StoreError>;

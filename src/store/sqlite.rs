@@ -29,7 +29,7 @@ pub struct SqliteStore {
 }
 
 fn err(e: impl std::fmt::Display) -> StoreError {
-    StoreError(e.to_string())
+    StoreError::failed(e)
 }
 
 const SCHEMA: &str = "
@@ -80,34 +80,42 @@ impl SqliteStore {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
         }
-        let mut write = open(path, synchronous)?;
+        let write = open(path, synchronous)?;
         write.execute_batch(SCHEMA).map_err(err)?;
+        // Checkpoints run on their own connection and thread (below), never
+        // inside a commit that a run is waiting for.
+        write
+            .pragma_update(None, "wal_autocheckpoint", 0)
+            .map_err(err)?;
         let reader = open(path, synchronous)?;
+        let checkpointer = open(path, synchronous)?;
+        // Compactions a crash interrupted before their rows were deleted.
+        let leftovers = compacted_threads(&write)?;
         let (tx, rx) = mpsc::channel::<(AppendBatch, Ack)>();
+        let (checkpoint_tx, checkpoint_rx) = mpsc::sync_channel::<()>(1);
         let healthy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-        let writer_health = healthy.clone();
+        let writer = Writer {
+            conn: write,
+            requests: rx,
+            max_batch_events,
+            healthy: healthy.clone(),
+            garbage: leftovers.into(),
+            checkpoint: checkpoint_tx,
+            since_checkpoint: 0,
+        };
         std::thread::Builder::new()
             .name("journal-writer".into())
+            .spawn(move || writer.run())
+            .map_err(err)?;
+        std::thread::Builder::new()
+            .name("journal-checkpoint".into())
             .spawn(move || {
-                while let Ok(first) = rx.recv() {
-                    let mut group = vec![first];
-                    let mut events = group[0].0.events.len();
-                    while events < max_batch_events {
-                        match rx.try_recv() {
-                            Ok(next) => {
-                                events += next.0.events.len();
-                                group.push(next);
-                            }
-                            Err(_) => break,
-                        }
-                    }
-                    let result = write_group(&mut write, &group);
-                    if let Err(e) = &result {
-                        tracing::error!("journal write failed: {e}");
-                        writer_health.store(false, std::sync::atomic::Ordering::Release);
-                    }
-                    for (_, ack) in group {
-                        let _ = ack.send(result.clone());
+                while checkpoint_rx.recv().is_ok() {
+                    // PASSIVE: copies what it can without blocking the writer.
+                    if let Err(e) =
+                        checkpointer.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+                    {
+                        tracing::warn!("journal checkpoint failed: {e}");
                     }
                 }
             })
@@ -120,8 +128,141 @@ impl SqliteStore {
     }
 }
 
-fn write_group(conn: &mut Connection, group: &[(AppendBatch, Ack)]) -> Result<(), StoreError> {
+/// Events written between two checkpoint requests (the WAL stays small, so
+/// a commit's cost does not grow with what was written before).
+const CHECKPOINT_EVERY: usize = 4096;
+
+/// Old events one idle step of compaction deletes (one short transaction,
+/// so an append arriving meanwhile waits for little).
+const DELETE_CHUNK: i64 = 2048;
+
+/// The writer thread: group commits first, housekeeping when idle.
+struct Writer {
+    conn: Connection,
+    requests: mpsc::Receiver<(AppendBatch, Ack)>,
+    max_batch_events: usize,
+    /// Cleared when a commit fails.
+    healthy: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Compacted threads whose events up to the base are still to delete.
+    garbage: std::collections::VecDeque<(ThreadKey, u64)>,
+    checkpoint: mpsc::SyncSender<()>,
+    since_checkpoint: usize,
+}
+
+impl Writer {
+    fn run(mut self) {
+        loop {
+            let first = if self.garbage.is_empty() {
+                match self.requests.recv() {
+                    Ok(r) => r,
+                    Err(_) => return,
+                }
+            } else {
+                match self.requests.try_recv() {
+                    Ok(r) => r,
+                    Err(mpsc::TryRecvError::Empty) => {
+                        self.collect_garbage();
+                        continue;
+                    }
+                    Err(mpsc::TryRecvError::Disconnected) => return,
+                }
+            };
+            let mut group = vec![first];
+            let mut events = group[0].0.events.len();
+            while events < self.max_batch_events {
+                match self.requests.try_recv() {
+                    Ok(next) => {
+                        events += next.0.events.len();
+                        group.push(next);
+                    }
+                    Err(_) => break,
+                }
+            }
+            match write_group(&mut self.conn, &group) {
+                Ok(results) => {
+                    for ((batch, ack), result) in group.into_iter().zip(results) {
+                        if result.is_ok()
+                            && let Some((base, _)) = batch.compact
+                        {
+                            self.garbage.push_back((batch.key, base));
+                        }
+                        let _ = ack.send(result);
+                    }
+                }
+                Err(e) => {
+                    tracing::error!("journal write failed: {e}");
+                    self.healthy
+                        .store(false, std::sync::atomic::Ordering::Release);
+                    for (_, ack) in group {
+                        let _ = ack.send(Err(e.clone()));
+                    }
+                }
+            }
+            self.since_checkpoint += events;
+            if self.since_checkpoint >= CHECKPOINT_EVERY {
+                self.since_checkpoint = 0;
+                let _ = self.checkpoint.try_send(());
+            }
+        }
+    }
+
+    /// Deletes one chunk of compacted events (the oldest first). Loads read
+    /// only events after the base, so rows waiting here are never seen.
+    fn collect_garbage(&mut self) {
+        let Some((key, base)) = self.garbage.pop_front() else {
+            return;
+        };
+        let lowest: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT MIN(seq) FROM events WHERE tenant = ?1 AND thread = ?2",
+                params![key.tenant, key.thread_id],
+                |row| row.get(0),
+            )
+            .unwrap_or(None);
+        let Some(lowest) = lowest.filter(|l| *l <= base as i64) else {
+            return; // done with this thread
+        };
+        let upto = (lowest + DELETE_CHUNK - 1).min(base as i64);
+        match self.conn.execute(
+            "DELETE FROM events WHERE tenant = ?1 AND thread = ?2 AND seq <= ?3",
+            params![key.tenant, key.thread_id, upto],
+        ) {
+            Ok(_) => {
+                self.since_checkpoint += DELETE_CHUNK as usize;
+                self.garbage.push_back((key, base));
+            }
+            Err(e) => tracing::warn!("journal compaction delete failed (retried at restart): {e}"),
+        }
+    }
+}
+
+/// Threads whose compacted events may still be in the table.
+fn compacted_threads(conn: &Connection) -> Result<Vec<(ThreadKey, u64)>, StoreError> {
+    let mut stmt = conn
+        .prepare("SELECT tenant, thread, base_seq FROM threads WHERE base_seq IS NOT NULL")
+        .map_err(err)?;
+    stmt.query_map([], |row| {
+        Ok((
+            ThreadKey::new(row.get::<_, String>(0)?, row.get::<_, String>(1)?),
+            row.get::<_, i64>(2)? as u64,
+        ))
+    })
+    .map_err(err)?
+    .collect::<Result<Vec<_>, _>>()
+    .map_err(err)
+}
+
+/// Writes a group of batches in one transaction. A batch that does not
+/// continue its thread's stored journal is refused alone
+/// ([`StoreError::SeqConflict`]); the rest commit together. `Err` (nothing
+/// written) when the database itself failed.
+fn write_group(
+    conn: &mut Connection,
+    group: &[(AppendBatch, Ack)],
+) -> Result<Vec<Result<(), StoreError>>, StoreError> {
     let tx = conn.transaction().map_err(err)?;
+    let mut results = Vec::with_capacity(group.len());
     {
         let mut insert = tx
             .prepare_cached(
@@ -137,38 +278,63 @@ fn write_group(conn: &mut Connection, group: &[(AppendBatch, Ack)]) -> Result<()
                    updated_ms = excluded.updated_ms, last_seq = excluded.last_seq",
             )
             .map_err(err)?;
-        // Events in order; each thread's metadata once, from its last batch.
-        let mut last_meta: Vec<&AppendBatch> = Vec::new();
+        let mut stored_last = tx
+            .prepare_cached("SELECT last_seq FROM threads WHERE tenant = ?1 AND thread = ?2")
+            .map_err(err)?;
+        // Each thread's last seq as this group leaves it, and its metadata
+        // (written once, from its last accepted batch).
+        let mut last: Vec<(&ThreadKey, u64, Option<&AppendBatch>)> = Vec::new();
         for (b, _) in group {
             let (t, th) = (&b.key.tenant, &b.key.thread_id);
+            let i = match last.iter().position(|(k, ..)| **k == b.key) {
+                Some(i) => i,
+                None => {
+                    let seq: Option<i64> = stored_last
+                        .query_row(params![t, th], |row| row.get(0))
+                        .optional()
+                        .map_err(err)?;
+                    last.push((&b.key, seq.unwrap_or(0) as u64, None));
+                    last.len() - 1
+                }
+            };
+            if let Some((first, _)) = b.events.first()
+                && *first != last[i].1 + 1
+            {
+                results.push(Err(StoreError::SeqConflict {
+                    expected: last[i].1 + 1,
+                    got: *first,
+                }));
+                continue;
+            }
             for (seq, json) in &b.events {
                 insert
                     .execute(params![t, th, *seq as i64, &json[..]])
                     .map_err(err)?;
             }
-            match last_meta.iter_mut().find(|m| m.key == b.key) {
-                Some(m) => *m = b,
-                None => last_meta.push(b),
+            if let Some((seq, _)) = b.events.last() {
+                last[i].1 = *seq;
             }
+            last[i].2 = Some(b);
             if let Some((base_seq, snapshot)) = &b.compact {
+                // The base moves now; the old rows are deleted later, off
+                // the commit path (loads never read below the base).
                 upsert_meta(&mut upsert, b)?;
-                tx.execute(
-                    "DELETE FROM events WHERE tenant = ?1 AND thread = ?2 AND seq <= ?3",
-                    params![t, th, *base_seq as i64],
-                )
-                .map_err(err)?;
                 tx.execute(
                     "UPDATE threads SET base_seq = ?3, base_snapshot = ?4 WHERE tenant = ?1 AND thread = ?2",
                     params![t, th, *base_seq as i64, &snapshot[..]],
                 )
                 .map_err(err)?;
             }
+            results.push(Ok(()));
         }
-        for b in last_meta {
-            upsert_meta(&mut upsert, b)?;
+        for (_, _, b) in last {
+            if let Some(b) = b {
+                upsert_meta(&mut upsert, b)?;
+            }
         }
     }
-    tx.commit().map_err(err)
+    tx.commit().map_err(err)?;
+    Ok(results)
 }
 
 fn upsert_meta(
@@ -205,7 +371,7 @@ impl JournalStore for SqliteStore {
     fn append(&self, batch: AppendBatch) -> AppendAck {
         let (tx, rx) = oneshot::channel();
         if let Err(mpsc::SendError((_, ack))) = self.writer.send((batch, tx)) {
-            let _ = ack.send(Err(StoreError("journal writer stopped".into())));
+            let _ = ack.send(Err(StoreError::failed("journal writer stopped")));
             self.healthy
                 .store(false, std::sync::atomic::Ordering::Release);
         }
@@ -361,16 +527,91 @@ mod tests {
         assert_eq!(s.list("t1").unwrap().len(), 1);
         assert!(s.list("other").unwrap().is_empty());
         assert!(s.load(&ThreadKey::new("other", "th")).unwrap().is_none());
+        // The compacted rows leave the table too, off the commit path (the
+        // first store was closed mid-way; this one finishes the job).
+        let rows_below_base = || {
+            Connection::open(&path)
+                .unwrap()
+                .query_row("SELECT COUNT(*) FROM events WHERE seq <= 40", [], |r| {
+                    r.get::<_, i64>(0)
+                })
+                .unwrap()
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while rows_below_base() > 0 {
+            assert!(std::time::Instant::now() < deadline, "old rows deleted");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 
     #[tokio::test]
-    async fn duplicate_seq_fails_the_batch_and_reports_it() {
+    async fn the_store_refuses_a_batch_that_does_not_continue_the_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.db");
+        let s = SqliteStore::open(&path, "normal", 1024).unwrap();
+        let k = ThreadKey::new("t", "x");
+        let other = ThreadKey::new("t", "y");
+        s.append(batch(&k, 1, 2, "running")).await.unwrap().unwrap();
+        // Queued together (one group commit): a reused seq, a gap, and a
+        // good batch of another thread. Only the two bad ones are refused.
+        let reused = s.append(batch(&k, 2, 1, "finished"));
+        let gap = s.append(batch(&k, 5, 1, "finished"));
+        let fine = s.append(batch(&other, 1, 3, "running"));
+        assert_eq!(
+            reused.await.unwrap(),
+            Err(StoreError::SeqConflict {
+                expected: 3,
+                got: 2
+            })
+        );
+        assert_eq!(
+            gap.await.unwrap(),
+            Err(StoreError::SeqConflict {
+                expected: 3,
+                got: 5
+            })
+        );
+        fine.await.unwrap().unwrap();
+        assert!(s.healthy(), "a refused batch is not a store failure");
+        let t = s.load(&k).unwrap().unwrap();
+        assert_eq!(t.events.len(), 2, "nothing of the refused batches");
+        assert_eq!(
+            (t.meta.last_seq, t.meta.status.as_str()),
+            (2, "running"),
+            "their metadata neither"
+        );
+        assert_eq!(s.load(&other).unwrap().unwrap().events.len(), 3);
+        // The check holds across processes sharing the file, too.
+        drop(s);
+        let again = SqliteStore::open(&path, "normal", 1024).unwrap();
+        assert!(
+            again
+                .append(batch(&k, 1, 1, "running"))
+                .await
+                .unwrap()
+                .is_err()
+        );
+        again
+            .append(batch(&k, 3, 1, "running"))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_failed_write_fails_the_batch_and_turns_readiness_false() {
         let dir = tempfile::tempdir().unwrap();
         let s = SqliteStore::open(&dir.path().join("j.db"), "normal", 1024).unwrap();
         let k = ThreadKey::new("t", "x");
         s.append(batch(&k, 1, 2, "running")).await.unwrap().unwrap();
         assert!(s.healthy());
-        assert!(s.append(batch(&k, 2, 1, "running")).await.unwrap().is_err());
+        // Starts right but repeats a seq inside: the database refuses it.
+        let mut bad = batch(&k, 3, 2, "finished");
+        bad.events[1].0 = 3;
+        assert!(matches!(
+            s.append(bad).await.unwrap(),
+            Err(StoreError::Failed(_))
+        ));
         assert!(!s.healthy(), "a failed write turns readiness false");
         assert_eq!(
             s.load(&k).unwrap().unwrap().events.len(),

@@ -437,7 +437,7 @@ impl Thread {
         }
         let mut inner = self.lock();
         if let Some(e) = &inner.broken {
-            return Err(StoreError(format!("journal failed earlier: {e}")));
+            return Err(StoreError::failed(format!("journal failed earlier: {e}")));
         }
         let mut entries = Vec::with_capacity(events.len());
         for event in events {
@@ -478,7 +478,7 @@ impl Thread {
         let (first, last) = (entries[0].seq, entries[entries.len() - 1].seq);
         let result = match ack.await {
             Ok(r) => r,
-            Err(_) => Err(StoreError("journal writer gone".into())),
+            Err(_) => Err(StoreError::failed("journal writer gone")),
         };
         let mut inner = self.lock();
         match result {
@@ -489,7 +489,7 @@ impl Thread {
             }
             Err(e) => {
                 tracing::error!(tenant = %self.key.tenant, thread = %self.key.thread_id, first, last, "journal append failed; nothing from seq {first} on is published: {e}");
-                inner.broken.get_or_insert_with(|| e.0.clone());
+                inner.broken.get_or_insert_with(|| e.to_string());
                 Err(e)
             }
         }
@@ -803,7 +803,7 @@ impl Threads {
         let k = key.clone();
         let stored = tokio::task::spawn_blocking(move || store.load(&k))
             .await
-            .map_err(|e| StoreError(e.to_string()))??;
+            .map_err(StoreError::failed)??;
         let Some(stored) = stored else {
             return Ok(None);
         };
@@ -928,7 +928,7 @@ impl Threads {
         let store = self.store.clone();
         let running = tokio::task::spawn_blocking(move || store.running())
             .await
-            .map_err(|e| StoreError(e.to_string()))??;
+            .map_err(StoreError::failed)??;
         let mut closed = 0;
         for key in running {
             // One unreadable thread must not keep the gateway from starting.
@@ -1234,7 +1234,7 @@ mod tests {
         fn append(&self, batch: AppendBatch) -> crate::store::AppendAck {
             let (tx, rx) = tokio::sync::oneshot::channel();
             if self.failing.load(std::sync::atomic::Ordering::Relaxed) {
-                let _ = tx.send(Err(StoreError("disk full".into())));
+                let _ = tx.send(Err(StoreError::failed("disk full")));
                 return rx;
             }
             let held = batch
@@ -1253,7 +1253,7 @@ mod tests {
         }
         fn load(&self, key: &ThreadKey) -> Result<Option<crate::store::StoredThread>, StoreError> {
             if self.damaged.lock().unwrap().as_ref() == Some(key) {
-                return Err(StoreError("damaged row".into()));
+                return Err(StoreError::failed("damaged row"));
             }
             self.inner.load(key)
         }
