@@ -313,6 +313,8 @@ async fn serve(config: Config) -> Result<(), String> {
         policy,
     ));
     agui_gateway::server::reload::spawn(state.clone(), demo_addr, Duration::from_secs(2));
+    // Other nodes' durable events, when the store is shared (none here yet).
+    state.threads.spawn_bus_listener();
     // Compaction of idle journals and eviction of idle threads, each checked
     // at a quarter of its period (between 1 s and 60 s).
     let periods = [

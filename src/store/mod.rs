@@ -1,11 +1,13 @@
 //! Journal storage behind one trait: [`memory`] for tests and throwaway
-//! gateways, [`sqlite`] for the embedded default.
+//! gateways, [`sqlite`] for the embedded default. [`bus`] is how nodes
+//! sharing a store tell each other what became durable.
 //!
 //! Appends are asynchronous and acknowledged: [`JournalStore::append`]
 //! returns a receiver that resolves once the batch is durable. The thread
 //! layer publishes events to viewers only after that, so a crash can never
 //! un-say an event a viewer saw, and `seq` numbers are never reused.
 
+pub mod bus;
 pub mod memory;
 pub mod sqlite;
 

@@ -9,13 +9,19 @@
 //! same critical section as publishing, so nothing published can fall between
 //! "read the journal" and "go live": there is nothing to merge or de-duplicate.
 
+pub mod entry;
 pub mod fanout;
+pub mod registry;
 pub mod run;
+
+pub use entry::{Entry, FrameSlot};
+pub use registry::{Residency, Threads};
 
 use crate::protocol::event::now_millis;
 use crate::protocol::fold::{Fold, RunInfo, RunStatus};
 use crate::protocol::hooks::ViewerVisibility;
 use crate::protocol::{Event, EventType};
+use crate::store::bus::{Publication, PublicationBus};
 use crate::store::{AppendBatch, JournalStore, StoreError, ThreadKey, ThreadMeta};
 use bytes::Bytes;
 use dashmap::DashMap;
@@ -23,7 +29,7 @@ use fanout::{CatchUp, Live, Outbox, Outgoing};
 use run::RunSlot;
 use serde_json::{Map, Value, json};
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 /// Settings that shape every thread.
 #[derive(Debug, Clone)]
@@ -34,69 +40,6 @@ pub struct ThreadSettings {
     /// A thread with no run and no new event for this long has its journal
     /// compacted into the fold too (zero: never).
     pub idle_ttl: std::time::Duration,
-}
-
-/// One journal event and its seq.
-///
-/// The event's JSON text is the only copy of its bytes kept here; what a
-/// transport sends (a WebSocket envelope, an SSE frame) is built by that
-/// transport in `server/` on first use and cached in the entry's frame
-/// slots, shared by every viewer on that transport ([`Entry::frame`]).
-/// Thread code never builds a frame: it knows no transport.
-pub struct Entry {
-    /// The thread's id (shared by all its entries): a connection's writer
-    /// serves many threads and must name the one each event belongs to.
-    pub thread_id: Arc<str>,
-    pub seq: u64,
-    pub event: Event,
-    frames: [OnceLock<Bytes>; FRAME_SLOTS],
-}
-
-/// How many transports can cache a frame per entry.
-const FRAME_SLOTS: usize = 2;
-
-/// The frame cache slot a transport owns (see [`Entry::frame`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FrameSlot(usize);
-
-impl FrameSlot {
-    /// WebSocket `event` envelopes.
-    pub const WEBSOCKET: FrameSlot = FrameSlot(0);
-    /// SSE `id:`/`data:` frames.
-    pub const SSE: FrameSlot = FrameSlot(1);
-}
-
-impl Entry {
-    /// An entry for `event` at `seq` of thread `thread_id` (no frame built yet).
-    pub fn new(thread_id: Arc<str>, seq: u64, event: Event) -> Entry {
-        Entry {
-            thread_id,
-            seq,
-            event,
-            frames: Default::default(),
-        }
-    }
-
-    /// This entry's frame for one transport: built by `encode` the first time
-    /// any viewer on that transport needs it, then shared.
-    pub fn frame(&self, slot: FrameSlot, encode: impl FnOnce(&Entry) -> Bytes) -> Bytes {
-        self.frames[slot.0].get_or_init(|| encode(self)).clone()
-    }
-
-    /// What queueing this entry costs a viewer's budget: its JSON plus a
-    /// transport envelope's worth.
-    pub fn cost(&self) -> usize {
-        self.event.json().len() + 64
-    }
-}
-
-impl std::fmt::Debug for Entry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Entry")
-            .field("seq", &self.seq)
-            .field("event", &self.event)
-            .finish()
-    }
 }
 
 /// A viewer registered on a thread.
@@ -154,6 +97,9 @@ pub struct Thread {
     /// `key.thread_id`, shared with every entry.
     id: Arc<str>,
     store: Arc<dyn JournalStore>,
+    /// Where this node announces what became durable (other nodes' copies
+    /// of the thread publish it to their viewers).
+    bus: Arc<dyn PublicationBus>,
     settings: ThreadSettings,
     /// This thread, for catch-ups queued in viewers' outboxes.
     me: std::sync::Weak<Thread>,
@@ -181,12 +127,14 @@ impl Thread {
     fn new(
         key: ThreadKey,
         store: Arc<dyn JournalStore>,
+        bus: Arc<dyn PublicationBus>,
         settings: ThreadSettings,
         meta: ThreadMeta,
     ) -> Arc<Thread> {
         Arc::new_cyclic(|me| Thread {
             id: Arc::from(key.thread_id.as_str()),
             key,
+            bus,
             store,
             settings,
             me: me.clone(),
@@ -503,8 +451,60 @@ impl Thread {
                 return;
             };
             let (_, last) = inner.acked.swap_remove(i);
+            if self.bus.is_shared() {
+                let events = inner
+                    .unpublished
+                    .iter()
+                    .take_while(|e| e.seq <= last)
+                    .map(|e| (e.seq, e.event.json().clone()))
+                    .collect();
+                self.bus.announce(Publication {
+                    key: self.key.clone(),
+                    events,
+                });
+            }
             self.publish(inner, last);
         }
+    }
+
+    /// Publishes events another node made durable (from the
+    /// [bus](crate::store::bus)), as if appended here: those this copy has
+    /// already are skipped. `Err(next)` when they start past `next`, the seq
+    /// this copy lacks (a missed announcement: the caller reads it from the
+    /// store). While this node has its own batch in flight nothing is taken:
+    /// the store refuses one of the two ([`StoreError::SeqConflict`]).
+    pub(super) fn publish_remote(&self, events: Vec<(u64, Bytes)>) -> Result<(), u64> {
+        let mut inner = self.lock();
+        let next = inner.next_seq;
+        match events.first() {
+            None => return Ok(()),
+            Some((first, _)) if *first > next => return Err(next),
+            Some(_) if !inner.unpublished.is_empty() => {
+                tracing::warn!(thread = %self.key.thread_id, "another node appended while this one had a batch in flight");
+                return Ok(());
+            }
+            Some(_) => {}
+        }
+        for (seq, json) in events.into_iter().filter(|(seq, _)| *seq >= next) {
+            inner.next_seq = seq + 1;
+            match Event::parse(json) {
+                Ok(event) => {
+                    let entry = Arc::new(Entry::new(self.id.clone(), seq, event));
+                    inner.unpublished.push_back(entry);
+                }
+                Err(e) => {
+                    tracing::error!(thread = %self.key.thread_id, seq, "unreadable event from another node skipped: {e}")
+                }
+            }
+        }
+        let last = inner.next_seq - 1;
+        let mut meta = inner.meta.clone();
+        meta.status = status_after(&meta.status, inner.unpublished.iter().map(|e| &e.event));
+        meta.updated_ms = now_millis();
+        meta.last_seq = last;
+        inner.meta = meta;
+        self.publish(&mut inner, last);
+        Ok(())
     }
 
     fn publish(&self, inner: &mut Inner, upto: u64) {
@@ -700,257 +700,6 @@ fn push_snapshot(key: &ThreadKey, inner: &Inner, viewer: &Viewer, reset: bool) -
     // Counted: a snapshot is this viewer's own copy (a client that asks for
     // many and reads none is closed at its budget, not kept in memory).
     outbox.push(Outgoing::Message(Bytes::from(text)))
-}
-
-/// How many threads stay in memory, and how long once idle. An evicted
-/// thread is loaded back from the store on its next use, exactly as it was.
-#[derive(Debug, Clone, Copy)]
-pub struct Residency {
-    /// A thread idle this long leaves memory (zero: only for the budget).
-    pub evict_after: std::time::Duration,
-    /// Most threads kept in memory; past it the longest-idle ones leave
-    /// first (threads in use never do).
-    pub max_resident: usize,
-}
-
-impl Default for Residency {
-    fn default() -> Self {
-        Residency {
-            evict_after: std::time::Duration::ZERO,
-            max_resident: usize::MAX,
-        }
-    }
-}
-
-/// Every thread in use, loaded from the store on demand and evicted when
-/// idle (see [`Residency`]).
-pub struct Threads {
-    map: DashMap<ThreadKey, Arc<Thread>>,
-    store: Arc<dyn JournalStore>,
-    settings: ThreadSettings,
-    residency: Residency,
-}
-
-impl Threads {
-    /// A registry over `store`.
-    pub fn new(store: Arc<dyn JournalStore>, settings: ThreadSettings) -> Threads {
-        Threads {
-            map: DashMap::new(),
-            store,
-            settings,
-            residency: Residency::default(),
-        }
-    }
-
-    /// The same registry, evicting idle threads per `residency`.
-    pub fn with_residency(mut self, residency: Residency) -> Threads {
-        self.residency = residency;
-        self
-    }
-
-    /// Threads in memory now.
-    pub fn resident(&self) -> usize {
-        self.map.len()
-    }
-
-    /// Evicts idle threads: those idle past `evict_after`, and the
-    /// longest-idle ones while more than `max_resident` are in memory. A
-    /// thread anyone still holds (a connection, a run, a request) stays: it
-    /// is removed only while the registry holds its one reference, under the
-    /// map's lock, so no second copy can ever be loaded beside it. Returns
-    /// how many left.
-    pub fn evict_idle(&self) -> usize {
-        let Residency {
-            evict_after,
-            max_resident,
-        } = self.residency;
-        let mut idle: Vec<(ThreadKey, std::time::Instant)> = self
-            .map
-            .iter()
-            .filter(|t| Arc::strong_count(t.value()) == 1)
-            .filter_map(|t| Some((t.key().clone(), t.value().idle_since()?)))
-            .collect();
-        idle.sort_by_key(|(_, since)| *since);
-        let mut over = self.map.len().saturating_sub(max_resident);
-        let mut evicted = 0;
-        for (key, since) in idle {
-            let expired = !evict_after.is_zero() && since.elapsed() >= evict_after;
-            if !expired && over == 0 {
-                continue;
-            }
-            let gone = self.map.remove_if(&key, |_, t| {
-                Arc::strong_count(t) == 1 && t.idle_since().is_some()
-            });
-            if gone.is_some() {
-                evicted += 1;
-                over = over.saturating_sub(1);
-            }
-        }
-        evicted
-    }
-
-    /// The store (for listing and readiness).
-    pub fn store(&self) -> &Arc<dyn JournalStore> {
-        &self.store
-    }
-
-    /// The thread, loading it from the store if needed; `None` if it does not exist.
-    pub async fn get(&self, key: &ThreadKey) -> Result<Option<Arc<Thread>>, StoreError> {
-        if let Some(t) = self.map.get(key) {
-            return Ok(Some(t.clone()));
-        }
-        let store = self.store.clone();
-        let k = key.clone();
-        let stored = tokio::task::spawn_blocking(move || store.load(&k))
-            .await
-            .map_err(StoreError::failed)??;
-        let Some(stored) = stored else {
-            return Ok(None);
-        };
-        let thread = Thread::new(
-            key.clone(),
-            self.store.clone(),
-            self.settings.clone(),
-            stored.meta.clone(),
-        );
-        {
-            let mut inner = thread.lock();
-            if let Some((base_seq, snapshot)) = &stored.base {
-                let v: Value = serde_json::from_slice(snapshot).unwrap_or_default();
-                let run = v.get("run").and_then(|r| {
-                    Some(RunInfo {
-                        run_id: r.get("runId")?.as_str()?.to_owned(),
-                        status: match r.get("status")?.as_str()? {
-                            "running" => RunStatus::Running,
-                            "interrupted" => RunStatus::Interrupted,
-                            "cancelled" => RunStatus::Cancelled,
-                            "error" => RunStatus::Error,
-                            _ => RunStatus::Finished,
-                        },
-                    })
-                });
-                inner.fold = Fold::from_json(&v, run);
-                for id in v
-                    .get("runIds")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                {
-                    if let Some(id) = id.as_str() {
-                        inner.runs.remember(id);
-                    }
-                }
-                inner.base_seq = *base_seq;
-                inner.fold.seq = *base_seq;
-            }
-            for (seq, json) in stored.events {
-                match Event::parse(json) {
-                    Ok(event) => {
-                        let entry = Arc::new(Entry::new(thread.id.clone(), seq, event));
-                        if let (EventType::Meta, Some(cid), Some(id)) = (
-                            entry.event.kind(),
-                            entry.event.str_field("clientEventId"),
-                            entry.event.str_field("id"),
-                        ) {
-                            inner.meta_ids.insert(cid.to_owned(), id.to_owned());
-                        }
-                        if *entry.event.kind() == EventType::RunStarted
-                            && let Some(run_id) = entry.event.str_field("runId")
-                        {
-                            inner.runs.remember(run_id);
-                        }
-                        inner.fold.apply(seq, &entry.event);
-                        inner.journal.push_back(entry);
-                    }
-                    Err(e) => {
-                        tracing::error!(thread = %key.thread_id, seq, "unreadable journal event skipped: {e}")
-                    }
-                }
-            }
-            inner.next_seq = inner.fold.seq.max(stored.meta.last_seq) + 1;
-        }
-        Ok(Some(self.map.entry(key.clone()).or_insert(thread).clone()))
-    }
-
-    /// The thread, created with `creator` when it does not exist.
-    pub async fn get_or_create(
-        &self,
-        key: &ThreadKey,
-        creator: &str,
-    ) -> Result<Arc<Thread>, StoreError> {
-        if let Some(t) = self.get(key).await? {
-            return Ok(t);
-        }
-        let now = now_millis();
-        let meta = ThreadMeta {
-            creator: creator.to_owned(),
-            agent: None,
-            status: "idle".into(),
-            created_ms: now,
-            updated_ms: now,
-            last_seq: 0,
-        };
-        let thread = Thread::new(key.clone(), self.store.clone(), self.settings.clone(), meta);
-        Ok(self.map.entry(key.clone()).or_insert(thread).clone())
-    }
-
-    /// Compacts every idle thread's journal (see [`ThreadSettings::idle_ttl`]).
-    pub async fn sweep_idle(&self) {
-        let threads: Vec<Arc<Thread>> = self.map.iter().map(|t| t.value().clone()).collect();
-        for t in threads {
-            t.compact_if_idle().await;
-        }
-    }
-
-    /// Runs [`Threads::sweep_idle`] and [`Threads::evict_idle`] every
-    /// `every`, for the life of the process.
-    pub fn spawn_sweeper(self: &Arc<Self>, every: std::time::Duration) {
-        let threads = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.tick().await;
-            loop {
-                tick.tick().await;
-                let Some(t) = threads.upgrade() else { return };
-                t.sweep_idle().await;
-                let evicted = t.evict_idle();
-                if evicted > 0 {
-                    tracing::debug!(evicted, resident = t.resident(), "idle threads left memory");
-                }
-            }
-        });
-    }
-
-    /// Closes runs that were active when the process last stopped, with
-    /// `RUN_ERROR gateway_restarted`. Returns how many were closed; a thread
-    /// that cannot be loaded is logged and skipped.
-    pub async fn recover(&self) -> Result<usize, StoreError> {
-        let store = self.store.clone();
-        let running = tokio::task::spawn_blocking(move || store.running())
-            .await
-            .map_err(StoreError::failed)??;
-        let mut closed = 0;
-        for key in running {
-            // One unreadable thread must not keep the gateway from starting.
-            let thread = match self.get(&key).await {
-                Ok(thread) => thread,
-                Err(e) => {
-                    tracing::error!(tenant = %key.tenant, thread = %key.thread_id, "cannot load thread to close its interrupted run; skipped: {e}");
-                    continue;
-                }
-            };
-            if let Some(thread) = thread {
-                let event = crate::protocol::event::run_error(
-                    "gateway_restarted",
-                    "the gateway restarted while this run was active; the run was not resumed",
-                );
-                thread.append(vec![event]).await;
-                closed += 1;
-                tracing::warn!(tenant = %key.tenant, thread = %key.thread_id, "closed run interrupted by restart");
-            }
-        }
-        Ok(closed)
-    }
 }
 
 #[cfg(test)]
@@ -1448,5 +1197,108 @@ mod tests {
         let got = drain(&mut rx).await;
         assert!(got.len() < 100, "{}", got.len());
         assert_eq!(got.last().unwrap()["close"], fanout::CLOSE_TOO_SLOW);
+    }
+
+    /// A bus between two in-process "nodes": what `from` announces reaches
+    /// `to`'s listener, except announcements the test asks it to lose.
+    struct PairBus {
+        to: tokio::sync::mpsc::UnboundedSender<Publication>,
+        from: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<Publication>>>,
+        lose_next: std::sync::atomic::AtomicBool,
+    }
+
+    impl PublicationBus for PairBus {
+        fn announce(&self, publication: Publication) {
+            if !self
+                .lose_next
+                .swap(false, std::sync::atomic::Ordering::AcqRel)
+            {
+                let _ = self.to.send(publication);
+            }
+        }
+        fn subscribe(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Publication>> {
+            self.from.lock().unwrap().take()
+        }
+    }
+
+    #[tokio::test]
+    async fn another_nodes_durable_events_reach_this_nodes_viewers_once_in_order() {
+        let store: Arc<dyn JournalStore> = Arc::new(MemoryStore::new());
+        let (a_to_b, b_hears) = tokio::sync::mpsc::unbounded_channel();
+        let bus_a = Arc::new(PairBus {
+            to: a_to_b,
+            from: Default::default(),
+            lose_next: false.into(),
+        });
+        let (unused, _) = tokio::sync::mpsc::unbounded_channel();
+        let bus_b = Arc::new(PairBus {
+            to: unused,
+            from: std::sync::Mutex::new(Some(b_hears)),
+            lose_next: false.into(),
+        });
+        let settings = ThreadSettings {
+            max_events: 1000,
+            idle_ttl: std::time::Duration::ZERO,
+        };
+        let node_a = Threads::new(store.clone(), settings.clone()).with_bus(bus_a.clone());
+        let node_b = Arc::new(Threads::new(store, settings).with_bus(bus_b));
+        let on_a = thread_th(&node_a).await;
+        on_a.append(vec![ev(json!({"type":"CUSTOM","name":"n","value":1}))])
+            .await;
+        // Node B serves a viewer of the same thread (loaded from the store).
+        let on_b = node_b
+            .get(&ThreadKey::new("ten", "th"))
+            .await
+            .unwrap()
+            .unwrap();
+        let (ob, mut rx) = fanout::outbox(1 << 20);
+        on_b.subscribe(1, ob, Start::After(1), None);
+        // Node B hears only announcements, delivered by its listener.
+        node_b.spawn_bus_listener();
+        for v in 2..=3 {
+            on_a.append(vec![ev(json!({"type":"CUSTOM","name":"n","value":v}))])
+                .await;
+        }
+        // One announcement is lost; the next one reveals the gap, which
+        // node B reads back from the store.
+        bus_a
+            .lose_next
+            .store(true, std::sync::atomic::Ordering::Release);
+        on_a.append(vec![
+            ev(json!({"type":"CUSTOM","name":"n","value":4})),
+            ev(json!({"type":"CUSTOM","name":"n","value":5})),
+        ])
+        .await;
+        on_a.append(vec![ev(json!({"type":"CUSTOM","name":"n","value":6}))])
+            .await;
+        let mut got = Vec::new();
+        while got.last().is_none_or(|(seq, _)| *seq < 6) {
+            let item = tokio::time::timeout(std::time::Duration::from_secs(5), rx.recv()).await;
+            let Ok(Some(Outgoing::Event(e))) = item else {
+                panic!("events up to 6, got {got:?} then {item:?}")
+            };
+            got.push((e.seq, e.event.get("value").unwrap().as_i64().unwrap()));
+        }
+        assert_eq!(got, [(2, 2), (3, 3), (4, 4), (5, 5), (6, 6)]);
+        assert_eq!(on_b.seq(), 6);
+        assert_eq!(on_b.snapshot(&None), on_a.snapshot(&None), "same fold");
+        assert_eq!(on_b.meta().last_seq, 6);
+        // A repeated announcement changes nothing ...
+        node_b
+            .deliver(Publication {
+                key: on_a.key.clone(),
+                events: vec![(3, on_a.entries_after(2).unwrap()[0].event.json().clone())],
+            })
+            .await;
+        // ... and node B's own next append continues the journal after A's.
+        let mine = on_b
+            .try_append(vec![ev(json!({"type":"CUSTOM","name":"n","value":7}))])
+            .await
+            .unwrap();
+        assert_eq!(mine[0].seq, 7);
+        let Some(Outgoing::Event(next)) = rx.recv().await else {
+            panic!("an event")
+        };
+        assert_eq!(next.seq, 7, "nothing repeated before it");
     }
 }

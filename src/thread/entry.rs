@@ -1,0 +1,68 @@
+//! A journal entry: one event, its seq, and its transports' frames.
+
+use crate::protocol::Event;
+use bytes::Bytes;
+use std::sync::{Arc, OnceLock};
+
+/// One journal event and its seq.
+///
+/// The event's JSON text is the only copy of its bytes kept here; what a
+/// transport sends (a WebSocket envelope, an SSE frame) is built by that
+/// transport in `server/` on first use and cached in the entry's frame
+/// slots, shared by every viewer on that transport ([`Entry::frame`]).
+/// Thread code never builds a frame: it knows no transport.
+pub struct Entry {
+    /// The thread's id (shared by all its entries): a connection's writer
+    /// serves many threads and must name the one each event belongs to.
+    pub thread_id: Arc<str>,
+    pub seq: u64,
+    pub event: Event,
+    frames: [OnceLock<Bytes>; FRAME_SLOTS],
+}
+
+/// How many transports can cache a frame per entry.
+const FRAME_SLOTS: usize = 2;
+
+/// The frame cache slot a transport owns (see [`Entry::frame`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameSlot(usize);
+
+impl FrameSlot {
+    /// WebSocket `event` envelopes.
+    pub const WEBSOCKET: FrameSlot = FrameSlot(0);
+    /// SSE `id:`/`data:` frames.
+    pub const SSE: FrameSlot = FrameSlot(1);
+}
+
+impl Entry {
+    /// An entry for `event` at `seq` of thread `thread_id` (no frame built yet).
+    pub fn new(thread_id: Arc<str>, seq: u64, event: Event) -> Entry {
+        Entry {
+            thread_id,
+            seq,
+            event,
+            frames: Default::default(),
+        }
+    }
+
+    /// This entry's frame for one transport: built by `encode` the first time
+    /// any viewer on that transport needs it, then shared.
+    pub fn frame(&self, slot: FrameSlot, encode: impl FnOnce(&Entry) -> Bytes) -> Bytes {
+        self.frames[slot.0].get_or_init(|| encode(self)).clone()
+    }
+
+    /// What queueing this entry costs a viewer's budget: its JSON plus a
+    /// transport envelope's worth.
+    pub fn cost(&self) -> usize {
+        self.event.json().len() + 64
+    }
+}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry")
+            .field("seq", &self.seq)
+            .field("event", &self.event)
+            .finish()
+    }
+}
