@@ -155,3 +155,65 @@ async fn slow_requester_and_slow_join_reader_get_every_event() {
         "the slow join reader got every journal event once, in order"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_that_fails_mid_run_ends_it_with_run_error_and_readiness_false() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let dir = tempfile::tempdir().unwrap();
+    // The journal may grow to 2 MiB; the flood writes ~10 MB.
+    let gw = Gateway::start_with_file_limit(
+        &format!(
+            "[store]\nkind = \"sqlite\"\npath = \"{}\"\n[threads]\nmax_events = 100000\n\
+             [[agents]]\nid = \"flood\"\nurl = \"{}\"\n",
+            dir.path().join("journal.db").display(),
+            py.url("flood")
+        ),
+        2048,
+    )
+    .await;
+    let ready = || async {
+        http()
+            .get(gw.url("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(ready().await, 200);
+    let t = token(json!({"sub": "alice"}));
+    let mut watcher = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
+    let (status, body) = post_run(&gw.run_url("flood"), &t, &input("full", "r1", "go")).await;
+    assert_eq!(status, 200);
+    let events = sse_events(&body);
+    assert_run_error(&events, "journal_unavailable");
+    assert_eq!(terminal_count(&events), 1, "exactly one terminal event");
+    let stored = events.len() - 1;
+    assert!(
+        (2..10004).contains(&stored),
+        "the run was cut where the journal failed: {stored} events"
+    );
+    let seqs_seen: Vec<u64> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .map(|id| id.trim().parse().unwrap())
+        .collect();
+    assert_eq!(
+        seqs_seen,
+        (1..=stored as u64).collect::<Vec<_>>(),
+        "what the requester saw was stored, gapless; the RUN_ERROR the journal could not hold has no id"
+    );
+    assert_eq!(ready().await, 503, "readiness turns false");
+    // A viewer reads exactly what the requester saw: the published journal.
+    watcher
+        .send(json!({"type": "subscribe", "id": "s", "threadId": "full", "after": 0}))
+        .await;
+    assert_eq!(watcher.recv().await["type"], "ack");
+    let mut replayed = Vec::new();
+    while replayed.len() < stored {
+        let frame = watcher.recv().await;
+        replayed.push(frame["seq"].as_u64().unwrap());
+    }
+    assert_eq!(replayed, seqs_seen);
+    gw.proc.expect_stderr("journal write failed").await;
+}

@@ -211,8 +211,9 @@ async fn stalled_viewer_catches_up_from_the_journal_while_others_finish() {
         .send(json!({"type": "subscribe", "id": "s", "threadId": "big", "after": base}))
         .await;
     assert_eq!(stalled.recv().await["type"], "ack");
+    // 48 viewers + the runner read at full speed beside the stalled one: 50.
     let mut fast = Vec::new();
-    for _ in 0..2 {
+    for _ in 0..48 {
         let mut v = ws(&gw, json!({"sub": "alice"})).await;
         v.send(json!({"type": "subscribe", "id": "s", "threadId": "big", "after": base}))
             .await;

@@ -45,11 +45,13 @@ pub fn sse_response(
 pub const SSE_CHUNK: usize = 64 * 1024;
 
 /// A journal entry's SSE frame (`id: <seq>` + `data: <event>`), built once
-/// per entry and shared by every SSE reader.
+/// per entry and shared by every SSE reader. An event the journal does not
+/// hold (seq 0: the gateway's own `RUN_ERROR` when the journal failed)
+/// has no `id`, so a reconnecting client never resumes from it.
 pub fn entry_frame(entry: &Entry) -> Bytes {
     entry.frame(FrameSlot::SSE, |e| {
         let mut buf = BytesMut::with_capacity(e.event.json().len() + 32);
-        encode_data(e.event.json(), Some(e.seq), &mut buf);
+        encode_data(e.event.json(), Some(e.seq).filter(|s| *s > 0), &mut buf);
         buf.freeze()
     })
 }

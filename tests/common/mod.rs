@@ -182,6 +182,14 @@ impl Gateway {
         Self::start_config(&format!("{auth}{extra}"), env).await
     }
 
+    /// Like [`Gateway::start`], in a process that may write files of at most
+    /// `kib` KiB (`ulimit -f`, with SIGXFSZ ignored so a write past it fails
+    /// with EFBIG instead of killing the process): a disk filling up mid-run.
+    pub async fn start_with_file_limit(extra: &str, kib: u64) -> Gateway {
+        let limit = kib.to_string();
+        Self::start_with_env(extra, &[("AGUI_TEST_FILE_LIMIT_KIB", &limit)]).await
+    }
+
     /// Starts the gateway with `config` (which must hold `[auth]`) after a
     /// `[server]` section on an ephemeral port.
     pub async fn start_config(config: &str, env: &[(&str, &str)]) -> Gateway {
@@ -200,7 +208,18 @@ impl Gateway {
     }
 
     async fn spawn(config_path: &Path, env: &[(&str, &str)]) -> (Proc, String) {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_agui-gateway"));
+        let binary = env!("CARGO_BIN_EXE_agui-gateway");
+        let mut cmd = match env.iter().find(|(k, _)| *k == "AGUI_TEST_FILE_LIMIT_KIB") {
+            // bash: `ulimit -f` counts KiB; an ignored signal stays ignored across exec.
+            Some((_, kib)) => {
+                let mut c = Command::new("bash");
+                c.arg("-c")
+                    .arg(format!("ulimit -f {kib}; trap '' XFSZ; exec \"$0\" \"$@\""))
+                    .arg(binary);
+                c
+            }
+            None => Command::new(binary),
+        };
         cmd.arg("--config").arg(config_path).arg("serve");
         cmd.env("AGUI_GATEWAY_LOG", "info,agui_gateway=debug");
         for (k, v) in env {
