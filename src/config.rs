@@ -3,6 +3,12 @@
 //! Everything is checked at start-up, and each error names the file and the
 //! key, because an operator reading a failed deploy's log should not have to
 //! guess which line to fix. `agui-gateway check-config` runs the same checks.
+//!
+//! This module is data only: the settings, their defaults, `${ENV}` expansion
+//! and checks of its own fields. It imports none of the modules that act on
+//! it, so it sits below all of them in the import graph; they read it
+//! instead (the policy module loads the file `policy.path` names, auth applies
+//! `[[grants]]`).
 
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -18,8 +24,9 @@ pub const DEFAULT_PATH: &str = "config/gateway.toml";
 /// embedded gateway.
 pub const EMBEDDED_CONFIG: &str = include_str!("../config/gateway.toml");
 
-/// `config/policy.toml`, compiled in for the embedded configuration.
-pub const EMBEDDED_POLICY: &str = include_str!("../config/policy.toml");
+/// The agent `url` that points at the built-in demo agent rather than an
+/// HTTP endpoint; defined here because it is a value an operator writes.
+pub const DEMO_URL: &str = "demo:";
 
 /// Where the embedded configuration keeps its journal: systemd's
 /// `$STATE_DIRECTORY`, else `$XDG_STATE_HOME/agui-gateway`, else
@@ -74,7 +81,7 @@ pub struct Config {
     pub cors: CorsConfig,
     /// Role-wide thread permissions.
     #[serde(default)]
-    pub grants: Vec<crate::auth::access::RoleGrant>,
+    pub grants: Vec<RoleGrant>,
     #[serde(default)]
     pub meta: MetaConfig,
     #[serde(default)]
@@ -84,7 +91,8 @@ pub struct Config {
     #[serde(skip)]
     pub source: PathBuf,
     /// True when this is the compiled-in [`EMBEDDED_CONFIG`] (no file to
-    /// watch; the policy is [`EMBEDDED_POLICY`]).
+    /// watch; with no `policy.path` the policy module uses its compiled-in
+    /// default policy).
     #[serde(skip)]
     pub embedded: bool,
 }
@@ -303,6 +311,47 @@ pub enum OnDisconnect {
     Continue,
     /// Cancel the run.
     Cancel,
+}
+
+/// A role-wide grant (`[[grants]]`): what every holder of `role` may do on
+/// the threads `threads` matches. Only the settings; `auth::access` applies
+/// them.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RoleGrant {
+    /// Role the grant applies to (`"*"`: every authenticated user).
+    pub role: String,
+    /// Thread-id glob (`*` any run of characters, `?` one character).
+    pub threads: String,
+    /// Permission names (see [`Permission::parse`]); checked at load.
+    pub permissions: Vec<String>,
+}
+
+/// A permission on a thread (spec: `view`, `run`, `resume`, `cancel`, `meta`).
+/// Defined here because its names are values operators write in
+/// `[[grants]]` (and identity providers put in the `threads` claim); `auth`
+/// decides who holds which.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Permission {
+    View,
+    Run,
+    Resume,
+    Cancel,
+    Meta,
+}
+
+impl Permission {
+    /// Parses a wire name; unknown names are ignored by callers (forward compatible).
+    pub fn parse(name: &str) -> Option<Permission> {
+        Some(match name {
+            "view" => Permission::View,
+            "run" => Permission::Run,
+            "resume" => Permission::Resume,
+            "cancel" => Permission::Cancel,
+            "meta" => Permission::Meta,
+            _ => return None,
+        })
+    }
 }
 
 /// JWT verification.
@@ -609,7 +658,8 @@ impl Config {
         }
     }
 
-    /// Every problem as (key, message).
+    /// Every problem as (key, message). The policy file's contents are the
+    /// policy module's to check (when it loads them), not this one's.
     pub fn validate(&self) -> Vec<(String, String)> {
         let mut problems = Vec::new();
         let mut bad = |key: String, message: String| problems.push((key, message));
@@ -645,16 +695,6 @@ impl Config {
                 ),
             );
         }
-        if let Some(p) = &self.policy.path {
-            match crate::policy::Policy::load(p) {
-                Ok(_) => {}
-                Err(errors) => {
-                    for e in errors {
-                        bad("policy.path".into(), e);
-                    }
-                }
-            }
-        }
         if let Some(u) = &self.meta.webhook_url
             && !reqwest::Url::parse(u).is_ok_and(|u| matches!(u.scheme(), "http" | "https"))
         {
@@ -679,7 +719,7 @@ impl Config {
         }
         for (i, g) in self.grants.iter().enumerate() {
             for (j, p) in g.permissions.iter().enumerate() {
-                if crate::auth::Permission::parse(p).is_none() {
+                if Permission::parse(p).is_none() {
                     bad(
                         format!("grants[{i}].permissions[{j}]"),
                         format!("'{p}' is not one of view, run, resume, cancel, meta"),
@@ -774,7 +814,7 @@ impl Config {
             if !seen.insert(agent.id.as_str()) {
                 bad(k("id"), format!("duplicate agent id '{}'", agent.id));
             }
-            if agent.url == crate::upstream::DEMO_URL {
+            if agent.url == DEMO_URL {
                 if !self.demo.enabled {
                     bad(k("url"), "'demo:' needs [demo] enabled = true".into());
                 }

@@ -5,6 +5,10 @@
 //! talk to), with [`auth`] and [`config`] beside them, and [`demo`] as a
 //! stand-alone AG-UI agent the default config runs so the gateway works out of
 //! the box.
+//!
+//! [`config`] is plain settings data and imports no sibling but [`protocol`];
+//! what acts on it lives with its user ([`auth`] grants and keys, [`policy`]
+//! reading its file), so config is never part of an import cycle.
 
 pub mod auth;
 pub mod config;

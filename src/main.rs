@@ -3,6 +3,7 @@
 use agui_gateway::auth::{Authenticator, MintRequest, mint};
 use agui_gateway::config::StoreKind;
 use agui_gateway::config::{Config, DEFAULT_PATH};
+use agui_gateway::policy::Policy;
 use agui_gateway::server::{self, AppState};
 use agui_gateway::store::JournalStore;
 use agui_gateway::store::memory::MemoryStore;
@@ -82,10 +83,21 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // The policy the config names is part of the configuration: every command
+    // refuses a broken one, reported like the config's own problems.
+    let policy = match Policy::from_config(&config) {
+        Ok(p) => p,
+        Err(problems) => {
+            for p in &problems {
+                eprintln!("config error: {p}");
+            }
+            return ExitCode::from(2);
+        }
+    };
     match cli.command.unwrap_or(Command::Serve) {
         Command::CheckConfig {
             explain: Some(sample),
-        } => match explain(&config, &sample) {
+        } => match explain(&config, policy, &sample) {
             Ok(report) => {
                 print!("{report}");
                 ExitCode::SUCCESS
@@ -142,7 +154,7 @@ fn main() -> ExitCode {
                 .enable_all()
                 .build()
                 .expect("tokio runtime");
-            match rt.block_on(serve(config)) {
+            match rt.block_on(serve(config, policy)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e}");
@@ -155,7 +167,7 @@ fn main() -> ExitCode {
 }
 
 /// The decision report behind `check-config --explain`.
-fn explain(config: &Config, sample: &std::path::Path) -> Result<String, String> {
+fn explain(config: &Config, policy: Policy, sample: &std::path::Path) -> Result<String, String> {
     use agui_gateway::policy::tools::{ToolDecider, Verdict};
     use std::fmt::Write;
     let text = std::fs::read_to_string(sample).map_err(|e| format!("{}: {e}", sample.display()))?;
@@ -169,8 +181,7 @@ fn explain(config: &Config, sample: &std::path::Path) -> Result<String, String> 
     let who = agui_gateway::auth::Principal::from_claims(claims, &config.auth.claims)?;
     let agent = v.get("agent").and_then(|a| a.as_str()).unwrap_or("");
     let thread = v.get("thread").and_then(|a| a.as_str()).unwrap_or("sample");
-    let policy =
-        Arc::new(agui_gateway::policy::Policy::from_config(config).map_err(|e| e.join("; "))?);
+    let policy = Arc::new(policy);
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -252,7 +263,7 @@ fn init_logging(format: &str) {
     }
 }
 
-async fn serve(config: Config) -> Result<(), String> {
+async fn serve(config: Config, policy: Policy) -> Result<(), String> {
     let demo_addr = if config.demo.enabled {
         Some(
             agui_gateway::demo::start(&config.demo)
@@ -274,7 +285,6 @@ async fn serve(config: Config) -> Result<(), String> {
             "no config file: running on the compiled-in default configuration"
         );
     }
-    let policy = agui_gateway::policy::Policy::from_config(&config).map_err(|e| e.join("\n"))?;
     let agents = AgentRegistry::from_config(&config.agents, demo_addr)?;
     let store: Arc<dyn JournalStore> = match config.store.kind {
         StoreKind::Sqlite => Arc::new(

@@ -6,19 +6,7 @@
 //! a missing one, so callers check `view` first and answer `not_found`.
 
 use super::principal::{Permission, Principal};
-use serde::Deserialize;
-
-/// A role-wide grant from the config file.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct RoleGrant {
-    /// Role the grant applies to (`"*"`: every authenticated user).
-    pub role: String,
-    /// Thread-id glob (`*` any run of characters, `?` one character).
-    pub threads: String,
-    /// Permission names: `view`, `run`, `resume`, `cancel`, `meta`.
-    pub permissions: Vec<String>,
-}
+use crate::config::RoleGrant;
 
 /// The permissions a caller holds on one thread.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

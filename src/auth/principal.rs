@@ -1,34 +1,13 @@
 //! Who is calling: the verified identity a token maps to.
 
 use crate::config::ClaimNames;
+/// Re-exported so callers keep naming permissions through `auth`; the type
+/// lives in config because operators write its names there.
+pub use crate::config::Permission;
 use serde_json::{Map, Value};
 
 /// Tenant of a token without a tenant claim.
 pub const DEFAULT_TENANT: &str = "default";
-
-/// A permission on a thread (spec: `view`, `run`, `resume`, `cancel`, `meta`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Permission {
-    View,
-    Run,
-    Resume,
-    Cancel,
-    Meta,
-}
-
-impl Permission {
-    /// Parses a wire name; unknown names are ignored by callers (forward compatible).
-    pub fn parse(name: &str) -> Option<Permission> {
-        Some(match name {
-            "view" => Permission::View,
-            "run" => Permission::Run,
-            "resume" => Permission::Resume,
-            "cancel" => Permission::Cancel,
-            "meta" => Permission::Meta,
-            _ => return None,
-        })
-    }
-}
 
 /// A `threads` claim entry: thread-id glob → permissions.
 #[derive(Debug, Clone, PartialEq, Eq)]

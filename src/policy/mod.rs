@@ -22,12 +22,17 @@ pub mod visibility;
 
 use crate::auth::Principal;
 use crate::auth::access::glob_match;
+use crate::config::{Config, ConfigError};
 use crate::protocol::Event;
 use crate::protocol::hooks::{EventFilter, RunInput};
 use serde::Deserialize;
 use serde_json::Value;
 use std::path::Path;
 use std::sync::Arc;
+
+/// `config/policy.toml`, compiled in: the policy of the embedded
+/// configuration (see [`Policy::from_config`]).
+pub const EMBEDDED_POLICY: &str = include_str!("../../config/policy.toml");
 
 /// The policy file as written.
 #[derive(Debug, Default, Deserialize)]
@@ -159,15 +164,29 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// The policy `config` names: its file, the compiled-in default policy
-    /// for the embedded configuration, or none.
-    pub fn from_config(config: &crate::config::Config) -> Result<Policy, Vec<String>> {
+    /// The policy `config` names: its file, the compiled-in
+    /// [`EMBEDDED_POLICY`] for the embedded configuration, or none. Loading
+    /// lives here, not in config, so config stays plain settings. A file's
+    /// problems read as configuration errors (`<config>: policy.path: …`),
+    /// as the operator fixes them starting from that key.
+    pub fn from_config(config: &Config) -> Result<Policy, Vec<String>> {
         match &config.policy.path {
-            Some(p) => Self::load(p),
-            None if config.embedded => Self::parse(
-                crate::config::EMBEDDED_POLICY,
-                "<embedded config/policy.toml>",
-            ),
+            Some(p) => Self::load(p).map_err(|errors| {
+                errors
+                    .into_iter()
+                    .map(|message| {
+                        ConfigError {
+                            file: config.origin(),
+                            key: "policy.path".into(),
+                            message,
+                        }
+                        .to_string()
+                    })
+                    .collect()
+            }),
+            None if config.embedded => {
+                Self::parse(EMBEDDED_POLICY, "<embedded config/policy.toml>")
+            }
             None => Ok(Default::default()),
         }
     }
@@ -473,6 +492,27 @@ mod tests {
         let tool = vec![serde_json::json!({"name": "x"})];
         let e = limits::check_request(&p, &who("paid"), "a", "t", &[], &tool).unwrap_err();
         assert!(e.message.contains("'broken'"), "{e:?}");
+    }
+
+    #[test]
+    fn from_config_reads_the_named_file_or_the_embedded_default() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("p.toml"), "[[rules]]\nname = 1\n").unwrap();
+        let cfg = dir.path().join("g.toml");
+        std::fs::write(
+            &cfg,
+            "[auth]\nhs_secret = \"0123456789abcdef0123456789abcdef\"\n[policy]\npath = \"p.toml\"\n",
+        )
+        .unwrap();
+        // The config's own fields are fine; the file it names is not.
+        let config = Config::load(&cfg).unwrap();
+        let errs = Policy::from_config(&config).unwrap_err();
+        let prefix = format!("{}: policy.path: ", cfg.display());
+        assert!(
+            errs[0].starts_with(&prefix) && errs[0].contains("p.toml:2:"),
+            "{errs:?}"
+        );
+        Policy::from_config(&Config::embedded().unwrap()).unwrap();
     }
 
     #[test]

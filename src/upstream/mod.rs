@@ -7,5 +7,6 @@ pub mod routing;
 pub use client::{RunStream, UpstreamCode};
 pub use routing::{Agent, AgentRegistry};
 
-/// The `url` value that points an agent at the built-in demo agent.
-pub const DEMO_URL: &str = "demo:";
+/// The `url` value that points an agent at the built-in demo agent (a config
+/// value, so defined in config; re-exported for the router).
+pub use crate::config::DEMO_URL;
