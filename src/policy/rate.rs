@@ -49,8 +49,17 @@ pub struct RateRule {
     limiter: Option<Arc<DefaultKeyedRateLimiter<String>>>,
     /// Open connections per key; shared across reloads (they are facts about
     /// sockets, not a budget) and with every [`ConnectionSlot`] that counts here.
+    /// A key leaves when its last connection closes.
     open: Arc<DashMap<String, u32>>,
+    /// When the limiter next forgets keys whose budget is full again
+    /// (milliseconds since `built`).
+    next_forget: std::sync::atomic::AtomicU64,
+    built: std::time::Instant,
 }
+
+/// How often a rule forgets users whose budget has refilled: a key costs
+/// memory only while its user is actually spending.
+const FORGET_EVERY: Duration = Duration::from_secs(10);
 
 impl std::fmt::Debug for RateRule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -91,7 +100,35 @@ impl RateRule {
             limit,
             limiter,
             open: Arc::new(DashMap::new()),
+            next_forget: (FORGET_EVERY.as_millis() as u64).into(),
+            built: std::time::Instant::now(),
         })
+    }
+
+    /// Forgets, at most once per [`FORGET_EVERY`], the keys whose budget is
+    /// full again (indistinguishable from a key never seen), so the limiter
+    /// holds only users who spent recently, not every user ever seen.
+    fn forget_refilled(&self) {
+        use std::sync::atomic::Ordering;
+        let Some(limiter) = &self.limiter else { return };
+        let now = self.built.elapsed().as_millis() as u64;
+        let due = self.next_forget.load(Ordering::Relaxed);
+        let next = now + FORGET_EVERY.as_millis() as u64;
+        if now < due
+            || self
+                .next_forget
+                .compare_exchange(due, next, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        limiter.retain_recent();
+        limiter.shrink_to_fit();
+    }
+
+    /// Keys this rule holds state for (budgets being spent, open connections).
+    pub fn keys_held(&self) -> usize {
+        self.limiter.as_ref().map_or(0, |l| l.len()) + self.open.len()
     }
 
     /// Takes over `old`'s live state when `old` is the rule this one replaces
@@ -142,6 +179,7 @@ pub fn check(
         .iter()
         .filter(|r| r.action == action && r.scope.applies_on(who, agent, thread))
     {
+        r.forget_refilled();
         if let Some(limiter) = &r.limiter
             && let Err(not_until) = limiter.check_key(&r.key(who))
         {
@@ -168,6 +206,8 @@ impl Drop for ConnectionSlot {
             if let Some(mut n) = open.get_mut(key) {
                 *n = n.saturating_sub(1);
             }
+            // The last connection of a key takes the key with it.
+            open.remove_if(key, |_, n| *n == 0);
         }
     }
 }
@@ -261,5 +301,39 @@ mod tests {
         tenant.carry_state_from(&more);
         assert!(connect(&tenant.rates, &who("a")).is_ok());
         drop(again);
+    }
+
+    #[test]
+    fn state_is_kept_only_for_users_who_are_spending_or_connected() {
+        let p = Policy::parse(
+            "[[rules]]\nname = \"runs\"\nkind = \"rate\"\naction = \"run\"\nlimit = 60000\n\
+             [[rules]]\nname = \"conns\"\nkind = \"rate\"\naction = \"connection\"\nlimit = 5\n",
+            "t",
+        )
+        .unwrap();
+        let slots: Vec<_> = (0..1000)
+            .map(|i| connect(&p.rates, &who(&format!("u{i}"))).unwrap())
+            .collect();
+        assert_eq!(p.rates[1].keys_held(), 1000);
+        drop(slots);
+        assert_eq!(p.rates[1].keys_held(), 0, "closed connections leave no key");
+        for i in 0..1000 {
+            check(&p.rates, Action::Run, &who(&format!("u{i}")), "x", "t").unwrap();
+        }
+        assert_eq!(p.rates[0].keys_held(), 1000);
+        // 60,000 a minute refills one run per millisecond: after a few, every
+        // budget is full again and the next sweep forgets those users.
+        std::thread::sleep(Duration::from_millis(5));
+        p.rates[0].forget_refilled();
+        assert_eq!(p.rates[0].keys_held(), 1000, "not yet: sweeps are periodic");
+        p.rates[0]
+            .next_forget
+            .store(0, std::sync::atomic::Ordering::Relaxed); // the period is over
+        p.rates[0].forget_refilled();
+        assert_eq!(p.rates[0].keys_held(), 0, "refilled budgets are forgotten");
+        // And a forgotten user's budget is intact: a full minute's worth.
+        for _ in 0..100 {
+            check(&p.rates, Action::Run, &who("u0"), "x", "t").unwrap();
+        }
     }
 }

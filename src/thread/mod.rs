@@ -11,6 +11,7 @@
 
 pub mod entry;
 pub mod fanout;
+pub mod recent;
 pub mod registry;
 pub mod run;
 
@@ -30,6 +31,10 @@ use run::RunSlot;
 use serde_json::{Map, Value, json};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
+
+/// How many of a thread's latest meta `clientEventId`s are remembered for
+/// idempotent retries.
+pub const META_IDS_KEPT: usize = 4096;
 
 /// Settings that shape every thread.
 #[derive(Debug, Clone)]
@@ -79,7 +84,8 @@ struct Inner {
     /// When the last event was published.
     last_event: std::time::Instant,
     /// `clientEventId` → META event id, for idempotent meta posts.
-    meta_ids: std::collections::HashMap<String, String>,
+    /// (The latest [`META_IDS_KEPT`] keys: retries come within seconds.)
+    meta_ids: recent::Recent<String>,
     /// Acknowledged batches (first, last seq) not yet published because an
     /// earlier batch is still waiting for the store.
     acked: Vec<(u64, u64)>,
@@ -148,7 +154,7 @@ impl Thread {
                 viewers: Vec::new(),
                 runs: RunSlot::default(),
                 last_event: std::time::Instant::now(),
-                meta_ids: Default::default(),
+                meta_ids: recent::Recent::new(META_IDS_KEPT),
                 catching_up: Default::default(),
                 acked: Vec::new(),
                 broken: None,

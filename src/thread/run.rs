@@ -9,6 +9,7 @@
 //! requester still gets the agent's own `RUN_STARTED`, unchanged.
 
 use super::fanout::{Live, Outbox, Outgoing};
+use super::recent::Recent;
 use super::{Entry, Inner, Thread};
 use crate::protocol::event::run_error;
 use crate::protocol::fold::RunStatus;
@@ -70,26 +71,39 @@ struct ActiveRun {
 }
 
 /// The thread's run state.
-#[derive(Default)]
 pub(super) struct RunSlot {
     active: Option<ActiveRun>,
     queue: VecDeque<RunRequest>,
     /// The run that answered the pending interrupts, until it ends.
     resume_claimed: Option<String>,
-    /// Every runId this thread has accepted: a reused id would make two
-    /// replies fold into one, so it is refused.
-    used_ids: std::collections::HashSet<String>,
+    /// The runIds this thread has accepted (the latest [`RUN_IDS_KEPT`]): a
+    /// reused id would make two replies fold into one, so it is refused.
+    used_ids: Recent<()>,
+}
+
+/// How many of a thread's latest runIds are remembered for the reuse check.
+pub const RUN_IDS_KEPT: usize = 4096;
+
+impl Default for RunSlot {
+    fn default() -> Self {
+        RunSlot {
+            active: None,
+            queue: VecDeque::new(),
+            resume_claimed: None,
+            used_ids: Recent::new(RUN_IDS_KEPT),
+        }
+    }
 }
 
 impl RunSlot {
     /// Records a runId seen in the journal (or its compacted base).
     pub(super) fn remember(&mut self, run_id: &str) {
-        self.used_ids.insert(run_id.to_owned());
+        self.used_ids.insert(run_id.to_owned(), ());
     }
 
-    /// Every runId accepted on this thread (kept in the compacted base).
+    /// The runIds remembered (kept in the compacted base), oldest first.
     pub(super) fn used_ids(&self) -> impl Iterator<Item = &String> {
-        self.used_ids.iter()
+        self.used_ids.keys()
     }
 
     /// No run active or waiting.
@@ -154,7 +168,7 @@ impl Thread {
                 req.run_id
             )));
         }
-        inner.runs.used_ids.insert(req.run_id.clone());
+        inner.runs.used_ids.insert(req.run_id.clone(), ());
         if req.input.has_resume() {
             inner.runs.resume_claimed = Some(req.run_id.clone());
         }
@@ -797,6 +811,18 @@ mod tests {
     use crate::store::ThreadKey;
     use crate::store::memory::MemoryStore;
     use crate::thread::{Start, ThreadSettings, Threads, fanout};
+
+    #[test]
+    fn a_thread_remembers_its_latest_run_ids_and_no_more() {
+        let mut slot = RunSlot::default();
+        for i in 0..RUN_IDS_KEPT + 100 {
+            slot.remember(&format!("r{i}"));
+        }
+        assert_eq!(slot.used_ids().count(), RUN_IDS_KEPT);
+        assert!(slot.used_ids.contains(&format!("r{}", RUN_IDS_KEPT + 99)));
+        assert!(slot.used_ids.contains("r100"));
+        assert!(!slot.used_ids.contains("r99"), "the oldest are forgotten");
+    }
 
     /// A filter with a bug: it panics on the first text delta.
     struct Explodes;
