@@ -154,8 +154,16 @@ impl Default for ServerConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreConfig {
-    /// `sqlite` (default, durable) or `memory` (lost on exit).
+    /// `sqlite` (default, durable), `memory` (lost on exit) or `redis`
+    /// (several nodes sharing one Redis or Valkey).
     pub kind: StoreKind,
+    /// Redis URL (`redis://host:port/db`), for `kind = "redis"`; `${VAR}`
+    /// is expanded, so a password can stay in the environment.
+    pub url: Option<String>,
+    /// Prefix of every Redis key (several deployments can share a Redis).
+    pub prefix: String,
+    /// This node's name on the bus (default: host name and process id).
+    pub node: Option<String>,
     /// SQLite file (relative to the config file's folder).
     pub path: PathBuf,
     /// SQLite `synchronous`: `normal` (survives a process crash) or `full`
@@ -172,12 +180,16 @@ pub enum StoreKind {
     #[default]
     Sqlite,
     Memory,
+    Redis,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
             kind: StoreKind::Sqlite,
+            url: None,
+            prefix: "agui".into(),
+            node: None,
             path: PathBuf::from("data/agui-gateway.db"),
             synchronous: "normal".into(),
             max_batch_events: 4096,
@@ -694,6 +706,19 @@ impl Config {
                     self.store.synchronous
                 ),
             );
+        }
+        if self.store.kind == StoreKind::Redis {
+            match &self.store.url {
+                None => bad(
+                    "store.url".into(),
+                    "kind = \"redis\" needs url = \"redis://host:port\"".into(),
+                ),
+                Some(u) if !u.starts_with("redis://") && !u.starts_with("rediss://") => bad(
+                    "store.url".into(),
+                    format!("'{u}' is not a redis:// or rediss:// URL"),
+                ),
+                Some(_) => {}
+            }
         }
         if let Some(u) = &self.meta.webhook_url
             && !reqwest::Url::parse(u).is_ok_and(|u| matches!(u.scheme(), "http" | "https"))

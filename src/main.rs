@@ -6,7 +6,9 @@ use agui_gateway::config::{Config, DEFAULT_PATH};
 use agui_gateway::policy::Policy;
 use agui_gateway::server::{self, AppState};
 use agui_gateway::store::JournalStore;
+use agui_gateway::store::bus::{LocalBus, PublicationBus};
 use agui_gateway::store::memory::MemoryStore;
+use agui_gateway::store::redis::RedisStore;
 use agui_gateway::store::sqlite::SqliteStore;
 use agui_gateway::thread::{Residency, ThreadSettings, Threads};
 use agui_gateway::upstream::AgentRegistry;
@@ -286,16 +288,31 @@ async fn serve(config: Config, policy: Policy) -> Result<(), String> {
         );
     }
     let agents = AgentRegistry::from_config(&config.agents, demo_addr)?;
-    let store: Arc<dyn JournalStore> = match config.store.kind {
-        StoreKind::Sqlite => Arc::new(
-            SqliteStore::open(
-                &config.store.path,
-                &config.store.synchronous,
-                config.store.max_batch_events,
-            )
-            .map_err(|e| format!("store.path {}: {e}", config.store.path.display()))?,
+    let (store, bus): (Arc<dyn JournalStore>, Arc<dyn PublicationBus>) = match config.store.kind {
+        StoreKind::Sqlite => (
+            Arc::new(
+                SqliteStore::open(
+                    &config.store.path,
+                    &config.store.synchronous,
+                    config.store.max_batch_events,
+                )
+                .map_err(|e| format!("store.path {}: {e}", config.store.path.display()))?,
+            ),
+            Arc::new(LocalBus),
         ),
-        StoreKind::Memory => Arc::new(MemoryStore::new()),
+        StoreKind::Memory => (Arc::new(MemoryStore::new()), Arc::new(LocalBus)),
+        StoreKind::Redis => {
+            let url = agui_gateway::config::expand_env(config.store.url.as_deref().unwrap_or(""))?;
+            let node = config.store.node.clone().unwrap_or_else(|| {
+                let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+                format!("{}-{}", host.trim(), std::process::id())
+            });
+            let redis = RedisStore::connect(&url, &config.store.prefix, &node)
+                .await
+                .map_err(|e| format!("store.url: {e}"))?;
+            tracing::info!(node = %node, "journal on redis");
+            (redis.clone(), redis)
+        }
     };
     let threads = Threads::new(
         store,
@@ -304,11 +321,18 @@ async fn serve(config: Config, policy: Policy) -> Result<(), String> {
             idle_ttl: config.threads.idle_ttl,
         },
     )
+    .with_bus(bus)
     .with_residency(Residency {
         evict_after: config.threads.evict_after,
         max_resident: config.threads.max_resident,
     });
-    let recovered = threads.recover().await.map_err(|e| e.to_string())?;
+    // On a shared Redis a "running" thread may be a live run of another
+    // node: only a node-local store can close what the last process left open.
+    let recovered = if config.store.kind == StoreKind::Redis {
+        0
+    } else {
+        threads.recover().await.map_err(|e| e.to_string())?
+    };
     if recovered > 0 {
         tracing::warn!(
             runs = recovered,

@@ -9,6 +9,7 @@
 
 pub mod bus;
 pub mod memory;
+pub mod redis;
 pub mod sqlite;
 
 use bytes::Bytes;

@@ -91,6 +91,19 @@ impl Proc {
         }
     }
 
+    /// Waits for a stdout line containing `needle` and returns it.
+    pub async fn expect_line_containing(&mut self, needle: &str) -> String {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            match tokio::time::timeout_at(deadline, self.lines.recv()).await {
+                Ok(Some(line)) if line.contains(needle) => return line,
+                Ok(Some(_)) => continue,
+                Ok(None) => panic!("process exited before printing {needle:?}"),
+                Err(_) => panic!("no line with {needle:?} within {WAIT:?}"),
+            }
+        }
+    }
+
     /// Waits for a stdout line starting with `prefix` and returns it.
     pub async fn expect_line(&mut self, prefix: &str) -> String {
         let deadline = tokio::time::Instant::now() + WAIT;
@@ -127,6 +140,46 @@ impl Proc {
     /// Everything the process wrote to stderr so far.
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
+    }
+}
+
+/// A real `redis-server` on a free loopback port, nothing persisted.
+pub struct RedisServer {
+    pub proc: Proc,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    /// Starts `redis-server` and waits until it accepts connections.
+    pub async fn start() -> RedisServer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir.path());
+        let mut proc = Proc::spawn(cmd);
+        proc.expect_line_containing("Ready to accept connections")
+            .await;
+        RedisServer {
+            proc,
+            port,
+            _dir: dir,
+        }
+    }
+
+    /// `[store]` TOML for a gateway node named `node` on this Redis.
+    pub fn store_config(&self, node: &str) -> String {
+        format!(
+            "[store]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:{}\"\nnode = \"{node}\"\n",
+            self.port
+        )
     }
 }
 

@@ -1,0 +1,517 @@
+//! Redis journal for several gateway nodes sharing one Redis (or Valkey).
+//!
+//! Per thread (keys share one `{hash tag}`):
+//! - `…:ev`, a stream whose entry ids are the seqs (`<seq>-0`), field `e`
+//!   the event JSON exactly as journaled;
+//! - `…:meta`, a hash: creator, agent, status, created/updated ms, last seq,
+//!   and the compacted base (seq + fold snapshot) once there is one;
+//! - per tenant a sorted set of thread ids by update time (listing), and one
+//!   set of running threads (restart recovery).
+//!
+//! An append is one Lua script ([`APPEND`]), so it is atomic: it checks that
+//! the batch continues the stored journal (else [`StoreError::SeqConflict`]
+//! and nothing changes), appends, updates the metadata, trims what a
+//! compaction made obsolete, and publishes the events on the thread's
+//! channel — the [publication bus](super::bus) other nodes listen to. Nothing
+//! is ever published that was not appended, and nothing appended goes
+//! unpublished.
+//!
+//! Batches are sent by one writer task, in the order they were queued, as a
+//! pipeline of scripts (group commit: whatever queued up while the previous
+//! pipeline was in flight), over a connection that reconnects by itself.
+//! Durability is Redis's: acknowledged means in Redis's memory, and on disk
+//! as its `appendonly`/`appendfsync` settings say.
+//!
+//! Redis Cluster is not supported: the listing and running sets span slots.
+
+use super::bus::{Publication, PublicationBus};
+use super::*;
+use ::redis::aio::ConnectionManager;
+use ::redis::{AsyncCommands, Script, Value as RedisValue};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc;
+
+type Ack = oneshot::Sender<Result<(), StoreError>>;
+
+/// Most batches sent in one pipeline.
+const MAX_PIPELINE: usize = 64;
+
+/// The append script. KEYS: events stream, meta hash, tenant index, running
+/// set. ARGV: node, member, channel, first seq, event count, creator, agent,
+/// status, created ms, updated ms, last seq, base seq ('' = none), base
+/// snapshot, then the events. Returns `{1, last}` or `{0, expected}`.
+const APPEND: &str = r#"
+local first = tonumber(ARGV[4])
+local n = tonumber(ARGV[5])
+local last = tonumber(redis.call('HGET', KEYS[2], 'last_seq') or '0')
+if n > 0 and first ~= last + 1 then
+  return {0, last + 1}
+end
+local payload = {ARGV[1], '\n', ARGV[2], '\n', ARGV[4], '\n'}
+for i = 1, n do
+  local json = ARGV[13 + i]
+  redis.call('XADD', KEYS[1], (first + i - 1) .. '-0', 'e', json)
+  payload[#payload + 1] = #json .. ':' .. json
+end
+redis.call('HSETNX', KEYS[2], 'creator', ARGV[6])
+redis.call('HSETNX', KEYS[2], 'created_ms', ARGV[9])
+redis.call('HSET', KEYS[2], 'agent', ARGV[7], 'status', ARGV[8], 'updated_ms', ARGV[10], 'last_seq', ARGV[11])
+redis.call('ZADD', KEYS[3], ARGV[10], ARGV[2])
+if ARGV[8] == 'running' then
+  redis.call('SADD', KEYS[4], ARGV[2])
+else
+  redis.call('SREM', KEYS[4], ARGV[2])
+end
+if ARGV[12] ~= '' then
+  redis.call('HSET', KEYS[2], 'base_seq', ARGV[12], 'base', ARGV[13])
+  redis.call('XTRIM', KEYS[1], 'MINID', (tonumber(ARGV[12]) + 1) .. '-0')
+end
+if n > 0 then
+  redis.call('PUBLISH', ARGV[3], table.concat(payload))
+end
+return {1, tonumber(ARGV[11])}
+"#;
+
+/// A [`JournalStore`] (and [`PublicationBus`]) on Redis.
+pub struct RedisStore {
+    writer: mpsc::UnboundedSender<(AppendBatch, Ack)>,
+    conn: ConnectionManager,
+    prefix: String,
+    runtime: tokio::runtime::Handle,
+    /// False while Redis is unreachable or refusing writes.
+    healthy: Arc<AtomicBool>,
+    /// The other nodes' publications, until the registry takes them.
+    publications: Mutex<Option<mpsc::UnboundedReceiver<Publication>>>,
+}
+
+impl RedisStore {
+    /// Connects to `url` (`redis://host:port/db`) as node `node`, with keys
+    /// under `prefix`. Fails when Redis cannot be reached now; afterwards
+    /// the connection reconnects by itself.
+    pub async fn connect(
+        url: &str,
+        prefix: &str,
+        node: &str,
+    ) -> Result<Arc<RedisStore>, StoreError> {
+        let client = ::redis::Client::open(url).map_err(StoreError::failed)?;
+        let conn = ConnectionManager::new(client.clone())
+            .await
+            .map_err(StoreError::failed)?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (pub_tx, pub_rx) = mpsc::unbounded_channel();
+        let store = Arc::new(RedisStore {
+            writer: tx,
+            conn: conn.clone(),
+            prefix: prefix.to_owned(),
+            runtime: tokio::runtime::Handle::current(),
+            healthy: Arc::new(AtomicBool::new(true)),
+            publications: Mutex::new(Some(pub_rx)),
+        });
+        tokio::spawn(write_loop(
+            conn,
+            rx,
+            store.healthy.clone(),
+            prefix.to_owned(),
+            node.to_owned(),
+        ));
+        let (subscribed, is_subscribed) = oneshot::channel();
+        tokio::spawn(listen_loop(
+            client,
+            format!("{prefix}:pub:*"),
+            node.to_owned(),
+            pub_tx,
+            store.healthy.clone(),
+            subscribed,
+        ));
+        // Serve only once other nodes' publications can be heard.
+        is_subscribed
+            .await
+            .map_err(|_| StoreError::failed("redis subscription failed"))?;
+        Ok(store)
+    }
+
+    fn block_on<T>(
+        &self,
+        f: impl std::future::Future<Output = ::redis::RedisResult<T>>,
+    ) -> Result<T, StoreError> {
+        self.runtime.block_on(f).map_err(StoreError::failed)
+    }
+}
+
+/// The keys of one thread (one hash tag: they live in one slot).
+struct Keys {
+    events: String,
+    meta: String,
+    index: String,
+    running: String,
+    member: String,
+    channel: String,
+}
+
+impl Keys {
+    fn of(prefix: &str, key: &ThreadKey) -> Keys {
+        let member = member_of(key);
+        let tag = format!("{prefix}:{{{member}}}");
+        Keys {
+            events: format!("{tag}:ev"),
+            meta: format!("{tag}:meta"),
+            index: format!("{prefix}:threads:{}", escape(&key.tenant)),
+            running: format!("{prefix}:running"),
+            channel: format!("{prefix}:pub:{member}"),
+            member,
+        }
+    }
+}
+
+/// `tenant/thread`, each part escaped so neither can forge the other.
+fn member_of(key: &ThreadKey) -> String {
+    format!("{}/{}", escape(&key.tenant), escape(&key.thread_id))
+}
+
+fn key_of_member(member: &str) -> Option<ThreadKey> {
+    let (tenant, thread) = member.split_once('/')?;
+    Some(ThreadKey::new(unescape(tenant)?, unescape(thread)?))
+}
+
+/// Percent-escapes what would break a key, a member or a hash tag.
+fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '%' | '/' | '{' | '}' | '\n' | ':' => out.push_str(&format!("%{:02X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn unescape(s: &str) -> Option<String> {
+    let mut out = Vec::with_capacity(s.len());
+    let bytes = s.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Sends queued batches in order, as pipelines of [`APPEND`] scripts.
+async fn write_loop(
+    mut conn: ConnectionManager,
+    mut queue: mpsc::UnboundedReceiver<(AppendBatch, Ack)>,
+    healthy: Arc<AtomicBool>,
+    prefix: String,
+    node: String,
+) {
+    let script = Script::new(APPEND);
+    while let Some(first) = queue.recv().await {
+        let mut group = vec![first];
+        while group.len() < MAX_PIPELINE {
+            match queue.try_recv() {
+                Ok(next) => group.push(next),
+                Err(_) => break,
+            }
+        }
+        let pipe = append_pipeline(&script, &group, &prefix, &node);
+        let mut results: ::redis::RedisResult<Vec<(i64, u64)>> = pipe.query_async(&mut conn).await;
+        if results
+            .as_ref()
+            .is_err_and(|e| e.to_string().to_lowercase().contains("noscript"))
+        {
+            // Redis restarted or its script cache was flushed: nothing ran.
+            // Load the script and send the same pipeline again.
+            if let Err(e) = script.prepare_invoke().load_async(&mut conn).await {
+                tracing::warn!("loading the append script failed: {e}");
+            }
+            results = pipe.query_async(&mut conn).await;
+        }
+        match results {
+            Ok(results) => {
+                healthy.store(true, Ordering::Release);
+                for ((batch, ack), (ok, seq)) in group.into_iter().zip(results) {
+                    let result = if ok == 1 {
+                        Ok(())
+                    } else {
+                        Err(StoreError::SeqConflict {
+                            expected: seq,
+                            got: batch.events.first().map_or(0, |(s, _)| *s),
+                        })
+                    };
+                    let _ = ack.send(result);
+                }
+            }
+            Err(e) => {
+                tracing::error!("journal write failed (redis): {e}");
+                healthy.store(false, Ordering::Release);
+                for (_, ack) in group {
+                    let _ = ack.send(Err(StoreError::failed(&e)));
+                }
+            }
+        }
+    }
+}
+
+/// One [`APPEND`] invocation per batch, in queue order.
+fn append_pipeline(
+    script: &Script,
+    group: &[(AppendBatch, Ack)],
+    prefix: &str,
+    node: &str,
+) -> ::redis::Pipeline {
+    let mut pipe = ::redis::pipe();
+    for (batch, _) in group {
+        let keys = Keys::of(prefix, &batch.key);
+        let m = &batch.meta;
+        let (base_seq, base) = match &batch.compact {
+            Some((seq, snapshot)) => (seq.to_string(), snapshot.to_vec()),
+            None => (String::new(), Vec::new()),
+        };
+        let mut invocation = script.prepare_invoke();
+        invocation
+            .key(&keys.events)
+            .key(&keys.meta)
+            .key(&keys.index)
+            .key(&keys.running)
+            .arg(node)
+            .arg(&keys.member)
+            .arg(&keys.channel)
+            .arg(batch.events.first().map_or(0, |(s, _)| *s))
+            .arg(batch.events.len())
+            .arg(&m.creator)
+            .arg(m.agent.as_deref().unwrap_or(""))
+            .arg(&m.status)
+            .arg(m.created_ms)
+            .arg(m.updated_ms)
+            .arg(m.last_seq)
+            .arg(base_seq)
+            .arg(base);
+        for (_, json) in &batch.events {
+            invocation.arg(&json[..]);
+        }
+        pipe.invoke_script(&invocation);
+    }
+    pipe
+}
+
+/// Receives every thread's publications (one pattern subscription per
+/// node), passing on those of other nodes; reconnects with backoff.
+async fn listen_loop(
+    client: ::redis::Client,
+    pattern: String,
+    node: String,
+    out: mpsc::UnboundedSender<Publication>,
+    healthy: Arc<AtomicBool>,
+    subscribed: oneshot::Sender<()>,
+) {
+    use futures::StreamExt;
+    let mut subscribed = Some(subscribed);
+    let mut backoff = std::time::Duration::from_millis(100);
+    loop {
+        match client.get_async_pubsub().await {
+            Ok(mut pubsub) => match pubsub.psubscribe(&pattern).await {
+                Ok(()) => {
+                    backoff = std::time::Duration::from_millis(100);
+                    if let Some(tell) = subscribed.take() {
+                        let _ = tell.send(());
+                    }
+                    let mut messages = pubsub.into_on_message();
+                    while let Some(message) = messages.next().await {
+                        match parse_publication(message.get_payload_bytes()) {
+                            Some((from, _)) if from == node => {}
+                            Some((_, publication)) => {
+                                if out.send(publication).is_err() {
+                                    return; // nobody listens any more
+                                }
+                            }
+                            None => tracing::warn!(
+                                "unreadable publication on {}",
+                                message.get_channel_name()
+                            ),
+                        }
+                    }
+                    tracing::warn!("redis subscription lost; reconnecting");
+                }
+                Err(e) => tracing::warn!("redis subscribe failed: {e}"),
+            },
+            Err(e) => tracing::warn!("redis unreachable for subscriptions: {e}"),
+        }
+        healthy.store(false, Ordering::Release);
+        if out.is_closed() {
+            return;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(std::time::Duration::from_secs(5));
+    }
+}
+
+/// `node \n member \n first seq \n` then `<len>:<json>` per event.
+fn parse_publication(payload: &[u8]) -> Option<(String, Publication)> {
+    let mut parts = payload.splitn(4, |b| *b == b'\n');
+    let node = std::str::from_utf8(parts.next()?).ok()?.to_owned();
+    let key = key_of_member(std::str::from_utf8(parts.next()?).ok()?)?;
+    let first: u64 = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
+    let mut rest = parts.next()?;
+    let mut events = Vec::new();
+    while !rest.is_empty() {
+        let colon = rest.iter().position(|b| *b == b':')?;
+        let len: usize = std::str::from_utf8(&rest[..colon]).ok()?.parse().ok()?;
+        let json = rest.get(colon + 1..colon + 1 + len)?;
+        events.push((first + events.len() as u64, Bytes::copy_from_slice(json)));
+        rest = &rest[colon + 1 + len..];
+    }
+    Some((node, Publication { key, events }))
+}
+
+fn meta_from_hash(h: &HashMap<String, Vec<u8>>) -> Option<ThreadMeta> {
+    let text = |k: &str| h.get(k).and_then(|v| String::from_utf8(v.clone()).ok());
+    let num = |k: &str| text(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    Some(ThreadMeta {
+        creator: text("creator")?,
+        agent: text("agent").filter(|a| !a.is_empty()),
+        status: text("status").unwrap_or_else(|| "idle".into()),
+        created_ms: num("created_ms"),
+        updated_ms: num("updated_ms"),
+        last_seq: num("last_seq"),
+    })
+}
+
+impl JournalStore for RedisStore {
+    fn append(&self, batch: AppendBatch) -> AppendAck {
+        let (tx, rx) = oneshot::channel();
+        if let Err(mpsc::error::SendError((_, ack))) = self.writer.send((batch, tx)) {
+            let _ = ack.send(Err(StoreError::failed("journal writer stopped")));
+        }
+        rx
+    }
+
+    fn load(&self, key: &ThreadKey) -> Result<Option<StoredThread>, StoreError> {
+        let keys = Keys::of(&self.prefix, key);
+        let mut conn = self.conn.clone();
+        let hash: HashMap<String, Vec<u8>> = self.block_on(conn.hgetall(&keys.meta))?;
+        let Some(meta) = meta_from_hash(&hash) else {
+            return Ok(None);
+        };
+        let base = match (hash.get("base_seq"), hash.get("base")) {
+            (Some(seq), Some(snapshot)) => std::str::from_utf8(seq)
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+                .map(|seq| (seq, Bytes::from(snapshot.clone()))),
+            _ => None,
+        };
+        let after = base.as_ref().map_or(0, |(s, _)| *s);
+        let reply: ::redis::streams::StreamRangeReply =
+            self.block_on(conn.xrange(&keys.events, format!("{}-0", after + 1), "+"))?;
+        let mut events = Vec::with_capacity(reply.ids.len());
+        for entry in reply.ids {
+            let seq = entry
+                .id
+                .split_once('-')
+                .and_then(|(s, _)| s.parse::<u64>().ok())
+                .ok_or_else(|| StoreError::failed(format!("bad stream id {}", entry.id)))?;
+            let json = match entry.map.get("e") {
+                Some(RedisValue::BulkString(b)) => Bytes::from(b.clone()),
+                _ => {
+                    return Err(StoreError::failed(format!(
+                        "stream entry {seq} has no event"
+                    )));
+                }
+            };
+            events.push((seq, json));
+        }
+        Ok(Some(StoredThread { meta, base, events }))
+    }
+
+    fn list(&self, tenant: &str) -> Result<Vec<(ThreadKey, ThreadMeta)>, StoreError> {
+        let mut conn = self.conn.clone();
+        let index = format!("{}:threads:{}", self.prefix, escape(tenant));
+        let members: Vec<String> = self.block_on(conn.zrevrange(&index, 0, -1))?;
+        let mut pipe = ::redis::pipe();
+        let keys: Vec<ThreadKey> = members.iter().filter_map(|m| key_of_member(m)).collect();
+        for key in &keys {
+            pipe.hgetall(Keys::of(&self.prefix, key).meta);
+        }
+        let hashes: Vec<HashMap<String, Vec<u8>>> = self.block_on(pipe.query_async(&mut conn))?;
+        let mut out: Vec<(ThreadKey, ThreadMeta)> = keys
+            .into_iter()
+            .zip(hashes)
+            .filter_map(|(k, h)| Some((k, meta_from_hash(&h)?)))
+            .collect();
+        out.sort_by(|a, b| b.1.updated_ms.cmp(&a.1.updated_ms).then(a.0.cmp(&b.0)));
+        Ok(out)
+    }
+
+    fn running(&self) -> Result<Vec<ThreadKey>, StoreError> {
+        let mut conn = self.conn.clone();
+        let members: Vec<String> =
+            self.block_on(conn.smembers(format!("{}:running", self.prefix)))?;
+        Ok(members.iter().filter_map(|m| key_of_member(m)).collect())
+    }
+
+    fn ping(&self) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        let pong: String = self.block_on(::redis::cmd("PING").query_async(&mut conn))?;
+        (pong == "PONG")
+            .then_some(())
+            .ok_or_else(|| StoreError::failed(format!("PING answered {pong}")))
+    }
+
+    fn healthy(&self) -> bool {
+        self.healthy.load(Ordering::Acquire)
+    }
+}
+
+impl PublicationBus for RedisStore {
+    /// Nothing to do: the append script published the batch already.
+    fn announce(&self, _: Publication) {}
+
+    fn subscribe(&self) -> Option<mpsc::UnboundedReceiver<Publication>> {
+        self.publications
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+
+    fn is_shared(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_and_publications_round_trip_whatever_the_ids_hold() {
+        for (tenant, thread) in [("t", "th"), ("a/b", "{x}:y%"), ("é", "\n/")] {
+            let key = ThreadKey::new(tenant, thread);
+            let member = member_of(&key);
+            assert_eq!(member.matches('/').count(), 1, "{member}");
+            assert!(!member.contains('{') && !member.contains('}'));
+            assert_eq!(key_of_member(&member), Some(key.clone()));
+            let payload = format!("n1\n{member}\n7\n3:{{}}12:{{\"a\":\"b:c\"}}");
+            let (node, p) = parse_publication(payload.as_bytes()).unwrap();
+            assert_eq!(node, "n1");
+            assert_eq!(p.key, key);
+            assert_eq!(
+                p.events,
+                vec![
+                    (7, Bytes::from_static(b"{}")),
+                    (8, Bytes::from_static(br#"{"a":"b:c"}"#))
+                ]
+            );
+        }
+        assert!(
+            parse_publication(b"n1\nt/x\n1\n99:{}").is_none(),
+            "truncated"
+        );
+    }
+}
