@@ -6,17 +6,18 @@
 //! and sends pings; it is the only place that writes to the socket, so a slow
 //! socket backs up one outbox and nothing else.
 
-use super::AppState;
-use super::access::{AccessError, thread_for};
+use super::access::{AccessError, thread_for, visibility_on};
+use super::commands::{self, Requester, ResumeCommand, RunCommand, Viewer};
 use super::error::{ApiError, ErrorCode};
-use super::http::bearer;
+use super::extract::bearer;
+use super::fields::{opt_array, opt_str, req_str};
+use super::state::AppState;
 use crate::auth::{Permission, Principal};
 use crate::config::Strategy;
-use crate::protocol::hooks::RunInput;
-use crate::protocol::input::Message as AguiMessage;
+use crate::protocol::hooks::{RunInput, ViewerVisibility};
+use crate::protocol::input::{Message as AguiMessage, ResumeEntry};
 use crate::store::ThreadKey;
 use crate::thread::fanout::{Outbox, OutboxReceiver, Outgoing, outbox};
-use crate::thread::run::{RunRequest, Started};
 use crate::thread::{Entry, FrameSlot, Start, Thread};
 use axum::body::Bytes;
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
@@ -109,10 +110,56 @@ pub async fn upgrade(
 /// A connection after authentication.
 struct Conn {
     state: Arc<AppState>,
-    id: u64,
     principal: Principal,
+    /// Where replies go; the threads it watches feed the same outbox.
     outbox: Arc<Outbox>,
-    subs: HashMap<ThreadKey, Arc<Thread>>,
+    subs: Subscriptions,
+}
+
+/// The threads a connection watches, all feeding its one outbox.
+struct Subscriptions {
+    /// The connection's viewer id on every thread.
+    id: u64,
+    outbox: Arc<Outbox>,
+    threads: HashMap<ThreadKey, Arc<Thread>>,
+}
+
+impl Subscriptions {
+    /// Watches `thread` from `start` (again, if it already did).
+    fn add(&mut self, thread: Arc<Thread>, start: Start, visibility: ViewerVisibility) {
+        thread.subscribe(self.id, self.outbox.clone(), start, visibility);
+        self.threads.insert(thread.key.clone(), thread);
+    }
+
+    /// Stops watching the thread `key`, if it did.
+    fn leave(&mut self, key: &ThreadKey) {
+        if let Some(thread) = self.threads.remove(key) {
+            thread.unsubscribe(self.id);
+            thread.viewer_left();
+        }
+    }
+
+    fn leave_all(&mut self) {
+        for (_, thread) in self.threads.drain() {
+            thread.unsubscribe(self.id);
+            thread.viewer_left();
+        }
+    }
+}
+
+impl Viewer for Subscriptions {
+    fn watches(&self, thread: &Thread) -> bool {
+        self.threads.contains_key(&thread.key)
+    }
+
+    fn watch(&mut self, thread: &Arc<Thread>, visibility: ViewerVisibility) {
+        self.add(thread.clone(), Start::Live, visibility);
+    }
+
+    fn unwatch(&mut self, thread: &Thread) {
+        self.threads.remove(&thread.key);
+        thread.unsubscribe(self.id);
+    }
 }
 
 async fn connection(
@@ -152,12 +199,16 @@ async fn connection(
             }
         },
     };
-    let mut conn = Conn {
+    let subs = Subscriptions {
         id: state.next_connection_id(),
+        outbox: outbox.clone(),
+        threads: HashMap::new(),
+    };
+    let mut conn = Conn {
         state,
         principal,
         outbox: outbox.clone(),
-        subs: HashMap::new(),
+        subs,
     };
     let expiry = tokio::time::sleep_until(deadline(conn.principal.expires_at));
     tokio::pin!(expiry);
@@ -205,7 +256,7 @@ async fn connection(
             break;
         }
     }
-    conn.leave_all();
+    conn.subs.leave_all();
     drop(conn);
     drop(slot);
     drop(outbox);
@@ -335,34 +386,6 @@ fn text(bytes: Bytes) -> Utf8Bytes {
     Utf8Bytes::try_from(bytes).unwrap_or_else(|_| Utf8Bytes::from_static("{}"))
 }
 
-/// Reads an optional string field; `Err` names it when present but not a string.
-fn opt_str<'a>(v: &'a Value, field: &str) -> Result<Option<&'a str>, ApiError> {
-    match v.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(ApiError::new(
-            ErrorCode::Invalid,
-            format!("'{field}' must be a string"),
-        )),
-    }
-}
-
-fn req_str<'a>(v: &'a Value, field: &str) -> Result<&'a str, ApiError> {
-    opt_str(v, field)?
-        .ok_or_else(|| ApiError::new(ErrorCode::Invalid, format!("missing field '{field}'")))
-}
-
-fn opt_array(v: &Value, field: &str) -> Result<Vec<Value>, ApiError> {
-    match v.get(field) {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(a)) => Ok(a.clone()),
-        Some(_) => Err(ApiError::new(
-            ErrorCode::Invalid,
-            format!("'{field}' must be an array"),
-        )),
-    }
-}
-
 /// A frame [`decode_command`] refused: the error to answer with, and the
 /// frame's `id` (when the frame was an object that had one) for the answer
 /// to echo, so the client can match it to its command.
@@ -480,17 +503,6 @@ impl Conn {
         Ok(exp)
     }
 
-    async fn thread(
-        &self,
-        thread_id: &str,
-        need: Permission,
-        create: bool,
-    ) -> Result<Arc<Thread>, ApiError> {
-        thread_for(&self.state, &self.principal, thread_id, need, create)
-            .await
-            .map_err(AccessError::into_api)
-    }
-
     async fn subscribe(&mut self, v: &Value) -> Result<(), ApiError> {
         let thread_id = req_str(v, "threadId")?;
         let start = match v.get("after") {
@@ -499,71 +511,49 @@ impl Conn {
                 ApiError::new(ErrorCode::Invalid, "'after' must be a non-negative integer")
             })?),
         };
-        let thread = self.thread(thread_id, Permission::View, false).await?;
+        let thread = thread_for(
+            &self.state,
+            &self.principal,
+            thread_id,
+            Permission::View,
+            false,
+        )
+        .await
+        .map_err(AccessError::into_api)?;
         if v.get("id").is_some() {
             let mut extra = Map::new();
             extra.insert("threadId".into(), thread_id.into());
             self.ack(v.get("id"), extra);
         }
-        let visibility = super::access::visibility_on(&self.state, &self.principal, &thread);
-        thread.subscribe(self.id, self.outbox.clone(), start, visibility);
-        self.subs.insert(thread.key.clone(), thread);
+        let visibility = visibility_on(&self.state, &self.principal, &thread);
+        self.subs.add(thread, start, visibility);
         Ok(())
     }
 
     fn unsubscribe(&mut self, v: &Value) -> Result<(), ApiError> {
         let thread_id = req_str(v, "threadId")?;
-        let key = ThreadKey::new(self.principal.tenant.clone(), thread_id);
-        if let Some(thread) = self.subs.remove(&key) {
-            thread.unsubscribe(self.id);
-            thread.viewer_left();
-        }
+        self.subs
+            .leave(&ThreadKey::new(self.principal.tenant.clone(), thread_id));
         let mut extra = Map::new();
         extra.insert("threadId".into(), thread_id.into());
         self.ack(v.get("id"), extra);
         Ok(())
     }
 
+    /// `run`: new messages for the thread; the connection watches it (live)
+    /// from before the run starts.
     async fn run(&mut self, v: &Value) -> Result<(), ApiError> {
         let agent_id = req_str(v, "agent")?;
         let thread_id = req_str(v, "threadId")?;
-        let run_id = opt_str(v, "runId")?
-            .map(str::to_owned)
-            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-        let agent =
-            self.state.agents().get(agent_id).ok_or_else(|| {
-                ApiError::new(ErrorCode::NotFound, format!("no agent '{agent_id}'"))
-            })?;
-        if !agent.allows(&self.principal) {
-            return Err(ApiError::new(
-                ErrorCode::Forbidden,
-                format!("your roles may not run agent '{agent_id}'"),
-            ));
-        }
-        let strategy = match opt_str(v, "strategy")? {
-            None => agent.strategy,
-            Some(s) => {
-                let chosen: Strategy = serde_json::from_value(Value::from(s)).map_err(|_| {
-                    ApiError::new(
-                        ErrorCode::Invalid,
-                        "'strategy' must be reject, enqueue or interrupt",
-                    )
-                })?;
-                if chosen != agent.strategy && !agent.allow_strategy_override {
-                    return Err(ApiError::new(
-                        ErrorCode::Forbidden,
-                        format!("agent '{agent_id}' does not allow choosing the strategy"),
-                    ));
-                }
-                chosen
-            }
-        };
+        let run_id = run_id(v)?;
+        let agent = commands::runnable_agent(&self.state, &self.principal, agent_id)?;
+        let strategy = opt_str(v, "strategy")?.map(strategy).transpose()?;
         let messages = opt_array(v, "messages")?;
         for (i, m) in messages.iter().enumerate() {
             serde_json::from_value::<AguiMessage>(m.clone())
                 .map_err(|e| ApiError::new(ErrorCode::Invalid, format!("messages[{i}]: {e}")))?;
         }
-        let mut input = RunInput::Incremental {
+        let input = RunInput::Incremental {
             messages,
             tools: opt_array(v, "tools")?,
             context: opt_array(v, "context")?,
@@ -571,38 +561,20 @@ impl Conn {
             forwarded_props: v.get("forwardedProps").cloned().filter(|s| !s.is_null()),
             resume: None,
         };
-        // Policy first: a refused run creates no thread and no subscription.
-        let prepared =
-            self.state
-                .policy()
-                .prepare_run(&self.principal, &agent.id, thread_id, &mut input)?;
-        let thread = self.thread(thread_id, Permission::Run, true).await?;
-        self.start(v, thread, agent, run_id, input, prepared, strategy)
-            .await
-    }
-
-    async fn cancel(&mut self, v: &Value) -> Result<(), ApiError> {
-        let thread_id = req_str(v, "threadId")?;
-        let ack = super::sideband::cancel(
-            &self.state,
-            &self.principal,
-            thread_id,
-            opt_str(v, "runId")?,
-        )
-        .await?;
+        let cmd = RunCommand {
+            agent,
+            thread_id: thread_id.to_owned(),
+            run_id,
+            input,
+            strategy,
+        };
+        let requester = Requester::Viewer(&mut self.subs);
+        let ack = commands::run(&self.state, &self.principal, cmd, requester).await?;
         self.ack(v.get("id"), ack);
         Ok(())
     }
 
-    async fn meta(&mut self, v: &Value) -> Result<(), ApiError> {
-        let thread_id = req_str(v, "threadId")?;
-        let ack = super::sideband::meta(&self.state, &self.principal, thread_id, v).await?;
-        self.ack(v.get("id"), ack);
-        Ok(())
-    }
-
-    /// Answers the thread's pending interrupts: a run with `resume`, sent to
-    /// the agent that raised them unless another (runnable) one is named.
+    /// `resume`: answers to the thread's pending interrupts, as a run.
     async fn resume(&mut self, v: &Value) -> Result<(), ApiError> {
         let thread_id = req_str(v, "threadId")?;
         let entries = match v.get("resume") {
@@ -615,114 +587,59 @@ impl Conn {
             }
         };
         for (i, e) in entries.iter().enumerate() {
-            serde_json::from_value::<crate::protocol::input::ResumeEntry>(e.clone())
+            serde_json::from_value::<ResumeEntry>(e.clone())
                 .map_err(|err| ApiError::new(ErrorCode::Invalid, format!("resume[{i}]: {err}")))?;
         }
-        let thread = self.thread(thread_id, Permission::Resume, false).await?;
-        let agent_id = match opt_str(v, "agent")? {
-            Some(a) => a.to_owned(),
-            None => thread.meta().agent.ok_or_else(|| {
-                ApiError::new(
-                    ErrorCode::Invalid,
-                    "no agent has run on this thread; name one in 'agent'",
-                )
-            })?,
+        let cmd = ResumeCommand {
+            thread_id: thread_id.to_owned(),
+            agent_id: opt_str(v, "agent")?.map(str::to_owned),
+            run_id: run_id(v)?,
+            input: RunInput::Incremental {
+                messages: opt_array(v, "messages")?,
+                tools: opt_array(v, "tools")?,
+                context: opt_array(v, "context")?,
+                state: None,
+                forwarded_props: v.get("forwardedProps").cloned().filter(|s| !s.is_null()),
+                resume: Some(Value::Array(entries)),
+            },
         };
-        let agent =
-            self.state.agents().get(&agent_id).ok_or_else(|| {
-                ApiError::new(ErrorCode::NotFound, format!("no agent '{agent_id}'"))
-            })?;
-        if !agent.allows(&self.principal) {
-            return Err(ApiError::new(
-                ErrorCode::Forbidden,
-                format!("your roles may not run agent '{agent_id}'"),
-            ));
-        }
-        let run_id = opt_str(v, "runId")?
-            .map(str::to_owned)
-            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-        let mut input = RunInput::Incremental {
-            messages: opt_array(v, "messages")?,
-            tools: opt_array(v, "tools")?,
-            context: opt_array(v, "context")?,
-            state: None,
-            forwarded_props: v.get("forwardedProps").cloned().filter(|s| !s.is_null()),
-            resume: Some(Value::Array(entries)),
-        };
-        let strategy = agent.strategy;
-        let prepared =
-            self.state
-                .policy()
-                .prepare_run(&self.principal, &agent.id, thread_id, &mut input)?;
-        self.start(v, thread, agent, run_id, input, prepared, strategy)
-            .await
-    }
-
-    /// The common tail of `run` and `resume` (the policy has prepared the
-    /// run): the caller watches the thread (live) if it did not already, the
-    /// thread starts or queues the run, and the ack says which. A refused run
-    /// leaves no subscription behind.
-    #[allow(clippy::too_many_arguments)]
-    async fn start(
-        &mut self,
-        cmd: &Value,
-        thread: Arc<Thread>,
-        agent: Arc<crate::upstream::Agent>,
-        run_id: String,
-        input: RunInput,
-        prepared: crate::policy::Prepared,
-        strategy: Strategy,
-    ) -> Result<(), ApiError> {
-        let thread_id = thread.key.thread_id.clone();
-        let newly_watching = !self.subs.contains_key(&thread.key);
-        if newly_watching {
-            let visibility =
-                self.state
-                    .policy()
-                    .visibility_for(&self.principal, &agent.id, &thread_id);
-            // Before the run starts, so the caller misses none of its events.
-            thread.subscribe(self.id, self.outbox.clone(), Start::Live, visibility);
-            self.subs.insert(thread.key.clone(), thread.clone());
-        }
-        let req = RunRequest {
-            agent,
-            run_id: run_id.clone(),
-            input,
-            starter: None,
-            starter_visibility: None,
-            filter: prepared.filter,
-            upstream_headers: prepared.upstream_headers,
-        };
-        let started = match thread.start_run(req, strategy) {
-            Ok(started) => started,
-            Err(refused) => {
-                if newly_watching {
-                    self.subs.remove(&thread.key);
-                    thread.unsubscribe(self.id);
-                }
-                return Err(refused.into());
-            }
-        };
-        self.state
-            .metrics
-            .runs_started
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut extra = Map::new();
-        extra.insert("threadId".into(), thread_id.into());
-        extra.insert("runId".into(), run_id.into());
-        if let Started::Queued(n) = started {
-            extra.insert("queued".into(), n.into());
-        }
-        self.ack(cmd.get("id"), extra);
+        let requester = Requester::Viewer(&mut self.subs);
+        let ack = commands::resume(&self.state, &self.principal, cmd, requester).await?;
+        self.ack(v.get("id"), ack);
         Ok(())
     }
 
-    fn leave_all(&mut self) {
-        for (_, thread) in self.subs.drain() {
-            thread.unsubscribe(self.id);
-            thread.viewer_left();
-        }
+    async fn cancel(&mut self, v: &Value) -> Result<(), ApiError> {
+        let thread_id = req_str(v, "threadId")?;
+        let run_id = opt_str(v, "runId")?;
+        let ack = commands::cancel(&self.state, &self.principal, thread_id, run_id).await?;
+        self.ack(v.get("id"), ack);
+        Ok(())
     }
+
+    async fn meta(&mut self, v: &Value) -> Result<(), ApiError> {
+        let thread_id = req_str(v, "threadId")?;
+        let ack = commands::meta(&self.state, &self.principal, thread_id, v).await?;
+        self.ack(v.get("id"), ack);
+        Ok(())
+    }
+}
+
+/// A frame's `runId`, or a fresh one.
+fn run_id(v: &Value) -> Result<String, ApiError> {
+    Ok(opt_str(v, "runId")?
+        .map(str::to_owned)
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()))
+}
+
+/// A frame's `strategy`, by its wire name.
+fn strategy(name: &str) -> Result<Strategy, ApiError> {
+    serde_json::from_value(Value::from(name)).map_err(|_| {
+        ApiError::new(
+            ErrorCode::Invalid,
+            "'strategy' must be reject, enqueue or interrupt",
+        )
+    })
 }
 
 #[cfg(test)]
