@@ -1,6 +1,6 @@
 //! Side-band commands over HTTP: meta events (feedback, notes, tags) and
-//! cancel, the same [`commands`](super::commands) as the WebSocket's, their
-//! ack fields answered as a JSON object.
+//! cancel, the same [`commands`] as the WebSocket's, their ack fields
+//! answered as a JSON object.
 
 use super::commands;
 use super::error::ApiError;
