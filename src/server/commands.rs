@@ -13,6 +13,7 @@ use super::error::{ApiError, ErrorCode};
 use super::state::AppState;
 use crate::auth::{Permission, Principal};
 use crate::config::Strategy;
+use crate::policy::Prepared;
 use crate::protocol::hooks::{RunInput, ViewerVisibility};
 use crate::thread::Thread;
 use crate::thread::fanout::Outbox;
@@ -129,15 +130,7 @@ pub async fn run(
     let thread = thread_for(state, who, &thread_id, need, need == Permission::Run)
         .await
         .map_err(AccessError::into_api)?;
-    let request = RunRequest {
-        agent,
-        run_id,
-        input,
-        starter: None,
-        starter_visibility: None,
-        filter: prepared.filter,
-        upstream_headers: prepared.upstream_headers,
-    };
+    let request = run_request(agent, run_id, input, prepared);
     launch(state, who, &thread, request, strategy, requester)
 }
 
@@ -173,15 +166,7 @@ pub async fn resume(
     let prepared = state
         .policy()
         .prepare_run(who, &agent.id, &thread_id, &mut input)?;
-    let request = RunRequest {
-        agent,
-        run_id,
-        input,
-        starter: None,
-        starter_visibility: None,
-        filter: prepared.filter,
-        upstream_headers: prepared.upstream_headers,
-    };
+    let request = run_request(agent, run_id, input, prepared);
     launch(state, who, &thread, request, strategy, requester)
 }
 
@@ -193,6 +178,25 @@ fn answers_interrupts(input: &RunInput) -> bool {
             .as_ref()
             .and_then(Value::as_array)
             .is_some_and(|r| !r.is_empty()),
+    }
+}
+
+/// The thread's request for a run the policy prepared; who follows it is
+/// attached by [`launch`].
+fn run_request(
+    agent: Arc<Agent>,
+    run_id: String,
+    input: RunInput,
+    prepared: Prepared,
+) -> RunRequest {
+    RunRequest {
+        agent,
+        run_id,
+        input,
+        starter: None,
+        starter_visibility: None,
+        filter: prepared.filter,
+        upstream_headers: prepared.upstream_headers,
     }
 }
 
