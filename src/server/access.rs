@@ -3,8 +3,8 @@
 //! `not_found`, exactly like a missing one; a visible thread without the
 //! needed permission is `forbidden`.
 
-use super::AppState;
 use super::error::{ApiError, ErrorCode};
+use super::state::AppState;
 use crate::auth::access::permissions;
 use crate::auth::{Permission, Principal};
 use crate::store::{StoreError, ThreadKey};

@@ -1,95 +1,36 @@
-//! HTTP routes: the AG-UI-compatible run endpoint, the agent list, health.
+//! HTTP routes: the AG-UI-compatible run endpoint, the agent list, health
+//! and metrics.
 //!
 //! `POST /v1/agents/{agent}/run` is a drop-in AG-UI endpoint: a stock
 //! `HttpAgent` pointed at it gets the agent's events, verified and with chunks
 //! expanded, as `data: <json>\n\n` frames, plus `: keepalive` comments while
 //! the agent is quiet.
 
-use super::AppState;
-use super::access::{AccessError, thread_for};
+use super::commands::{self, Requester, RunCommand};
 use super::error::{ApiError, ErrorCode};
+use super::extract::{Authenticated, read_body};
 use super::sse::{SSE_CHUNK, async_stream, sse_response};
-use crate::auth::{Permission, Principal};
+use super::state::AppState;
+use crate::auth::Principal;
 use crate::protocol::hooks::RunInput;
 use crate::protocol::sse::KEEPALIVE;
 use crate::protocol::{Event, EventType, RunAgentInput};
 use crate::thread::fanout::{OutboxReceiver, Outgoing, outbox};
-use crate::thread::run::RunRequest;
+use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, Request, State};
-use axum::http::{HeaderMap, header};
+use axum::extract::{Path, Request, State};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
 use bytes::BytesMut;
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-/// All routes, with JSON errors for unknown paths and methods, and CORS for
-/// the configured browser origins.
-pub fn router(state: Arc<AppState>) -> Router {
-    let cors = super::cors::layer(&state.config.cors);
-    Router::new()
-        .route("/v1/agents", get(list_agents))
-        .route("/v1/agents/{agent}/run", post(run_agent))
-        .route("/v1/ws", get(super::ws::upgrade))
-        .route("/v1/threads", get(super::threads::list))
-        .route("/v1/threads/{thread}", get(super::threads::snapshot))
-        .route("/v1/threads/{thread}/events", get(super::threads::join))
-        .route(
-            "/v1/threads/{thread}/ticket",
-            post(super::threads::issue_ticket),
-        )
-        .route(
-            "/v1/threads/{thread}/meta",
-            post(super::sideband::post_meta),
-        )
-        .route(
-            "/v1/threads/{thread}/cancel",
-            post(super::sideband::post_cancel),
-        )
-        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
-        .route("/readyz", get(ready))
-        .route("/metrics", get(metrics))
-        .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
-        // We read bodies ourselves so an oversize one gets our JSON 413.
-        .layer(DefaultBodyLimit::disable())
-        // Whatever answers with an error (a framework rejection, a wrong
-        // method, a failed upgrade) answers with the documented JSON shape.
-        .layer(axum::middleware::map_response(super::error::json_errors))
-        .layer(cors)
-        .with_state(state)
-}
-
-/// Verifies the bearer token of a request.
-pub async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Principal, ApiError> {
-    let result = match bearer(headers) {
-        None => Err(crate::auth::AuthFailure::MissingToken),
-        Some(token) => state.auth.verify(token).await,
-    };
-    result.map_err(|f| {
-        state.metrics.auth_failures.fetch_add(1, Relaxed);
-        tracing::info!(reason = f.reason(), "authentication refused");
-        ApiError::from(f)
-    })
-}
-
-/// The bearer token of an `Authorization` header.
-pub fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| token.trim())
-        .filter(|t| !t.is_empty())
-}
-
-async fn list_agents(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    let who = match authenticate(&state, &headers).await {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
-    };
+/// `GET /v1/agents`: the agents the caller's roles may run.
+pub async fn list_agents(
+    State(state): State<Arc<AppState>>,
+    Authenticated(who): Authenticated,
+) -> Response {
     let agents: Vec<_> = state
         .agents()
         .visible_to(&who)
@@ -98,8 +39,8 @@ async fn list_agents(State(state): State<Arc<AppState>>, headers: HeaderMap) -> 
     Json(json!({ "agents": agents })).into_response()
 }
 
-/// Ready when the journal answers and has not failed a write.
-async fn ready(State(state): State<Arc<AppState>>) -> Response {
+/// `GET /readyz`: ready when the journal answers and has not failed a write.
+pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
     let store = state.threads.store().clone();
     if !store.healthy() {
         return ApiError::new(ErrorCode::Unavailable, "journal writes are failing").into_response();
@@ -110,7 +51,8 @@ async fn ready(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
-async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+/// `GET /metrics`: the Prometheus counters.
+pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         state.metrics.render(),
@@ -118,93 +60,43 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         .into_response()
 }
 
-/// Reads a body up to `limit` bytes; larger → `too_large` (checked against
-/// `Content-Length` first, so an honest oversize client is refused unread).
-pub async fn read_body(request: Request, limit: usize) -> Result<Bytes, ApiError> {
-    let too_large = || {
-        ApiError::new(
-            ErrorCode::TooLarge,
-            format!("request body exceeds {limit} bytes"),
-        )
-    };
-    if let Some(len) = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok())
-        && len > limit
-    {
-        return Err(too_large());
-    }
-    axum::body::to_bytes(request.into_body(), limit)
-        .await
-        .map_err(|_| too_large())
-}
-
-async fn run_agent(
+/// `POST /v1/agents/{agent}/run`: a stock AG-UI run (or resume, when the
+/// input answers interrupts), its events streamed back as SSE.
+pub async fn run_agent(
     State(state): State<Arc<AppState>>,
     Path(agent_id): Path<String>,
+    Authenticated(who): Authenticated,
     request: Request,
 ) -> Response {
-    match start_run(&state, &agent_id, request).await {
+    match start_run(&state, &who, &agent_id, request).await {
         Ok(rx) => run_response(state, rx),
         Err(e) => e.into_response(),
     }
 }
 
-/// Authenticates, validates and starts (or queues) the run on its thread; the
+/// Checks the agent, then reads the body (an unknown or forbidden agent is
+/// refused unread) and starts (or queues) the run on its thread; the
 /// returned receiver gets this run's events, as the thread journals them.
 async fn start_run(
     state: &AppState,
+    who: &Principal,
     agent_id: &str,
     request: Request,
 ) -> Result<OutboxReceiver, ApiError> {
-    let who = authenticate(state, request.headers()).await?;
-    let agent = state
-        .agents()
-        .get(agent_id)
-        .ok_or_else(|| ApiError::new(ErrorCode::NotFound, format!("no agent '{agent_id}'")))?;
-    if !agent.allows(&who) {
-        return Err(ApiError::new(
-            ErrorCode::Forbidden,
-            format!("your roles may not run agent '{agent_id}'"),
-        ));
-    }
+    let agent = commands::runnable_agent(state, who, agent_id)?;
     let body = read_body(request, state.config.server.max_body_bytes).await?;
     let input = RunAgentInput::from_json(&body)
         .map_err(|e| ApiError::new(ErrorCode::Invalid, format!("invalid RunAgentInput: {e}")))?;
-    let need = if input.resume.as_ref().is_some_and(|r| !r.is_empty()) {
-        Permission::Resume
-    } else {
-        Permission::Run
-    };
-    let thread_id = input.thread_id.clone();
-    let run_id = input.run_id.clone();
-    let mut input = RunInput::Complete(input);
-    // Policy first: a refused run creates no thread.
-    let prepared = state
-        .policy()
-        .prepare_run(&who, &agent.id, &thread_id, &mut input)?;
-    let thread = thread_for(state, &who, &thread_id, need, need == Permission::Run)
-        .await
-        .map_err(AccessError::into_api)?;
     let (starter, rx) = outbox(state.config.threads.viewer_queue_bytes);
-    let req = RunRequest {
+    let cmd = RunCommand {
         agent: agent.clone(),
-        run_id,
-        input,
-        starter: Some(starter),
-        starter_visibility: state
-            .policy()
-            .visibility_for(&who, &agent.id, &thread.key.thread_id),
-        filter: prepared.filter,
-        upstream_headers: prepared.upstream_headers,
+        thread_id: input.thread_id.clone(),
+        run_id: input.run_id.clone(),
+        input: RunInput::Complete(input),
+        strategy: None,
     };
-    thread
-        .start_run(req, agent.strategy)
-        .map_err(ApiError::from)?;
+    commands::run(state, who, cmd, Requester::Feed(starter)).await?;
     tracing::info!(agent = %agent.id, user = %who.subject, tenant = %who.tenant, "run requested over HTTP");
-    state.metrics.runs_started.fetch_add(1, Relaxed);
     Ok(rx)
 }
 
@@ -271,30 +163,4 @@ fn run_response(state: Arc<AppState>, rx: OutboxReceiver) -> Response {
         }
     });
     sse_response(stream)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use axum::http::HeaderValue;
-
-    #[test]
-    fn bearer_parsing() {
-        let mut h = HeaderMap::new();
-        assert_eq!(bearer(&h), None);
-        h.insert(
-            header::AUTHORIZATION,
-            HeaderValue::from_static("Bearer abc"),
-        );
-        assert_eq!(bearer(&h), Some("abc"));
-        h.insert(
-            header::AUTHORIZATION,
-            HeaderValue::from_static("bearer  abc "),
-        );
-        assert_eq!(bearer(&h), Some("abc"));
-        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic abc"));
-        assert_eq!(bearer(&h), None);
-        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer "));
-        assert_eq!(bearer(&h), None);
-    }
 }

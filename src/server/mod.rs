@@ -1,99 +1,63 @@
-//! What clients talk to: the HTTP routes ([`http`]), their error shape
-//! ([`error`]), CORS ([`cors`]) and the counters behind `/metrics` ([`metrics`]).
+//! What clients talk to. This module builds the router over the route
+//! modules — [`http`] (the AG-UI run endpoint, agents, health), [`ws`]
+//! (shared sessions), [`threads`] (viewer routes), [`sideband`] (meta and
+//! cancel over HTTP) — and serves it. The route modules never import each
+//! other: what they share sits below them — [`commands`] (run, resume,
+//! cancel, meta, once for both transports), [`extract`] (authentication and
+//! bodies as axum extractors), [`access`], [`error`], [`state`].
 
 pub mod access;
+pub mod commands;
 pub mod cors;
 pub mod error;
+pub mod extract;
+pub mod fields;
 pub mod http;
 pub mod metrics;
 pub mod reload;
 pub mod sideband;
 pub mod sse;
+pub mod state;
 pub mod threads;
+pub mod webhook;
 pub mod ws;
 
-use crate::auth::Authenticator;
-use crate::config::Config;
-use crate::thread::Threads;
-use crate::upstream::AgentRegistry;
+pub use state::AppState;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use error::{ApiError, ErrorCode};
+use serde_json::json;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::net::TcpListener;
 
-/// Everything a request handler needs, shared by reference count.
-pub struct AppState {
-    pub config: Config,
-    pub auth: Authenticator,
-    /// Agent routes; swapped whole on reload.
-    agents: std::sync::RwLock<Arc<AgentRegistry>>,
-    pub threads: Arc<Threads>,
-    /// Operator policy (empty when no file is configured); swapped whole on reload.
-    policy: std::sync::RwLock<Arc<crate::policy::Policy>>,
-    pub metrics: metrics::Metrics,
-    /// Source of connection/viewer ids.
-    pub ids: AtomicU64,
-    /// One-use SSE join tickets.
-    pub tickets: crate::auth::ticket::StreamTickets,
-}
-
-impl AppState {
-    /// State for a gateway with these parts.
-    pub fn new(
-        config: Config,
-        auth: Authenticator,
-        agents: AgentRegistry,
-        threads: Arc<Threads>,
-        policy: crate::policy::Policy,
-    ) -> AppState {
-        AppState {
-            auth,
-            agents: std::sync::RwLock::new(Arc::new(agents)),
-            threads,
-            policy: std::sync::RwLock::new(Arc::new(policy)),
-            metrics: Default::default(),
-            ids: Default::default(),
-            tickets: crate::auth::ticket::StreamTickets::new(config.server.ticket_ttl),
-            config,
-        }
-    }
-
-    /// The current agent routes.
-    pub fn agents(&self) -> Arc<AgentRegistry> {
-        self.agents
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-
-    /// The current policy.
-    pub fn policy(&self) -> Arc<crate::policy::Policy> {
-        self.policy
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-
-    /// Replaces routes and policy at once (hot reload); runs in flight keep
-    /// the ones they started with. The new policy inherits the old one's
-    /// live state (rate budgets, open connections), so a reload resets no quota.
-    pub fn swap(&self, agents: AgentRegistry, mut policy: crate::policy::Policy) {
-        *self
-            .agents
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(agents);
-        let mut current = self
-            .policy
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        policy.carry_state_from(&current);
-        *current = Arc::new(policy);
-    }
-
-    /// A fresh id for a connection or viewer.
-    pub fn next_connection_id(&self) -> u64 {
-        self.ids.fetch_add(1, Ordering::Relaxed) + 1
-    }
+/// All routes, with JSON errors for unknown paths and methods, and CORS for
+/// the configured browser origins.
+pub fn router(state: Arc<AppState>) -> Router {
+    let cors = cors::layer(&state.config.cors);
+    Router::new()
+        .route("/v1/agents", get(http::list_agents))
+        .route("/v1/agents/{agent}/run", post(http::run_agent))
+        .route("/v1/ws", get(ws::upgrade))
+        .route("/v1/threads", get(threads::list))
+        .route("/v1/threads/{thread}", get(threads::snapshot))
+        .route("/v1/threads/{thread}/events", get(threads::join))
+        .route("/v1/threads/{thread}/ticket", post(threads::issue_ticket))
+        .route("/v1/threads/{thread}/meta", post(sideband::post_meta))
+        .route("/v1/threads/{thread}/cancel", post(sideband::post_cancel))
+        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/readyz", get(http::ready))
+        .route("/metrics", get(http::metrics))
+        .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
+        // Bodies are read by our extractors, so an oversize one gets our JSON 413.
+        .layer(DefaultBodyLimit::disable())
+        // Whatever answers with an error (a framework rejection, a wrong
+        // method, a failed upgrade) answers with the documented JSON shape.
+        .layer(axum::middleware::map_response(error::json_errors))
+        .layer(cors)
+        .with_state(state)
 }
 
 /// A running gateway: its bound address and a handle to stop it.
@@ -127,7 +91,7 @@ pub async fn start(state: Arc<AppState>) -> std::io::Result<Running> {
     let listener = TcpListener::bind(&state.config.server.listen).await?;
     let addr = listener.local_addr()?;
     let grace = state.config.server.shutdown_grace;
-    let app = http::router(state);
+    let app = router(state);
     let (tx, mut rx) = tokio::sync::watch::channel(false);
     let mut grace_rx = tx.subscribe();
     let task = tokio::spawn(async move {

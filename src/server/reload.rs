@@ -5,7 +5,7 @@
 //! `agui_config_reload_success` to 0. Open connections and runs in flight
 //! are untouched; new runs use the new routes and rules.
 
-use super::AppState;
+use super::state::AppState;
 use crate::config::Config;
 use crate::upstream::AgentRegistry;
 use std::net::SocketAddr;

@@ -1,10 +1,10 @@
 //! HTTP viewer routes: list threads, read a snapshot, join the event stream.
 
-use super::AppState;
 use super::access::{AccessError, thread_for, visibility_on};
 use super::error::{ApiError, ErrorCode};
-use super::http::authenticate;
+use super::extract::{Authenticated, authenticate};
 use super::sse::{SSE_CHUNK, async_stream, entry_frame, sse_response};
+use super::state::AppState;
 use crate::auth::Permission;
 use crate::auth::access::permissions;
 use crate::protocol::join::{Framed, JoinFramer};
@@ -34,13 +34,9 @@ pub struct ListQuery {
 /// (`limit`, default 50, at most 500; `cursor` from the previous page).
 pub async fn list(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
     Query(q): Query<ListQuery>,
+    Authenticated(who): Authenticated,
 ) -> Response {
-    let who = match authenticate(&state, &headers).await {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
-    };
     let store = state.threads.store().clone();
     let tenant = who.tenant.clone();
     let all = match tokio::task::spawn_blocking(move || store.list(&tenant)).await {
@@ -74,13 +70,9 @@ pub async fn list(
 /// `GET /v1/threads/{threadId}`: the snapshot object.
 pub async fn snapshot(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
     Path(thread_id): Path<String>,
+    Authenticated(who): Authenticated,
 ) -> Response {
-    let who = match authenticate(&state, &headers).await {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
-    };
     match thread_for(&state, &who, &thread_id, Permission::View, false).await {
         Ok(t) => Json(Value::Object(t.snapshot(&visibility_on(&state, &who, &t)))).into_response(),
         Err(e) => e.into_api().into_response(),
@@ -101,13 +93,9 @@ pub struct JoinQuery {
 /// [`crate::auth::ticket`]).
 pub async fn issue_ticket(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
     Path(thread_id): Path<String>,
+    Authenticated(who): Authenticated,
 ) -> Response {
-    let who = match authenticate(&state, &headers).await {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
-    };
     if let Err(e) = thread_for(&state, &who, &thread_id, Permission::View, false).await {
         return e.into_api().into_response();
     }

@@ -1,0 +1,357 @@
+//! The commands a client sends, whatever the transport: run, resume,
+//! cancel and meta. WebSocket frames (`ws`) and HTTP routes (`http`,
+//! `sideband`) parse their framing into these calls and write the answer in
+//! their own format; the checks (agent roles, thread permissions, strategy
+//! override), the policy and the refusals' stable codes live here once, so
+//! both transports answer a command the same way.
+//!
+//! Each command returns its ack fields (`threadId`, `runId`, …), which the
+//! WebSocket sends in an `ack` frame and HTTP as its JSON answer.
+
+use super::access::{AccessError, thread_for};
+use super::error::{ApiError, ErrorCode};
+use super::state::AppState;
+use crate::auth::{Permission, Principal};
+use crate::config::Strategy;
+use crate::policy::Prepared;
+use crate::protocol::hooks::{RunInput, ViewerVisibility};
+use crate::thread::Thread;
+use crate::thread::fanout::Outbox;
+use crate::thread::run::{RunRequest, Started};
+use crate::upstream::Agent;
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// The agent `agent_id`, if it exists and `who`'s roles may run it. Every
+/// run and resume checks it; it stands alone so that HTTP can check the
+/// agent in its path before it reads the body.
+pub fn runnable_agent(
+    state: &AppState,
+    who: &Principal,
+    agent_id: &str,
+) -> Result<Arc<Agent>, ApiError> {
+    let agent = state
+        .agents()
+        .get(agent_id)
+        .ok_or_else(|| ApiError::new(ErrorCode::NotFound, format!("no agent '{agent_id}'")))?;
+    if !agent.allows(who) {
+        return Err(ApiError::new(
+            ErrorCode::Forbidden,
+            format!("your roles may not run agent '{agent_id}'"),
+        ));
+    }
+    Ok(agent)
+}
+
+/// A run as a transport parsed it: a WebSocket `run` frame (new messages
+/// only) or an HTTP `RunAgentInput` (complete, and a resume when it carries
+/// `resume` entries).
+pub struct RunCommand {
+    /// From [`runnable_agent`].
+    pub agent: Arc<Agent>,
+    /// The thread to run on; created by a run, required by a resume.
+    pub thread_id: String,
+    /// The client's run id (HTTP), or one the transport made up.
+    pub run_id: String,
+    /// The client's input; policy may rewrite it before the agent sees it.
+    pub input: RunInput,
+    /// The strategy the client chose, if it chose one; the agent's otherwise.
+    pub strategy: Option<Strategy>,
+}
+
+/// A WebSocket `resume` frame: answers to the thread's pending interrupts.
+pub struct ResumeCommand {
+    /// The thread whose interrupts are answered; it must exist.
+    pub thread_id: String,
+    /// The agent to send the answers to; `None` → the one that last ran on
+    /// the thread (the one that raised the interrupts).
+    pub agent_id: Option<String>,
+    /// The client's run id, or one the transport made up.
+    pub run_id: String,
+    /// Carries the `resume` entries.
+    pub input: RunInput,
+}
+
+/// How the one who asked for a run follows it.
+pub enum Requester<'a> {
+    /// An HTTP response: this run's events only, in their own outbox.
+    Feed(Arc<Outbox>),
+    /// A WebSocket connection: the whole thread, as one of its viewers.
+    Viewer(&'a mut dyn Viewer),
+}
+
+/// A connection that watches threads (the WebSocket), so that a run it asks
+/// for makes it a viewer of the run's thread first.
+pub trait Viewer: Send {
+    /// Whether it already watches `thread`.
+    fn watches(&self, thread: &Thread) -> bool;
+    /// Starts watching `thread` live; called before the run starts, so the
+    /// viewer misses none of its events.
+    fn watch(&mut self, thread: &Arc<Thread>, visibility: ViewerVisibility);
+    /// Stops watching `thread` again: a refused run leaves no subscription.
+    fn unwatch(&mut self, thread: &Thread);
+}
+
+/// Starts (or queues) a run. Policy first, so a refused run creates no
+/// thread; then the thread: created for a run, required for a resume
+/// (`resume` permission instead of `run`).
+pub async fn run(
+    state: &AppState,
+    who: &Principal,
+    cmd: RunCommand,
+    requester: Requester<'_>,
+) -> Result<Map<String, Value>, ApiError> {
+    let RunCommand {
+        agent,
+        thread_id,
+        run_id,
+        mut input,
+        strategy,
+    } = cmd;
+    let strategy = match strategy {
+        Some(chosen) if chosen != agent.strategy && !agent.allow_strategy_override => {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                format!("agent '{}' does not allow choosing the strategy", agent.id),
+            ));
+        }
+        Some(chosen) => chosen,
+        None => agent.strategy,
+    };
+    let need = if answers_interrupts(&input) {
+        Permission::Resume
+    } else {
+        Permission::Run
+    };
+    let prepared = state
+        .policy()
+        .prepare_run(who, &agent.id, &thread_id, &mut input)?;
+    let thread = thread_for(state, who, &thread_id, need, need == Permission::Run)
+        .await
+        .map_err(AccessError::into_api)?;
+    let request = run_request(agent, run_id, input, prepared);
+    launch(state, who, &thread, request, strategy, requester)
+}
+
+/// Answers a thread's pending interrupts with a run, sent to the agent that
+/// raised them unless another (runnable) one is named. The thread comes
+/// first: it names the agent.
+pub async fn resume(
+    state: &AppState,
+    who: &Principal,
+    cmd: ResumeCommand,
+    requester: Requester<'_>,
+) -> Result<Map<String, Value>, ApiError> {
+    let ResumeCommand {
+        thread_id,
+        agent_id,
+        run_id,
+        mut input,
+    } = cmd;
+    let thread = thread_for(state, who, &thread_id, Permission::Resume, false)
+        .await
+        .map_err(AccessError::into_api)?;
+    let agent_id = match agent_id {
+        Some(a) => a,
+        None => thread.meta().agent.ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::Invalid,
+                "no agent has run on this thread; name one in 'agent'",
+            )
+        })?,
+    };
+    let agent = runnable_agent(state, who, &agent_id)?;
+    let strategy = agent.strategy;
+    let prepared = state
+        .policy()
+        .prepare_run(who, &agent.id, &thread_id, &mut input)?;
+    let request = run_request(agent, run_id, input, prepared);
+    launch(state, who, &thread, request, strategy, requester)
+}
+
+/// Whether a run's input answers interrupts (a resume).
+fn answers_interrupts(input: &RunInput) -> bool {
+    match input {
+        RunInput::Complete(i) => i.resume.as_ref().is_some_and(|r| !r.is_empty()),
+        RunInput::Incremental { resume, .. } => resume
+            .as_ref()
+            .and_then(Value::as_array)
+            .is_some_and(|r| !r.is_empty()),
+    }
+}
+
+/// The thread's request for a run the policy prepared; who follows it is
+/// attached by [`launch`].
+fn run_request(
+    agent: Arc<Agent>,
+    run_id: String,
+    input: RunInput,
+    prepared: Prepared,
+) -> RunRequest {
+    RunRequest {
+        agent,
+        run_id,
+        input,
+        starter: None,
+        starter_visibility: None,
+        filter: prepared.filter,
+        upstream_headers: prepared.upstream_headers,
+    }
+}
+
+/// The common tail of a run and a resume (access and policy are settled):
+/// the requester is attached, the thread starts or queues the run, and the
+/// ack says which.
+fn launch(
+    state: &AppState,
+    who: &Principal,
+    thread: &Arc<Thread>,
+    mut request: RunRequest,
+    strategy: Strategy,
+    requester: Requester<'_>,
+) -> Result<Map<String, Value>, ApiError> {
+    let thread_id = thread.key.thread_id.clone();
+    let run_id = request.run_id.clone();
+    let agent = request.agent.clone();
+    let visibility = || state.policy().visibility_for(who, &agent.id, &thread_id);
+    let mut newly_watching = None;
+    match requester {
+        Requester::Feed(outbox) => {
+            request.starter_visibility = visibility();
+            request.starter = Some(outbox);
+        }
+        Requester::Viewer(viewer) => {
+            if !viewer.watches(thread) {
+                viewer.watch(thread, visibility());
+                newly_watching = Some(viewer);
+            }
+        }
+    }
+    let started = match thread.start_run(request, strategy) {
+        Ok(started) => started,
+        Err(refused) => {
+            if let Some(viewer) = newly_watching {
+                viewer.unwatch(thread);
+            }
+            return Err(refused.into());
+        }
+    };
+    state.metrics.runs_started.fetch_add(1, Relaxed);
+    let mut ack = Map::new();
+    ack.insert("threadId".into(), thread_id.into());
+    ack.insert("runId".into(), run_id.into());
+    if let Started::Queued(n) = started {
+        ack.insert("queued".into(), n.into());
+    }
+    Ok(ack)
+}
+
+/// Cancels the thread's active run (only `run_id`'s when given). Returns the ack fields.
+pub async fn cancel(
+    state: &AppState,
+    who: &Principal,
+    thread_id: &str,
+    run_id: Option<&str>,
+) -> Result<Map<String, Value>, ApiError> {
+    let thread = thread_for(state, who, thread_id, Permission::Cancel, false)
+        .await
+        .map_err(AccessError::into_api)?;
+    let cancelled = thread.cancel_run(run_id).ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::Conflict,
+            match run_id {
+                Some(r) => format!("run '{r}' is not the active run"),
+                None => "no active run".into(),
+            },
+        )
+    })?;
+    let mut ack = Map::new();
+    ack.insert("threadId".into(), thread_id.into());
+    ack.insert("runId".into(), cancelled.into());
+    Ok(ack)
+}
+
+/// Posts a META event: checks `meta` permission, the type allow-list and
+/// payload size; `payload.userId` is always the caller. Returns the ack fields.
+pub async fn meta(
+    state: &AppState,
+    who: &Principal,
+    thread_id: &str,
+    cmd: &Value,
+) -> Result<Map<String, Value>, ApiError> {
+    let invalid = |m: &str| ApiError::new(ErrorCode::Invalid, m);
+    let meta_type = cmd
+        .get("metaType")
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| invalid("'metaType' must be a non-empty string"))?;
+    let cfg = &state.config.meta;
+    if !cfg.allowed_types.is_empty() && !cfg.allowed_types.iter().any(|t| t == meta_type) {
+        return Err(ApiError::new(
+            ErrorCode::Invalid,
+            format!(
+                "metaType '{meta_type}' is not allowed (allowed: {})",
+                cfg.allowed_types.join(", ")
+            ),
+        ));
+    }
+    let payload = match cmd.get("payload") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(_) => return Err(invalid("'payload' must be an object")),
+    };
+    let size = serde_json::to_vec(&payload)
+        .map(|v| v.len())
+        .unwrap_or(usize::MAX);
+    if size > cfg.max_payload_bytes {
+        return Err(ApiError::new(
+            ErrorCode::TooLarge,
+            format!(
+                "payload is {size} bytes; the limit is {}",
+                cfg.max_payload_bytes
+            ),
+        ));
+    }
+    let client_event_id = match cmd.get("clientEventId") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if !s.is_empty() && s.len() <= 128 => Some(s.clone()),
+        Some(_) => {
+            return Err(invalid(
+                "'clientEventId' must be a string of 1-128 characters",
+            ));
+        }
+    };
+    let thread = thread_for(state, who, thread_id, Permission::Meta, false)
+        .await
+        .map_err(AccessError::into_api)?;
+    crate::policy::rate::check(
+        &state.policy().rates,
+        crate::policy::rate::Action::Meta,
+        who,
+        "",
+        thread_id,
+    )?;
+    let (event_id, entry) = thread
+        .append_meta(&who.subject, meta_type, payload, client_event_id)
+        .await;
+    if let (Some(entry), Some(url)) = (&entry, &cfg.webhook_url) {
+        let body = json!({
+            "tenant": who.tenant,
+            "threadId": thread_id,
+            "seq": entry.seq,
+            "event": entry.event.body(),
+        });
+        tokio::spawn(super::webhook::deliver(
+            url.clone(),
+            cfg.webhook_headers.clone(),
+            cfg.webhook_attempts,
+            body,
+        ));
+    }
+    let mut ack = Map::new();
+    ack.insert("threadId".into(), thread_id.into());
+    ack.insert("eventId".into(), event_id.into());
+    ack.insert("duplicate".into(), entry.is_none().into());
+    Ok(ack)
+}

@@ -1,0 +1,87 @@
+//! The state every handler shares: configuration, authenticator, agent
+//! routes and policy (both swapped whole on reload), threads, counters.
+//! Its own file so route modules and commands can use it without reaching
+//! up into `server/mod.rs`, which builds the router over them.
+
+use super::metrics;
+use crate::auth::Authenticator;
+use crate::config::Config;
+use crate::thread::Threads;
+use crate::upstream::AgentRegistry;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Everything a request handler needs, shared by reference count.
+pub struct AppState {
+    pub config: Config,
+    pub auth: Authenticator,
+    /// Agent routes; swapped whole on reload.
+    agents: std::sync::RwLock<Arc<AgentRegistry>>,
+    pub threads: Arc<Threads>,
+    /// Operator policy (empty when no file is configured); swapped whole on reload.
+    policy: std::sync::RwLock<Arc<crate::policy::Policy>>,
+    pub metrics: metrics::Metrics,
+    /// Source of connection/viewer ids.
+    pub ids: AtomicU64,
+    /// One-use SSE join tickets.
+    pub tickets: crate::auth::ticket::StreamTickets,
+}
+
+impl AppState {
+    /// State for a gateway with these parts.
+    pub fn new(
+        config: Config,
+        auth: Authenticator,
+        agents: AgentRegistry,
+        threads: Arc<Threads>,
+        policy: crate::policy::Policy,
+    ) -> AppState {
+        AppState {
+            auth,
+            agents: std::sync::RwLock::new(Arc::new(agents)),
+            threads,
+            policy: std::sync::RwLock::new(Arc::new(policy)),
+            metrics: Default::default(),
+            ids: Default::default(),
+            tickets: crate::auth::ticket::StreamTickets::new(config.server.ticket_ttl),
+            config,
+        }
+    }
+
+    /// The current agent routes.
+    pub fn agents(&self) -> Arc<AgentRegistry> {
+        self.agents
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The current policy.
+    pub fn policy(&self) -> Arc<crate::policy::Policy> {
+        self.policy
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Replaces routes and policy at once (hot reload); runs in flight keep
+    /// the ones they started with. The new policy inherits the old one's
+    /// live state (rate budgets, open connections), so a reload resets no quota.
+    pub fn swap(&self, agents: AgentRegistry, mut policy: crate::policy::Policy) {
+        *self
+            .agents
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(agents);
+        let mut current = self
+            .policy
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        policy.carry_state_from(&current);
+        *current = Arc::new(policy);
+    }
+
+    /// A fresh id for a connection or viewer.
+    pub fn next_connection_id(&self) -> u64 {
+        self.ids.fetch_add(1, Ordering::Relaxed) + 1
+    }
+}

@@ -1,0 +1,254 @@
+//! What a WebSocket client's commands do: each frame is decoded
+//! ([`super::frame`]), run as its shared command or as a subscription, and
+//! answered with an `ack` or `error` message carrying the frame's `id`.
+
+use super::frame::{Refusal, decode_command, resume_command, run_command};
+use super::writer::reply;
+use crate::auth::{Permission, Principal};
+use crate::protocol::hooks::ViewerVisibility;
+use crate::server::access::{AccessError, thread_for, visibility_on};
+use crate::server::commands::{self, Requester, Viewer};
+use crate::server::error::{ApiError, ErrorCode};
+use crate::server::fields::{opt_str, req_str};
+use crate::server::state::AppState;
+use crate::store::ThreadKey;
+use crate::thread::fanout::Outbox;
+use crate::thread::{Start, Thread};
+use serde_json::{Map, Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// An authenticated connection's side of the conversation: who it is, where
+/// its answers go, and the threads it watches.
+pub(super) struct Client {
+    state: Arc<AppState>,
+    principal: Principal,
+    /// Where replies go; the threads it watches feed the same outbox.
+    outbox: Arc<Outbox>,
+    subs: Subscriptions,
+}
+
+/// The threads a connection watches, all feeding its one outbox.
+struct Subscriptions {
+    /// The connection's viewer id on every thread.
+    id: u64,
+    outbox: Arc<Outbox>,
+    threads: HashMap<ThreadKey, Arc<Thread>>,
+}
+
+impl Subscriptions {
+    /// Watches `thread` from `start` (again, if it already did).
+    fn add(&mut self, thread: Arc<Thread>, start: Start, visibility: ViewerVisibility) {
+        thread.subscribe(self.id, self.outbox.clone(), start, visibility);
+        self.threads.insert(thread.key.clone(), thread);
+    }
+
+    /// Stops watching the thread `key`, if it did.
+    fn leave(&mut self, key: &ThreadKey) {
+        if let Some(thread) = self.threads.remove(key) {
+            thread.unsubscribe(self.id);
+            thread.viewer_left();
+        }
+    }
+
+    fn leave_all(&mut self) {
+        for (_, thread) in self.threads.drain() {
+            thread.unsubscribe(self.id);
+            thread.viewer_left();
+        }
+    }
+}
+
+impl Viewer for Subscriptions {
+    fn watches(&self, thread: &Thread) -> bool {
+        self.threads.contains_key(&thread.key)
+    }
+
+    fn watch(&mut self, thread: &Arc<Thread>, visibility: ViewerVisibility) {
+        self.add(thread.clone(), Start::Live, visibility);
+    }
+
+    fn unwatch(&mut self, thread: &Thread) {
+        self.threads.remove(&thread.key);
+        thread.unsubscribe(self.id);
+    }
+}
+
+impl Client {
+    /// A client for `principal`, answering into `outbox`.
+    pub(super) fn new(state: Arc<AppState>, principal: Principal, outbox: Arc<Outbox>) -> Client {
+        let subs = Subscriptions {
+            id: state.next_connection_id(),
+            outbox: outbox.clone(),
+            threads: HashMap::new(),
+        };
+        Client {
+            state,
+            principal,
+            outbox,
+            subs,
+        }
+    }
+
+    /// When the caller's token expires (Unix seconds).
+    pub(super) fn expires_at(&self) -> u64 {
+        self.principal.expires_at
+    }
+
+    /// Leaves every thread it watches (the connection ended).
+    pub(super) fn leave_all(&mut self) {
+        self.subs.leave_all();
+    }
+
+    /// Answers with the contract's `error` message, echoing the frame's `id`.
+    pub(super) fn error(&self, id: Option<&Value>, e: ApiError) {
+        let mut v = json!({"type": "error", "code": e.code.as_str(), "message": e.message});
+        if let Some(s) = e.retry_after {
+            v["retryAfter"] = s.into();
+        }
+        if let Some(id) = id.filter(|i| !i.is_null()) {
+            v["id"] = id.clone();
+        }
+        self.outbox.push(reply(v));
+    }
+
+    fn ack(&self, id: Option<&Value>, extra: Map<String, Value>) {
+        let mut v = Map::new();
+        v.insert("type".into(), "ack".into());
+        v.insert("id".into(), id.cloned().unwrap_or(Value::Null));
+        v.extend(extra);
+        self.outbox.push(reply(Value::Object(v)));
+    }
+
+    /// Handles one command; returns a new token expiry after a refresh.
+    pub(super) async fn handle(&mut self, text: &str) -> Option<u64> {
+        let (v, kind) = match decode_command(text) {
+            Ok(command) => command,
+            Err(refusal) => {
+                let Refusal { id, error } = *refusal;
+                self.error(id.as_ref(), error);
+                return None;
+            }
+        };
+        let id = v.get("id");
+        let result = match kind.as_str() {
+            "ping" => {
+                let mut pong = json!({"type": "pong"});
+                if let Some(id) = id {
+                    pong["id"] = id.clone();
+                }
+                self.outbox.push(reply(pong));
+                Ok(None)
+            }
+            "auth" => self.refresh(&v).await.map(Some),
+            "subscribe" => self.subscribe(&v).await.map(|_| None),
+            "unsubscribe" => self.unsubscribe(&v).map(|_| None),
+            "run" => self.run(&v).await.map(|_| None),
+            "cancel" => self.cancel(&v).await.map(|_| None),
+            "resume" => self.resume(&v).await.map(|_| None),
+            "meta" => self.meta(&v).await.map(|_| None),
+            other => Err(ApiError::new(
+                ErrorCode::Invalid,
+                format!("unknown command type '{other}'"),
+            )),
+        };
+        match result {
+            Ok(exp) => exp,
+            Err(e) => {
+                self.error(id, e);
+                None
+            }
+        }
+    }
+
+    async fn refresh(&mut self, v: &Value) -> Result<u64, ApiError> {
+        let token = req_str(v, "token")?;
+        let p = self
+            .state
+            .auth
+            .verify(token)
+            .await
+            .map_err(ApiError::from)?;
+        if p.subject != self.principal.subject || p.tenant != self.principal.tenant {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                "a refreshed token must name the same user and tenant",
+            ));
+        }
+        let exp = p.expires_at;
+        self.principal = p;
+        self.ack(v.get("id"), Map::new());
+        Ok(exp)
+    }
+
+    async fn subscribe(&mut self, v: &Value) -> Result<(), ApiError> {
+        let thread_id = req_str(v, "threadId")?;
+        let start = match v.get("after") {
+            None | Some(Value::Null) => Start::Snapshot,
+            Some(a) => Start::After(a.as_u64().ok_or_else(|| {
+                ApiError::new(ErrorCode::Invalid, "'after' must be a non-negative integer")
+            })?),
+        };
+        let thread = thread_for(
+            &self.state,
+            &self.principal,
+            thread_id,
+            Permission::View,
+            false,
+        )
+        .await
+        .map_err(AccessError::into_api)?;
+        if v.get("id").is_some() {
+            let mut extra = Map::new();
+            extra.insert("threadId".into(), thread_id.into());
+            self.ack(v.get("id"), extra);
+        }
+        let visibility = visibility_on(&self.state, &self.principal, &thread);
+        self.subs.add(thread, start, visibility);
+        Ok(())
+    }
+
+    fn unsubscribe(&mut self, v: &Value) -> Result<(), ApiError> {
+        let thread_id = req_str(v, "threadId")?;
+        self.subs
+            .leave(&ThreadKey::new(self.principal.tenant.clone(), thread_id));
+        let mut extra = Map::new();
+        extra.insert("threadId".into(), thread_id.into());
+        self.ack(v.get("id"), extra);
+        Ok(())
+    }
+
+    /// `run`: the connection watches the thread (live) from before the run
+    /// starts.
+    async fn run(&mut self, v: &Value) -> Result<(), ApiError> {
+        let cmd = run_command(&self.state, &self.principal, v)?;
+        let requester = Requester::Viewer(&mut self.subs);
+        let ack = commands::run(&self.state, &self.principal, cmd, requester).await?;
+        self.ack(v.get("id"), ack);
+        Ok(())
+    }
+
+    /// `resume`: answers to the thread's pending interrupts, as a run.
+    async fn resume(&mut self, v: &Value) -> Result<(), ApiError> {
+        let cmd = resume_command(v)?;
+        let requester = Requester::Viewer(&mut self.subs);
+        let ack = commands::resume(&self.state, &self.principal, cmd, requester).await?;
+        self.ack(v.get("id"), ack);
+        Ok(())
+    }
+
+    async fn cancel(&mut self, v: &Value) -> Result<(), ApiError> {
+        let thread_id = req_str(v, "threadId")?;
+        let run_id = opt_str(v, "runId")?;
+        let ack = commands::cancel(&self.state, &self.principal, thread_id, run_id).await?;
+        self.ack(v.get("id"), ack);
+        Ok(())
+    }
+
+    async fn meta(&mut self, v: &Value) -> Result<(), ApiError> {
+        let thread_id = req_str(v, "threadId")?;
+        let ack = commands::meta(&self.state, &self.principal, thread_id, v).await?;
+        self.ack(v.get("id"), ack);
+        Ok(())
+    }
+}

@@ -1,0 +1,174 @@
+//! One WebSocket connection's reader: authenticates (before the upgrade or
+//! with a first `auth` frame), enforces the connection limits, the token's
+//! expiry and the read timeout, and hands each text frame to its client.
+
+use super::client::Client;
+use super::writer::{reply, write_loop};
+use crate::auth::Principal;
+use crate::server::error::{ApiError, ErrorCode};
+use crate::server::state::AppState;
+use crate::thread::fanout::outbox;
+use axum::extract::ws::{Message, WebSocket};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+// Close codes from the contract (docs/protocol.md).
+/// No valid token in time, or the token expired.
+pub const CLOSE_UNAUTHENTICATED: u16 = 4001;
+/// The client broke the protocol.
+pub const CLOSE_PROTOCOL: u16 = 4009;
+/// A frame over `ws.max_frame_bytes`.
+pub const CLOSE_TOO_LARGE: u16 = 1009;
+/// Going away: nothing read within `ws.read_timeout`.
+pub const CLOSE_GOING_AWAY: u16 = 1001;
+/// A connection limit refused the caller.
+pub const CLOSE_POLICY: u16 = 1008;
+
+/// Serves one upgraded socket until either side ends it.
+pub(super) async fn serve(
+    state: Arc<AppState>,
+    socket: WebSocket,
+    principal: Option<Principal>,
+    mut slot: Option<crate::policy::rate::ConnectionSlot>,
+) {
+    let (sink, mut stream) = socket.split();
+    let (outbox, rx) = outbox(state.config.threads.viewer_queue_bytes);
+    let writer = tokio::spawn(write_loop(sink, rx, state.config.ws.ping_interval));
+    let cfg = state.config.ws.clone();
+
+    let principal = match principal {
+        Some(p) => p,
+        None => match first_frame_auth(&state, &mut stream, cfg.auth_timeout).await {
+            Ok(p) => match crate::policy::rate::connect(&state.policy().rates, &p.0) {
+                Ok(s) => {
+                    slot = Some(s);
+                    outbox.push(reply(json!({"type": "ack", "id": p.1})));
+                    p.0
+                }
+                Err(l) => {
+                    let e = ApiError::from(l);
+                    outbox.push(reply(json!({"type": "error", "code": e.code.as_str(), "message": e.message, "retryAfter": e.retry_after})));
+                    outbox.close(CLOSE_POLICY, "connection limit reached");
+                    drop(outbox);
+                    let _ = writer.await;
+                    return;
+                }
+            },
+            Err(reason) => {
+                outbox.close(CLOSE_UNAUTHENTICATED, &reason);
+                drop(outbox);
+                let _ = writer.await;
+                return;
+            }
+        },
+    };
+    let mut client = Client::new(state, principal, outbox.clone());
+    let expiry = tokio::time::sleep_until(deadline(client.expires_at()));
+    tokio::pin!(expiry);
+    loop {
+        let next = tokio::select! {
+            _ = &mut expiry => {
+                outbox.close(CLOSE_UNAUTHENTICATED, "token expired");
+                break;
+            }
+            n = tokio::time::timeout(cfg.read_timeout, stream.next()) => n,
+        };
+        match next {
+            Err(_) => {
+                outbox.close(CLOSE_GOING_AWAY, "no traffic within read_timeout");
+                break;
+            }
+            Ok(None) | Ok(Some(Ok(Message::Close(_)))) => break,
+            Ok(Some(Err(e))) => {
+                let text = e.to_string();
+                if text.contains("Space limit exceeded")
+                    || text.contains("too long")
+                    || text.contains("Capacity")
+                {
+                    outbox.close(CLOSE_TOO_LARGE, "frame too large");
+                }
+                break;
+            }
+            Ok(Some(Ok(Message::Text(text)))) => {
+                if let Some(new_exp) = client.handle(&text).await {
+                    expiry.as_mut().reset(deadline(new_exp));
+                }
+            }
+            Ok(Some(Ok(Message::Binary(_)))) => {
+                client.error(
+                    None,
+                    ApiError::new(
+                        ErrorCode::Invalid,
+                        "binary frames are not supported; send JSON text",
+                    ),
+                );
+            }
+            Ok(Some(Ok(_))) => {} // ping/pong
+        }
+        if outbox.is_closed() {
+            break;
+        }
+    }
+    client.leave_all();
+    drop(client);
+    drop(slot);
+    drop(outbox);
+    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+}
+
+/// When a token expiring at `exp_secs` (Unix seconds) must close the socket.
+/// A token's `exp` is client data: a far-future one is capped (ten years)
+/// instead of overflowing `Instant`.
+fn deadline(exp_secs: u64) -> Instant {
+    const FAR: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let left = Duration::from_secs(exp_secs.saturating_sub(now)).min(FAR);
+    Instant::now() + left
+}
+
+/// Waits for `{"type":"auth","token":…}` as the first frame.
+async fn first_frame_auth(
+    state: &AppState,
+    stream: &mut futures::stream::SplitStream<WebSocket>,
+    limit: Duration,
+) -> Result<(Principal, Value), String> {
+    let frame = match tokio::time::timeout(limit, stream.next()).await {
+        Err(_) => return Err("no token within auth_timeout".into()),
+        Ok(Some(Ok(Message::Text(t)))) => t,
+        Ok(_) => return Err("authenticate first: send {\"type\":\"auth\",\"token\":…}".into()),
+    };
+    let v: Value =
+        serde_json::from_str(&frame).map_err(|_| "first frame is not JSON".to_owned())?;
+    if v.get("type").and_then(Value::as_str) != Some("auth") {
+        return Err("authenticate first: send {\"type\":\"auth\",\"token\":…}".into());
+    }
+    let token = v
+        .get("token")
+        .and_then(Value::as_str)
+        .ok_or("auth frame has no token")?;
+    let p = state
+        .auth
+        .verify(token)
+        .await
+        .map_err(|f| format!("{} ({})", f, f.reason()))?;
+    Ok((p, v.get("id").cloned().unwrap_or(Value::Null)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn far_future_token_expiry_does_not_overflow() {
+        // Before: `Instant + Duration::from_secs(u64::MAX - now)` panicked.
+        let d = deadline(u64::MAX);
+        assert!(d > Instant::now() + Duration::from_secs(365 * 24 * 3600));
+        assert!(deadline(0) <= Instant::now());
+    }
+}

@@ -1,0 +1,96 @@
+//! One WebSocket connection's writer: the only task that writes to the
+//! socket, draining the connection's outbox.
+
+use crate::thread::fanout::{OutboxReceiver, Outgoing};
+use crate::thread::{Entry, FrameSlot};
+use axum::body::Bytes;
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
+use futures::SinkExt;
+use serde_json::Value;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Writes what the outbox holds (batched, one flush per batch) and pings
+/// while idle; ends at a close or when the socket fails.
+pub(super) async fn write_loop(
+    mut sink: futures::stream::SplitSink<WebSocket, Message>,
+    mut rx: OutboxReceiver,
+    ping_every: Duration,
+) {
+    let mut ping = tokio::time::interval_at(Instant::now() + ping_every, ping_every);
+    'connection: loop {
+        let first = tokio::select! {
+            item = rx.recv() => item,
+            _ = ping.tick() => {
+                if sink.send(Message::Ping(Default::default())).await.is_err() { break; }
+                continue;
+            }
+        };
+        // Everything queued goes out in one flush: per-frame flushes cost a
+        // syscall each and dominate a busy thread's fan-out.
+        let mut item = first;
+        let mut batched = 0;
+        loop {
+            let message = match item {
+                None => break 'connection,
+                Some(Outgoing::Event(e)) => Message::Text(event_frame(&e)),
+                Some(Outgoing::Message(m)) => Message::Text(text(m)),
+                Some(Outgoing::Close(code, reason)) => {
+                    let _ = sink
+                        .send(Message::Close(Some(CloseFrame {
+                            code,
+                            reason: reason.into(),
+                        })))
+                        .await;
+                    break 'connection;
+                }
+            };
+            if sink.feed(message).await.is_err() {
+                break 'connection;
+            }
+            batched += 1;
+            item = match rx.try_recv() {
+                Some(next) if batched < WRITE_BATCH => Some(next),
+                Some(next) => {
+                    // A long backlog still flushes now and then.
+                    if sink.flush().await.is_err() {
+                        break 'connection;
+                    }
+                    batched = 0;
+                    Some(next)
+                }
+                None => break,
+            };
+        }
+        if sink.flush().await.is_err() {
+            break;
+        }
+    }
+    let _ = sink.close().await;
+}
+
+/// Most frames written between two flushes.
+const WRITE_BATCH: usize = 64;
+
+/// A contract message (ack, error, pong) as an outbox item.
+pub(super) fn reply(v: Value) -> Outgoing {
+    Outgoing::Message(Bytes::from(v.to_string()))
+}
+
+/// A journal entry's `event` message, built once per entry and shared by
+/// every WebSocket viewer.
+fn event_frame(entry: &Entry) -> Utf8Bytes {
+    text(entry.frame(FrameSlot::WEBSOCKET, |e| {
+        let json = std::str::from_utf8(e.event.json()).unwrap_or("{}");
+        Bytes::from(format!(
+            "{{\"type\":\"event\",\"threadId\":{},\"seq\":{},\"event\":{json}}}",
+            Value::from(&*e.thread_id),
+            e.seq
+        ))
+    }))
+}
+
+/// Contract messages are JSON text, so always UTF-8.
+fn text(bytes: Bytes) -> Utf8Bytes {
+    Utf8Bytes::try_from(bytes).unwrap_or_else(|_| Utf8Bytes::from_static("{}"))
+}
