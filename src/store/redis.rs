@@ -497,7 +497,7 @@ mod tests {
             assert_eq!(member.matches('/').count(), 1, "{member}");
             assert!(!member.contains('{') && !member.contains('}'));
             assert_eq!(key_of_member(&member), Some(key.clone()));
-            let payload = format!("n1\n{member}\n7\n3:{{}}12:{{\"a\":\"b:c\"}}");
+            let payload = format!("n1\n{member}\n7\n2:{{}}11:{{\"a\":\"b:c\"}}");
             let (node, p) = parse_publication(payload.as_bytes()).unwrap();
             assert_eq!(node, "n1");
             assert_eq!(p.key, key);
