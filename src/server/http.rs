@@ -9,19 +9,16 @@
 use super::commands::{self, Requester, RunCommand};
 use super::error::{ApiError, ErrorCode};
 use super::extract::{Authenticated, read_body};
-use super::sse::{SSE_CHUNK, async_stream, sse_response};
+use super::sse::{Next, async_stream, entry_frame, pump, sse_response};
 use super::state::AppState;
 use crate::auth::Principal;
 use crate::protocol::hooks::RunInput;
-use crate::protocol::sse::KEEPALIVE;
 use crate::protocol::{Event, EventType, RunAgentInput};
 use crate::thread::fanout::{OutboxReceiver, Outgoing, outbox};
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{Path, Request, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use bytes::BytesMut;
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -118,49 +115,20 @@ fn outcome_label(event: &Event) -> String {
 /// requester left.
 fn run_response(state: Arc<AppState>, rx: OutboxReceiver) -> Response {
     let keepalive = state.config.server.keepalive;
-    let stream = async_stream(move |tx| async move {
-        let mut rx = rx;
-        let mut ticker =
-            tokio::time::interval_at(tokio::time::Instant::now() + keepalive, keepalive);
-        loop {
-            let first = tokio::select! {
-                item = rx.recv() => item,
-                _ = ticker.tick() => {
-                    if tx.send(Bytes::from_static(KEEPALIVE)).await.is_err() { break; }
-                    continue;
+    let stream = async_stream(move |tx| {
+        pump(rx, tx, keepalive, move |item, chunk| match item {
+            Outgoing::Event(e) => {
+                state.metrics.events_forwarded.fetch_add(1, Relaxed);
+                chunk.extend_from_slice(&entry_frame(&e));
+                if e.event.kind().is_terminal() {
+                    state.metrics.run_ended(&outcome_label(&e.event));
+                    Next::End
+                } else {
+                    Next::More
                 }
-            };
-            let Some(first) = first else { break };
-            // What is queued goes out as one chunk (one write), not one per event.
-            let mut chunk = BytesMut::new();
-            let mut item = Some(first);
-            let mut ended = false;
-            while let Some(next) = item {
-                match next {
-                    Outgoing::Event(e) => {
-                        state.metrics.events_forwarded.fetch_add(1, Relaxed);
-                        chunk.extend_from_slice(&super::sse::entry_frame(&e));
-                        if e.event.kind().is_terminal() {
-                            state.metrics.run_ended(&outcome_label(&e.event));
-                            ended = true;
-                            break;
-                        }
-                    }
-                    Outgoing::Message(_) => {}
-                    Outgoing::Close(..) => {
-                        ended = true;
-                        break;
-                    }
-                }
-                if chunk.len() >= SSE_CHUNK {
-                    break;
-                }
-                item = rx.try_recv();
             }
-            if (!chunk.is_empty() && tx.send(chunk.freeze()).await.is_err()) || ended {
-                break;
-            }
-        }
+            _ => Next::More,
+        })
     });
     sse_response(stream)
 }

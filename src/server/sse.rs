@@ -1,7 +1,8 @@
 //! Server-Sent Event responses: a task-fed byte stream and the headers every
 //! SSE route sends (no caching, no proxy buffering).
 
-use crate::protocol::sse::encode_data;
+use crate::protocol::sse::{KEEPALIVE, encode_data};
+use crate::thread::fanout::{OutboxReceiver, Outgoing};
 use crate::thread::{Entry, FrameSlot};
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, header};
@@ -54,4 +55,52 @@ pub fn entry_frame(entry: &Entry) -> Bytes {
         encode_data(e.event.json(), Some(e.seq).filter(|s| *s > 0), &mut buf);
         buf.freeze()
     })
+}
+
+/// Whether an SSE stream goes on after an item ([`pump`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    More,
+    End,
+}
+
+/// Streams a connection's outbox as SSE until `write` says [`Next::End`] or
+/// the outbox closes: whatever is queued goes out as one chunk (one write,
+/// at most about [`SSE_CHUNK`] bytes), keepalive comments while quiet.
+/// `write` appends an item's frames to the chunk.
+pub async fn pump(
+    mut rx: OutboxReceiver,
+    tx: tokio::sync::mpsc::Sender<Bytes>,
+    keepalive: std::time::Duration,
+    mut write: impl FnMut(Outgoing, &mut BytesMut) -> Next,
+) {
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + keepalive, keepalive);
+    loop {
+        let first = tokio::select! {
+            item = rx.recv() => item,
+            _ = ticker.tick() => {
+                if tx.send(Bytes::from_static(KEEPALIVE)).await.is_err() { return; }
+                continue;
+            }
+        };
+        let Some(first) = first else { return };
+        let mut chunk = BytesMut::new();
+        let mut item = Some(first);
+        let mut next = Next::More;
+        while let Some(queued) = item.take() {
+            next = match queued {
+                Outgoing::Close(..) => Next::End,
+                queued => write(queued, &mut chunk),
+            };
+            if next == Next::End {
+                break;
+            }
+            if chunk.len() < SSE_CHUNK {
+                item = rx.try_recv();
+            }
+        }
+        if (!chunk.is_empty() && tx.send(chunk.freeze()).await.is_err()) || next == Next::End {
+            return;
+        }
+    }
 }

@@ -3,12 +3,12 @@
 use super::access::{AccessError, thread_for, visibility_on};
 use super::error::{ApiError, ErrorCode};
 use super::extract::{Authenticated, authenticate};
-use super::sse::{SSE_CHUNK, async_stream, entry_frame, sse_response};
+use super::sse::{Next, async_stream, entry_frame, pump, sse_response};
 use super::state::AppState;
 use crate::auth::Permission;
 use crate::auth::access::permissions;
 use crate::protocol::join::{Framed, JoinFramer};
-use crate::protocol::sse::{KEEPALIVE, encode_data};
+use crate::protocol::sse::encode_data;
 use crate::thread::Start;
 use crate::thread::fanout::{Outgoing, outbox};
 use axum::Json;
@@ -153,7 +153,7 @@ pub async fn join(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     let after = q.after.or(last_event_id).unwrap_or(0);
-    let (ob, mut rx) = outbox(state.config.threads.viewer_queue_bytes);
+    let (ob, rx) = outbox(state.config.threads.viewer_queue_bytes);
     let viewer = state.next_connection_id();
     let visibility = visibility_on(&state, &who, &thread);
     let mut framer = JoinFramer::new(&thread_id, &thread.snapshot(&visibility));
@@ -163,45 +163,22 @@ pub async fn join(
     let guard = ViewerGuard { thread, viewer };
     let stream = async_stream(move |tx| async move {
         let _guard = guard; // unsubscribes however the task ends (including abort)
-        let mut ticker =
-            tokio::time::interval_at(tokio::time::Instant::now() + keepalive, keepalive);
-        loop {
-            let first = tokio::select! {
-                item = rx.recv() => item,
-                _ = ticker.tick() => {
-                    if tx.send(Bytes::from_static(KEEPALIVE)).await.is_err() { break; }
-                    continue;
+        pump(rx, tx, keepalive, |item, chunk| {
+            match item {
+                Outgoing::Event(e) => {
+                    chunk.extend_from_slice(&encode(&e, framer.event(e.seq, &e.event)))
                 }
-            };
-            let Some(first) = first else { break };
-            // What is queued goes out as one chunk (one write), not one per event.
-            let mut chunk = BytesMut::new();
-            let mut item = Some(first);
-            let mut ended = false;
-            while let Some(next) = item.take() {
-                match next {
-                    Outgoing::Event(e) => {
-                        chunk.extend_from_slice(&encode(&e, framer.event(e.seq, &e.event)))
-                    }
-                    Outgoing::Message(m) => {
-                        if let Some(snap) = snapshot_of_message(&m) {
-                            let seq = snap.get("seq").and_then(Value::as_u64);
-                            chunk.extend_from_slice(&encode_snapshot(framer.snapshot(&snap), seq));
-                        }
-                    }
-                    Outgoing::Close(..) => {
-                        ended = true;
-                        break;
+                Outgoing::Message(m) => {
+                    if let Some(snap) = snapshot_of_message(&m) {
+                        let seq = snap.get("seq").and_then(Value::as_u64);
+                        chunk.extend_from_slice(&encode_snapshot(framer.snapshot(&snap), seq));
                     }
                 }
-                if chunk.len() < SSE_CHUNK {
-                    item = rx.try_recv();
-                }
+                Outgoing::Close(..) => return Next::End,
             }
-            if (!chunk.is_empty() && tx.send(chunk.freeze()).await.is_err()) || ended {
-                break;
-            }
-        }
+            Next::More
+        })
+        .await;
         drop(ob);
     });
     sse_response(stream)
