@@ -31,9 +31,10 @@ pub trait PublicationBus: Send + Sync + 'static {
     /// when there is no other node (or once taken).
     fn subscribe(&self) -> Option<mpsc::UnboundedReceiver<Publication>>;
 
-    /// False when announcing is pointless (one process): threads skip
-    /// building publications altogether.
-    fn is_shared(&self) -> bool {
+    /// False when [`PublicationBus::announce`] does nothing — one process,
+    /// or a store that publishes as part of the append (Redis) — so threads
+    /// skip building publications altogether.
+    fn wants_announcements(&self) -> bool {
         true
     }
 }
@@ -49,7 +50,7 @@ impl PublicationBus for LocalBus {
         None
     }
 
-    fn is_shared(&self) -> bool {
+    fn wants_announcements(&self) -> bool {
         false
     }
 }

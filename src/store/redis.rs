@@ -480,7 +480,8 @@ impl PublicationBus for RedisStore {
             .take()
     }
 
-    fn is_shared(&self) -> bool {
+    /// The append script publishes: nothing to announce.
+    fn wants_announcements(&self) -> bool {
         false
     }
 }

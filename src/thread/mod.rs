@@ -457,7 +457,7 @@ impl Thread {
                 return;
             };
             let (_, last) = inner.acked.swap_remove(i);
-            if self.bus.is_shared() {
+            if self.bus.wants_announcements() {
                 let events = inner
                     .unpublished
                     .iter()
