@@ -31,7 +31,7 @@
 //!   proxy ratio); a 20k run on a new thread before vs after the 200k runs;
 //!   time to first event on a fresh thread vs a thread with a 10k-event history;
 //! - where the CPU went in the 200k runs (`/proc/<pid>/task/*/schedstat`):
-//!   gateway CPU per event, its journal writer's share, and how long the
+//!   gateway CPU per event, its journal threads' share, and how long the
 //!   gateway was runnable but waiting for a core (other load on the machine);
 //! - latency per event at 1,000 events/s (receive − send), on a fresh gateway
 //!   and again after the runs above, and what the gateway adds over direct;
@@ -329,7 +329,8 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 /// Scheduler time of every thread of `pid` (`/proc/<pid>/task/*/schedstat`):
-/// on a CPU, runnable but waiting for one, and on a CPU as `journal-writer`.
+/// on a CPU, runnable but waiting for one, and on a CPU as one of the SQLite
+/// journal's threads (`journal-writer`, `journal-checkpoint`).
 #[derive(Clone, Copy, Default)]
 struct Cpu {
     on_ns: u64,
@@ -352,7 +353,7 @@ impl Cpu {
             cpu.on_ns += on;
             cpu.waiting_ns += waiting;
             let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-            if comm.trim() == "journal-writer" {
+            if comm.starts_with("journal-") {
                 cpu.writer_ns += on;
             }
         }
@@ -1181,7 +1182,7 @@ fn report(flats: &[Flat], latencies: &[Latency], rss: &[(String, u64)], idle: Op
             "\n### Where the CPU went, 200k-event runs (median of {REPEAT}; `/proc/<pid>/task/*/schedstat`)\n"
         );
         println!(
-            "| path | gateway CPU per event | of which the journal writer | gateway on CPU | gateway runnable, waiting for a CPU | agent + consumer CPU per event |"
+            "| path | gateway CPU per event | of which the journal threads | gateway on CPU | gateway runnable, waiting for a CPU | agent + consumer CPU per event |"
         );
         println!("|---|---|---|---|---|---|");
         for f in flats {
