@@ -26,6 +26,7 @@ pub use state::AppState;
 
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use axum::{Json, Router};
 use error::{ApiError, ErrorCode};
 use serde_json::json;
@@ -95,6 +96,13 @@ pub async fn start(state: Arc<AppState>) -> std::io::Result<Running> {
     let (tx, mut rx) = tokio::sync::watch::channel(false);
     let mut grace_rx = tx.subscribe();
     let task = tokio::spawn(async move {
+        // No Nagle: an event is a small write that must leave now, not when
+        // the client's delayed ACK arrives (~40 ms stalls otherwise).
+        let listener = listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!("TCP_NODELAY: {e}");
+            }
+        });
         let server = axum::serve(listener, app).with_graceful_shutdown(async move {
             let _ = rx.wait_for(|stop| *stop).await;
         });

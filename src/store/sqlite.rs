@@ -47,6 +47,16 @@ CREATE TABLE IF NOT EXISTS threads (
     PRIMARY KEY (tenant, thread)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS threads_by_update ON threads (tenant, updated_ms DESC);
+-- Compacted bases (fold snapshots, up to megabytes) live outside the
+-- WITHOUT ROWID threads table: there every key search reads whole rows, so a
+-- big snapshot in a row made every commit read megabytes (docs/benchmarks.md).
+-- threads.base_snapshot is kept for old files and always NULL.
+CREATE TABLE IF NOT EXISTS bases (
+    tenant TEXT NOT NULL,
+    thread TEXT NOT NULL,
+    snapshot BLOB NOT NULL,
+    PRIMARY KEY (tenant, thread)
+);
 CREATE TABLE IF NOT EXISTS events (
     tenant TEXT NOT NULL,
     thread TEXT NOT NULL,
@@ -82,6 +92,16 @@ impl SqliteStore {
         }
         let write = open(path, synchronous)?;
         write.execute_batch(SCHEMA).map_err(err)?;
+        // Files from before the `bases` table: move their snapshots there.
+        write
+            .execute_batch(
+                "BEGIN;
+                 INSERT OR REPLACE INTO bases (tenant, thread, snapshot)
+                   SELECT tenant, thread, base_snapshot FROM threads WHERE base_snapshot IS NOT NULL;
+                 UPDATE threads SET base_snapshot = NULL WHERE base_snapshot IS NOT NULL;
+                 COMMIT;",
+            )
+            .map_err(err)?;
         // Checkpoints run on their own connection and thread (below), never
         // inside a commit that a run is waiting for.
         write
@@ -320,8 +340,13 @@ fn write_group(
                 // the commit path (loads never read below the base).
                 upsert_meta(&mut upsert, b)?;
                 tx.execute(
-                    "UPDATE threads SET base_seq = ?3, base_snapshot = ?4 WHERE tenant = ?1 AND thread = ?2",
-                    params![t, th, *base_seq as i64, &snapshot[..]],
+                    "UPDATE threads SET base_seq = ?3 WHERE tenant = ?1 AND thread = ?2",
+                    params![t, th, *base_seq as i64],
+                )
+                .map_err(err)?;
+                tx.execute(
+                    "INSERT OR REPLACE INTO bases (tenant, thread, snapshot) VALUES (?1, ?2, ?3)",
+                    params![t, th, &snapshot[..]],
                 )
                 .map_err(err)?;
             }
@@ -389,8 +414,9 @@ impl JournalStore for SqliteStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let head = conn
             .query_row(
-                "SELECT creator, agent, status, created_ms, updated_ms, last_seq, base_seq, base_snapshot
-                 FROM threads WHERE tenant = ?1 AND thread = ?2",
+                "SELECT creator, agent, status, created_ms, updated_ms, last_seq, base_seq, snapshot
+                 FROM threads LEFT JOIN bases USING (tenant, thread)
+                 WHERE tenant = ?1 AND thread = ?2",
                 params![key.tenant, key.thread_id],
                 |row| {
                     let meta = meta_from_row(row, 0)?;
@@ -596,6 +622,42 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_file_with_snapshots_in_the_threads_table_is_migrated() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        let k = ThreadKey::new("t", "old");
+        {
+            let s = SqliteStore::open(&path, "normal", 1024).unwrap();
+            s.append(batch(&k, 1, 3, "finished"))
+                .await
+                .unwrap()
+                .unwrap();
+        }
+        // As an older gateway left it: the base inside the threads row.
+        let conn = Connection::open(&path).unwrap();
+        conn.execute("DELETE FROM bases", []).unwrap();
+        conn.execute(
+            "UPDATE threads SET base_seq = 2, base_snapshot = X'7B7D'",
+            [],
+        )
+        .unwrap();
+        drop(conn);
+        let s = SqliteStore::open(&path, "normal", 1024).unwrap();
+        let t = s.load(&k).unwrap().unwrap();
+        assert_eq!(t.base, Some((2, Bytes::from_static(b"{}"))));
+        assert_eq!(t.events.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [3]);
+        let left: i64 = Connection::open(&path)
+            .unwrap()
+            .query_row(
+                "SELECT COUNT(*) FROM threads WHERE base_snapshot IS NOT NULL",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(left, 0, "moved out of the threads table");
     }
 
     #[tokio::test]
