@@ -241,6 +241,11 @@ async fn fanout(
         }
         until(&mut runner, |t| t.contains("RUN_FINISHED")).await;
         let secs = end.duration_since(started).as_secs_f64();
+        // Every viewer must have received every tick before RUN_FINISHED.
+        let lost = (viewers as u64 * n).saturating_sub(lat.len() as u64);
+        if lost > 0 {
+            println!("   {viewers} viewers, {run} run: {lost} ticks LOST");
+        }
         lat.sort_unstable();
         results.push((
             (viewers as u64 * n) as f64 / secs,
