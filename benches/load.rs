@@ -330,6 +330,8 @@ async fn journal_appends(tasks: usize, batches_per_task: usize, batch: usize) ->
                             meta,
                             events,
                             compact: None,
+                            fence: None,
+                            run_boundary: false,
                         })
                         .await
                         .unwrap()

@@ -164,6 +164,11 @@ pub struct StoreConfig {
     pub prefix: String,
     /// This node's name on the bus (default: host name and process id).
     pub node: Option<String>,
+    /// How long a run's lease on its thread outlives its node (Redis): a
+    /// node that stops renewing it for this long is presumed dead, and
+    /// another node closes its runs with `RUN_ERROR gateway_node_lost`.
+    #[serde(with = "humantime_serde")]
+    pub lease_ttl: Duration,
     /// SQLite file (relative to the config file's folder).
     pub path: PathBuf,
     /// SQLite `synchronous`: `normal` (survives a process crash) or `full`
@@ -190,6 +195,7 @@ impl Default for StoreConfig {
             url: None,
             prefix: "agui".into(),
             node: None,
+            lease_ttl: Duration::from_secs(10),
             path: PathBuf::from("data/agui-gateway.db"),
             synchronous: "normal".into(),
             max_batch_events: 4096,

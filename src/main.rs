@@ -7,6 +7,7 @@ use agui_gateway::policy::Policy;
 use agui_gateway::server::{self, AppState};
 use agui_gateway::store::JournalStore;
 use agui_gateway::store::bus::{LocalBus, PublicationBus};
+use agui_gateway::store::lease::{LocalLeases, RunLeases};
 use agui_gateway::store::memory::MemoryStore;
 use agui_gateway::store::redis::RedisStore;
 use agui_gateway::store::sqlite::SqliteStore;
@@ -288,7 +289,12 @@ async fn serve(config: Config, policy: Policy) -> Result<(), String> {
         );
     }
     let agents = AgentRegistry::from_config(&config.agents, demo_addr)?;
-    let (store, bus): (Arc<dyn JournalStore>, Arc<dyn PublicationBus>) = match config.store.kind {
+    type Shared = (
+        Arc<dyn JournalStore>,
+        Arc<dyn PublicationBus>,
+        Arc<dyn RunLeases>,
+    );
+    let (store, bus, leases): Shared = match config.store.kind {
         StoreKind::Sqlite => (
             Arc::new(
                 SqliteStore::open(
@@ -299,19 +305,32 @@ async fn serve(config: Config, policy: Policy) -> Result<(), String> {
                 .map_err(|e| format!("store.path {}: {e}", config.store.path.display()))?,
             ),
             Arc::new(LocalBus),
+            Arc::new(LocalLeases),
         ),
-        StoreKind::Memory => (Arc::new(MemoryStore::new()), Arc::new(LocalBus)),
+        StoreKind::Memory => (
+            Arc::new(MemoryStore::new()),
+            Arc::new(LocalBus),
+            Arc::new(LocalLeases),
+        ),
         StoreKind::Redis => {
             let url = agui_gateway::config::expand_env(config.store.url.as_deref().unwrap_or(""))?;
             let node = config.store.node.clone().unwrap_or_else(|| {
                 let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
                 format!("{}-{}", host.trim(), std::process::id())
             });
-            let redis = RedisStore::connect(&url, &config.store.prefix, &node)
-                .await
-                .map_err(|e| format!("store.url: {e}"))?;
+            if config.store.lease_ttl < Duration::from_secs(1) {
+                return Err("store.lease_ttl must be at least 1s".into());
+            }
+            let redis = RedisStore::connect(
+                &url,
+                &config.store.prefix,
+                &node,
+                config.store.lease_ttl,
+            )
+            .await
+            .map_err(|e| format!("store.url: {e}"))?;
             tracing::info!(node = %node, "journal on redis");
-            (redis.clone(), redis)
+            (redis.clone(), redis.clone(), redis)
         }
     };
     let threads = Threads::new(
@@ -322,12 +341,14 @@ async fn serve(config: Config, policy: Policy) -> Result<(), String> {
         },
     )
     .with_bus(bus)
+    .with_leases(leases)
     .with_residency(Residency {
         evict_after: config.threads.evict_after,
         max_resident: config.threads.max_resident,
     });
     // On a shared Redis a "running" thread may be a live run of another
-    // node: only a node-local store can close what the last process left open.
+    // node: only a node-local store can close what the last process left
+    // open; on Redis the orphan sweeper closes the runs whose lease expired.
     let recovered = if config.store.kind == StoreKind::Redis {
         0
     } else {
@@ -349,6 +370,10 @@ async fn serve(config: Config, policy: Policy) -> Result<(), String> {
     agui_gateway::server::reload::spawn(state.clone(), demo_addr, Duration::from_secs(2));
     // Other nodes' durable events, when the store is shared (none here yet).
     state.threads.spawn_bus_listener();
+    state.threads.spawn_control_listener();
+    state
+        .threads
+        .spawn_orphan_sweeper((state.config.store.lease_ttl / 2).max(Duration::from_millis(500)));
     // Compaction of idle journals and eviction of idle threads, each checked
     // at a quarter of its period (between 1 s and 60 s).
     let periods = [

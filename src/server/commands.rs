@@ -131,7 +131,7 @@ pub async fn run(
         .await
         .map_err(AccessError::into_api)?;
     let request = run_request(agent, run_id, input, prepared);
-    launch(state, who, &thread, request, strategy, requester)
+    launch(state, who, &thread, request, strategy, requester).await
 }
 
 /// Answers a thread's pending interrupts with a run, sent to the agent that
@@ -167,7 +167,7 @@ pub async fn resume(
         .policy()
         .prepare_run(who, &agent.id, &thread_id, &mut input)?;
     let request = run_request(agent, run_id, input, prepared);
-    launch(state, who, &thread, request, strategy, requester)
+    launch(state, who, &thread, request, strategy, requester).await
 }
 
 /// Whether a run's input answers interrupts (a resume).
@@ -203,7 +203,7 @@ fn run_request(
 /// The common tail of a run and a resume (access and policy are settled):
 /// the requester is attached, the thread starts or queues the run, and the
 /// ack says which.
-fn launch(
+async fn launch(
     state: &AppState,
     who: &Principal,
     thread: &Arc<Thread>,
@@ -228,7 +228,7 @@ fn launch(
             }
         }
     }
-    let started = match thread.start_run(request, strategy) {
+    let started = match thread.start_run(request, strategy).await {
         Ok(started) => started,
         Err(refused) => {
             if let Some(viewer) = newly_watching {
@@ -257,7 +257,7 @@ pub async fn cancel(
     let thread = thread_for(state, who, thread_id, Permission::Cancel, false)
         .await
         .map_err(AccessError::into_api)?;
-    let cancelled = thread.cancel_run(run_id).ok_or_else(|| {
+    let cancelled = thread.cancel_run(run_id).await?.ok_or_else(|| {
         ApiError::new(
             ErrorCode::Conflict,
             match run_id {

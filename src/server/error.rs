@@ -100,6 +100,7 @@ impl From<crate::thread::run::RunRefused> for ApiError {
         match r {
             RunRefused::Conflict(m) => ApiError::new(ErrorCode::Conflict, m),
             RunRefused::Invalid(m) => ApiError::new(ErrorCode::Invalid, m),
+            RunRefused::Unavailable(m) => ApiError::new(ErrorCode::Unavailable, m),
         }
     }
 }

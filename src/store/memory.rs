@@ -35,6 +35,7 @@ impl JournalStore for MemoryStore {
             }));
             return rx;
         }
+        let first = batch.events.first().map_or(0, |(seq, _)| *seq);
         let t = threads.entry(batch.key).or_insert_with(|| StoredThread {
             meta: batch.meta.clone(),
             base: None,
@@ -46,7 +47,7 @@ impl JournalStore for MemoryStore {
             t.events.retain(|(seq, _)| *seq > base_seq);
             t.base = Some((base_seq, snapshot));
         }
-        let _ = tx.send(Ok(()));
+        let _ = tx.send(Ok(first));
         rx
     }
 
@@ -109,6 +110,8 @@ mod tests {
                 .map(|s| (s, Bytes::from(format!("{{\"type\":\"CUSTOM\",\"n\":{s}}}"))))
                 .collect(),
             compact: None,
+            fence: None,
+            run_boundary: true,
         }
     }
 

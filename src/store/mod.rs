@@ -8,6 +8,7 @@
 //! un-say an event a viewer saw, and `seq` numbers are never reused.
 
 pub mod bus;
+pub mod lease;
 pub mod memory;
 pub mod redis;
 pub mod sqlite;
@@ -61,6 +62,14 @@ pub struct AppendBatch {
     /// When set, events with seq ≤ this are dropped and `snapshot` becomes
     /// the thread's base (retention/compaction).
     pub compact: Option<(u64, Bytes)>,
+    /// The run lease this batch is written under ([`lease`]): a shared
+    /// store refuses it ([`StoreError::Fenced`]) unless the lease is still
+    /// this one. `None` for writes outside a run (meta, compaction).
+    pub fence: Option<std::sync::Arc<str>>,
+    /// True when the batch starts or ends a run: only then does it set the
+    /// thread's status and agent (a meta event appended by a node whose copy
+    /// lags must not put back an old status).
+    pub run_boundary: bool,
 }
 
 /// A thread as loaded from the store.
@@ -87,6 +96,10 @@ pub enum StoreError {
         "journal store: seq conflict: the journal continues at {expected}, the batch starts at {got}"
     )]
     SeqConflict { expected: u64, got: u64 },
+    /// The batch was written under a run lease that is no longer its run's
+    /// (the node lost it; another node closed the run): nothing changed.
+    #[error("journal store: the run's lease was lost; another node closed the run")]
+    Fenced,
 }
 
 impl StoreError {
@@ -96,15 +109,18 @@ impl StoreError {
     }
 }
 
-/// Acknowledgement of a durable append.
-pub type AppendAck = oneshot::Receiver<Result<(), StoreError>>;
+/// Acknowledgement of a durable append: the seq the store gave the batch's
+/// first event. A node-local store checks and keeps the batch's own seqs; a
+/// shared one (Redis) assigns the next seqs of the stored journal, which
+/// differ from the batch's when another node appended in between.
+pub type AppendAck = oneshot::Receiver<Result<u64, StoreError>>;
 
 /// A journal backend.
 pub trait JournalStore: Send + Sync + 'static {
-    /// Queues `batch`; the receiver resolves when it is durable (or failed).
-    /// Batches of one thread are applied in the order they are queued, and
-    /// each is checked to continue the stored journal: seqs are checked by
-    /// the store, not only assigned in memory.
+    /// Queues `batch`; the receiver resolves when it is durable (or failed),
+    /// with the seq of its first event. Batches of one thread are applied in
+    /// the order they are queued; seqs are checked (or assigned) by the
+    /// store, not only in memory.
     fn append(&self, batch: AppendBatch) -> AppendAck;
     /// Loads a thread (blocking; call from `spawn_blocking`).
     fn load(&self, key: &ThreadKey) -> Result<Option<StoredThread>, StoreError>;

@@ -25,7 +25,11 @@
 //! Redis Cluster is not supported: the listing and running sets span slots.
 
 use super::bus::{Publication, PublicationBus};
+use super::lease::{Acquired, Control, Lease, RunLeases};
 use super::*;
+use dashmap::DashMap;
+use futures::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
 use ::redis::aio::ConnectionManager;
 use ::redis::{AsyncCommands, Script, Value as RedisValue};
 use std::collections::HashMap;
@@ -33,37 +37,42 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
-type Ack = oneshot::Sender<Result<(), StoreError>>;
+type Ack = oneshot::Sender<Result<u64, StoreError>>;
 
 /// Most batches sent in one pipeline.
 const MAX_PIPELINE: usize = 64;
 
 /// The append script. KEYS: events stream, meta hash, tenant index, running
-/// set. ARGV: node, member, channel, first seq, event count, creator, agent,
-/// status, created ms, updated ms, last seq, base seq ('' = none), base
-/// snapshot, then the events. Returns `{1, last}` or `{0, expected}`.
+/// set, run lease. ARGV: node, member, channel, (unused), event count,
+/// creator, agent, status, created ms, updated ms, run boundary (`1`/`0`),
+/// base seq ('' = none), base snapshot, fence ('' = none), then the events.
+/// The events get the seqs after the stored last one. Returns `{1, first
+/// seq}`, or `{2, 0}` when the fence is not the current lease.
 const APPEND: &str = r#"
-local first = tonumber(ARGV[4])
+if ARGV[14] ~= '' and redis.call('GET', KEYS[5]) ~= ARGV[14] then
+  return {2, 0}
+end
 local n = tonumber(ARGV[5])
 local last = tonumber(redis.call('HGET', KEYS[2], 'last_seq') or '0')
-if n > 0 and first ~= last + 1 then
-  return {0, last + 1}
-end
-local payload = {ARGV[1], '\n', ARGV[2], '\n', ARGV[4], '\n'}
+local first = last + 1
+local payload = {ARGV[1], '\n', ARGV[2], '\n', tostring(first), '\n'}
 for i = 1, n do
-  local json = ARGV[13 + i]
+  local json = ARGV[14 + i]
   redis.call('XADD', KEYS[1], (first + i - 1) .. '-0', 'e', json)
   payload[#payload + 1] = #json .. ':' .. json
 end
 redis.call('HSETNX', KEYS[2], 'creator', ARGV[6])
 redis.call('HSETNX', KEYS[2], 'created_ms', ARGV[9])
-redis.call('HSET', KEYS[2], 'agent', ARGV[7], 'status', ARGV[8], 'updated_ms', ARGV[10], 'last_seq', ARGV[11])
-redis.call('ZADD', KEYS[3], ARGV[10], ARGV[2])
-if ARGV[8] == 'running' then
-  redis.call('SADD', KEYS[4], ARGV[2])
-else
-  redis.call('SREM', KEYS[4], ARGV[2])
+redis.call('HSET', KEYS[2], 'updated_ms', ARGV[10], 'last_seq', last + n)
+if ARGV[11] == '1' then
+  redis.call('HSET', KEYS[2], 'agent', ARGV[7], 'status', ARGV[8])
+  if ARGV[8] == 'running' then
+    redis.call('SADD', KEYS[4], ARGV[2])
+  else
+    redis.call('SREM', KEYS[4], ARGV[2])
+  end
 end
+redis.call('ZADD', KEYS[3], ARGV[10], ARGV[2])
 if ARGV[12] ~= '' then
   redis.call('HSET', KEYS[2], 'base_seq', ARGV[12], 'base', ARGV[13])
   redis.call('XTRIM', KEYS[1], 'MINID', (tonumber(ARGV[12]) + 1) .. '-0')
@@ -71,7 +80,46 @@ end
 if n > 0 then
   redis.call('PUBLISH', ARGV[3], table.concat(payload))
 end
-return {1, tonumber(ARGV[11])}
+return {1, first}
+"#;
+
+/// Takes a run lease. KEYS: lease, meta hash. ARGV: lease value, time to
+/// live (ms), the last seq the caller has seen. Returns `{1, ''}` granted,
+/// `{0, holder}` held, `{2, ''}` the journal moved on (stale caller).
+const ACQUIRE: &str = r#"
+local held = redis.call('GET', KEYS[1])
+if held then
+  return {0, held}
+end
+local last = tonumber(redis.call('HGET', KEYS[2], 'last_seq') or '0')
+if last ~= tonumber(ARGV[3]) then
+  return {2, ''}
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return {1, ''}
+"#;
+
+/// Renews leases this node holds. KEYS: leases; ARGV: time to live (ms),
+/// then each lease's value. Returns 1 per lease still held, 0 per lost.
+const RENEW: &str = r#"
+local out = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[i + 1] then
+    redis.call('PEXPIRE', key, ARGV[1])
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
+"#;
+
+/// Releases a lease if it is still the caller's. KEYS: lease; ARGV: value.
+const RELEASE: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
 "#;
 
 /// A [`JournalStore`] (and [`PublicationBus`]) on Redis.
@@ -84,6 +132,23 @@ pub struct RedisStore {
     healthy: Arc<AtomicBool>,
     /// The other nodes' publications, until the registry takes them.
     publications: Mutex<Option<mpsc::UnboundedReceiver<Publication>>>,
+    /// The other nodes' run requests, until the registry takes them.
+    controls: Mutex<Option<mpsc::UnboundedReceiver<Control>>>,
+    /// This node's name (in lease values and publications).
+    node: String,
+    /// Run leases this node holds, by lease key, renewed by [`heartbeat`].
+    held: Arc<DashMap<String, HeldLease>>,
+    /// A lease lives this long unless renewed (renewed every third of it).
+    lease_ttl: std::time::Duration,
+}
+
+/// A lease this node holds.
+struct HeldLease {
+    value: Arc<str>,
+    lost: CancellationToken,
+    /// Last time Redis confirmed it: past the time to live without a
+    /// confirmation, another node may have taken over, so the run stops.
+    confirmed: std::time::Instant,
 }
 
 impl RedisStore {
@@ -94,6 +159,7 @@ impl RedisStore {
         url: &str,
         prefix: &str,
         node: &str,
+        lease_ttl: std::time::Duration,
     ) -> Result<Arc<RedisStore>, StoreError> {
         let client = ::redis::Client::open(url).map_err(StoreError::failed)?;
         let conn = ConnectionManager::new(client.clone())
@@ -101,6 +167,7 @@ impl RedisStore {
             .map_err(StoreError::failed)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let (pub_tx, pub_rx) = mpsc::unbounded_channel();
+        let (control_tx, control_rx) = mpsc::unbounded_channel();
         let store = Arc::new(RedisStore {
             writer: tx,
             conn: conn.clone(),
@@ -108,7 +175,17 @@ impl RedisStore {
             runtime: tokio::runtime::Handle::current(),
             healthy: Arc::new(AtomicBool::new(true)),
             publications: Mutex::new(Some(pub_rx)),
+            controls: Mutex::new(Some(control_rx)),
+            node: node.to_owned(),
+            held: Arc::new(DashMap::new()),
+            lease_ttl,
         });
+        tokio::spawn(heartbeat(
+            conn.clone(),
+            store.held.clone(),
+            lease_ttl,
+            store.healthy.clone(),
+        ));
         tokio::spawn(write_loop(
             conn,
             rx,
@@ -119,9 +196,9 @@ impl RedisStore {
         let (subscribed, is_subscribed) = oneshot::channel();
         tokio::spawn(listen_loop(
             client,
-            format!("{prefix}:pub:*"),
+            prefix.to_owned(),
             node.to_owned(),
-            pub_tx,
+            (pub_tx, control_tx),
             store.healthy.clone(),
             subscribed,
         ));
@@ -146,6 +223,7 @@ struct Keys {
     meta: String,
     index: String,
     running: String,
+    lease: String,
     member: String,
     channel: String,
 }
@@ -159,6 +237,7 @@ impl Keys {
             meta: format!("{tag}:meta"),
             index: format!("{prefix}:threads:{}", escape(&key.tenant)),
             running: format!("{prefix}:running"),
+            lease: format!("{tag}:lease"),
             channel: format!("{prefix}:pub:{member}"),
             member,
         }
@@ -237,14 +316,10 @@ async fn write_loop(
         match results {
             Ok(results) => {
                 healthy.store(true, Ordering::Release);
-                for ((batch, ack), (ok, seq)) in group.into_iter().zip(results) {
-                    let result = if ok == 1 {
-                        Ok(())
-                    } else {
-                        Err(StoreError::SeqConflict {
-                            expected: seq,
-                            got: batch.events.first().map_or(0, |(s, _)| *s),
-                        })
+                for ((_, ack), (ok, first)) in group.into_iter().zip(results) {
+                    let result = match ok {
+                        1 => Ok(first),
+                        _ => Err(StoreError::Fenced),
                     };
                     let _ = ack.send(result);
                 }
@@ -281,6 +356,7 @@ fn append_pipeline(
             .key(&keys.meta)
             .key(&keys.index)
             .key(&keys.running)
+            .key(&keys.lease)
             .arg(node)
             .arg(&keys.member)
             .arg(&keys.channel)
@@ -291,9 +367,10 @@ fn append_pipeline(
             .arg(&m.status)
             .arg(m.created_ms)
             .arg(m.updated_ms)
-            .arg(m.last_seq)
+            .arg(if batch.run_boundary { "1" } else { "0" })
             .arg(base_seq)
-            .arg(base);
+            .arg(base)
+            .arg(batch.fence.as_deref().unwrap_or(""));
         for (_, json) in &batch.events {
             invocation.arg(&json[..]);
         }
@@ -303,45 +380,71 @@ fn append_pipeline(
 }
 
 /// Receives every thread's publications (one pattern subscription per
-/// node), passing on those of other nodes; reconnects with backoff.
+/// node) and the run requests between nodes, passing on those of other
+/// nodes; reconnects with backoff, and after a reconnect tells the registry
+/// to read back what it may have missed ([`Control::Resync`]).
 async fn listen_loop(
     client: ::redis::Client,
-    pattern: String,
+    prefix: String,
     node: String,
-    out: mpsc::UnboundedSender<Publication>,
+    (out, controls): (
+        mpsc::UnboundedSender<Publication>,
+        mpsc::UnboundedSender<Control>,
+    ),
     healthy: Arc<AtomicBool>,
     subscribed: oneshot::Sender<()>,
 ) {
     use futures::StreamExt;
+    let pattern = format!("{prefix}:pub:*");
+    let control_channel = format!("{prefix}:ctl");
     let mut subscribed = Some(subscribed);
     let mut backoff = std::time::Duration::from_millis(100);
     loop {
-        match client.get_async_pubsub().await {
-            Ok(mut pubsub) => match pubsub.psubscribe(&pattern).await {
-                Ok(()) => {
-                    backoff = std::time::Duration::from_millis(100);
-                    if let Some(tell) = subscribed.take() {
+        let connected = async {
+            let mut pubsub = client.get_async_pubsub().await?;
+            pubsub.psubscribe(&pattern).await?;
+            pubsub.subscribe(&control_channel).await?;
+            Ok::<_, ::redis::RedisError>(pubsub)
+        };
+        match connected.await {
+            Ok(pubsub) => {
+                backoff = std::time::Duration::from_millis(100);
+                match subscribed.take() {
+                    Some(tell) => {
                         let _ = tell.send(());
                     }
-                    let mut messages = pubsub.into_on_message();
-                    while let Some(message) = messages.next().await {
-                        match parse_publication(message.get_payload_bytes()) {
-                            Some((from, _)) if from == node => {}
-                            Some((_, publication)) => {
-                                if out.send(publication).is_err() {
-                                    return; // nobody listens any more
-                                }
-                            }
-                            None => tracing::warn!(
-                                "unreadable publication on {}",
-                                message.get_channel_name()
-                            ),
-                        }
+                    None => {
+                        tracing::info!("redis subscription back; reading back missed events");
+                        let _ = controls.send(Control::Resync);
                     }
-                    tracing::warn!("redis subscription lost; reconnecting");
                 }
-                Err(e) => tracing::warn!("redis subscribe failed: {e}"),
-            },
+                let mut messages = pubsub.into_on_message();
+                while let Some(message) = messages.next().await {
+                    let payload = message.get_payload_bytes();
+                    if message.get_channel_name() == control_channel {
+                        match parse_control(payload) {
+                            Some(control) => {
+                                let _ = controls.send(control);
+                            }
+                            None => tracing::warn!("unreadable run request between nodes"),
+                        }
+                        continue;
+                    }
+                    match parse_publication(payload) {
+                        Some((from, _)) if from == node => {}
+                        Some((_, publication)) => {
+                            if out.send(publication).is_err() {
+                                return; // nobody listens any more
+                            }
+                        }
+                        None => tracing::warn!(
+                            "unreadable publication on {}",
+                            message.get_channel_name()
+                        ),
+                    }
+                }
+                tracing::warn!("redis subscription lost; reconnecting");
+            }
             Err(e) => tracing::warn!("redis unreachable for subscriptions: {e}"),
         }
         healthy.store(false, Ordering::Release);
@@ -350,6 +453,83 @@ async fn listen_loop(
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(std::time::Duration::from_secs(5));
+    }
+}
+
+/// `cancel \n member \n run id`.
+fn control_payload(control: &Control) -> Option<String> {
+    match control {
+        Control::Cancel { key, run_id } => Some(format!("cancel\n{}\n{run_id}", member_of(key))),
+        Control::Resync => None,
+    }
+}
+
+fn parse_control(payload: &[u8]) -> Option<Control> {
+    let text = std::str::from_utf8(payload).ok()?;
+    let mut parts = text.splitn(3, '\n');
+    match (parts.next()?, parts.next(), parts.next()) {
+        ("cancel", Some(member), Some(run_id)) => Some(Control::Cancel {
+            key: key_of_member(member)?,
+            run_id: run_id.to_owned(),
+        }),
+        _ => None,
+    }
+}
+
+/// Renews this node's leases every third of their time to live, in one
+/// script call. A lease Redis no longer has as ours, or one not confirmed
+/// for a whole time to live (Redis unreachable: another node may take over
+/// once it expires), is lost: its run is told to stop.
+async fn heartbeat(
+    mut conn: ConnectionManager,
+    held: Arc<DashMap<String, HeldLease>>,
+    ttl: std::time::Duration,
+    healthy: Arc<AtomicBool>,
+) {
+    let script = Script::new(RENEW);
+    let mut tick = tokio::time::interval(ttl / 3);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let leases: Vec<(String, Arc<str>)> = held
+            .iter()
+            .map(|l| (l.key().clone(), l.value.clone()))
+            .collect();
+        if leases.is_empty() {
+            continue;
+        }
+        let mut invocation = script.prepare_invoke();
+        invocation.arg(ttl.as_millis() as u64);
+        for (key, value) in &leases {
+            invocation.key(key).arg(&value[..]);
+        }
+        let now = std::time::Instant::now();
+        match invocation.invoke_async::<Vec<i64>>(&mut conn).await {
+            Ok(kept) => {
+                healthy.store(true, Ordering::Release);
+                for ((key, value), kept) in leases.iter().zip(kept) {
+                    if kept == 1 {
+                        if let Some(mut l) = held.get_mut(key) {
+                            l.confirmed = now;
+                        }
+                    } else if let Some((_, l)) = held.remove_if(key, |_, l| l.value == *value) {
+                        tracing::warn!(lease = %key, "run lease lost; stopping its run");
+                        l.lost.cancel();
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!("renewing run leases failed (redis): {e}");
+                held.retain(|key, l| {
+                    let keep = l.confirmed.elapsed() < ttl;
+                    if !keep {
+                        tracing::warn!(lease = %key, "run lease not renewed within its time to live; stopping its run");
+                        l.lost.cancel();
+                    }
+                    keep
+                });
+            }
+        }
     }
 }
 
@@ -483,6 +663,128 @@ impl PublicationBus for RedisStore {
     /// The append script publishes: nothing to announce.
     fn wants_announcements(&self) -> bool {
         false
+    }
+}
+
+impl RunLeases for RedisStore {
+    fn acquire(
+        &self,
+        key: &ThreadKey,
+        run_id: &str,
+        seen_last_seq: u64,
+    ) -> BoxFuture<'static, Result<Acquired, StoreError>> {
+        let keys = Keys::of(&self.prefix, key);
+        let value: Arc<str> = Arc::from(format!(
+            "{}\n{}\n{run_id}",
+            uuid::Uuid::new_v4(),
+            self.node
+        ));
+        let mut conn = self.conn.clone();
+        let held = self.held.clone();
+        let ttl = self.lease_ttl;
+        Box::pin(async move {
+            let (answer, holder): (i64, String) = Script::new(ACQUIRE)
+                .key(&keys.lease)
+                .key(&keys.meta)
+                .arg(&value[..])
+                .arg(ttl.as_millis() as u64)
+                .arg(seen_last_seq)
+                .invoke_async(&mut conn)
+                .await
+                .map_err(StoreError::failed)?;
+            Ok(match answer {
+                1 => {
+                    let lost = CancellationToken::new();
+                    held.insert(
+                        keys.lease,
+                        HeldLease {
+                            value: value.clone(),
+                            lost: lost.clone(),
+                            confirmed: std::time::Instant::now(),
+                        },
+                    );
+                    Acquired::Granted(Lease { token: value, lost })
+                }
+                0 => Acquired::Held {
+                    run_id: holder.rsplit('\n').next().unwrap_or_default().to_owned(),
+                },
+                _ => Acquired::Stale,
+            })
+        })
+    }
+
+    fn release(&self, key: &ThreadKey, lease: &Lease) {
+        let keys = Keys::of(&self.prefix, key);
+        self.held
+            .remove_if(&keys.lease, |_, l| l.value == lease.token);
+        let mut conn = self.conn.clone();
+        let value = lease.token.clone();
+        tokio::spawn(async move {
+            let released: ::redis::RedisResult<i64> = Script::new(RELEASE)
+                .key(&keys.lease)
+                .arg(&value[..])
+                .invoke_async(&mut conn)
+                .await;
+            if let Err(e) = released {
+                // It expires by itself within its time to live.
+                tracing::warn!(lease = %keys.lease, "releasing a run lease failed (redis): {e}");
+            }
+        });
+    }
+
+    fn send(&self, control: Control) -> BoxFuture<'static, Result<(), StoreError>> {
+        let mut conn = self.conn.clone();
+        let channel = format!("{}:ctl", self.prefix);
+        Box::pin(async move {
+            let Some(payload) = control_payload(&control) else {
+                return Ok(());
+            };
+            let _: i64 = conn
+                .publish(channel, payload)
+                .await
+                .map_err(StoreError::failed)?;
+            Ok(())
+        })
+    }
+
+    fn controls(&self) -> Option<mpsc::UnboundedReceiver<Control>> {
+        self.controls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+
+    fn orphans(&self) -> BoxFuture<'static, Result<Vec<ThreadKey>, StoreError>> {
+        let mut conn = self.conn.clone();
+        let prefix = self.prefix.clone();
+        Box::pin(async move {
+            let members: Vec<String> = conn
+                .smembers(format!("{prefix}:running"))
+                .await
+                .map_err(StoreError::failed)?;
+            let keys: Vec<ThreadKey> = members.iter().filter_map(|m| key_of_member(m)).collect();
+            if keys.is_empty() {
+                return Ok(keys);
+            }
+            let mut pipe = ::redis::pipe();
+            for key in &keys {
+                pipe.exists(Keys::of(&prefix, key).lease);
+            }
+            let leased: Vec<bool> = pipe
+                .query_async(&mut conn)
+                .await
+                .map_err(StoreError::failed)?;
+            Ok(keys
+                .into_iter()
+                .zip(leased)
+                .filter(|(_, leased)| !leased)
+                .map(|(key, _)| key)
+                .collect())
+        })
+    }
+
+    fn shared(&self) -> bool {
+        true
     }
 }
 

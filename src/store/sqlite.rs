@@ -18,7 +18,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::sync::mpsc;
 
-type Ack = oneshot::Sender<Result<(), StoreError>>;
+type Ack = oneshot::Sender<Result<u64, StoreError>>;
 
 /// A [`JournalStore`] in one SQLite file.
 pub struct SqliteStore {
@@ -280,7 +280,7 @@ fn compacted_threads(conn: &Connection) -> Result<Vec<(ThreadKey, u64)>, StoreEr
 fn write_group(
     conn: &mut Connection,
     group: &[(AppendBatch, Ack)],
-) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+) -> Result<Vec<Result<u64, StoreError>>, StoreError> {
     let tx = conn.transaction().map_err(err)?;
     let mut results = Vec::with_capacity(group.len());
     {
@@ -350,7 +350,7 @@ fn write_group(
                 )
                 .map_err(err)?;
             }
-            results.push(Ok(()));
+            results.push(Ok(b.events.first().map_or(0, |(seq, _)| *seq)));
         }
         for (_, _, b) in last {
             if let Some(b) = b {
@@ -522,6 +522,8 @@ mod tests {
                 .map(|s| (s, Bytes::from(format!("{{\"type\":\"CUSTOM\",\"n\":{s}}}"))))
                 .collect(),
             compact: None,
+            fence: None,
+            run_boundary: true,
         }
     }
 

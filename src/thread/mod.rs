@@ -1,9 +1,17 @@
 //! Threads: the journal, its fold, its viewers, and its runs.
 //!
-//! An append goes: assign gapless `seq`s (under the thread lock) → durable
-//! write ([`crate::store`], group-committed) → publish (under the lock again):
-//! fold in, keep in the in-memory journal, push to every viewer's outbox.
-//! Viewers therefore only ever see durable events, in `seq` order.
+//! An append goes: hand the batch to the store (under the thread lock, so
+//! batches reach it in order) → durable write ([`crate::store`],
+//! group-committed; the store confirms or assigns the `seq`s) → publish
+//! (under the lock again): fold in, keep in the in-memory journal, push to
+//! every viewer's outbox. Viewers therefore only ever see durable events, in
+//! `seq` order.
+//!
+//! With several nodes on one store, a thread in memory here is a copy: its
+//! events come from this node's acknowledged batches and from the other
+//! nodes' announcements ([`crate::store::bus`]), and both are published in
+//! one seq order. A seq still missing while a later one is known is read
+//! back from the store, never skipped.
 //!
 //! `subscribe` registers the viewer and queues its snapshot or replay in the
 //! same critical section as publishing, so nothing published can fall between
@@ -23,18 +31,24 @@ use crate::protocol::fold::{Fold, RunInfo, RunStatus};
 use crate::protocol::hooks::ViewerVisibility;
 use crate::protocol::{Event, EventType};
 use crate::store::bus::{Publication, PublicationBus};
+use crate::store::lease::{Control, RunLeases};
 use crate::store::{AppendBatch, JournalStore, StoreError, ThreadKey, ThreadMeta};
 use bytes::Bytes;
 use dashmap::DashMap;
 use fanout::{CatchUp, Live, Outbox, Outgoing};
 use run::RunSlot;
 use serde_json::{Map, Value, json};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 /// How many of a thread's latest meta `clientEventId`s are remembered for
 /// idempotent retries.
 pub const META_IDS_KEPT: usize = 4096;
+
+/// How long a seq may be missing while a later one is known before it is
+/// read back from the store (it is normally an acknowledgement or another
+/// node's announcement a moment away).
+const GAP_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Settings that shape every thread.
 #[derive(Debug, Clone)]
@@ -76,9 +90,19 @@ struct Inner {
     journal: VecDeque<Arc<Entry>>,
     /// Events up to here exist only as the fold (compacted).
     base_seq: u64,
+    /// The next seq to publish (everything before it is published).
     next_seq: u64,
-    /// Assigned a seq, waiting for the store's acknowledgement.
-    unpublished: VecDeque<Arc<Entry>>,
+    /// The seq the next batch handed to the store should start at, as far
+    /// as this copy knows (a node-local store checks it; a shared one
+    /// assigns the real one).
+    next_assign: u64,
+    /// Batches handed to the store and not acknowledged yet.
+    inflight: usize,
+    /// Durable entries known here (acknowledged, or announced by another
+    /// node) that wait for an earlier seq before they are published.
+    arrived: BTreeMap<u64, Arc<Entry>>,
+    /// A read-back of missing seqs from the store is under way.
+    backfilling: bool,
     viewers: Vec<Viewer>,
     runs: RunSlot,
     /// When the last event was published.
@@ -86,9 +110,6 @@ struct Inner {
     /// `clientEventId` → META event id, for idempotent meta posts.
     /// (The latest [`META_IDS_KEPT`] keys: retries come within seconds.)
     meta_ids: recent::Recent<String>,
-    /// Acknowledged batches (first, last seq) not yet published because an
-    /// earlier batch is still waiting for the store.
-    acked: Vec<(u64, u64)>,
     /// Why the journal failed this thread (nothing more is appended).
     broken: Option<String>,
     /// Viewers that fell behind the live budget and read the journal until
@@ -103,6 +124,8 @@ pub struct Thread {
     /// `key.thread_id`, shared with every entry.
     id: Arc<str>,
     store: Arc<dyn JournalStore>,
+    /// One active run per thread across nodes ([`crate::store::lease`]).
+    leases: Arc<dyn RunLeases>,
     /// Where this node announces what became durable (other nodes' copies
     /// of the thread publish it to their viewers).
     bus: Arc<dyn PublicationBus>,
@@ -115,7 +138,7 @@ pub struct Thread {
 /// A batch handed to the store ([`Thread::enqueue`]), not yet acknowledged.
 pub struct PendingAppend {
     ack: Option<crate::store::AppendAck>,
-    entries: Vec<Arc<Entry>>,
+    events: Vec<Event>,
 }
 
 /// How a subscription starts.
@@ -132,8 +155,11 @@ pub enum Start {
 impl Thread {
     fn new(
         key: ThreadKey,
-        store: Arc<dyn JournalStore>,
-        bus: Arc<dyn PublicationBus>,
+        (store, bus, leases): (
+            Arc<dyn JournalStore>,
+            Arc<dyn PublicationBus>,
+            Arc<dyn RunLeases>,
+        ),
         settings: ThreadSettings,
         meta: ThreadMeta,
     ) -> Arc<Thread> {
@@ -142,6 +168,7 @@ impl Thread {
             key,
             bus,
             store,
+            leases,
             settings,
             me: me.clone(),
             inner: Mutex::new(Inner {
@@ -150,13 +177,15 @@ impl Thread {
                 journal: VecDeque::new(),
                 base_seq: 0,
                 next_seq: 1,
-                unpublished: VecDeque::new(),
+                next_assign: 1,
+                inflight: 0,
+                arrived: BTreeMap::new(),
+                backfilling: false,
                 viewers: Vec::new(),
                 runs: RunSlot::default(),
                 last_event: std::time::Instant::now(),
                 meta_ids: recent::Recent::new(META_IDS_KEPT),
                 catching_up: Default::default(),
-                acked: Vec::new(),
                 broken: None,
             }),
         })
@@ -181,6 +210,21 @@ impl Thread {
     /// Last published seq.
     pub fn seq(&self) -> u64 {
         self.lock().fold.seq
+    }
+
+    /// The last seq this copy knows the journal to hold (published, or
+    /// skipped as unreadable).
+    fn seq_known(&self) -> u64 {
+        self.lock().next_seq - 1
+    }
+
+    /// The journal's latest run, if it has not ended (wherever it runs).
+    fn open_run(&self) -> Option<String> {
+        self.lock()
+            .fold
+            .run()
+            .filter(|r| r.status == RunStatus::Running)
+            .map(|r| r.run_id.clone())
     }
 
     /// The snapshot object (spec `snapshot` frame without `type`), as
@@ -334,7 +378,8 @@ impl Thread {
         let idle = inner.viewers.is_empty()
             && inner.catching_up.is_empty()
             && inner.runs.is_idle()
-            && inner.unpublished.is_empty();
+            && inner.inflight == 0
+            && inner.arrived.is_empty();
         idle.then_some(inner.last_event)
     }
 
@@ -368,190 +413,268 @@ impl Thread {
         self.try_append(events).await.unwrap_or_default()
     }
 
-    /// Appends events: seqs are assigned and the batch is handed to the store
-    /// under the thread's lock, so the store receives batches in seq order;
-    /// viewers get entries only once they and every earlier seq are durable
-    /// (the contiguous acknowledged prefix). A failed write publishes nothing,
-    /// ever: the thread refuses further appends (the journal would have a gap)
-    /// until the process restarts.
+    /// Appends events: the batch is handed to the store under the thread's
+    /// lock, so the store receives batches in order; viewers get entries
+    /// only once they and every earlier seq are durable (the contiguous
+    /// acknowledged prefix). A failed write publishes nothing, ever: the
+    /// thread refuses further appends (the journal would have a gap) until
+    /// it is loaded again.
     pub async fn try_append(&self, events: Vec<Event>) -> Result<Vec<Arc<Entry>>, StoreError> {
-        let pending = self.enqueue(events)?;
+        let pending = self.enqueue(events, None)?;
         self.settle(pending).await
     }
 
-    /// The first half of [`Thread::try_append`]: assigns seqs and hands the
-    /// batch to the store, without waiting. A run pipelines its batches this
-    /// way (it reads the agent on while earlier batches commit).
-    pub fn enqueue(&self, events: Vec<Event>) -> Result<PendingAppend, StoreError> {
+    /// The first half of [`Thread::try_append`]: hands the batch to the
+    /// store, without waiting. A run pipelines its batches this way (it
+    /// reads the agent on while earlier batches commit), under its lease's
+    /// `fence` ([`crate::store::lease`]).
+    pub fn enqueue(
+        &self,
+        events: Vec<Event>,
+        fence: Option<Arc<str>>,
+    ) -> Result<PendingAppend, StoreError> {
         if events.is_empty() {
             return Ok(PendingAppend {
                 ack: None,
-                entries: Vec::new(),
+                events,
             });
         }
         let mut inner = self.lock();
         if let Some(e) = &inner.broken {
             return Err(StoreError::failed(format!("journal failed earlier: {e}")));
         }
-        let mut entries = Vec::with_capacity(events.len());
-        for event in events {
-            let seq = inner.next_seq;
-            inner.next_seq += 1;
-            let entry = Arc::new(Entry::new(self.id.clone(), seq, event));
-            inner.unpublished.push_back(entry.clone());
-            entries.push(entry);
-        }
-        let last = entries.last().map(|e| e.seq).unwrap_or(0);
+        let first = inner.next_assign.max(inner.next_seq);
+        inner.next_assign = first + events.len() as u64;
         let mut meta = inner.meta.clone();
-        meta.status = status_after(&inner.meta.status, entries.iter().map(|e| &e.event));
+        meta.status = status_after(&inner.meta.status, events.iter());
         meta.updated_ms = now_millis();
-        meta.last_seq = last;
-        inner.meta = meta.clone();
+        meta.last_seq = inner.next_assign - 1;
+        inner.meta.status = meta.status.clone();
         let batch = AppendBatch {
             key: self.key.clone(),
             meta,
-            events: entries
+            events: events
                 .iter()
-                .map(|e| (e.seq, e.event.json().clone()))
+                .enumerate()
+                .map(|(i, e)| (first + i as u64, e.json().clone()))
                 .collect(),
             compact: None,
+            fence,
+            run_boundary: events
+                .iter()
+                .any(|e| *e.kind() == EventType::RunStarted || e.kind().is_terminal()),
         };
+        inner.inflight += 1;
         Ok(PendingAppend {
             ack: Some(self.store.append(batch)),
-            entries,
+            events,
         })
     }
 
     /// The second half of [`Thread::try_append`]: waits for the store, then
-    /// publishes what is now the contiguous acknowledged prefix.
+    /// publishes what is now the contiguous durable prefix. Returns the
+    /// batch's entries with the seqs the store gave them.
     pub async fn settle(&self, pending: PendingAppend) -> Result<Vec<Arc<Entry>>, StoreError> {
-        let PendingAppend { ack, entries } = pending;
+        let PendingAppend { ack, events } = pending;
         let Some(ack) = ack else {
-            return Ok(entries);
+            return Ok(Vec::new());
         };
-        let (first, last) = (entries[0].seq, entries[entries.len() - 1].seq);
         let result = match ack.await {
             Ok(r) => r,
             Err(_) => Err(StoreError::failed("journal writer gone")),
         };
         let mut inner = self.lock();
+        inner.inflight -= 1;
         match result {
-            Ok(()) => {
-                inner.acked.push((first, last));
-                self.publish_acked(&mut inner);
+            Ok(first) => {
+                let entries: Vec<Arc<Entry>> = events
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, e)| Arc::new(Entry::new(self.id.clone(), first + i as u64, e)))
+                    .collect();
+                let after_last = first + entries.len() as u64;
+                // Another node appended in between: later batches go after.
+                inner.next_assign = inner.next_assign.max(after_last);
+                if self.bus.wants_announcements() {
+                    self.bus.announce(Publication {
+                        key: self.key.clone(),
+                        events: entries
+                            .iter()
+                            .map(|e| (e.seq, e.event.json().clone()))
+                            .collect(),
+                    });
+                }
+                for entry in &entries {
+                    if entry.seq >= inner.next_seq {
+                        inner.arrived.entry(entry.seq).or_insert_with(|| entry.clone());
+                    }
+                }
+                self.publish_ready(&mut inner);
                 Ok(entries)
             }
+            Err(StoreError::Fenced) => {
+                // Another node closed the run: its events reach this copy
+                // through the bus; this copy itself is sound.
+                tracing::warn!(tenant = %self.key.tenant, thread = %self.key.thread_id, "append refused: the run's lease was lost");
+                Err(StoreError::Fenced)
+            }
             Err(e) => {
-                tracing::error!(tenant = %self.key.tenant, thread = %self.key.thread_id, first, last, "journal append failed; nothing from seq {first} on is published: {e}");
+                tracing::error!(tenant = %self.key.tenant, thread = %self.key.thread_id, "journal append failed; nothing after seq {} is published: {e}", inner.next_seq - 1);
                 inner.broken.get_or_insert_with(|| e.to_string());
                 Err(e)
             }
         }
     }
 
-    /// Publishes the unpublished entries whose batches are acknowledged, in
-    /// seq order, stopping at the first one still waiting for the store.
-    fn publish_acked(&self, inner: &mut Inner) {
-        while let Some(front) = inner.unpublished.front().map(|e| e.seq) {
-            let Some(i) = inner.acked.iter().position(|(first, _)| *first == front) else {
-                return;
-            };
-            let (_, last) = inner.acked.swap_remove(i);
-            if self.bus.wants_announcements() {
-                let events = inner
-                    .unpublished
-                    .iter()
-                    .take_while(|e| e.seq <= last)
-                    .map(|e| (e.seq, e.event.json().clone()))
-                    .collect();
-                self.bus.announce(Publication {
-                    key: self.key.clone(),
-                    events,
+    /// True when other nodes write this thread's store too (a shared lease
+    /// table, or a bus to announce on).
+    fn shared(&self) -> bool {
+        self.leases.shared() || self.bus.wants_announcements()
+    }
+
+    /// Publishes the known entries that continue the published prefix, in
+    /// seq order. When a later seq is known and an earlier one is not, the
+    /// missing ones are read back from the store.
+    fn publish_ready(&self, inner: &mut Inner) {
+        while let Some(entry) = inner.arrived.first_entry() {
+            let seq = *entry.key();
+            if seq < inner.next_seq {
+                entry.remove();
+                continue;
+            }
+            if seq > inner.next_seq {
+                break;
+            }
+            let entry = entry.remove();
+            self.publish(inner, entry);
+        }
+        // Alone on its store, a copy's gaps are its own batches still being
+        // acknowledged; shared, they may be another node's lost announcement.
+        if !inner.arrived.is_empty() && !inner.backfilling && self.shared() {
+            inner.backfilling = true;
+            if let Some(me) = self.me.upgrade() {
+                tokio::spawn(async move {
+                    // Usually the missing seq is an acknowledgement or an
+                    // announcement about to be handled: give it a moment.
+                    tokio::time::sleep(GAP_GRACE).await;
+                    let gap = {
+                        let inner = me.lock();
+                        inner
+                            .arrived
+                            .first_key_value()
+                            .is_some_and(|(seq, _)| *seq > inner.next_seq)
+                    };
+                    if gap {
+                        me.read_back().await;
+                    }
+                    me.lock().backfilling = false;
                 });
             }
-            self.publish(inner, last);
         }
     }
 
     /// Publishes events another node made durable (from the
-    /// [bus](crate::store::bus)), as if appended here: those this copy has
-    /// already are skipped. `Err(next)` when they start past `next`, the seq
-    /// this copy lacks (a missed announcement: the caller reads it from the
-    /// store). While this node has its own batch in flight nothing is taken:
-    /// the store refuses one of the two ([`StoreError::SeqConflict`]).
-    pub(super) fn publish_remote(&self, events: Vec<(u64, Bytes)>) -> Result<(), u64> {
+    /// [bus](crate::store::bus)), as if appended here, in seq order with
+    /// this node's own; those this copy has already are skipped.
+    pub(super) fn publish_remote(&self, events: Vec<(u64, Bytes)>) {
         let mut inner = self.lock();
-        let next = inner.next_seq;
-        match events.first() {
-            None => return Ok(()),
-            Some((first, _)) if *first > next => return Err(next),
-            Some(_) if !inner.unpublished.is_empty() => {
-                tracing::warn!(thread = %self.key.thread_id, "another node appended while this one had a batch in flight");
-                return Ok(());
+        for (seq, json) in events {
+            if seq < inner.next_seq || inner.arrived.contains_key(&seq) {
+                continue;
             }
-            Some(_) => {}
-        }
-        for (seq, json) in events.into_iter().filter(|(seq, _)| *seq >= next) {
-            inner.next_seq = seq + 1;
+            inner.next_assign = inner.next_assign.max(seq + 1);
             match Event::parse(json) {
                 Ok(event) => {
                     let entry = Arc::new(Entry::new(self.id.clone(), seq, event));
-                    inner.unpublished.push_back(entry);
+                    inner.arrived.insert(seq, entry);
                 }
                 Err(e) => {
-                    tracing::error!(thread = %self.key.thread_id, seq, "unreadable event from another node skipped: {e}")
+                    tracing::error!(thread = %self.key.thread_id, seq, "unreadable event from another node skipped: {e}");
+                    // A placeholder keeps the order; nothing is published for it.
+                    if seq == inner.next_seq {
+                        inner.next_seq += 1;
+                    }
                 }
             }
         }
-        let last = inner.next_seq - 1;
-        let mut meta = inner.meta.clone();
-        meta.status = status_after(&meta.status, inner.unpublished.iter().map(|e| &e.event));
-        meta.updated_ms = now_millis();
-        meta.last_seq = last;
-        inner.meta = meta;
-        self.publish(&mut inner, last);
-        Ok(())
+        self.publish_ready(&mut inner);
     }
 
-    fn publish(&self, inner: &mut Inner, upto: u64) {
+    /// Reads what this copy lacks from the store and publishes it: after a
+    /// gap on the bus, a lost subscription, or before deciding on a run
+    /// when the stored journal moved on.
+    pub async fn read_back(&self) {
+        let store = self.store.clone();
+        let key = self.key.clone();
+        let next = self.lock().next_seq;
+        let stored = tokio::task::spawn_blocking(move || store.load(&key)).await;
+        match stored {
+            Ok(Ok(Some(stored))) if stored.base.as_ref().is_none_or(|(base, _)| *base < next) => {
+                let missing = stored.events.into_iter().filter(|(seq, _)| *seq >= next);
+                self.publish_remote(missing.collect());
+            }
+            Ok(Ok(None)) => {}
+            _ => tracing::warn!(
+                thread = %self.key.thread_id,
+                next,
+                "missing events could not be read back from the store; retried at the next event"
+            ),
+        }
+    }
+
+    /// Publishes one entry, the next in seq order: fold, journal, viewers.
+    fn publish(&self, inner: &mut Inner, entry: Arc<Entry>) {
         inner.last_event = std::time::Instant::now();
-        while inner.unpublished.front().is_some_and(|e| e.seq <= upto) {
-            let entry = inner.unpublished.pop_front().expect("checked");
-            if *entry.event.kind() == EventType::RunStarted
-                && let Some(run_id) = entry.event.str_field("runId")
-            {
-                inner.runs.remember(run_id);
+        inner.next_seq = entry.seq + 1;
+        inner.meta.last_seq = entry.seq;
+        inner.meta.updated_ms = now_millis();
+        inner.meta.status = status_after(&inner.meta.status, std::iter::once(&entry.event));
+        let kind = entry.event.kind().clone();
+        if kind == EventType::RunStarted
+            && let Some(run_id) = entry.event.str_field("runId")
+        {
+            inner.runs.remember(run_id);
+        }
+        if let (EventType::Meta, Some(cid), Some(id)) = (
+            &kind,
+            entry.event.str_field("clientEventId"),
+            entry.event.str_field("id"),
+        ) {
+            inner.meta_ids.insert(cid.to_owned(), id.to_owned());
+        }
+        inner.fold.apply(entry.seq, &entry.event);
+        inner.journal.push_back(entry.clone());
+        let mut i = 0;
+        while i < inner.viewers.len() {
+            let viewer = &inner.viewers[i];
+            if viewer.hides(&entry.event) {
+                i += 1;
+                continue;
             }
-            inner.fold.apply(entry.seq, &entry.event);
-            inner.journal.push_back(entry.clone());
-            let mut i = 0;
-            while i < inner.viewers.len() {
-                let viewer = &inner.viewers[i];
-                if viewer.hides(&entry.event) {
-                    i += 1;
-                    continue;
+            match viewer.outbox.push_live(Outgoing::Event(entry.clone())) {
+                Live::Queued if viewer.ends_with(&entry.event) => {
+                    inner.viewers.swap_remove(i);
                 }
-                match viewer.outbox.push_live(Outgoing::Event(entry.clone())) {
-                    Live::Queued if viewer.ends_with(&entry.event) => {
-                        inner.viewers.swap_remove(i);
-                    }
-                    Live::Queued => i += 1,
-                    Live::Closed => {
-                        inner.viewers.swap_remove(i);
-                    }
-                    Live::Full => {
-                        // Behind by more than its budget: it leaves the live
-                        // list and reads the journal from here on.
-                        let viewer = inner.viewers.swap_remove(i);
-                        let (id, outbox) = (viewer.id, viewer.outbox.clone());
-                        let catch_up = CatchUp::new(self.me.clone(), viewer, entry.seq - 1);
-                        let ticket = catch_up.ticket();
-                        if outbox.push_catch_up(catch_up) {
-                            inner.catching_up.insert(id, ticket);
-                        }
+                Live::Queued => i += 1,
+                Live::Closed => {
+                    inner.viewers.swap_remove(i);
+                }
+                Live::Full => {
+                    // Behind by more than its budget: it leaves the live
+                    // list and reads the journal from here on.
+                    let viewer = inner.viewers.swap_remove(i);
+                    let (id, outbox) = (viewer.id, viewer.outbox.clone());
+                    let catch_up = CatchUp::new(self.me.clone(), viewer, entry.seq - 1);
+                    let ticket = catch_up.ticket();
+                    if outbox.push_catch_up(catch_up) {
+                        inner.catching_up.insert(id, ticket);
                     }
                 }
             }
+        }
+        if kind.is_terminal() {
+            // Another node's run ended: a run queued here may start now.
+            self.start_queued(inner);
         }
     }
 
@@ -614,7 +737,8 @@ impl Thread {
             let mut inner = self.lock();
             let due = force || inner.journal.len() > self.settings.max_events;
             // Lagging viewers still read the journal: compact later.
-            let busy = !inner.unpublished.is_empty() || !inner.catching_up.is_empty();
+            let busy =
+                inner.inflight > 0 || !inner.arrived.is_empty() || !inner.catching_up.is_empty();
             if !due || inner.journal.is_empty() || busy {
                 return;
             }
@@ -628,6 +752,8 @@ impl Thread {
                 meta: inner.meta.clone(),
                 events: Vec::new(),
                 compact: Some((base, snapshot)),
+                fence: None,
+                run_boundary: false,
             })
         };
         if let Ok(Err(e)) = ack.await {
@@ -1002,7 +1128,7 @@ mod tests {
                 if held {
                     release.notified().await;
                 }
-                let _ = tx.send(done.await.unwrap_or(Ok(())));
+                let _ = tx.send(done.await.unwrap_or(Ok(0)));
             });
             rx
         }
@@ -1063,7 +1189,7 @@ mod tests {
             }
         });
         tokio::task::yield_now().await;
-        while t.lock().next_seq < 3 {
+        while t.lock().next_assign < 3 {
             tokio::task::yield_now().await;
         }
         let fast = t

@@ -29,6 +29,7 @@ pub struct Threads {
     pub(super) map: DashMap<ThreadKey, Arc<Thread>>,
     store: Arc<dyn JournalStore>,
     bus: Arc<dyn PublicationBus>,
+    leases: Arc<dyn RunLeases>,
     settings: ThreadSettings,
     residency: Residency,
 }
@@ -40,6 +41,7 @@ impl Threads {
             map: DashMap::new(),
             store,
             bus: Arc::new(crate::store::bus::LocalBus),
+            leases: Arc::new(crate::store::lease::LocalLeases),
             settings,
             residency: Residency::default(),
         }
@@ -50,6 +52,13 @@ impl Threads {
     /// viewers through [`Threads::deliver`].
     pub fn with_bus(mut self, bus: Arc<dyn PublicationBus>) -> Threads {
         self.bus = bus;
+        self
+    }
+
+    /// The same registry with its runs' leases shared with other nodes
+    /// (see [`crate::store::lease`]).
+    pub fn with_leases(mut self, leases: Arc<dyn RunLeases>) -> Threads {
+        self.leases = leases;
         self
     }
 
@@ -79,22 +88,103 @@ impl Threads {
         let Some(thread) = self.map.get(&publication.key).map(|t| t.clone()) else {
             return;
         };
-        let Err(next) = thread.publish_remote(publication.events) else {
+        thread.publish_remote(publication.events);
+    }
+
+    /// Acts on other nodes' requests about runs (see [`Control`]), for the
+    /// life of the process. Nothing to do without other nodes.
+    pub fn spawn_control_listener(self: &Arc<Self>) {
+        let Some(mut controls) = self.leases.controls() else {
             return;
         };
-        let store = self.store.clone();
-        let key = publication.key.clone();
-        let stored = tokio::task::spawn_blocking(move || store.load(&key)).await;
-        match stored {
-            Ok(Ok(Some(stored))) if stored.base.as_ref().is_none_or(|(base, _)| *base < next) => {
-                let missing = stored.events.into_iter().filter(|(seq, _)| *seq >= next);
-                let _ = thread.publish_remote(missing.collect());
+        let threads = Arc::downgrade(self);
+        tokio::spawn(async move {
+            while let Some(control) = controls.recv().await {
+                let Some(threads) = threads.upgrade() else {
+                    return;
+                };
+                match control {
+                    Control::Cancel { key, run_id } => {
+                        if let Some(thread) = threads.map.get(&key).map(|t| t.clone())
+                            && thread.cancel_here(Some(&run_id)).is_some()
+                        {
+                            tracing::info!(thread = %key.thread_id, run = %run_id, "run cancelled at another node's request");
+                        }
+                    }
+                    Control::Resync => {
+                        let resident: Vec<Arc<Thread>> =
+                            threads.map.iter().map(|t| t.value().clone()).collect();
+                        for thread in resident {
+                            thread.read_back().await;
+                        }
+                    }
+                }
             }
-            _ => tracing::warn!(
-                thread = %publication.key.thread_id,
-                next,
-                "missed events from another node could not be read back; the thread catches up at its next load"
-            ),
+        });
+    }
+
+    /// Closes, every `every`, the runs whose node died (their lease expired
+    /// while they were still running; see [`RunLeases::orphans`]) with
+    /// `RUN_ERROR gateway_node_lost`; the first pass runs at once, so a node
+    /// starting up closes exactly the runs whose lease has expired.
+    pub fn spawn_orphan_sweeper(self: &Arc<Self>, every: std::time::Duration) {
+        if !self.leases.shared() {
+            return;
+        }
+        let threads = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(threads) = threads.upgrade() else {
+                    return;
+                };
+                match threads.leases.orphans().await {
+                    Ok(orphans) => {
+                        for key in orphans {
+                            threads.close_orphan(&key).await;
+                        }
+                    }
+                    Err(e) => tracing::warn!("cannot look for runs of lost nodes: {e}"),
+                }
+            }
+        });
+    }
+
+    /// Closes the run of a dead node on `key`, under a lease of its own (so
+    /// two nodes never both close it, and the dead node, should it come
+    /// back, cannot append after it).
+    async fn close_orphan(&self, key: &ThreadKey) {
+        let thread = match self.get(key).await {
+            Ok(Some(thread)) => thread,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(thread = %key.thread_id, "cannot load a lost node's thread: {e}");
+                return;
+            }
+        };
+        thread.read_back().await;
+        let Some(run_id) = thread.open_run() else {
+            return;
+        };
+        let seen = thread.seq_known();
+        let lease = match self.leases.acquire(key, "gateway-closer", seen).await {
+            Ok(crate::store::lease::Acquired::Granted(lease)) => lease,
+            _ => return, // taken meanwhile, or moved on: the next pass sees
+        };
+        let event = crate::protocol::event::run_error(
+            "gateway_node_lost",
+            "the gateway node running this run stopped; the run was not resumed",
+        );
+        let fence = (!lease.token.is_empty()).then(|| lease.token.clone());
+        let closed = match thread.enqueue(vec![event], fence) {
+            Ok(pending) => thread.settle(pending).await.is_ok(),
+            Err(_) => false,
+        };
+        self.leases.release(key, &lease);
+        if closed {
+            tracing::warn!(tenant = %key.tenant, thread = %key.thread_id, run = %run_id, "closed the run of a lost node");
         }
     }
 
@@ -165,8 +255,7 @@ impl Threads {
         };
         let thread = Thread::new(
             key.clone(),
-            self.store.clone(),
-            self.bus.clone(),
+            (self.store.clone(), self.bus.clone(), self.leases.clone()),
             self.settings.clone(),
             stored.meta.clone(),
         );
@@ -225,6 +314,7 @@ impl Threads {
                 }
             }
             inner.next_seq = inner.fold.seq.max(stored.meta.last_seq) + 1;
+            inner.next_assign = inner.next_seq;
         }
         Ok(Some(self.map.entry(key.clone()).or_insert(thread).clone()))
     }
@@ -249,8 +339,7 @@ impl Threads {
         };
         let thread = Thread::new(
             key.clone(),
-            self.store.clone(),
-            self.bus.clone(),
+            (self.store.clone(), self.bus.clone(), self.leases.clone()),
             self.settings.clone(),
             meta,
         );

@@ -1,6 +1,11 @@
 //! Runs on a thread: at most one active, the others rejected, queued, or
 //! pre-empting it, per the agent's strategy.
 //!
+//! "At most one" holds across nodes: before a run is accepted it takes the
+//! thread's lease ([`crate::store::lease`]), and its appends are fenced by
+//! it. A run active on another node is cancelled by a request to that node;
+//! a request queued here starts when that run's terminal event arrives.
+//!
 //! A run's task owns the upstream stream. It appends what the agent sends in
 //! small batches (whatever arrived together), so a busy run costs one durable
 //! write per read rather than per event. The journal's `RUN_STARTED` carries
@@ -18,6 +23,7 @@ use crate::protocol::interrupts::InterruptNormalizer;
 use crate::protocol::open::OpenEntities;
 use crate::protocol::{Event, EventType};
 use crate::store::StoreError;
+use crate::store::lease::{Acquired, Control, Lease};
 use crate::upstream::{Agent, RunStream};
 use bytes::Bytes;
 use futures::stream::FuturesOrdered;
@@ -61,6 +67,9 @@ pub enum RunRefused {
     /// `invalid`: a resume that does not answer the pending interrupts.
     #[error("{0}")]
     Invalid(String),
+    /// `unavailable`: the store shared with the other nodes cannot be reached.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 struct ActiveRun {
@@ -68,6 +77,9 @@ struct ActiveRun {
     cancel: CancellationToken,
     /// The agent's `on_disconnect = "cancel"`.
     cancel_when_unwatched: bool,
+    /// The thread's lease; `None` while it is being acquired (the slot is
+    /// reserved meanwhile, so this node starts nothing else).
+    lease: Option<Lease>,
 }
 
 /// The thread's run state.
@@ -112,17 +124,108 @@ impl RunSlot {
     }
 }
 
+/// How [`Thread::admit`] took a request.
+enum Admitted {
+    /// The slot is reserved for it; the lease comes next. Carries the last
+    /// seq this copy decided on.
+    Reserved(u64, Box<RunRequest>),
+    /// Queued behind this many (a run is active on this node).
+    Queued(usize),
+}
+
 impl Thread {
     /// Starts `req` now, queues it, or refuses it, per `strategy`.
     ///
     /// A resume must answer exactly the pending interrupts (AG-UI has no
     /// partial resume); the first valid answer claims them, so a second one
-    /// gets `conflict` even before the resumed run has started.
-    pub fn start_run(
+    /// gets `conflict` even before the resumed run has started — on any
+    /// node: the lease is granted only on the journal the decision was made
+    /// on, so a node whose copy lags reads back and decides again.
+    pub async fn start_run(
         self: &Arc<Self>,
         mut req: RunRequest,
         strategy: Strategy,
     ) -> Result<Started, RunRefused> {
+        for _ in 0..3 {
+            let (seen, reserved) = match self.admit(req, strategy)? {
+                Admitted::Queued(n) => return Ok(Started::Queued(n)),
+                Admitted::Reserved(seen, reserved) => (seen, *reserved),
+            };
+            req = reserved;
+            let acquired = self.leases.acquire(&self.key, &req.run_id, seen).await;
+            // What to do once the lock is released (nothing awaits under it):
+            // `Err` cancel that run elsewhere, `Ok` read back and try again.
+            let elsewhere: Result<RunRequest, String> = {
+                let mut inner = self.lock();
+                let reserved_for_me = inner
+                    .runs
+                    .active
+                    .as_ref()
+                    .is_some_and(|a| a.run_id == req.run_id && a.lease.is_none());
+                if !reserved_for_me {
+                    // Pre-empted (interrupt strategy) while the lease was asked for.
+                    if let Ok(Acquired::Granted(lease)) = &acquired {
+                        self.leases.release(&self.key, lease);
+                    }
+                    return Err(RunRefused::Conflict(
+                        "the run was cancelled before it started".into(),
+                    ));
+                }
+                match acquired {
+                    Ok(Acquired::Granted(lease)) => {
+                        self.launch(&mut inner, req, lease);
+                        return Ok(Started::Now);
+                    }
+                    Ok(Acquired::Held { run_id }) => {
+                        self.unreserve(&mut inner, &req);
+                        match strategy {
+                            Strategy::Reject => {
+                                return Err(RunRefused::Conflict(format!(
+                                    "run '{run_id}' is still active on this thread"
+                                )));
+                            }
+                            Strategy::Enqueue => {
+                                self.queue(&mut inner, req, false);
+                                return Ok(Started::Queued(inner.runs.queue.len()));
+                            }
+                            Strategy::Interrupt => {
+                                self.queue(&mut inner, req, true);
+                                Err(run_id)
+                            }
+                        }
+                    }
+                    Ok(Acquired::Stale) => {
+                        self.unreserve(&mut inner, &req);
+                        Ok(req)
+                    }
+                    Err(e) => {
+                        self.unreserve(&mut inner, &req);
+                        return Err(RunRefused::Unavailable(format!(
+                            "cannot start a run now: {e}"
+                        )));
+                    }
+                }
+            };
+            match elsewhere {
+                Err(run_id) => {
+                    // Queued first; it starts when that run's end arrives.
+                    self.cancel_elsewhere(&run_id).await?;
+                    return Ok(Started::Queued(1));
+                }
+                Ok(stale) => {
+                    req = stale;
+                    self.read_back().await;
+                }
+            }
+        }
+        Err(RunRefused::Conflict(
+            "the thread kept changing while the run was being started; try again".into(),
+        ))
+    }
+
+    /// The checks of [`Thread::start_run`] on this copy, under its lock:
+    /// refuses, queues behind a run active here, or reserves the slot.
+    fn admit(&self, mut req: RunRequest, strategy: Strategy) -> Result<Admitted, RunRefused> {
         let mut inner = self.lock();
         let pending: Vec<String> = inner
             .fold
@@ -168,31 +271,146 @@ impl Thread {
                 req.run_id
             )));
         }
-        inner.runs.used_ids.insert(req.run_id.clone(), ());
         if req.input.has_resume() {
             inner.runs.resume_claimed = Some(req.run_id.clone());
         }
         let Some(active) = &inner.runs.active else {
-            self.launch(&mut inner, req);
-            return Ok(Started::Now);
+            inner.runs.active = Some(ActiveRun {
+                run_id: req.run_id.clone(),
+                cancel: CancellationToken::new(),
+                cancel_when_unwatched: false,
+                lease: None,
+            });
+            return Ok(Admitted::Reserved(inner.next_seq - 1, Box::new(req)));
         };
-        match strategy {
-            Strategy::Reject => unreachable!("refused above"),
-            Strategy::Enqueue => {
-                inner.runs.queue.push_back(req);
-                Ok(Started::Queued(inner.runs.queue.len()))
-            }
-            Strategy::Interrupt => {
-                active.cancel.cancel();
-                inner.runs.queue.push_front(req);
-                Ok(Started::Queued(1))
-            }
+        let interrupt = strategy == Strategy::Interrupt;
+        if interrupt {
+            active.cancel.cancel();
+        }
+        self.queue(&mut inner, req, interrupt);
+        Ok(Admitted::Queued(if interrupt {
+            1
+        } else {
+            inner.runs.queue.len()
+        }))
+    }
+
+    /// Frees a slot reserved by [`Thread::admit`] whose lease was not granted.
+    fn unreserve(&self, inner: &mut Inner, req: &RunRequest) {
+        inner.runs.active = None;
+        if inner.runs.resume_claimed.as_deref() == Some(&req.run_id) {
+            inner.runs.resume_claimed = None;
         }
     }
 
+    /// Queues `req` (first when it pre-empts); its runId counts as used.
+    fn queue(&self, inner: &mut Inner, req: RunRequest, first: bool) {
+        inner.runs.used_ids.insert(req.run_id.clone(), ());
+        if req.input.has_resume() {
+            inner.runs.resume_claimed = Some(req.run_id.clone());
+        }
+        if first {
+            inner.runs.queue.push_front(req);
+        } else {
+            inner.runs.queue.push_back(req);
+        }
+    }
+
+    /// Asks the node running `run_id` on this thread to cancel it.
+    async fn cancel_elsewhere(&self, run_id: &str) -> Result<(), RunRefused> {
+        self.leases
+            .send(Control::Cancel {
+                key: self.key.clone(),
+                run_id: run_id.to_owned(),
+            })
+            .await
+            .map_err(|e| RunRefused::Unavailable(format!("cannot reach the other nodes: {e}")))
+    }
+
+    /// Starts the first queued request if nothing runs here, once its lease
+    /// is granted (a run on another node keeps it queued until that run's
+    /// terminal event arrives).
+    pub(super) fn start_queued(&self, inner: &mut Inner) {
+        if inner.runs.active.is_some() || inner.runs.queue.is_empty() {
+            return;
+        }
+        let Some(me) = self.me.upgrade() else { return };
+        let req = inner.runs.queue.pop_front().expect("checked");
+        inner.runs.active = Some(ActiveRun {
+            run_id: req.run_id.clone(),
+            cancel: CancellationToken::new(),
+            cancel_when_unwatched: false,
+            lease: None,
+        });
+        let seen = inner.next_seq - 1;
+        tokio::spawn(async move {
+            let acquired = me.leases.acquire(&me.key, &req.run_id, seen).await;
+            let read_back = {
+                let mut inner = me.lock();
+                let reserved = inner
+                    .runs
+                    .active
+                    .as_ref()
+                    .is_some_and(|a| a.run_id == req.run_id && a.lease.is_none());
+                let stale = match acquired {
+                    Ok(Acquired::Granted(lease)) if reserved => {
+                        me.launch(&mut inner, req, lease);
+                        return;
+                    }
+                    Ok(Acquired::Granted(lease)) => {
+                        me.leases.release(&me.key, &lease);
+                        return;
+                    }
+                    _ if !reserved => return,
+                    Ok(Acquired::Held { .. }) => false, // waits for that run's end
+                    Ok(Acquired::Stale) => true,
+                    Err(e) => {
+                        tracing::warn!(thread = %me.key.thread_id, run = %req.run_id, "queued run waits: the store is unreachable: {e}");
+                        false
+                    }
+                };
+                inner.runs.active = None;
+                inner.runs.queue.push_front(req);
+                stale
+            };
+            if read_back {
+                me.read_back().await;
+                let mut inner = me.lock();
+                me.start_queued(&mut inner);
+            }
+        });
+    }
+
     /// Cancels the active run (only `run_id`'s, when given, so a stale cancel
-    /// never stops a newer run). Returns the cancelled run's id.
-    pub fn cancel_run(&self, run_id: Option<&str>) -> Option<String> {
+    /// never stops a newer run), on this node or, through the store, on the
+    /// node running it. Returns the cancelled run's id.
+    pub async fn cancel_run(&self, run_id: Option<&str>) -> Result<Option<String>, RunRefused> {
+        if let Some(cancelled) = self.cancel_here(run_id) {
+            return Ok(Some(cancelled));
+        }
+        if !self.leases.shared() {
+            return Ok(None);
+        }
+        // Running elsewhere, as far as the journal tells.
+        let running = {
+            let inner = self.lock();
+            inner
+                .fold
+                .run()
+                .filter(|r| r.status == RunStatus::Running)
+                .map(|r| r.run_id.clone())
+        };
+        match running {
+            Some(r) if run_id.is_none_or(|id| id == r) => {
+                self.cancel_elsewhere(&r).await?;
+                Ok(Some(r))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Cancels the run active on this node (only `run_id`'s, when given).
+    pub fn cancel_here(&self, run_id: Option<&str>) -> Option<String> {
         let inner = self.lock();
         let active = inner.runs.active.as_ref()?;
         if run_id.is_some_and(|r| r != active.run_id) {
@@ -225,7 +443,12 @@ impl Thread {
         self.lock().runs.active.as_ref().map(|a| a.run_id.clone())
     }
 
-    fn launch(self: &Arc<Self>, inner: &mut Inner, req: RunRequest) {
+    /// Starts `req` under `lease` (the slot is this node's, cluster-wide).
+    fn launch(self: &Arc<Self>, inner: &mut Inner, req: RunRequest, lease: Lease) {
+        inner.runs.used_ids.insert(req.run_id.clone(), ());
+        if req.input.has_resume() {
+            inner.runs.resume_claimed = Some(req.run_id.clone());
+        }
         let prepared = build_input(&self.key.thread_id, inner, &req);
         inner.meta.agent = Some(req.agent.id.clone());
         let cancel = CancellationToken::new();
@@ -233,10 +456,11 @@ impl Thread {
             run_id: req.run_id.clone(),
             cancel: cancel.clone(),
             cancel_when_unwatched: req.agent.on_disconnect == crate::config::OnDisconnect::Cancel,
+            lease: Some(lease.clone()),
         });
         tracing::info!(tenant = %self.key.tenant, thread = %self.key.thread_id, run = %req.run_id, agent = %req.agent.id, "run started");
         let run_id = req.run_id.clone();
-        let run = tokio::spawn(drive(self.clone(), req, prepared, cancel));
+        let run = tokio::spawn(drive(self.clone(), req, prepared, cancel, lease));
         tokio::spawn(self.clone().supervise(run_id, run));
     }
 
@@ -250,7 +474,10 @@ impl Thread {
         tracing::error!(tenant = %self.key.tenant, thread = %self.key.thread_id, run = %run_id, "run task panicked; closing the run with RUN_ERROR internal");
         if self.run_is_open(&run_id) {
             let event = run_error("internal", "the gateway failed while running this run");
-            self.append(vec![event]).await;
+            let fence = self.lock().runs.active.as_ref().and_then(|a| fence_of(a.lease.as_ref()?));
+            if let Ok(pending) = self.enqueue(vec![event], fence) {
+                let _ = self.settle(pending).await;
+            }
         }
         self.run_ended(&run_id);
     }
@@ -273,14 +500,12 @@ impl Thread {
             .active
             .as_ref()
             .is_some_and(|a| a.run_id == run_id)
+            && let Some(ended) = inner.runs.active.take()
+            && let Some(lease) = &ended.lease
         {
-            inner.runs.active = None;
+            self.leases.release(&self.key, lease);
         }
-        if inner.runs.active.is_none()
-            && let Some(next) = inner.runs.queue.pop_front()
-        {
-            self.launch(&mut inner, next);
-        }
+        self.start_queued(&mut inner);
     }
 }
 
@@ -453,6 +678,9 @@ const MAX_BATCH: usize = 256;
 const PIPELINE: usize = 4;
 
 enum Step {
+    /// The thread's lease was lost: another node closes the run; nothing
+    /// more can be journaled from here.
+    LeaseLost,
     Cancel,
     StarterGone,
     Events(Vec<Event>),
@@ -476,11 +704,18 @@ async fn next_batch(upstream: &mut RunStream) -> Option<Vec<Event>> {
     Some(batch)
 }
 
+/// The fencing token appends carry under `lease` (none for a lease of a
+/// single process, which needs no fencing).
+fn fence_of(lease: &Lease) -> Option<Arc<str>> {
+    (!lease.token.is_empty()).then(|| lease.token.clone())
+}
+
 async fn drive(
     thread: Arc<Thread>,
     req: RunRequest,
     input: PreparedInput,
     cancel: CancellationToken,
+    lease: Lease,
 ) {
     let RunRequest {
         agent,
@@ -523,6 +758,7 @@ async fn drive(
         outbox: starter.clone(),
         visibility: starter_visibility,
         run_id: run_id.clone(),
+        fence: fence_of(&lease),
     };
     let mut open = OpenEntities::default();
     let mut started = false;
@@ -554,6 +790,7 @@ async fn drive(
             };
             tokio::select! {
                 biased;
+                _ = lease.lost.cancelled() => Step::LeaseLost,
                 _ = cancel.cancelled(), if !ending => Step::Cancel,
                 _ = starter_gone => Step::StarterGone,
                 Some((stored, originals)) = inflight.next(), if !inflight.is_empty() => {
@@ -566,6 +803,11 @@ async fn drive(
             }
         };
         match step {
+            Step::LeaseLost => {
+                tracing::warn!(thread = %thread_id, run = %run_id, "run lease lost: stopping the run");
+                feed.journal_failed(&thread, &StoreError::Fenced);
+                break;
+            }
             Step::StarterGone => {
                 starter = None;
                 feed.stop();
@@ -643,14 +885,14 @@ async fn drive(
                     originals.push(original);
                 }
                 // 3. To the journal, without waiting for the commit.
-                match thread.enqueue(events) {
+                match thread.enqueue(events, feed.fence.clone()) {
                     Ok(pending) => {
                         let thread = thread.clone();
                         inflight
                             .push_back(async move { (thread.settle(pending).await, originals) });
                     }
-                    Err(_) => {
-                        feed.journal_failed(&thread);
+                    Err(e) => {
+                        feed.journal_failed(&thread, &e);
                         break;
                     }
                 }
@@ -709,6 +951,8 @@ struct RequesterFeed {
     outbox: Option<Arc<Outbox>>,
     visibility: ViewerVisibility,
     run_id: String,
+    /// The run lease's fencing token, carried by every append.
+    fence: Option<Arc<str>>,
 }
 
 impl RequesterFeed {
@@ -725,7 +969,10 @@ impl RequesterFeed {
         events: Vec<Event>,
         originals: Vec<ForRequester>,
     ) -> bool {
-        let stored = thread.try_append(events).await;
+        let stored = match thread.enqueue(events, self.fence.clone()) {
+            Ok(pending) => thread.settle(pending).await,
+            Err(e) => Err(e),
+        };
         self.deliver(thread, stored, originals)
     }
 
@@ -743,20 +990,28 @@ impl RequesterFeed {
                 self.forward(thread, &entries, originals);
                 true
             }
-            Err(_) => {
-                self.journal_failed(thread);
+            Err(e) => {
+                self.journal_failed(thread, &e);
                 false
             }
         }
     }
 
     /// Ends the requester's stream with `RUN_ERROR journal_unavailable`.
-    fn journal_failed(&mut self, thread: &Thread) {
+    /// A lost lease (fenced) ends it with `gateway_node_lost`, as the node
+    /// that closes the run journals it.
+    fn journal_failed(&mut self, thread: &Thread, why: &StoreError) {
         if let Some(outbox) = self.outbox.take() {
-            let error = run_error(
-                "journal_unavailable",
-                "the gateway could not store this run's events; the run was stopped",
-            );
+            let error = match why {
+                StoreError::Fenced => run_error(
+                    "gateway_node_lost",
+                    "the gateway node running this run lost its lease; the run was stopped",
+                ),
+                _ => run_error(
+                    "journal_unavailable",
+                    "the gateway could not store this run's events; the run was stopped",
+                ),
+            };
             outbox.push_replay(Outgoing::Event(Arc::new(Entry::new(
                 thread.id.clone(),
                 0,
@@ -894,13 +1149,16 @@ mod tests {
             upstream_headers: Default::default(),
         };
         t.start_run(req("r1", Some(Box::new(Explodes))), Strategy::Reject)
+            .await
             .unwrap();
         let end = next_terminal(&mut rx).await;
         assert_eq!(*end.event.kind(), EventType::RunError);
         assert_eq!(end.event.str_field("code"), Some("internal"));
         // The slot is freed: the next run (queued if the old one is still
         // being torn down) starts and finishes.
-        t.start_run(req("r2", None), Strategy::Enqueue).unwrap();
+        t.start_run(req("r2", None), Strategy::Enqueue)
+            .await
+            .unwrap();
         let end = next_terminal(&mut rx).await;
         assert_eq!(*end.event.kind(), EventType::RunFinished, "{:?}", end.event);
         assert_eq!(end.event.str_field("runId"), Some("r2"));

@@ -1,0 +1,127 @@
+//! Run leases: at most one active run per thread across every node sharing
+//! a store, and the signals between nodes about runs.
+//!
+//! One process needs nothing more than its own run slot ([`LocalLeases`]
+//! grants every request at once). With several nodes (Redis) a run holds a
+//! lease on its thread for as long as it runs: acquired before the run is
+//! accepted, renewed by a heartbeat, released after its terminal event is
+//! durable. The lease's value doubles as a fencing token: every append of
+//! the run carries it and the store refuses the append once the lease is no
+//! longer that run's ([`super::StoreError::Fenced`]), so a node that lost its
+//! lease (paused, cut off) can never write after another node closed its run.
+//!
+//! A lease that expires while its thread is still `running` means the node
+//! died: another node closes the run with `RUN_ERROR gateway_node_lost`
+//! ([`RunLeases::orphans`]).
+
+use super::{StoreError, ThreadKey};
+use futures::future::BoxFuture;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// A lease held by this node: its fencing token, and a token cancelled when
+/// the lease is lost (its heartbeat failed for longer than its time to live,
+/// or another node took over) — the run must stop then.
+#[derive(Debug, Clone)]
+pub struct Lease {
+    /// Carried by every append of the run ([`super::AppendBatch::fence`]).
+    pub token: Arc<str>,
+    /// Cancelled when the lease is lost.
+    pub lost: CancellationToken,
+}
+
+/// The answer to [`RunLeases::acquire`].
+#[derive(Debug, Clone)]
+pub enum Acquired {
+    /// This node may run; nobody else can until it releases or dies.
+    Granted(Lease),
+    /// Another run holds the thread (on this node or another).
+    Held {
+        /// The holder's run id.
+        run_id: String,
+    },
+    /// The stored journal moved past what this node's copy has seen
+    /// (another node appended): catch up, decide again.
+    Stale,
+}
+
+/// A request between nodes about a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Control {
+    /// Stop run `run_id` on `key` (sent by the node a client asked).
+    Cancel { key: ThreadKey, run_id: String },
+    /// This node's link to the other nodes was re-established: their
+    /// announcements in between may be lost, so every thread in memory
+    /// reads back what it missed from the store.
+    Resync,
+}
+
+/// Cluster-wide run coordination.
+pub trait RunLeases: Send + Sync + 'static {
+    /// Takes the lease on `key` for `run_id`, provided nobody holds it and
+    /// the stored journal ends at `seen_last_seq` (what the caller decided
+    /// on: the pending interrupts, the history). The check makes "first
+    /// answer wins" hold across nodes.
+    fn acquire(
+        &self,
+        key: &ThreadKey,
+        run_id: &str,
+        seen_last_seq: u64,
+    ) -> BoxFuture<'static, Result<Acquired, StoreError>>;
+
+    /// Gives the lease back (only if it is still `lease`'s).
+    fn release(&self, key: &ThreadKey, lease: &Lease);
+
+    /// Asks every node to deliver `control` (the one running the run acts).
+    fn send(&self, control: Control) -> BoxFuture<'static, Result<(), StoreError>>;
+
+    /// Other nodes' requests, for the registry's listener; `None` when there
+    /// is no other node (or once taken).
+    fn controls(&self) -> Option<mpsc::UnboundedReceiver<Control>>;
+
+    /// Threads whose latest run is still `running` although nobody holds its
+    /// lease any more: their node died. Empty for one process (its restart
+    /// recovery closes them instead).
+    fn orphans(&self) -> BoxFuture<'static, Result<Vec<ThreadKey>, StoreError>>;
+
+    /// True when other nodes may run this store's threads.
+    fn shared(&self) -> bool;
+}
+
+/// The leases of a single process: its run slots already exclude each
+/// other, so every request is granted and nothing needs fencing.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LocalLeases;
+
+impl RunLeases for LocalLeases {
+    fn acquire(
+        &self,
+        _: &ThreadKey,
+        _: &str,
+        _: u64,
+    ) -> BoxFuture<'static, Result<Acquired, StoreError>> {
+        Box::pin(std::future::ready(Ok(Acquired::Granted(Lease {
+            token: Arc::from(""),
+            lost: CancellationToken::new(),
+        }))))
+    }
+
+    fn release(&self, _: &ThreadKey, _: &Lease) {}
+
+    fn send(&self, _: Control) -> BoxFuture<'static, Result<(), StoreError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn controls(&self) -> Option<mpsc::UnboundedReceiver<Control>> {
+        None
+    }
+
+    fn orphans(&self) -> BoxFuture<'static, Result<Vec<ThreadKey>, StoreError>> {
+        Box::pin(std::future::ready(Ok(Vec::new())))
+    }
+
+    fn shared(&self) -> bool {
+        false
+    }
+}
