@@ -321,14 +321,10 @@ async fn serve(config: Config, policy: Policy) -> Result<(), String> {
             if config.store.lease_ttl < Duration::from_secs(1) {
                 return Err("store.lease_ttl must be at least 1s".into());
             }
-            let redis = RedisStore::connect(
-                &url,
-                &config.store.prefix,
-                &node,
-                config.store.lease_ttl,
-            )
-            .await
-            .map_err(|e| format!("store.url: {e}"))?;
+            let redis =
+                RedisStore::connect(&url, &config.store.prefix, &node, config.store.lease_ttl)
+                    .await
+                    .map_err(|e| format!("store.url: {e}"))?;
             tracing::info!(node = %node, "journal on redis");
             (redis.clone(), redis.clone(), redis)
         }

@@ -114,3 +114,376 @@ async fn viewers_on_two_nodes_see_one_journal_live() {
         assert_eq!(snap["seq"], first_run + 10004 + next_a.len() as u64);
     }
 }
+
+/// A node whose agents are the scripted agent's scenarios, with a short
+/// run lease (a dead node's runs are closed within seconds).
+async fn scenario_node(redis: &RedisServer, name: &str, py: &PyAgent) -> Gateway {
+    let agents: String = ["ok", "stall", "gated", "draft-interrupt"]
+        .iter()
+        .map(|s| {
+            format!(
+                "[[agents]]\nid = \"{s}\"\nurl = \"{}\"\nallow_strategy_override = true\ntimeouts = {{ idle = \"1h\" }}\n",
+                py.url(s)
+            )
+        })
+        .collect();
+    let store = redis.store_config(name) + "lease_ttl = \"2s\"\n";
+    Gateway::start(&format!("{store}{agents}")).await
+}
+
+fn run_frame(agent: &str, thread: &str, run: &str) -> Value {
+    json!({"type": "run", "id": run, "agent": agent, "threadId": thread, "runId": run,
+           "messages": [{"id": format!("u-{run}"), "role": "user", "content": "hello"}]})
+}
+
+/// The next frame answering command `id` (events in between are skipped).
+async fn answer(ws: &mut Ws, id: &str) -> Value {
+    loop {
+        let f = ws.recv().await;
+        if f["id"] == id || f.get("close").is_some() {
+            return f;
+        }
+    }
+}
+
+async fn post_json(url: String, token: &str, body: Value) -> (u16, Value) {
+    let resp = http()
+        .post(url)
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    (
+        resp.status().as_u16(),
+        resp.json().await.unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_run_per_thread_across_nodes_and_cancel_from_any_node() {
+    let redis = RedisServer::start().await;
+    let mut py = PyAgent::start("scripted_agent.py").await;
+    let a = scenario_node(&redis, "a", &py).await;
+    let b = scenario_node(&redis, "b", &py).await;
+    let t = token(json!({"sub": "alice"}));
+
+    // A run that waits for its gate, on node A.
+    let mut on_a = Ws::connect(&a, WsAuth::Header(&t)).await.unwrap();
+    on_a.send(run_frame("gated", "one", "r1")).await;
+    assert_eq!(answer(&mut on_a, "r1").await["type"], "ack");
+    on_a.recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_CONTENT")
+        .await;
+
+    // Node B refuses a second run (reject), or queues it (enqueue).
+    let mut on_b = subscribe(&b, &t, "one", 0).await;
+    let mut rejected = run_frame("ok", "one", "r2");
+    rejected["strategy"] = "reject".into();
+    on_b.send(rejected).await;
+    let refused = answer(&mut on_b, "r2").await;
+    assert_eq!(refused["code"], "conflict", "{refused}");
+    let mut queued = run_frame("ok", "one", "r3");
+    queued["strategy"] = "enqueue".into();
+    on_b.send(queued).await;
+    let ack = answer(&mut on_b, "r3").await;
+    assert_eq!(ack["type"], "ack", "{ack}");
+    assert_eq!(ack["queued"], 1, "{ack}");
+
+    // The gate opens: r1 ends on A, then B starts r3; no run overlaps.
+    http().post(py.url("release")).send().await.unwrap();
+    let mut ends = 0;
+    while ends < 2 {
+        ends += usize::from(is_terminal_frame(&on_b.recv().await));
+    }
+    // The whole journal, read back through node A.
+    let mut full = subscribe(&a, &t, "one", 0).await;
+    let mut frames = full.recv_until(is_terminal_frame).await;
+    frames.extend(full.recv_until(is_terminal_frame).await);
+    let events = journal(&frames);
+    let starts: Vec<usize> = events
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, t))| t == "RUN_STARTED")
+        .map(|(i, _)| i)
+        .collect();
+    let ends: Vec<usize> = events
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, t))| t == "RUN_FINISHED")
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(starts.len(), 2, "{events:?}");
+    assert!(ends[0] < starts[1], "r3 starts after r1 ended: {events:?}");
+    let seqs: Vec<u64> = events.iter().map(|(s, _)| *s).collect();
+    assert_eq!(
+        seqs,
+        (1..=seqs.len() as u64).collect::<Vec<_>>(),
+        "gapless from 1"
+    );
+
+    // A run stalls on node B; a cancel sent to node A stops it.
+    on_b.send(run_frame("stall", "one", "r4")).await;
+    assert_eq!(answer(&mut on_b, "r4").await["type"], "ack");
+    on_b.recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_START")
+        .await;
+    let (status, body) =
+        post_json(a.url("/v1/threads/one/cancel"), &t, json!({"runId": "r4"})).await;
+    assert_eq!(
+        (status, body["runId"].as_str()),
+        (200, Some("r4")),
+        "{body}"
+    );
+    py.proc.expect_line("DISCONNECTED stall").await;
+    let end = on_b.recv_until(is_terminal_frame).await;
+    assert_eq!(end.last().unwrap()["event"]["outcome"]["type"], "cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_is_taken_once_across_nodes_and_meta_from_anywhere_joins_the_journal() {
+    let redis = RedisServer::start().await;
+    let py = PyAgent::start("scripted_agent.py").await;
+    let a = scenario_node(&redis, "a", &py).await;
+    let b = scenario_node(&redis, "b", &py).await;
+    let t = token(json!({"sub": "alice"}));
+
+    // A run on A ends interrupted; both nodes' viewers see the interrupt.
+    let (status, body) = post_run(
+        &a.run_url("draft-interrupt"),
+        &t,
+        &input("hitl", "r1", "delete it"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let interrupt_id = sse_events(&body).last().unwrap()["outcome"]["interrupts"][0]["id"]
+        .as_str()
+        .expect("canonical interrupt id")
+        .to_owned();
+    let mut viewer_a = subscribe(&a, &t, "hitl", 0).await;
+    viewer_a.recv_until(is_terminal_frame).await;
+    let mut viewer_b = subscribe(&b, &t, "hitl", 0).await;
+    let before = viewer_b.recv_until(is_terminal_frame).await;
+    assert_eq!(
+        before.last().unwrap()["event"]["outcome"]["type"],
+        "interrupt"
+    );
+
+    // Two people answer at once, one on each node: exactly one wins.
+    let resume = |id: &str| {
+        json!({"type": "resume", "id": id, "threadId": "hitl", "agent": "draft-interrupt",
+               "resume": [{"interruptId": interrupt_id, "status": "resolved", "payload": {"ok": true}}]})
+    };
+    let mut ann = Ws::connect(&a, WsAuth::Header(&t)).await.unwrap();
+    let mut ben = Ws::connect(&b, WsAuth::Header(&t)).await.unwrap();
+    ann.send(resume("ra")).await;
+    ben.send(resume("rb")).await;
+    let (ra, rb) = tokio::join!(answer(&mut ann, "ra"), answer(&mut ben, "rb"));
+    let answers = [ra["type"].clone(), rb["type"].clone()];
+    assert!(
+        answers.contains(&json!("ack")) && answers.contains(&json!("error")),
+        "one ack, one refusal: {ra} {rb}"
+    );
+    let refused = if ra["type"] == "error" { &ra } else { &rb };
+    assert_eq!(refused["code"], "conflict", "{refused}");
+
+    // Meta from node B lands in the journal beside the resumed run.
+    let (status, body) = post_json(
+        b.url("/v1/threads/hitl/meta"),
+        &t,
+        json!({"metaType": "thumbs_up", "payload": {}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let resumed_a = journal(&viewer_a.recv_until(is_terminal_frame).await);
+    let resumed_b = journal(&viewer_b.recv_until(is_terminal_frame).await);
+    assert_eq!(
+        resumed_a.iter().filter(|(_, t)| t == "RUN_STARTED").count(),
+        1,
+        "one resumed run: {resumed_a:?}"
+    );
+    // Meta may land before, during or after the run: read until it is in.
+    let mut all_a = resumed_a.clone();
+    let mut all_b = resumed_b.clone();
+    while !all_a.iter().any(|(_, t)| t == "META") {
+        all_a.extend(journal(&[viewer_a.recv().await]));
+    }
+    while !all_b.iter().any(|(_, t)| t == "META") {
+        all_b.extend(journal(&[viewer_b.recv().await]));
+    }
+    let last_a = all_a.last().unwrap().0;
+    let last_b = all_b.last().unwrap().0;
+    while all_a.last().unwrap().0 < last_b {
+        all_a.extend(journal(&[viewer_a.recv().await]));
+    }
+    while all_b.last().unwrap().0 < last_a {
+        all_b.extend(journal(&[viewer_b.recv().await]));
+    }
+    assert_eq!(all_a, all_b, "both nodes publish one journal");
+    let seqs: Vec<u64> = all_a.iter().map(|(s, _)| *s).collect();
+    let first = seqs[0];
+    assert_eq!(
+        seqs,
+        (first..first + seqs.len() as u64).collect::<Vec<_>>(),
+        "gapless"
+    );
+
+    // A viewer moving from node A to node B with `after` misses nothing
+    // and repeats nothing.
+    let mut full = subscribe(&a, &t, "hitl", 0).await;
+    let mut everything = Vec::new();
+    while everything
+        .last()
+        .is_none_or(|(s, _): &(u64, String)| *s < *seqs.last().unwrap())
+    {
+        everything.extend(journal(&[full.recv().await]));
+    }
+    let half = everything[everything.len() / 2].0;
+    let mut moved = subscribe(&b, &t, "hitl", half).await;
+    let mut rest = Vec::new();
+    while rest
+        .last()
+        .is_none_or(|(s, _): &(u64, String)| *s < *seqs.last().unwrap())
+    {
+        rest.extend(journal(&[moved.recv().await]));
+    }
+    let expected: Vec<(u64, String)> = everything.into_iter().filter(|(s, _)| *s > half).collect();
+    assert_eq!(rest, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_nodes_run_is_closed_by_another_node_and_the_thread_runs_again() {
+    let redis = RedisServer::start().await;
+    let py = PyAgent::start("scripted_agent.py").await;
+    let a = scenario_node(&redis, "a", &py).await;
+    let b = scenario_node(&redis, "b", &py).await;
+    let t = token(json!({"sub": "alice"}));
+
+    let mut runner = Ws::connect(&a, WsAuth::Header(&t)).await.unwrap();
+    runner.send(run_frame("stall", "lost", "r1")).await;
+    assert_eq!(answer(&mut runner, "r1").await["type"], "ack");
+    runner
+        .recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_START")
+        .await;
+    let mut viewer = subscribe(&b, &t, "lost", 0).await;
+    viewer
+        .recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_START")
+        .await;
+
+    // Node A dies (SIGKILL): its lease expires and node B closes the run.
+    drop(runner);
+    drop(a);
+    let closing = viewer.recv_until(is_terminal_frame).await;
+    let end = &closing.last().unwrap()["event"];
+    assert_eq!(end["type"], "RUN_ERROR", "{end}");
+    assert_eq!(end["code"], "gateway_node_lost", "{end}");
+    let events = journal(&closing);
+    assert!(
+        events.iter().all(|(_, t)| t != "RUN_STARTED"),
+        "nothing repeated: {events:?}"
+    );
+
+    // The thread takes new runs, on the surviving node.
+    let mut next = input("lost", "r2", "again");
+    next["messages"][0]["id"] = "u-r2".into();
+    let (status, body) = post_run(&b.run_url("ok"), &t, &next).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        sse_events(&body).last().unwrap()["type"],
+        "RUN_FINISHED",
+        "{body}"
+    );
+    // And a node started now closes nothing that is alive.
+    let c = scenario_node(&redis, "c", &py).await;
+    let snap: Value = http()
+        .get(c.url("/v1/threads/lost"))
+        .bearer_auth(&t)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let all = journal(&viewer.recv_until(is_terminal_frame).await);
+    assert_eq!(snap["seq"], all.last().unwrap().0, "{snap}");
+}
+
+/// Polls `/readyz` until it answers `status` (the condition is awaited;
+/// there is no event to wait on from outside the process).
+async fn until_ready_is(gw: &Gateway, status: u16) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let got = http()
+            .get(gw.url("/readyz"))
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+            .unwrap_or(0);
+        if got == status {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "/readyz stayed {got}, expected {status}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_in_flight_survives_a_redis_restart_with_nothing_lost_or_repeated() {
+    let mut redis = RedisServer::start_persistent().await;
+    let py = PyAgent::start("scripted_agent.py").await;
+    let node_config = |name: &str| {
+        let agents = format!(
+            "[[agents]]\nid = \"gated\"\nurl = \"{}\"\ntimeouts = {{ idle = \"1h\" }}\n[[agents]]\nid = \"ok\"\nurl = \"{}\"\n",
+            py.url("gated"),
+            py.url("ok")
+        );
+        format!("{}lease_ttl = \"30s\"\n{agents}", redis.store_config(name))
+    };
+    let a = Gateway::start(&node_config("a")).await;
+    let b = Gateway::start(&node_config("b")).await;
+    let t = token(json!({"sub": "alice"}));
+
+    let mut runner = Ws::connect(&a, WsAuth::Header(&t)).await.unwrap();
+    runner.send(run_frame("gated", "outage", "r1")).await;
+    assert_eq!(answer(&mut runner, "r1").await["type"], "ack");
+    let mut before = runner
+        .recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_CONTENT")
+        .await;
+    let mut viewer = subscribe(&b, &t, "outage", 0).await;
+    let mut seen = viewer
+        .recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_CONTENT")
+        .await;
+
+    // Redis goes away: both nodes say so, and new runs are refused.
+    redis.kill().await;
+    until_ready_is(&a, 503).await;
+    until_ready_is(&b, 503).await;
+    let (status, body) = post_run(&b.run_url("ok"), &t, &input("elsewhere", "x1", "hi")).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("unavailable"), "{body}");
+
+    // Redis is back: both nodes reconnect; the run goes on to its end.
+    redis.start_again().await;
+    until_ready_is(&a, 200).await;
+    until_ready_is(&b, 200).await;
+    http().post(py.url("release")).send().await.unwrap();
+    before.extend(runner.recv_until(is_terminal_frame).await);
+    seen.extend(viewer.recv_until(is_terminal_frame).await);
+    let on_a = journal(&before);
+    let on_b = journal(&seen);
+    assert_eq!(on_a, on_b, "the same events on both nodes");
+    assert_eq!(
+        on_b.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+        (1..=on_b.len() as u64).collect::<Vec<_>>(),
+        "gapless, once"
+    );
+    assert_eq!(on_b.last().unwrap().1, "RUN_FINISHED");
+
+    // And the journal in Redis says the same to a late joiner.
+    let mut late = subscribe(&a, &t, "outage", 0).await;
+    let replay = journal(&late.recv_until(is_terminal_frame).await);
+    assert_eq!(replay, on_b);
+    let (status, body) = post_run(&b.run_url("ok"), &t, &input("elsewhere", "x2", "hi")).await;
+    assert_eq!(status, 200, "{body}");
+}

@@ -51,6 +51,8 @@ pub enum Acquired {
 pub enum Control {
     /// Stop run `run_id` on `key` (sent by the node a client asked).
     Cancel { key: ThreadKey, run_id: String },
+    /// The lease on `key` was released: a run queued there may start.
+    Released { key: ThreadKey },
     /// This node's link to the other nodes was re-established: their
     /// announcements in between may be lost, so every thread in memory
     /// reads back what it missed from the store.

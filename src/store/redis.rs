@@ -27,15 +27,15 @@
 use super::bus::{Publication, PublicationBus};
 use super::lease::{Acquired, Control, Lease, RunLeases};
 use super::*;
-use dashmap::DashMap;
-use futures::future::BoxFuture;
-use tokio_util::sync::CancellationToken;
 use ::redis::aio::ConnectionManager;
 use ::redis::{AsyncCommands, Script, Value as RedisValue};
+use dashmap::DashMap;
+use futures::future::BoxFuture;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 type Ack = oneshot::Sender<Result<u64, StoreError>>;
 
@@ -409,6 +409,7 @@ async fn listen_loop(
         match connected.await {
             Ok(pubsub) => {
                 backoff = std::time::Duration::from_millis(100);
+                healthy.store(true, Ordering::Release);
                 match subscribed.take() {
                     Some(tell) => {
                         let _ = tell.send(());
@@ -456,10 +457,11 @@ async fn listen_loop(
     }
 }
 
-/// `cancel \n member \n run id`.
+/// `cancel \n member \n run id`, or `released \n member \n`.
 fn control_payload(control: &Control) -> Option<String> {
     match control {
         Control::Cancel { key, run_id } => Some(format!("cancel\n{}\n{run_id}", member_of(key))),
+        Control::Released { key } => Some(format!("released\n{}\n", member_of(key))),
         Control::Resync => None,
     }
 }
@@ -471,6 +473,9 @@ fn parse_control(payload: &[u8]) -> Option<Control> {
         ("cancel", Some(member), Some(run_id)) => Some(Control::Cancel {
             key: key_of_member(member)?,
             run_id: run_id.to_owned(),
+        }),
+        ("released", Some(member), _) => Some(Control::Released {
+            key: key_of_member(member)?,
         }),
         _ => None,
     }
@@ -674,11 +679,8 @@ impl RunLeases for RedisStore {
         seen_last_seq: u64,
     ) -> BoxFuture<'static, Result<Acquired, StoreError>> {
         let keys = Keys::of(&self.prefix, key);
-        let value: Arc<str> = Arc::from(format!(
-            "{}\n{}\n{run_id}",
-            uuid::Uuid::new_v4(),
-            self.node
-        ));
+        let value: Arc<str> =
+            Arc::from(format!("{}\n{}\n{run_id}", uuid::Uuid::new_v4(), self.node));
         let mut conn = self.conn.clone();
         let held = self.held.clone();
         let ttl = self.lease_ttl;
@@ -719,15 +721,24 @@ impl RunLeases for RedisStore {
             .remove_if(&keys.lease, |_, l| l.value == lease.token);
         let mut conn = self.conn.clone();
         let value = lease.token.clone();
+        let channel = format!("{}:ctl", self.prefix);
+        let notice = control_payload(&Control::Released { key: key.clone() }).unwrap_or_default();
         tokio::spawn(async move {
             let released: ::redis::RedisResult<i64> = Script::new(RELEASE)
                 .key(&keys.lease)
                 .arg(&value[..])
                 .invoke_async(&mut conn)
                 .await;
-            if let Err(e) = released {
+            match released {
+                // Runs queued on other nodes may start now.
+                Ok(1) => {
+                    let _: ::redis::RedisResult<i64> = conn.publish(channel, notice).await;
+                }
+                Ok(_) => {}
                 // It expires by itself within its time to live.
-                tracing::warn!(lease = %keys.lease, "releasing a run lease failed (redis): {e}");
+                Err(e) => {
+                    tracing::warn!(lease = %keys.lease, "releasing a run lease failed (redis): {e}")
+                }
             }
         });
     }

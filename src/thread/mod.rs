@@ -434,10 +434,7 @@ impl Thread {
         fence: Option<Arc<str>>,
     ) -> Result<PendingAppend, StoreError> {
         if events.is_empty() {
-            return Ok(PendingAppend {
-                ack: None,
-                events,
-            });
+            return Ok(PendingAppend { ack: None, events });
         }
         let mut inner = self.lock();
         if let Some(e) = &inner.broken {
@@ -506,7 +503,10 @@ impl Thread {
                 }
                 for entry in &entries {
                     if entry.seq >= inner.next_seq {
-                        inner.arrived.entry(entry.seq).or_insert_with(|| entry.clone());
+                        inner
+                            .arrived
+                            .entry(entry.seq)
+                            .or_insert_with(|| entry.clone());
                     }
                 }
                 self.publish_ready(&mut inner);
@@ -518,6 +518,13 @@ impl Thread {
                 tracing::warn!(tenant = %self.key.tenant, thread = %self.key.thread_id, "append refused: the run's lease was lost");
                 Err(StoreError::Fenced)
             }
+            Err(e) if self.shared() => {
+                // The store assigns seqs: whether or not the batch landed,
+                // this copy stays a faithful prefix of the journal (if it
+                // did, its events come back like another node's).
+                tracing::error!(tenant = %self.key.tenant, thread = %self.key.thread_id, "journal append failed (shared store): {e}");
+                Err(e)
+            }
             Err(e) => {
                 tracing::error!(tenant = %self.key.tenant, thread = %self.key.thread_id, "journal append failed; nothing after seq {} is published: {e}", inner.next_seq - 1);
                 inner.broken.get_or_insert_with(|| e.to_string());
@@ -528,7 +535,7 @@ impl Thread {
 
     /// True when other nodes write this thread's store too (a shared lease
     /// table, or a bus to announce on).
-    fn shared(&self) -> bool {
+    pub(super) fn shared(&self) -> bool {
         self.leases.shared() || self.bus.wants_announcements()
     }
 

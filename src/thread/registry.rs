@@ -111,6 +111,11 @@ impl Threads {
                             tracing::info!(thread = %key.thread_id, run = %run_id, "run cancelled at another node's request");
                         }
                     }
+                    Control::Released { key } => {
+                        if let Some(thread) = threads.map.get(&key).map(|t| t.clone()) {
+                            thread.lease_released();
+                        }
+                    }
                     Control::Resync => {
                         let resident: Vec<Arc<Thread>> =
                             threads.map.iter().map(|t| t.value().clone()).collect();

@@ -93,6 +93,10 @@ pub(super) struct RunSlot {
     used_ids: Recent<()>,
 }
 
+/// How often a run queued behind another node's run asks for the lease
+/// again, should the notice of its release be missed.
+const QUEUED_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// How many of a thread's latest runIds are remembered for the reuse check.
 pub const RUN_IDS_KEPT: usize = 4096;
 
@@ -362,7 +366,17 @@ impl Thread {
                         return;
                     }
                     _ if !reserved => return,
-                    Ok(Acquired::Held { .. }) => false, // waits for that run's end
+                    // Waits for that lease's release (or expiry: tried again
+                    // after a while in case the notice was missed).
+                    Ok(Acquired::Held { .. }) => {
+                        let retry = me.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(QUEUED_RETRY).await;
+                            let mut inner = retry.lock();
+                            retry.start_queued(&mut inner);
+                        });
+                        false
+                    }
                     Ok(Acquired::Stale) => true,
                     Err(e) => {
                         tracing::warn!(thread = %me.key.thread_id, run = %req.run_id, "queued run waits: the store is unreachable: {e}");
@@ -379,6 +393,13 @@ impl Thread {
                 me.start_queued(&mut inner);
             }
         });
+    }
+
+    /// Another node released this thread's lease: a run queued here may
+    /// start now.
+    pub fn lease_released(&self) {
+        let mut inner = self.lock();
+        self.start_queued(&mut inner);
     }
 
     /// Cancels the active run (only `run_id`'s, when given, so a stale cancel
@@ -474,7 +495,12 @@ impl Thread {
         tracing::error!(tenant = %self.key.tenant, thread = %self.key.thread_id, run = %run_id, "run task panicked; closing the run with RUN_ERROR internal");
         if self.run_is_open(&run_id) {
             let event = run_error("internal", "the gateway failed while running this run");
-            let fence = self.lock().runs.active.as_ref().and_then(|a| fence_of(a.lease.as_ref()?));
+            let fence = self
+                .lock()
+                .runs
+                .active
+                .as_ref()
+                .and_then(|a| fence_of(a.lease.as_ref()?));
             if let Ok(pending) = self.enqueue(vec![event], fence) {
                 let _ = self.settle(pending).await;
             }
@@ -759,6 +785,7 @@ async fn drive(
         visibility: starter_visibility,
         run_id: run_id.clone(),
         fence: fence_of(&lease),
+        store_failed: false,
     };
     let mut open = OpenEntities::default();
     let mut started = false;
@@ -903,8 +930,45 @@ async fn drive(
             }
         }
     }
+    if feed.store_failed && thread.shared() {
+        close_after_outage(&thread, &run_id, &lease).await;
+    }
     thread.maybe_compact().await;
     thread.run_ended(&run_id);
+}
+
+/// Journals `RUN_ERROR journal_unavailable` for a run whose batch the shared
+/// store failed (Redis unreachable), retrying with backoff until the store
+/// takes it or the run's lease is lost (another node then closes the run
+/// with `gateway_node_lost`). The run is not continued: the agent's stream
+/// cannot wait for an outage of unknown length, and whether the failed batch
+/// landed is unknown — if it did, its events reach every viewer like any
+/// others, then this error; if not, no viewer ever saw them.
+async fn close_after_outage(thread: &Thread, run_id: &str, lease: &Lease) {
+    let mut backoff = std::time::Duration::from_millis(100);
+    loop {
+        if !thread.run_is_open(run_id) {
+            return;
+        }
+        let error = run_error(
+            "journal_unavailable",
+            "the gateway could not store this run's events; the run was stopped",
+        );
+        let stored = match thread.enqueue(vec![error], fence_of(lease)) {
+            Ok(pending) => thread.settle(pending).await,
+            Err(e) => Err(e),
+        };
+        match stored {
+            Ok(_) | Err(StoreError::Fenced) => return,
+            Err(_) => {}
+        }
+        tokio::select! {
+            _ = lease.lost.cancelled() => return,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(std::time::Duration::from_secs(2));
+        thread.read_back().await;
+    }
 }
 
 /// What the HTTP requester gets for a journaled event: `None` nothing (journal
@@ -953,6 +1017,8 @@ struct RequesterFeed {
     run_id: String,
     /// The run lease's fencing token, carried by every append.
     fence: Option<Arc<str>>,
+    /// Set when the store failed a batch (not a lost lease).
+    store_failed: bool,
 }
 
 impl RequesterFeed {
@@ -1001,6 +1067,7 @@ impl RequesterFeed {
     /// A lost lease (fenced) ends it with `gateway_node_lost`, as the node
     /// that closes the run journals it.
     fn journal_failed(&mut self, thread: &Thread, why: &StoreError) {
+        self.store_failed |= !matches!(why, StoreError::Fenced);
         if let Some(outbox) = self.outbox.take() {
             let error = match why {
                 StoreError::Fenced => run_error(

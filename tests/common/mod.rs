@@ -147,31 +147,67 @@ impl Proc {
 pub struct RedisServer {
     pub proc: Proc,
     pub port: u16,
+    args: Vec<String>,
     _dir: tempfile::TempDir,
 }
 
 impl RedisServer {
     /// Starts `redis-server` and waits until it accepts connections.
     pub async fn start() -> RedisServer {
+        Self::start_with(&["--save", "", "--appendonly", "no"]).await
+    }
+
+    /// Like [`RedisServer::start`], writing every command to its
+    /// append-only file before answering: a restart loses nothing.
+    pub async fn start_persistent() -> RedisServer {
+        Self::start_with(&[
+            "--save",
+            "",
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+        ])
+        .await
+    }
+
+    async fn start_with(args: &[&str]) -> RedisServer {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
         let dir = tempfile::tempdir().unwrap();
-        let mut cmd = Command::new("redis-server");
-        cmd.args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(dir.path());
-        let mut proc = Proc::spawn(cmd);
-        proc.expect_line_containing("Ready to accept connections")
-            .await;
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let proc = Self::spawn(port, dir.path(), &args).await;
         RedisServer {
             proc,
             port,
+            args,
             _dir: dir,
         }
+    }
+
+    async fn spawn(port: u16, dir: &Path, args: &[String]) -> Proc {
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args(args)
+            .arg("--dir")
+            .arg(dir);
+        let mut proc = Proc::spawn(cmd);
+        proc.expect_line_containing("Ready to accept connections")
+            .await;
+        proc
+    }
+
+    /// Kills the server (SIGKILL) and waits until it is gone.
+    pub async fn kill(&mut self) {
+        self.proc.child.kill().await.unwrap();
+    }
+
+    /// Starts the server again on the same port and data directory.
+    pub async fn start_again(&mut self) {
+        self.proc = Self::spawn(self.port, self._dir.path(), &self.args).await;
     }
 
     /// `[store]` TOML for a gateway node named `node` on this Redis.
