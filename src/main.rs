@@ -7,6 +7,7 @@ use agui_gateway::policy::Policy;
 use agui_gateway::server::{self, AppState};
 use agui_gateway::store::JournalStore;
 use agui_gateway::store::bus::{LocalBus, PublicationBus};
+use agui_gateway::store::counters::SharedCounters;
 use agui_gateway::store::lease::{LocalLeases, RunLeases};
 use agui_gateway::store::memory::MemoryStore;
 use agui_gateway::store::redis::RedisStore;
@@ -293,8 +294,9 @@ async fn serve(config: Config, policy: Policy) -> Result<(), String> {
         Arc<dyn JournalStore>,
         Arc<dyn PublicationBus>,
         Arc<dyn RunLeases>,
+        Option<Arc<dyn SharedCounters>>,
     );
-    let (store, bus, leases): Shared = match config.store.kind {
+    let (store, bus, leases, counters): Shared = match config.store.kind {
         StoreKind::Sqlite => (
             Arc::new(
                 SqliteStore::open(
@@ -306,11 +308,13 @@ async fn serve(config: Config, policy: Policy) -> Result<(), String> {
             ),
             Arc::new(LocalBus),
             Arc::new(LocalLeases),
+            None,
         ),
         StoreKind::Memory => (
             Arc::new(MemoryStore::new()),
             Arc::new(LocalBus),
             Arc::new(LocalLeases),
+            None,
         ),
         StoreKind::Redis => {
             let url = agui_gateway::config::expand_env(config.store.url.as_deref().unwrap_or(""))?;
@@ -326,7 +330,7 @@ async fn serve(config: Config, policy: Policy) -> Result<(), String> {
                     .await
                     .map_err(|e| format!("store.url: {e}"))?;
             tracing::info!(node = %node, "journal on redis");
-            (redis.clone(), redis.clone(), redis)
+            (redis.clone(), redis.clone(), redis.clone(), Some(redis))
         }
     };
     let threads = Threads::new(
@@ -356,15 +360,13 @@ async fn serve(config: Config, policy: Policy) -> Result<(), String> {
             "closed runs left open by the previous process"
         );
     }
-    let state = Arc::new(AppState::new(
-        config,
-        auth,
-        agents,
-        Arc::new(threads),
-        policy,
-    ));
+    let mut state = AppState::new(config, auth, agents, Arc::new(threads), policy);
+    if let Some(counters) = counters {
+        state = state.with_shared_counters(counters);
+    }
+    let state = Arc::new(state);
     agui_gateway::server::reload::spawn(state.clone(), demo_addr, Duration::from_secs(2));
-    // Other nodes' durable events, when the store is shared (none here yet).
+    // Other nodes' durable events and run requests, when the store is shared.
     state.threads.spawn_bus_listener();
     state.threads.spawn_control_listener();
     state

@@ -2,6 +2,14 @@
 //! connections, per user or per tenant (`governor`'s GCRA for the rates).
 //! A refusal is `rate_limited` with the time to wait.
 //!
+//! With several nodes (Redis), every budget and connection count is also
+//! kept in Redis ([`check_shared`], [`connect_shared`]), so a user's limits
+//! hold cluster-wide however requests are spread; the in-memory counters
+//! stay in front (they never refuse what the shared ones allow: they see a
+//! subset of the same requests). Should Redis fail to answer, the shared
+//! check lets the request through (logged): limits protect capacity, and a
+//! node that cannot reach Redis refuses runs as `unavailable` anyway.
+//!
 //! The counters are shared state, not configuration: a reload builds new
 //! rules and [`carry_state`] hands each one the live counters of the rule it
 //! replaces, so editing (or merely touching) the policy file never resets a
@@ -9,6 +17,7 @@
 
 use super::{RuleFile, Scope};
 use crate::auth::Principal;
+use crate::store::counters::SharedCounters;
 use dashmap::DashMap;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use serde::Deserialize;
@@ -196,13 +205,54 @@ pub fn check(
     Ok(())
 }
 
+/// The window of run and meta budgets.
+const PER_MINUTE: Duration = Duration::from_secs(60);
+
+/// The cluster-wide half of [`check`] (after it): takes one `action` from
+/// every applicable rule's budget in the shared counters.
+pub async fn check_shared(
+    rules: &[RateRule],
+    counters: &dyn SharedCounters,
+    action: Action,
+    who: &Principal,
+    agent: &str,
+    thread: &str,
+) -> Result<(), Limited> {
+    for r in rules
+        .iter()
+        .filter(|r| r.action == action && r.scope.applies_on(who, agent, thread))
+    {
+        let key = format!("{}:{}", r.name, r.key(who));
+        match counters.take(&key, r.limit, PER_MINUTE).await {
+            Ok(None) => {}
+            Ok(Some(wait)) => {
+                tracing::info!(rule = %r.name, user = %who.subject, tenant = %who.tenant, ?action, "rate limited (cluster-wide)");
+                return Err(Limited {
+                    rule: r.name.clone(),
+                    retry_after: wait.max(Duration::from_secs(1)),
+                });
+            }
+            Err(e) => {
+                tracing::warn!(rule = %r.name, "shared rate budget unreachable; allowed: {e}")
+            }
+        }
+    }
+    Ok(())
+}
+
 /// An open connection counted against connection rules; released on drop.
 #[derive(Default)]
-pub struct ConnectionSlot(Vec<(Arc<DashMap<String, u32>>, String)>);
+pub struct ConnectionSlot {
+    local: Vec<(Arc<DashMap<String, u32>>, String)>,
+    shared: Vec<(Arc<dyn SharedCounters>, String)>,
+}
 
 impl Drop for ConnectionSlot {
     fn drop(&mut self) {
-        for (open, key) in &self.0 {
+        for (counters, key) in &self.shared {
+            counters.close(key);
+        }
+        for (open, key) in &self.local {
             if let Some(mut n) = open.get_mut(key) {
                 *n = n.saturating_sub(1);
             }
@@ -231,7 +281,39 @@ pub fn connect(rules: &[RateRule], who: &Principal) -> Result<ConnectionSlot, Li
         }
         *n += 1;
         drop(n);
-        slot.0.push((r.open.clone(), key));
+        slot.local.push((r.open.clone(), key));
+    }
+    Ok(slot)
+}
+
+/// [`connect`], and with `counters` the same slots claimed cluster-wide.
+pub async fn connect_shared(
+    rules: &[RateRule],
+    who: &Principal,
+    counters: Option<&Arc<dyn SharedCounters>>,
+) -> Result<ConnectionSlot, Limited> {
+    let mut slot = connect(rules, who)?;
+    let Some(counters) = counters else {
+        return Ok(slot);
+    };
+    for r in rules
+        .iter()
+        .filter(|r| r.action == Action::Connection && r.scope.applies_on(who, "", ""))
+    {
+        let key = format!("{}:{}", r.name, r.key(who));
+        match counters.open(&key, r.limit).await {
+            Ok(true) => slot.shared.push((counters.clone(), key)),
+            Ok(false) => {
+                tracing::info!(rule = %r.name, user = %who.subject, tenant = %who.tenant, "connection limit reached (cluster-wide)");
+                return Err(Limited {
+                    rule: r.name.clone(),
+                    retry_after: Duration::from_secs(1),
+                });
+            }
+            Err(e) => {
+                tracing::warn!(rule = %r.name, "shared connection count unreachable; allowed: {e}")
+            }
+        }
     }
     Ok(slot)
 }

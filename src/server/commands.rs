@@ -127,6 +127,9 @@ pub async fn run(
     let prepared = state
         .policy()
         .prepare_run(who, &agent.id, &thread_id, &mut input)?;
+    state
+        .check_shared_rate(crate::policy::rate::Action::Run, who, &agent.id, &thread_id)
+        .await?;
     let thread = thread_for(state, who, &thread_id, need, need == Permission::Run)
         .await
         .map_err(AccessError::into_api)?;
@@ -166,6 +169,9 @@ pub async fn resume(
     let prepared = state
         .policy()
         .prepare_run(who, &agent.id, &thread_id, &mut input)?;
+    state
+        .check_shared_rate(crate::policy::rate::Action::Run, who, &agent.id, &thread_id)
+        .await?;
     let request = run_request(agent, run_id, input, prepared);
     launch(state, who, &thread, request, strategy, requester).await
 }
@@ -332,6 +338,9 @@ pub async fn meta(
         "",
         thread_id,
     )?;
+    state
+        .check_shared_rate(crate::policy::rate::Action::Meta, who, "", thread_id)
+        .await?;
     let (event_id, entry) = thread
         .append_meta(&who.subject, meta_type, payload, client_event_id)
         .await;

@@ -25,6 +25,9 @@ pub struct AppState {
     pub ids: AtomicU64,
     /// One-use SSE join tickets.
     pub tickets: crate::auth::ticket::StreamTickets,
+    /// Rate budgets and connection counts shared with the other nodes
+    /// (Redis); `None` for one process.
+    pub counters: Option<Arc<dyn crate::store::counters::SharedCounters>>,
 }
 
 impl AppState {
@@ -44,8 +47,42 @@ impl AppState {
             metrics: Default::default(),
             ids: Default::default(),
             tickets: crate::auth::ticket::StreamTickets::new(config.server.ticket_ttl),
+            counters: None,
             config,
         }
+    }
+
+    /// The same state with rate limits and connection caps kept cluster-wide
+    /// in `counters` (see [`crate::policy::rate`]).
+    pub fn with_shared_counters(
+        mut self,
+        counters: Arc<dyn crate::store::counters::SharedCounters>,
+    ) -> AppState {
+        self.counters = Some(counters);
+        self
+    }
+
+    /// Takes one `action` from the caller's cluster-wide budgets (nothing
+    /// to do for one process: [`crate::policy::rate::check`] did it).
+    pub async fn check_shared_rate(
+        &self,
+        action: crate::policy::rate::Action,
+        who: &crate::auth::Principal,
+        agent: &str,
+        thread: &str,
+    ) -> Result<(), crate::policy::rate::Limited> {
+        let Some(counters) = &self.counters else {
+            return Ok(());
+        };
+        crate::policy::rate::check_shared(
+            &self.policy().rates,
+            counters.as_ref(),
+            action,
+            who,
+            agent,
+            thread,
+        )
+        .await
     }
 
     /// The current agent routes.

@@ -8,6 +8,7 @@
 //! un-say an event a viewer saw, and `seq` numbers are never reused.
 
 pub mod bus;
+pub mod counters;
 pub mod lease;
 pub mod memory;
 pub mod redis;

@@ -25,6 +25,7 @@
 //! Redis Cluster is not supported: the listing and running sets span slots.
 
 use super::bus::{Publication, PublicationBus};
+use super::counters::SharedCounters;
 use super::lease::{Acquired, Control, Lease, RunLeases};
 use super::*;
 use ::redis::aio::ConnectionManager;
@@ -99,19 +100,72 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {1, ''}
 "#;
 
-/// Renews leases this node holds. KEYS: leases; ARGV: time to live (ms),
-/// then each lease's value. Returns 1 per lease still held, 0 per lost.
+/// The node's heartbeat: records it alive (for connection counts) and
+/// renews the leases it holds. KEYS: live-nodes sorted set, then the
+/// leases; ARGV: time to live (ms), this process's instance id, then each
+/// lease's value. Returns 1 per lease still held, 0 per lost.
 const RENEW: &str = r#"
+local t = redis.call('TIME')
+redis.call('ZADD', KEYS[1], t[1] * 1000 + math.floor(t[2] / 1000), ARGV[2])
 local out = {}
-for i, key in ipairs(KEYS) do
-  if redis.call('GET', key) == ARGV[i + 1] then
-    redis.call('PEXPIRE', key, ARGV[1])
-    out[i] = 1
+for i = 2, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[i + 1] then
+    redis.call('PEXPIRE', KEYS[i], ARGV[1])
+    out[i - 1] = 1
   else
-    out[i] = 0
+    out[i - 1] = 0
   end
 end
 return out
+"#;
+
+/// GCRA rate budget. KEYS: the budget; ARGV: emission interval (ms), burst
+/// window (ms). Returns 0 when taken, else the milliseconds to wait.
+const TAKE: &str = r#"
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local interval = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tat < now then tat = now end
+local next_tat = tat + interval
+if next_tat - now > window then
+  return next_tat - now - window
+end
+redis.call('SET', KEYS[1], next_tat, 'PX', next_tat - now)
+return 0
+"#;
+
+/// Opens a counted connection. KEYS: the key's counts per instance, the
+/// live-nodes set; ARGV: instance id, limit, staleness (ms). Counts of
+/// instances without a recent heartbeat are dropped. Returns 1 opened, 0 at
+/// the limit.
+const OPEN: &str = r#"
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local counts = redis.call('HGETALL', KEYS[1])
+local total = 0
+for i = 1, #counts, 2 do
+  local seen = tonumber(redis.call('ZSCORE', KEYS[2], counts[i]) or '0')
+  if counts[i] == ARGV[1] or seen >= now - tonumber(ARGV[3]) then
+    total = total + tonumber(counts[i + 1])
+  else
+    redis.call('HDEL', KEYS[1], counts[i])
+  end
+end
+if total >= tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+return 1
+"#;
+
+/// Closes a counted connection. KEYS: the key's counts; ARGV: instance id.
+const CLOSE: &str = r#"
+if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) <= 0 then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+end
+return 1
 "#;
 
 /// Releases a lease if it is still the caller's. KEYS: lease; ARGV: value.
@@ -136,6 +190,9 @@ pub struct RedisStore {
     controls: Mutex<Option<mpsc::UnboundedReceiver<Control>>>,
     /// This node's name (in lease values and publications).
     node: String,
+    /// This process: the node's name and a random suffix, so a restarted
+    /// node never inherits the connections its previous life counted.
+    instance: String,
     /// Run leases this node holds, by lease key, renewed by [`heartbeat`].
     held: Arc<DashMap<String, HeldLease>>,
     /// A lease lives this long unless renewed (renewed every third of it).
@@ -177,13 +234,14 @@ impl RedisStore {
             publications: Mutex::new(Some(pub_rx)),
             controls: Mutex::new(Some(control_rx)),
             node: node.to_owned(),
+            instance: format!("{node}/{}", uuid::Uuid::new_v4()),
             held: Arc::new(DashMap::new()),
             lease_ttl,
         });
         tokio::spawn(heartbeat(
             conn.clone(),
             store.held.clone(),
-            lease_ttl,
+            (lease_ttl, format!("{prefix}:nodes"), store.instance.clone()),
             store.healthy.clone(),
         ));
         tokio::spawn(write_loop(
@@ -481,14 +539,14 @@ fn parse_control(payload: &[u8]) -> Option<Control> {
     }
 }
 
-/// Renews this node's leases every third of their time to live, in one
-/// script call. A lease Redis no longer has as ours, or one not confirmed
+/// Records this node alive and renews its leases every third of their time
+/// to live, in one script call. A lease Redis no longer has as ours, or one not confirmed
 /// for a whole time to live (Redis unreachable: another node may take over
 /// once it expires), is lost: its run is told to stop.
 async fn heartbeat(
     mut conn: ConnectionManager,
     held: Arc<DashMap<String, HeldLease>>,
-    ttl: std::time::Duration,
+    (ttl, nodes, instance): (std::time::Duration, String, String),
     healthy: Arc<AtomicBool>,
 ) {
     let script = Script::new(RENEW);
@@ -500,11 +558,11 @@ async fn heartbeat(
             .iter()
             .map(|l| (l.key().clone(), l.value.clone()))
             .collect();
-        if leases.is_empty() {
-            continue;
-        }
         let mut invocation = script.prepare_invoke();
-        invocation.arg(ttl.as_millis() as u64);
+        invocation
+            .key(&nodes)
+            .arg(ttl.as_millis() as u64)
+            .arg(&instance);
         for (key, value) in &leases {
             invocation.key(key).arg(&value[..]);
         }
@@ -668,6 +726,69 @@ impl PublicationBus for RedisStore {
     /// The append script publishes: nothing to announce.
     fn wants_announcements(&self) -> bool {
         false
+    }
+}
+
+impl SharedCounters for RedisStore {
+    fn take(
+        &self,
+        key: &str,
+        limit: u32,
+        window: std::time::Duration,
+    ) -> BoxFuture<'static, Result<Option<std::time::Duration>, StoreError>> {
+        let mut conn = self.conn.clone();
+        let key = format!("{}:rate:{key}", self.prefix);
+        let window_ms = window.as_millis().max(1) as u64;
+        let interval = (window_ms / u64::from(limit.max(1))).max(1);
+        Box::pin(async move {
+            let wait: u64 = Script::new(TAKE)
+                .key(key)
+                .arg(interval)
+                .arg(window_ms)
+                .invoke_async(&mut conn)
+                .await
+                .map_err(StoreError::failed)?;
+            Ok((wait > 0).then(|| std::time::Duration::from_millis(wait)))
+        })
+    }
+
+    fn open(&self, key: &str, limit: u32) -> BoxFuture<'static, Result<bool, StoreError>> {
+        let mut conn = self.conn.clone();
+        let key = format!("{}:conns:{key}", self.prefix);
+        let nodes = format!("{}:nodes", self.prefix);
+        let instance = self.instance.clone();
+        // A node's heartbeat comes every third of the lease's time to live.
+        let stale = self.lease_ttl.as_millis() as u64;
+        Box::pin(async move {
+            let opened: i64 = Script::new(OPEN)
+                .key(key)
+                .key(nodes)
+                .arg(instance)
+                .arg(limit)
+                .arg(stale)
+                .invoke_async(&mut conn)
+                .await
+                .map_err(StoreError::failed)?;
+            Ok(opened == 1)
+        })
+    }
+
+    fn close(&self, key: &str) {
+        let mut conn = self.conn.clone();
+        let key = format!("{}:conns:{key}", self.prefix);
+        let instance = self.instance.clone();
+        tokio::spawn(async move {
+            let closed: ::redis::RedisResult<i64> = Script::new(CLOSE)
+                .key(&key)
+                .arg(instance)
+                .invoke_async(&mut conn)
+                .await;
+            if let Err(e) = closed {
+                // Counted until this node's heartbeat goes stale (a restart
+                // starts a new instance): a cap errs on the strict side.
+                tracing::warn!(key = %key, "uncounting a closed connection failed (redis): {e}");
+            }
+        });
     }
 }
 

@@ -42,7 +42,13 @@ pub(super) async fn serve(
     let principal = match principal {
         Some(p) => p,
         None => match first_frame_auth(&state, &mut stream, cfg.auth_timeout).await {
-            Ok(p) => match crate::policy::rate::connect(&state.policy().rates, &p.0) {
+            Ok(p) => match crate::policy::rate::connect_shared(
+                &state.policy().rates,
+                &p.0,
+                state.counters.as_ref(),
+            )
+            .await
+            {
                 Ok(s) => {
                     slot = Some(s);
                     outbox.push(reply(json!({"type": "ack", "id": p.1})));

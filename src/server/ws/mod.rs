@@ -80,7 +80,13 @@ pub async fn upgrade(
     };
     // Connection limits, checked before the upgrade when the caller is known.
     let slot = match &principal {
-        Some(p) => match crate::policy::rate::connect(&state.policy().rates, p) {
+        Some(p) => match crate::policy::rate::connect_shared(
+            &state.policy().rates,
+            p,
+            state.counters.as_ref(),
+        )
+        .await
+        {
             Ok(slot) => Some(slot),
             Err(l) => return ApiError::from(l).into_response(),
         },
