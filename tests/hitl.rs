@@ -118,7 +118,7 @@ async fn pydantic_ai_approval_reaches_every_viewer_and_one_answer_continues_the_
     } else {
         b.last().unwrap()
     };
-    assert_eq!(loser["code"], "conflict");
+    assert_eq!(loser["code"], "conflict", "{loser}");
     let approved = replies[0] == "ack";
 
     // Every viewer sees the continued run and its result.

@@ -222,7 +222,9 @@ pub async fn check_shared(
         .iter()
         .filter(|r| r.action == action && r.scope.applies_on(who, agent, thread))
     {
-        let key = format!("{}:{}", r.name, r.key(who));
+        // The quota is part of the key: a changed quota starts a fresh budget
+        // (as the in-memory one does on reload).
+        let key = format!("{}:{}:{}", r.name, r.limit, r.key(who));
         match counters.take(&key, r.limit, PER_MINUTE).await {
             Ok(None) => {}
             Ok(Some(wait)) => {

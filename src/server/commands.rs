@@ -155,6 +155,8 @@ pub async fn resume(
     let thread = thread_for(state, who, &thread_id, Permission::Resume, false)
         .await
         .map_err(AccessError::into_api)?;
+    // Another node may have run the agent that raised the interrupts.
+    thread.refresh().await;
     let agent_id = match agent_id {
         Some(a) => a,
         None => thread.meta().agent.ok_or_else(|| {

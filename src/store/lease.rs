@@ -64,12 +64,14 @@ pub trait RunLeases: Send + Sync + 'static {
     /// Takes the lease on `key` for `run_id`, provided nobody holds it and
     /// the stored journal ends at `seen_last_seq` (what the caller decided
     /// on: the pending interrupts, the history). The check makes "first
-    /// answer wins" hold across nodes.
+    /// answer wins" hold across nodes. A thread the store does not know yet
+    /// is recorded with `creator`, so every node finds it from now on.
     fn acquire(
         &self,
         key: &ThreadKey,
         run_id: &str,
         seen_last_seq: u64,
+        creator: &str,
     ) -> BoxFuture<'static, Result<Acquired, StoreError>>;
 
     /// Gives the lease back (only if it is still `lease`'s).
@@ -102,6 +104,7 @@ impl RunLeases for LocalLeases {
         _: &ThreadKey,
         _: &str,
         _: u64,
+        _: &str,
     ) -> BoxFuture<'static, Result<Acquired, StoreError>> {
         Box::pin(std::future::ready(Ok(Acquired::Granted(Lease {
             token: Arc::from(""),

@@ -46,9 +46,12 @@ const MAX_PIPELINE: usize = 64;
 /// The append script. KEYS: events stream, meta hash, tenant index, running
 /// set, run lease. ARGV: node, member, channel, (unused), event count,
 /// creator, agent, status, created ms, updated ms, run boundary (`1`/`0`),
-/// base seq ('' = none), base snapshot, fence ('' = none), then the events.
-/// The events get the seqs after the stored last one. Returns `{1, first
-/// seq}`, or `{2, 0}` when the fence is not the current lease.
+/// base seq ('' = none), base snapshot, fence ('' = none), control channel,
+/// then the events. The events get the seqs after the stored last one. A
+/// fenced batch that ends its run also releases the run's lease, in the same
+/// step (the thread takes a new run the moment its last one is over).
+/// Returns `{1, first seq}`, or `{2, 0}` when the fence is not the current
+/// lease.
 const APPEND: &str = r#"
 if ARGV[14] ~= '' and redis.call('GET', KEYS[5]) ~= ARGV[14] then
   return {2, 0}
@@ -58,7 +61,7 @@ local last = tonumber(redis.call('HGET', KEYS[2], 'last_seq') or '0')
 local first = last + 1
 local payload = {ARGV[1], '\n', ARGV[2], '\n', tostring(first), '\n'}
 for i = 1, n do
-  local json = ARGV[14 + i]
+  local json = ARGV[15 + i]
   redis.call('XADD', KEYS[1], (first + i - 1) .. '-0', 'e', json)
   payload[#payload + 1] = #json .. ':' .. json
 end
@@ -74,6 +77,10 @@ if ARGV[11] == '1' then
   end
 end
 redis.call('ZADD', KEYS[3], ARGV[10], ARGV[2])
+if ARGV[11] == '1' and ARGV[8] ~= 'running' and ARGV[14] ~= '' then
+  redis.call('DEL', KEYS[5])
+  redis.call('PUBLISH', ARGV[15], 'released\n' .. ARGV[2] .. '\n')
+end
 if ARGV[12] ~= '' then
   redis.call('HSET', KEYS[2], 'base_seq', ARGV[12], 'base', ARGV[13])
   redis.call('XTRIM', KEYS[1], 'MINID', (tonumber(ARGV[12]) + 1) .. '-0')
@@ -84,9 +91,11 @@ end
 return {1, first}
 "#;
 
-/// Takes a run lease. KEYS: lease, meta hash. ARGV: lease value, time to
-/// live (ms), the last seq the caller has seen. Returns `{1, ''}` granted,
-/// `{0, holder}` held, `{2, ''}` the journal moved on (stale caller).
+/// Takes a run lease. KEYS: lease, meta hash, tenant index. ARGV: lease
+/// value, time to live (ms), the last seq the caller has seen, creator,
+/// now (ms), member. A new thread is recorded at once (so a viewer on any
+/// node finds it as soon as its first run is accepted). Returns `{1, ''}`
+/// granted, `{0, holder}` held, `{2, ''}` the journal moved on.
 const ACQUIRE: &str = r#"
 local held = redis.call('GET', KEYS[1])
 if held then
@@ -97,6 +106,10 @@ if last ~= tonumber(ARGV[3]) then
   return {2, ''}
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if redis.call('HSETNX', KEYS[2], 'creator', ARGV[4]) == 1 then
+  redis.call('HSET', KEYS[2], 'created_ms', ARGV[5], 'updated_ms', ARGV[5], 'last_seq', 0, 'status', 'idle')
+  redis.call('ZADD', KEYS[3], ARGV[5], ARGV[6])
+end
 return {1, ''}
 "#;
 
@@ -428,7 +441,8 @@ fn append_pipeline(
             .arg(if batch.run_boundary { "1" } else { "0" })
             .arg(base_seq)
             .arg(base)
-            .arg(batch.fence.as_deref().unwrap_or(""));
+            .arg(batch.fence.as_deref().unwrap_or(""))
+            .arg(format!("{prefix}:ctl"));
         for (_, json) in &batch.events {
             invocation.arg(&json[..]);
         }
@@ -576,7 +590,7 @@ async fn heartbeat(
                             l.confirmed = now;
                         }
                     } else if let Some((_, l)) = held.remove_if(key, |_, l| l.value == *value) {
-                        tracing::warn!(lease = %key, "run lease lost; stopping its run");
+                        tracing::info!(lease = %key, "run lease gone (its run ended, or another node took over); its run stops");
                         l.lost.cancel();
                     }
                 }
@@ -798,6 +812,7 @@ impl RunLeases for RedisStore {
         key: &ThreadKey,
         run_id: &str,
         seen_last_seq: u64,
+        creator: &str,
     ) -> BoxFuture<'static, Result<Acquired, StoreError>> {
         let keys = Keys::of(&self.prefix, key);
         let value: Arc<str> =
@@ -805,13 +820,18 @@ impl RunLeases for RedisStore {
         let mut conn = self.conn.clone();
         let held = self.held.clone();
         let ttl = self.lease_ttl;
+        let creator = creator.to_owned();
         Box::pin(async move {
             let (answer, holder): (i64, String) = Script::new(ACQUIRE)
                 .key(&keys.lease)
                 .key(&keys.meta)
+                .key(&keys.index)
                 .arg(&value[..])
                 .arg(ttl.as_millis() as u64)
                 .arg(seen_last_seq)
+                .arg(creator)
+                .arg(crate::protocol::event::now_millis())
+                .arg(&keys.member)
                 .invoke_async(&mut conn)
                 .await
                 .map_err(StoreError::failed)?;

@@ -607,6 +607,15 @@ impl Thread {
         self.publish_ready(&mut inner);
     }
 
+    /// With other nodes on the store: catches this copy up with the stored
+    /// journal and metadata (before a decision that needs the latest, such
+    /// as which agent raised the pending interrupts). Alone: nothing to do.
+    pub async fn refresh(&self) {
+        if self.shared() {
+            self.read_back().await;
+        }
+    }
+
     /// Reads what this copy lacks from the store and publishes it: after a
     /// gap on the bus, a lost subscription, or before deciding on a run
     /// when the stored journal moved on.
@@ -619,6 +628,10 @@ impl Thread {
             Ok(Ok(Some(stored))) if stored.base.as_ref().is_none_or(|(base, _)| *base < next) => {
                 let missing = stored.events.into_iter().filter(|(seq, _)| *seq >= next);
                 self.publish_remote(missing.collect());
+                // The agent of the latest run (the journal does not name it).
+                if let Some(agent) = stored.meta.agent {
+                    self.lock().meta.agent = Some(agent);
+                }
             }
             Ok(Ok(None)) => {}
             _ => tracing::warn!(

@@ -174,7 +174,11 @@ impl Threads {
             return;
         };
         let seen = thread.seq_known();
-        let lease = match self.leases.acquire(key, "gateway-closer", seen).await {
+        let lease = match self
+            .leases
+            .acquire(key, "gateway-closer", seen, &thread.creator())
+            .await
+        {
             Ok(crate::store::lease::Acquired::Granted(lease)) => lease,
             _ => return, // taken meanwhile, or moved on: the next pass sees
         };

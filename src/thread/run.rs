@@ -156,7 +156,10 @@ impl Thread {
                 Admitted::Reserved(seen, reserved) => (seen, *reserved),
             };
             req = reserved;
-            let acquired = self.leases.acquire(&self.key, &req.run_id, seen).await;
+            let acquired = self
+                .leases
+                .acquire(&self.key, &req.run_id, seen, &self.creator())
+                .await;
             // What to do once the lock is released (nothing awaits under it):
             // `Err` cancel that run elsewhere, `Ok` read back and try again.
             let elsewhere: Result<RunRequest, String> = {
@@ -348,7 +351,10 @@ impl Thread {
         });
         let seen = inner.next_seq - 1;
         tokio::spawn(async move {
-            let acquired = me.leases.acquire(&me.key, &req.run_id, seen).await;
+            let acquired = me
+                .leases
+                .acquire(&me.key, &req.run_id, seen, &me.creator())
+                .await;
             let read_back = {
                 let mut inner = me.lock();
                 let reserved = inner

@@ -154,7 +154,7 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts `redis-server` and waits until it accepts connections.
     pub async fn start() -> RedisServer {
-        Self::start_with(&["--save", "", "--appendonly", "no"]).await
+        Self::start_with(&["--save", "", "--appendonly", "no", "--rdbcompression", "no"]).await
     }
 
     /// Like [`RedisServer::start`], writing every command to its
@@ -198,6 +198,16 @@ impl RedisServer {
         proc.expect_line_containing("Ready to accept connections")
             .await;
         proc
+    }
+
+    /// Everything Redis holds, as bytes (an uncompressed snapshot).
+    pub fn snapshot_bytes(&self) -> Vec<u8> {
+        let saved = std::process::Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "SAVE"])
+            .output()
+            .expect("redis-cli");
+        assert!(saved.status.success(), "{saved:?}");
+        std::fs::read(self._dir.path().join("dump.rdb")).unwrap()
     }
 
     /// Kills the server (SIGKILL) and waits until it is gone.
@@ -346,12 +356,24 @@ impl Gateway {
         }
     }
 
+    /// Every byte the journal holds: the SQLite files, or a snapshot of the
+    /// Redis the nodes share.
+    pub fn journal_bytes(&self) -> Vec<u8> {
+        if let Some(redis) = &self.redis {
+            return redis.snapshot_bytes();
+        }
+        let data = self.config_path.parent().unwrap().join("data");
+        let mut stored = Vec::new();
+        for f in std::fs::read_dir(&data).unwrap() {
+            stored.extend(std::fs::read(f.unwrap().path()).unwrap());
+        }
+        stored
+    }
+
     /// The address of the node the next client goes to.
     pub fn next_base(&self) -> &str {
-        let n = self
-            .turn
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            % (1 + self.peers.len());
+        let n =
+            self.turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % (1 + self.peers.len());
         match n {
             0 => &self.base,
             n => &self.peers[n - 1].1,
@@ -399,7 +421,8 @@ impl Gateway {
         for (n, peer) in peers.into_iter().enumerate() {
             drop(peer);
             let name = format!("n{}", n + 2);
-            restarted.push(Self::spawn(&config_path, &[("AGUI_GATEWAY__STORE__NODE", &name)]).await);
+            restarted
+                .push(Self::spawn(&config_path, &[("AGUI_GATEWAY__STORE__NODE", &name)]).await);
         }
         Gateway {
             proc,
