@@ -487,3 +487,64 @@ async fn a_run_in_flight_survives_a_redis_restart_with_nothing_lost_or_repeated(
     let (status, body) = post_run(&b.run_url("ok"), &t, &input("elsewhere", "x2", "hi")).await;
     assert_eq!(status, 200, "{body}");
 }
+
+/// Subscribers of a thread's channel, as Redis counts them.
+fn listeners(redis: &RedisServer, thread: &str) -> u64 {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &redis.port.to_string(), "PUBSUB", "NUMSUB"])
+        .arg(format!("agui:pub:default/{thread}"))
+        .output()
+        .expect("redis-cli");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .nth(1)
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Polls `listeners` until it is `n` (Redis tells no one when it changes).
+async fn until_listeners(redis: &RedisServer, thread: &str, n: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while listeners(redis, thread) != n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{thread}: {} listeners, expected {n}",
+            listeners(redis, thread)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_listens_to_a_thread_only_while_it_holds_it() {
+    let redis = RedisServer::start().await;
+    let py = PyAgent::start("scripted_agent.py").await;
+    let config = |name: &str| {
+        format!(
+            "{}[threads]\nevict_after = \"1s\"\n[[agents]]\nid = \"ok\"\nurl = \"{}\"\n",
+            redis.store_config(name),
+            py.url("ok")
+        )
+    };
+    let a = Gateway::start(&config("a")).await;
+    let b = Gateway::start(&config("b")).await;
+    let t = token(json!({"sub": "alice"}));
+    let (status, _) = post_run(&a.run_url("ok"), &t, &input("quiet", "r1", "hi")).await;
+    assert_eq!(status, 200);
+    // Nobody on node B holds the thread: only node A (if still) listens.
+    assert!(listeners(&redis, "quiet") <= 1);
+    let mut viewer = subscribe(&b, &t, "quiet", 0).await;
+    viewer.recv_until(is_terminal_frame).await;
+    assert!(
+        listeners(&redis, "quiet") >= 1,
+        "node B listens while it serves a viewer"
+    );
+    // Viewers gone, the thread leaves both nodes' memory, and their ears.
+    drop(viewer);
+    until_listeners(&redis, "quiet", 0).await;
+    // It comes back on demand, with everything.
+    let mut again = subscribe(&b, &t, "quiet", 0).await;
+    let replay = journal(&again.recv_until(is_terminal_frame).await);
+    assert_eq!(replay.last().unwrap().1, "RUN_FINISHED");
+    assert_eq!(listeners(&redis, "quiet"), 1);
+}

@@ -7,9 +7,13 @@
 //! the bus, and every other node's copy publishes them to its viewers
 //! ([`crate::thread::Threads::deliver`]) exactly as if they were its own —
 //! in seq order, each once, a missed announcement read back from the store.
+//! A node hears only the threads it holds in memory
+//! ([`PublicationBus::watch`]), so the bus's traffic grows with the threads
+//! actually shared between nodes, not with every thread of the cluster.
 
-use super::ThreadKey;
+use super::{StoreError, ThreadKey};
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use tokio::sync::mpsc;
 
 /// Durable events of one thread, in seq order.
@@ -37,6 +41,15 @@ pub trait PublicationBus: Send + Sync + 'static {
     fn wants_announcements(&self) -> bool {
         true
     }
+
+    /// Starts hearing `key`'s announcements (resolves once that is certain):
+    /// a node listens only to the threads it holds in memory.
+    fn watch(&self, _key: &ThreadKey) -> BoxFuture<'static, Result<(), StoreError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    /// Stops hearing `key`'s announcements (the thread left memory).
+    fn unwatch(&self, _key: &ThreadKey) {}
 }
 
 /// The bus of a single process: nobody else to tell.

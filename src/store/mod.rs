@@ -125,6 +125,18 @@ pub trait JournalStore: Send + Sync + 'static {
     fn append(&self, batch: AppendBatch) -> AppendAck;
     /// Loads a thread (blocking; call from `spawn_blocking`).
     fn load(&self, key: &ThreadKey) -> Result<Option<StoredThread>, StoreError>;
+    /// Loads a thread's metadata and its events after seq `after` (all of
+    /// them after the base, if the base is past `after`): how a copy catches
+    /// up without reading the whole journal again. Blocking.
+    fn load_after(&self, key: &ThreadKey, after: u64) -> Result<Option<StoredThread>, StoreError> {
+        let mut stored = self.load(key)?;
+        if let Some(t) = &mut stored
+            && t.base.as_ref().is_none_or(|(base, _)| *base <= after)
+        {
+            t.events.retain(|(seq, _)| *seq > after);
+        }
+        Ok(stored)
+    }
     /// Threads of `tenant`, newest first.
     fn list(&self, tenant: &str) -> Result<Vec<(ThreadKey, ThreadMeta)>, StoreError>;
     /// Threads whose latest run was still running (for restart recovery).

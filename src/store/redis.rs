@@ -210,6 +210,12 @@ pub struct RedisStore {
     held: Arc<DashMap<String, HeldLease>>,
     /// A lease lives this long unless renewed (renewed every third of it).
     lease_ttl: std::time::Duration,
+    /// The threads' channels this node listens to (those it holds in
+    /// memory), subscribed again after a reconnect.
+    watched: Arc<DashMap<String, ()>>,
+    /// Subscribes and unsubscribes on the listening connection; `None`
+    /// while it is down.
+    sink: Arc<Mutex<Option<::redis::aio::PubSubSink>>>,
 }
 
 /// A lease this node holds.
@@ -250,6 +256,8 @@ impl RedisStore {
             instance: format!("{node}/{}", uuid::Uuid::new_v4()),
             held: Arc::new(DashMap::new()),
             lease_ttl,
+            watched: Arc::new(DashMap::new()),
+            sink: Arc::new(Mutex::new(None)),
         });
         tokio::spawn(heartbeat(
             conn.clone(),
@@ -267,9 +275,9 @@ impl RedisStore {
         let (subscribed, is_subscribed) = oneshot::channel();
         tokio::spawn(listen_loop(
             client,
-            prefix.to_owned(),
-            node.to_owned(),
+            (prefix.to_owned(), node.to_owned()),
             (pub_tx, control_tx),
+            (store.watched.clone(), store.sink.clone()),
             store.healthy.clone(),
             subscribed,
         ));
@@ -451,35 +459,46 @@ fn append_pipeline(
     pipe
 }
 
-/// Receives every thread's publications (one pattern subscription per
-/// node) and the run requests between nodes, passing on those of other
-/// nodes; reconnects with backoff, and after a reconnect tells the registry
-/// to read back what it may have missed ([`Control::Resync`]).
+/// Receives the publications of the threads this node holds (one channel
+/// each, see [`RedisStore`]'s `watch`) and the requests between nodes,
+/// passing on those of other nodes; reconnects with backoff, subscribes
+/// again to every watched channel, and tells the registry to read back what
+/// it may have missed meanwhile ([`Control::Resync`]).
 async fn listen_loop(
     client: ::redis::Client,
-    prefix: String,
-    node: String,
+    (prefix, node): (String, String),
     (out, controls): (
         mpsc::UnboundedSender<Publication>,
         mpsc::UnboundedSender<Control>,
+    ),
+    (watched, sink): (
+        Arc<DashMap<String, ()>>,
+        Arc<Mutex<Option<::redis::aio::PubSubSink>>>,
     ),
     healthy: Arc<AtomicBool>,
     subscribed: oneshot::Sender<()>,
 ) {
     use futures::StreamExt;
-    let pattern = format!("{prefix}:pub:*");
     let control_channel = format!("{prefix}:ctl");
     let mut subscribed = Some(subscribed);
     let mut backoff = std::time::Duration::from_millis(100);
     loop {
         let connected = async {
-            let mut pubsub = client.get_async_pubsub().await?;
-            pubsub.psubscribe(&pattern).await?;
-            pubsub.subscribe(&control_channel).await?;
-            Ok::<_, ::redis::RedisError>(pubsub)
+            let (mut new_sink, stream) = client.get_async_pubsub().await?.split();
+            new_sink.subscribe(&control_channel).await?;
+            // Published first, so a channel watched from now on is
+            // subscribed by its watcher; the ones before are done here.
+            *sink
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(new_sink.clone());
+            let channels: Vec<String> = watched.iter().map(|c| c.key().clone()).collect();
+            for chunk in channels.chunks(1024) {
+                new_sink.subscribe(chunk).await?;
+            }
+            Ok::<_, ::redis::RedisError>(stream)
         };
         match connected.await {
-            Ok(pubsub) => {
+            Ok(mut messages) => {
                 backoff = std::time::Duration::from_millis(100);
                 healthy.store(true, Ordering::Release);
                 match subscribed.take() {
@@ -491,7 +510,6 @@ async fn listen_loop(
                         let _ = controls.send(Control::Resync);
                     }
                 }
-                let mut messages = pubsub.into_on_message();
                 while let Some(message) = messages.next().await {
                     let payload = message.get_payload_bytes();
                     if message.get_channel_name() == control_channel {
@@ -520,6 +538,9 @@ async fn listen_loop(
             }
             Err(e) => tracing::warn!("redis unreachable for subscriptions: {e}"),
         }
+        sink.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
         healthy.store(false, Ordering::Release);
         if out.is_closed() {
             return;
@@ -651,6 +672,10 @@ impl JournalStore for RedisStore {
     }
 
     fn load(&self, key: &ThreadKey) -> Result<Option<StoredThread>, StoreError> {
+        self.load_after(key, 0)
+    }
+
+    fn load_after(&self, key: &ThreadKey, after: u64) -> Result<Option<StoredThread>, StoreError> {
         let keys = Keys::of(&self.prefix, key);
         let mut conn = self.conn.clone();
         let hash: HashMap<String, Vec<u8>> = self.block_on(conn.hgetall(&keys.meta))?;
@@ -664,7 +689,7 @@ impl JournalStore for RedisStore {
                 .map(|seq| (seq, Bytes::from(snapshot.clone()))),
             _ => None,
         };
-        let after = base.as_ref().map_or(0, |(s, _)| *s);
+        let after = base.as_ref().map_or(0, |(s, _)| *s).max(after);
         let reply: ::redis::streams::StreamRangeReply =
             self.block_on(conn.xrange(&keys.events, format!("{}-0", after + 1), "+"))?;
         let mut events = Vec::with_capacity(reply.ids.len());
@@ -729,6 +754,42 @@ impl JournalStore for RedisStore {
 impl PublicationBus for RedisStore {
     /// Nothing to do: the append script published the batch already.
     fn announce(&self, _: Publication) {}
+
+    fn watch(&self, key: &ThreadKey) -> BoxFuture<'static, Result<(), StoreError>> {
+        let channel = Keys::of(&self.prefix, key).channel;
+        self.watched.insert(channel.clone(), ());
+        let sink = self
+            .sink
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        Box::pin(async move {
+            match sink {
+                Some(mut sink) => sink.subscribe(channel).await.map_err(StoreError::failed),
+                // Subscribed when the connection is back.
+                None => Err(StoreError::failed("redis subscription down")),
+            }
+        })
+    }
+
+    fn unwatch(&self, key: &ThreadKey) {
+        let channel = Keys::of(&self.prefix, key).channel;
+        self.watched.remove(&channel);
+        let sink = self
+            .sink
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let watched = self.watched.clone();
+        if let Some(mut sink) = sink {
+            tokio::spawn(async move {
+                // Watched again meanwhile: keep it.
+                if !watched.contains_key(&channel) {
+                    let _ = sink.unsubscribe(channel).await;
+                }
+            });
+        }
+    }
 
     fn subscribe(&self) -> Option<mpsc::UnboundedReceiver<Publication>> {
         self.publications

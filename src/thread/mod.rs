@@ -623,7 +623,7 @@ impl Thread {
         let store = self.store.clone();
         let key = self.key.clone();
         let next = self.lock().next_seq;
-        let stored = tokio::task::spawn_blocking(move || store.load(&key)).await;
+        let stored = tokio::task::spawn_blocking(move || store.load_after(&key, next - 1)).await;
         match stored {
             Ok(Ok(Some(stored))) if stored.base.as_ref().is_none_or(|(base, _)| *base < next) => {
                 let missing = stored.events.into_iter().filter(|(seq, _)| *seq >= next);

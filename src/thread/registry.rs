@@ -237,6 +237,7 @@ impl Threads {
                 Arc::strong_count(t) == 1 && t.idle_since().is_some()
             });
             if gone.is_some() {
+                self.bus.unwatch(&key);
                 evicted += 1;
                 over = over.saturating_sub(1);
             }
@@ -251,8 +252,23 @@ impl Threads {
 
     /// The thread, loading it from the store if needed; `None` if it does not exist.
     pub async fn get(&self, key: &ThreadKey) -> Result<Option<Arc<Thread>>, StoreError> {
+        self.get_watched(key, false).await
+    }
+
+    /// [`Threads::get`]; `creating` keeps hearing the thread's announcements
+    /// when it does not exist yet (the caller creates it).
+    async fn get_watched(
+        &self,
+        key: &ThreadKey,
+        creating: bool,
+    ) -> Result<Option<Arc<Thread>>, StoreError> {
         if let Some(t) = self.map.get(key) {
             return Ok(Some(t.clone()));
+        }
+        // Other nodes' events are heard from before the load on, so none
+        // falls between the two (a copy with viewers must stay current).
+        if let Err(e) = self.bus.watch(key).await {
+            tracing::warn!(thread = %key.thread_id, "not hearing other nodes' events for this thread yet: {e}");
         }
         let store = self.store.clone();
         let k = key.clone();
@@ -260,6 +276,9 @@ impl Threads {
             .await
             .map_err(StoreError::failed)??;
         let Some(stored) = stored else {
+            if !creating && !self.map.contains_key(key) {
+                self.bus.unwatch(key);
+            }
             return Ok(None);
         };
         let thread = Thread::new(
@@ -325,7 +344,11 @@ impl Threads {
             inner.next_seq = inner.fold.seq.max(stored.meta.last_seq) + 1;
             inner.next_assign = inner.next_seq;
         }
-        Ok(Some(self.map.entry(key.clone()).or_insert(thread).clone()))
+        let thread = self.map.entry(key.clone()).or_insert(thread).clone();
+        // What another node announced between the load and now was not
+        // delivered (the thread was not in the map yet): read it back.
+        thread.refresh().await;
+        Ok(Some(thread))
     }
 
     /// The thread, created with `creator` when it does not exist.
@@ -334,7 +357,7 @@ impl Threads {
         key: &ThreadKey,
         creator: &str,
     ) -> Result<Arc<Thread>, StoreError> {
-        if let Some(t) = self.get(key).await? {
+        if let Some(t) = self.get_watched(key, true).await? {
             return Ok(t);
         }
         let now = now_millis();
