@@ -215,8 +215,11 @@ pub struct RedisStore {
     watched: Arc<DashMap<String, ()>>,
     /// Subscribes and unsubscribes on the listening connection; `None`
     /// while it is down.
-    sink: Arc<Mutex<Option<::redis::aio::PubSubSink>>>,
+    sink: SharedSink,
 }
+
+/// The listening connection's subscribe side, replaced on every reconnect.
+type SharedSink = Arc<Mutex<Option<::redis::aio::PubSubSink>>>;
 
 /// A lease this node holds.
 struct HeldLease {
@@ -471,10 +474,7 @@ async fn listen_loop(
         mpsc::UnboundedSender<Publication>,
         mpsc::UnboundedSender<Control>,
     ),
-    (watched, sink): (
-        Arc<DashMap<String, ()>>,
-        Arc<Mutex<Option<::redis::aio::PubSubSink>>>,
-    ),
+    (watched, sink): (Arc<DashMap<String, ()>>, SharedSink),
     healthy: Arc<AtomicBool>,
     subscribed: oneshot::Sender<()>,
 ) {
