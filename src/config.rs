@@ -111,6 +111,10 @@ pub struct ServerConfig {
     /// How long shutdown waits for open streams before closing them.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    /// On SIGTERM/SIGINT, how long this node's active runs may take to
+    /// finish (new runs are refused meanwhile); the rest are cancelled.
+    #[serde(with = "humantime_serde")]
+    pub drain_timeout: Duration,
     /// Lifetime of a one-use SSE join ticket (`POST /v1/threads/{id}/ticket`).
     #[serde(with = "humantime_serde")]
     pub ticket_ttl: Duration,
@@ -145,6 +149,7 @@ impl Default for ServerConfig {
             max_body_bytes: 1024 * 1024,
             keepalive: Duration::from_secs(15),
             shutdown_grace: Duration::from_secs(10),
+            drain_timeout: Duration::from_secs(30),
             ticket_ttl: Duration::from_secs(30),
         }
     }

@@ -394,9 +394,15 @@ async fn serve(config: Config, policy: Policy) -> Result<(), String> {
     tracing::info!(addr = %running.addr, agents = state.config.agents.len(), "gateway listening");
 
     let stop = running.shutdown_handle();
+    let draining = state.clone();
     tokio::spawn(async move {
         shutdown_signal().await;
-        tracing::info!("shutting down");
+        tracing::info!(
+            window = ?draining.config.server.drain_timeout,
+            "draining: new runs refused, active runs finishing"
+        );
+        let cancelled = draining.drain().await;
+        tracing::info!(cancelled, "drained; shutting down");
         let _ = stop.send(true);
     });
     running.wait().await.map_err(|e| e.to_string())

@@ -548,3 +548,110 @@ async fn a_node_listens_to_a_thread_only_while_it_holds_it() {
     assert_eq!(replay.last().unwrap().1, "RUN_FINISHED");
     assert_eq!(listeners(&redis, "quiet"), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_node_finishes_its_runs_refuses_new_ones_and_exits_cleanly() {
+    let redis = RedisServer::start().await;
+    let py = PyAgent::start("scripted_agent.py").await;
+    let config = |name: &str| {
+        let agents: String = ["ok", "gated", "stall"]
+            .iter()
+            .map(|s| {
+                format!(
+                    "[[agents]]\nid = \"{s}\"\nurl = \"{}\"\ntimeouts = {{ idle = \"1h\" }}\n",
+                    py.url(s)
+                )
+            })
+            .collect();
+        format!("{}{agents}", redis.store_config(name))
+    };
+    let mut a = Gateway::start(&config("a")).await;
+    let b = Gateway::start(&config("b")).await;
+    let t = token(json!({"sub": "alice"}));
+
+    let mut runner = Ws::connect(&a, WsAuth::Header(&t)).await.unwrap();
+    runner.send(run_frame("gated", "drain", "r1")).await;
+    assert_eq!(answer(&mut runner, "r1").await["type"], "ack");
+    runner
+        .recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_CONTENT")
+        .await;
+    let mut viewer = subscribe(&b, &t, "drain", 0).await;
+    viewer
+        .recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_CONTENT")
+        .await;
+
+    // SIGTERM: node A stops taking runs and says so, its run goes on.
+    let pid = a.proc.child.id().unwrap().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    until_ready_is(&a, 503).await;
+    let (status, body) = post_run(&a.run_url("ok"), &t, &input("other", "x1", "hi")).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("draining"), "{body}");
+    let (status, body) = post_run(&b.run_url("ok"), &t, &input("other", "x2", "hi")).await;
+    assert_eq!(status, 200, "node B takes it: {body}");
+
+    // The run finishes within the window; B's viewer sees its end; A exits 0.
+    http().post(py.url("release")).send().await.unwrap();
+    let end = viewer.recv_until(is_terminal_frame).await;
+    assert_eq!(end.last().unwrap()["event"]["type"], "RUN_FINISHED");
+    assert!(
+        end.last().unwrap()["event"]
+            .get("outcome")
+            .is_none_or(|o| o["type"] == "success")
+    );
+    let exit = a.proc.child.wait().await.unwrap();
+    assert!(exit.success(), "{exit:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_outlasts_the_drain_window_is_journaled_cancelled() {
+    let redis = RedisServer::start().await;
+    let mut py = PyAgent::start("scripted_agent.py").await;
+    let agents = format!(
+        "[[agents]]\nid = \"stall\"\nurl = \"{}\"\ntimeouts = {{ idle = \"1h\" }}\n",
+        py.url("stall")
+    );
+    let mut a = Gateway::start_config(
+        &format!(
+            "[auth]\nalgorithms = [\"HS256\"]\nhs_secret = \"{SECRET}\"\n{}{agents}",
+            redis.store_config("a")
+        ),
+        &[("AGUI_GATEWAY__SERVER__DRAIN_TIMEOUT", "1s")],
+    )
+    .await;
+    let b = Gateway::start(&format!("{}{agents}", redis.store_config("b"))).await;
+    let t = token(json!({"sub": "alice"}));
+    let mut runner = Ws::connect(&a, WsAuth::Header(&t)).await.unwrap();
+    runner.send(run_frame("stall", "long", "r1")).await;
+    assert_eq!(answer(&mut runner, "r1").await["type"], "ack");
+    runner
+        .recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_START")
+        .await;
+    let mut viewer = subscribe(&b, &t, "long", 0).await;
+    viewer
+        .recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_START")
+        .await;
+    let pid = a.proc.child.id().unwrap().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    py.proc.expect_line("DISCONNECTED stall").await;
+    let end = viewer.recv_until(is_terminal_frame).await;
+    let last = &end.last().unwrap()["event"];
+    assert_eq!(last["type"], "RUN_FINISHED", "{last}");
+    assert_eq!(
+        last["outcome"]["type"], "cancelled",
+        "not gateway_node_lost: {last}"
+    );
+    assert!(a.proc.child.wait().await.unwrap().success());
+}

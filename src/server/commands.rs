@@ -219,6 +219,12 @@ async fn launch(
     strategy: Strategy,
     requester: Requester<'_>,
 ) -> Result<Map<String, Value>, ApiError> {
+    if state.is_draining() {
+        return Err(ApiError::new(
+            ErrorCode::Unavailable,
+            "this gateway node is draining before it stops; retry (another node takes the run)",
+        ));
+    }
     let thread_id = thread.key.thread_id.clone();
     let run_id = request.run_id.clone();
     let agent = request.agent.clone();

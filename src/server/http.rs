@@ -38,6 +38,10 @@ pub async fn list_agents(
 
 /// `GET /readyz`: ready when the journal answers and has not failed a write.
 pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
+    if state.is_draining() {
+        return ApiError::new(ErrorCode::Unavailable, "draining: this node is stopping")
+            .into_response();
+    }
     let store = state.threads.store().clone();
     if !store.healthy() {
         return ApiError::new(ErrorCode::Unavailable, "journal writes are failing").into_response();

@@ -28,6 +28,9 @@ pub struct AppState {
     /// Rate budgets and connection counts shared with the other nodes
     /// (Redis); `None` for one process.
     pub counters: Option<Arc<dyn crate::store::counters::SharedCounters>>,
+    /// Set when the node drains before it stops: readiness turns false and
+    /// new runs are refused (`unavailable`), while active ones finish.
+    pub draining: std::sync::atomic::AtomicBool,
 }
 
 impl AppState {
@@ -48,8 +51,41 @@ impl AppState {
             ids: Default::default(),
             tickets: crate::auth::ticket::StreamTickets::new(config.server.ticket_ttl),
             counters: None,
+            draining: Default::default(),
             config,
         }
+    }
+
+    /// True once the node drains (see [`AppState::drain`]).
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// Drains the node before it stops: refuses new runs from now on, lets
+    /// the runs active here finish for up to `server.drain_timeout`, then
+    /// cancels the rest (each journals its own `RUN_FINISHED` cancelled) and
+    /// waits for them to end, so nothing half-written is left behind.
+    /// Viewers on other nodes keep watching throughout. Returns how many
+    /// runs had to be cancelled.
+    pub async fn drain(&self) -> usize {
+        self.draining.store(true, Ordering::Release);
+        let deadline = tokio::time::Instant::now() + self.config.server.drain_timeout;
+        let every = std::time::Duration::from_millis(50);
+        while self.threads.runs_here() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(every).await;
+        }
+        let cancelled = self.threads.cancel_runs_here();
+        if cancelled > 0 {
+            tracing::warn!(
+                runs = cancelled,
+                "drain window over: cancelling the runs still active"
+            );
+            let give_up = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+            while self.threads.runs_here() > 0 && tokio::time::Instant::now() < give_up {
+                tokio::time::sleep(every).await;
+            }
+        }
+        cancelled
     }
 
     /// The same state with rate limits and connection caps kept cluster-wide

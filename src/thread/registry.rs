@@ -378,6 +378,17 @@ impl Threads {
         Ok(self.map.entry(key.clone()).or_insert(thread).clone())
     }
 
+    /// Runs active or queued on this node.
+    pub fn runs_here(&self) -> usize {
+        self.map.iter().map(|t| t.value().runs_here()).sum()
+    }
+
+    /// Cancels every run active on this node and drops the queued ones
+    /// (a draining node starts nothing); returns how many were active.
+    pub fn cancel_runs_here(&self) -> usize {
+        self.map.iter().map(|t| t.value().cancel_all_here()).sum()
+    }
+
     /// Compacts every idle thread's journal (see [`ThreadSettings::idle_ttl`]).
     pub async fn sweep_idle(&self) {
         let threads: Vec<Arc<Thread>> = self.map.iter().map(|t| t.value().clone()).collect();

@@ -465,6 +465,26 @@ impl Thread {
         }
     }
 
+    /// Runs active or queued on this node for this thread.
+    pub fn runs_here(&self) -> usize {
+        let inner = self.lock();
+        usize::from(inner.runs.active.is_some()) + inner.runs.queue.len()
+    }
+
+    /// Drops the queued runs and cancels the active one; returns 1 if one was
+    /// active. (A queued run's requester sees its stream end without events.)
+    pub fn cancel_all_here(&self) -> usize {
+        let mut inner = self.lock();
+        inner.runs.queue.clear();
+        match &inner.runs.active {
+            Some(active) => {
+                active.cancel.cancel();
+                1
+            }
+            None => 0,
+        }
+    }
+
     /// The active run's id, if any.
     pub fn active_run(&self) -> Option<String> {
         self.lock().runs.active.as_ref().map(|a| a.run_id.clone())
