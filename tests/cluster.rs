@@ -655,3 +655,122 @@ async fn a_run_that_outlasts_the_drain_window_is_journaled_cancelled() {
     );
     assert!(a.proc.child.wait().await.unwrap().success());
 }
+
+/// `haproxy`, from PATH or Debian's /usr/sbin.
+fn haproxy() -> std::path::PathBuf {
+    let sbin = std::path::PathBuf::from("/usr/sbin/haproxy");
+    if sbin.exists() {
+        sbin
+    } else {
+        "haproxy".into()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_multi_node_files_serve_one_session_through_haproxy() {
+    // deploy/cluster.toml on two nodes, deploy/haproxy.cfg in front: what
+    // deploy/compose.yaml runs, with loopback addresses instead of names.
+    let redis = RedisServer::start().await;
+    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let node = |name: &'static str| {
+        let url = url.clone();
+        async move {
+            Gateway::start_file(
+                &repo().join("deploy/cluster.toml"),
+                &[
+                    ("AGUI_GATEWAY__SERVER__LISTEN", "127.0.0.1:0"),
+                    ("AGUI_GATEWAY__STORE__URL", &url),
+                    ("AGUI_GATEWAY__STORE__NODE", name),
+                    ("AGUI_GATEWAY__AUTH__HS_SECRET", SECRET),
+                    ("AGUI_GATEWAY__DEMO__TOKEN_DELAY", "1ms"),
+                ],
+            )
+            .await
+        }
+    };
+    let a = node("gateway-a").await;
+    let b = node("gateway-b").await;
+    let lb_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut cmd = tokio::process::Command::new(haproxy());
+    cmd.arg("-db")
+        .arg("-f")
+        .arg(repo().join("deploy/haproxy.cfg"))
+        .env("LB_LISTEN", format!("127.0.0.1:{lb_port}"))
+        .env("GATEWAY_A", a.base.trim_start_matches("http://"))
+        .env("GATEWAY_B", b.base.trim_start_matches("http://"));
+    let _lb = Proc::spawn(cmd);
+    let lb = format!("http://127.0.0.1:{lb_port}");
+    // Ready once HAProxy listens and has checked both nodes.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let ok = http().get(format!("{lb}/readyz")).send().await;
+        if ok.is_ok_and(|r| r.status() == 200) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "haproxy never ready");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+
+    // A run over HTTP and a viewer over WebSocket, both through the balancer.
+    let t = token(json!({"sub": "alice"}));
+    let (status, body) = post_run(
+        &format!("{lb}/v1/agents/demo/run"),
+        &t,
+        &input("lb", "r1", "hello"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let run = sse_events(&body);
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        // Round robin: these land on both nodes.
+        let req = format!("ws://127.0.0.1:{lb_port}/v1/ws");
+        let mut req =
+            tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(req)
+                .unwrap();
+        req.headers_mut()
+            .insert("authorization", format!("Bearer {t}").parse().unwrap());
+        let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+        use futures::{SinkExt, StreamExt};
+        ws.send(tokio_tungstenite::tungstenite::Message::text(
+            json!({"type": "subscribe", "id": "s", "threadId": "lb", "after": 0}).to_string(),
+        ))
+        .await
+        .unwrap();
+        let mut events = 0;
+        while events < run.len() {
+            let msg = ws.next().await.unwrap().unwrap();
+            let f: Value = serde_json::from_str(msg.to_text().unwrap()).unwrap();
+            if f["type"] == "event" {
+                events += 1;
+                seen.push(f["seq"].as_u64().unwrap());
+            }
+        }
+    }
+    let once: Vec<u64> = (1..=run.len() as u64).collect();
+    assert_eq!(
+        seen,
+        [once.clone(), once.clone(), once.clone(), once].concat()
+    );
+    // Round robin: the next run lands on the other node; each started one.
+    let (status, body) = post_run(
+        &format!("{lb}/v1/agents/demo/run"),
+        &t,
+        &input("lb2", "r2", "hello"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    for gw in [&a, &b] {
+        let metrics = gw.metrics().await;
+        let started: u64 = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("agui_runs_started_total "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0);
+        assert!(started >= 1, "every node took a run: {metrics}");
+    }
+}

@@ -380,6 +380,22 @@ impl Gateway {
         }
     }
 
+    /// Starts one node on the config file at `path` as shipped (with `env`
+    /// overrides); the file is read in place.
+    pub async fn start_file(path: &Path, env: &[(&str, &str)]) -> Gateway {
+        let dir = tempfile::tempdir().unwrap();
+        let (proc, base) = Self::spawn(path, env).await;
+        Gateway {
+            proc,
+            base,
+            config_path: path.to_owned(),
+            peers: Vec::new(),
+            redis: None,
+            turn: Default::default(),
+            _dir: dir,
+        }
+    }
+
     async fn spawn(config_path: &Path, env: &[(&str, &str)]) -> (Proc, String) {
         let binary = env!("CARGO_BIN_EXE_agui-gateway");
         let mut cmd = match env.iter().find(|(k, _)| *k == "AGUI_TEST_FILE_LIMIT_KIB") {
