@@ -332,6 +332,7 @@ async fn journal_appends(tasks: usize, batches_per_task: usize, batch: usize) ->
                             compact: None,
                             fence: None,
                             run_boundary: false,
+                            idempotency: None,
                         })
                         .await
                         .unwrap()

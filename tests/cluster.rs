@@ -774,3 +774,69 @@ async fn the_shipped_multi_node_files_serve_one_session_through_haproxy() {
         assert!(started >= 1, "every node took a run: {metrics}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_and_meta_retries_hold_across_nodes() {
+    let redis = RedisServer::start().await;
+    let py = PyAgent::start("scripted_agent.py").await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "[[rules]]\nname = \"two-runs\"\nkind = \"rate\"\naction = \"run\"\nlimit = 2\n\
+         [[rules]]\nname = \"one-socket\"\nkind = \"rate\"\naction = \"connection\"\nlimit = 1\n",
+    )
+    .unwrap();
+    let config = |name: &str| {
+        format!(
+            "{}[policy]\npath = \"{}\"\n[[agents]]\nid = \"ok\"\nurl = \"{}\"\n",
+            redis.store_config(name),
+            policy.display(),
+            py.url("ok")
+        )
+    };
+    let a = Gateway::start(&config("a")).await;
+    let b = Gateway::start(&config("b")).await;
+    let t = token(json!({"sub": "alice"}));
+
+    // Two runs a minute in all: one on each node, then both refuse.
+    for (gw, run) in [(&a, "r1"), (&b, "r2")] {
+        let mut body = input("limited", run, "hi");
+        body["messages"][0]["id"] = format!("u-{run}").into();
+        let (status, text) = post_run(&gw.run_url("ok"), &t, &body).await;
+        assert_eq!(status, 200, "{text}");
+    }
+    for gw in [&a, &b] {
+        let (status, text) = post_run(&gw.run_url("ok"), &t, &input("limited", "r3", "hi")).await;
+        assert_eq!(status, 429, "{text}");
+        assert!(text.contains("two-runs"), "{text}");
+    }
+
+    // One socket at a time in all: a second one on the other node is refused
+    // until the first closes.
+    let first = Ws::connect(&a, WsAuth::Header(&t)).await.unwrap();
+    assert_eq!(Ws::connect(&b, WsAuth::Header(&t)).await.err(), Some(429));
+    drop(first);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match Ws::connect(&b, WsAuth::Header(&t)).await {
+            Ok(_) => break,
+            Err(429) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await
+            }
+            Err(s) => panic!("still refused: {s}"),
+        }
+    }
+
+    // The same meta retried through both nodes at once: one event, one id.
+    let meta = json!({"metaType": "thumbs_up", "payload": {}, "clientEventId": "c-1"});
+    let (on_a, on_b) = tokio::join!(
+        post_json(a.url("/v1/threads/limited/meta"), &t, meta.clone()),
+        post_json(b.url("/v1/threads/limited/meta"), &t, meta.clone()),
+    );
+    assert_eq!((on_a.0, on_b.0), (200, 200), "{on_a:?} {on_b:?}");
+    assert_eq!(on_a.1["eventId"], on_b.1["eventId"], "{on_a:?} {on_b:?}");
+    let snapshot = redis.snapshot_bytes();
+    let stored = snapshot.windows(4).filter(|w| w == b"c-1\"").count();
+    assert_eq!(stored, 1, "one META event holds the key");
+}

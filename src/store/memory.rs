@@ -112,6 +112,7 @@ mod tests {
             compact: None,
             fence: None,
             run_boundary: true,
+            idempotency: None,
         }
     }
 

@@ -71,6 +71,11 @@ pub struct AppendBatch {
     /// thread's status and agent (a meta event appended by a node whose copy
     /// lags must not put back an old status).
     pub run_boundary: bool,
+    /// `(clientEventId, event id)` of a META event posted with an
+    /// idempotency key: a shared store refuses a second batch with the same
+    /// key on the thread ([`StoreError::Duplicate`]), whichever node it
+    /// reaches. (One process checks its own memory before appending.)
+    pub idempotency: Option<(String, String)>,
 }
 
 /// A thread as loaded from the store.
@@ -101,6 +106,10 @@ pub enum StoreError {
     /// (the node lost it; another node closed the run): nothing changed.
     #[error("journal store: the run's lease was lost; another node closed the run")]
     Fenced,
+    /// A META event with this idempotency key is already stored (posted
+    /// through another node): the id of that event. Nothing changed.
+    #[error("journal store: already stored as event {0}")]
+    Duplicate(String),
 }
 
 impl StoreError {

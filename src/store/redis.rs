@@ -44,10 +44,13 @@ type Ack = oneshot::Sender<Result<u64, StoreError>>;
 const MAX_PIPELINE: usize = 64;
 
 /// The append script. KEYS: events stream, meta hash, tenant index, running
-/// set, run lease. ARGV: node, member, channel, (unused), event count,
+/// set, run lease, idempotency key. ARGV: node, member, channel, (unused), event count,
 /// creator, agent, status, created ms, updated ms, run boundary (`1`/`0`),
 /// base seq ('' = none), base snapshot, fence ('' = none), control channel,
-/// then the events. The events get the seqs after the stored last one. A
+/// the META event id under the idempotency key ('' = none), then the events.
+/// A META event whose idempotency key is taken is not appended: `{3, id}`
+/// answers with the first one's id (keys live a day: retries come within
+/// seconds). The events get the seqs after the stored last one. A
 /// fenced batch that ends its run also releases the run's lease, in the same
 /// step (the thread takes a new run the moment its last one is over).
 /// Returns `{1, first seq}`, or `{2, 0}` when the fence is not the current
@@ -56,12 +59,19 @@ const APPEND: &str = r#"
 if ARGV[14] ~= '' and redis.call('GET', KEYS[5]) ~= ARGV[14] then
   return {2, 0}
 end
+if ARGV[16] ~= '' then
+  local prior = redis.call('GET', KEYS[6])
+  if prior then
+    return {3, prior}
+  end
+  redis.call('SET', KEYS[6], ARGV[16], 'EX', 86400)
+end
 local n = tonumber(ARGV[5])
 local last = tonumber(redis.call('HGET', KEYS[2], 'last_seq') or '0')
 local first = last + 1
 local payload = {ARGV[1], '\n', ARGV[2], '\n', tostring(first), '\n'}
 for i = 1, n do
-  local json = ARGV[15 + i]
+  local json = ARGV[16 + i]
   redis.call('XADD', KEYS[1], (first + i - 1) .. '-0', 'e', json)
   payload[#payload + 1] = #json .. ':' .. json
 end
@@ -301,6 +311,8 @@ impl RedisStore {
 
 /// The keys of one thread (one hash tag: they live in one slot).
 struct Keys {
+    /// `prefix:{tenant/thread}`: every key of the thread starts with it.
+    tag: String,
     events: String,
     meta: String,
     index: String,
@@ -315,6 +327,7 @@ impl Keys {
         let member = member_of(key);
         let tag = format!("{prefix}:{{{member}}}");
         Keys {
+            tag: tag.clone(),
             events: format!("{tag}:ev"),
             meta: format!("{tag}:meta"),
             index: format!("{prefix}:threads:{}", escape(&key.tenant)),
@@ -383,7 +396,8 @@ async fn write_loop(
             }
         }
         let pipe = append_pipeline(&script, &group, &prefix, &node);
-        let mut results: ::redis::RedisResult<Vec<(i64, u64)>> = pipe.query_async(&mut conn).await;
+        let mut results: ::redis::RedisResult<Vec<(i64, RedisValue)>> =
+            pipe.query_async(&mut conn).await;
         if results
             .as_ref()
             .is_err_and(|e| e.to_string().to_lowercase().contains("noscript"))
@@ -398,10 +412,16 @@ async fn write_loop(
         match results {
             Ok(results) => {
                 healthy.store(true, Ordering::Release);
-                for ((_, ack), (ok, first)) in group.into_iter().zip(results) {
-                    let result = match ok {
-                        1 => Ok(first),
-                        _ => Err(StoreError::Fenced),
+                for ((_, ack), (ok, answer)) in group.into_iter().zip(results) {
+                    let result = match (ok, answer) {
+                        (1, RedisValue::Int(first)) => Ok(first as u64),
+                        (3, RedisValue::BulkString(id)) => Err(StoreError::Duplicate(
+                            String::from_utf8_lossy(&id).into_owned(),
+                        )),
+                        (2, _) => Err(StoreError::Fenced),
+                        other => Err(StoreError::failed(format!(
+                            "unexpected append answer {other:?}"
+                        ))),
                     };
                     let _ = ack.send(result);
                 }
@@ -439,6 +459,10 @@ fn append_pipeline(
             .key(&keys.index)
             .key(&keys.running)
             .key(&keys.lease)
+            .key(match &batch.idempotency {
+                Some((cid, _)) => format!("{}:cid:{}", keys.tag, escape(cid)),
+                None => format!("{}:cid", keys.tag),
+            })
             .arg(node)
             .arg(&keys.member)
             .arg(&keys.channel)
@@ -453,7 +477,8 @@ fn append_pipeline(
             .arg(base_seq)
             .arg(base)
             .arg(batch.fence.as_deref().unwrap_or(""))
-            .arg(format!("{prefix}:ctl"));
+            .arg(format!("{prefix}:ctl"))
+            .arg(batch.idempotency.as_ref().map_or("", |(_, id)| id.as_str()));
         for (_, json) in &batch.events {
             invocation.arg(&json[..]);
         }

@@ -460,6 +460,13 @@ impl Thread {
             run_boundary: events
                 .iter()
                 .any(|e| *e.kind() == EventType::RunStarted || e.kind().is_terminal()),
+            idempotency: match events.as_slice() {
+                [meta] if *meta.kind() == EventType::Meta => meta
+                    .str_field("clientEventId")
+                    .zip(meta.str_field("id"))
+                    .map(|(cid, id)| (cid.to_owned(), id.to_owned())),
+                _ => None,
+            },
         };
         inner.inflight += 1;
         Ok(PendingAppend {
@@ -512,6 +519,7 @@ impl Thread {
                 self.publish_ready(&mut inner);
                 Ok(entries)
             }
+            Err(StoreError::Duplicate(id)) => Err(StoreError::Duplicate(id)),
             Err(StoreError::Fenced) => {
                 // Another node closed the run: its events reach this copy
                 // through the bus; this copy itself is sound.
@@ -727,8 +735,12 @@ impl Thread {
         if let Some(cid) = client_event_id {
             event["clientEventId"] = cid.into();
         }
-        let entry = self.append(vec![Event::build(event)]).await.pop();
-        (id, entry)
+        match self.try_append(vec![Event::build(event)]).await {
+            Ok(mut entries) => (id, entries.pop()),
+            // Posted through another node first: that event's id.
+            Err(StoreError::Duplicate(existing)) => (existing, None),
+            Err(_) => (id, None),
+        }
     }
 
     /// Compacts the journal into the fold when it grew past `max_events`
@@ -774,6 +786,7 @@ impl Thread {
                 compact: Some((base, snapshot)),
                 fence: None,
                 run_boundary: false,
+                idempotency: None,
             })
         };
         if let Ok(Err(e)) = ack.await {
