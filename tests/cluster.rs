@@ -681,7 +681,7 @@ async fn the_shipped_multi_node_files_serve_one_session_through_haproxy() {
                     ("AGUI_GATEWAY__SERVER__LISTEN", "127.0.0.1:0"),
                     ("AGUI_GATEWAY__STORE__URL", &url),
                     ("AGUI_GATEWAY__STORE__NODE", name),
-                    ("AGUI_GATEWAY__AUTH__HS_SECRET", SECRET),
+                    ("AGUI_HS_SECRET", SECRET),
                     ("AGUI_GATEWAY__DEMO__TOKEN_DELAY", "1ms"),
                 ],
             )
@@ -839,4 +839,55 @@ async fn limits_and_meta_retries_hold_across_nodes() {
     let snapshot = redis.snapshot_bytes();
     let stored = snapshot.windows(4).filter(|w| w == b"c-1\"").count();
     assert_eq!(stored, 1, "one META event holds the key");
+}
+
+#[test]
+fn the_compose_file_wires_the_files_the_haproxy_test_runs() {
+    // `docker compose` cannot run here (no daemon, no registry): check what
+    // the file promises against the files tests/cluster.rs does run.
+    let read = |name: &str| -> Value {
+        config::Config::builder()
+            .add_source(config::File::from(repo().join("deploy").join(name)))
+            .build()
+            .unwrap()
+            .try_deserialize()
+            .unwrap()
+    };
+    let compose = read("compose.yaml");
+    let node = read("cluster.toml");
+    let services = &compose["services"];
+    for name in ["redis", "gateway-a", "gateway-b", "lb"] {
+        assert!(services.get(name).is_some(), "service {name}");
+    }
+    let port = node["server"]["listen"]
+        .as_str()
+        .unwrap()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .to_owned();
+    let lb = &services["lb"];
+    assert_eq!(lb["environment"]["GATEWAY_A"], format!("gateway-a:{port}"));
+    assert_eq!(lb["environment"]["GATEWAY_B"], format!("gateway-b:{port}"));
+    assert!(
+        lb["volumes"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("./haproxy.cfg:")
+    );
+    let a = &services["gateway-a"];
+    assert!(
+        a["volumes"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("./cluster.toml:")
+    );
+    assert_eq!(a["environment"]["AGUI_GATEWAY__STORE__NODE"], "gateway-a");
+    assert_eq!(
+        services["gateway-b"]["environment"]["AGUI_GATEWAY__STORE__NODE"],
+        "gateway-b"
+    );
+    assert_eq!(node["store"]["kind"], "redis");
+    assert_eq!(node["store"]["url"], "redis://redis:6379");
+    assert!(repo().join("deploy/Dockerfile").exists());
 }
