@@ -1466,4 +1466,101 @@ mod tests {
         };
         assert_eq!(next.seq, 7, "nothing repeated before it");
     }
+
+    /// A shared store as Redis behaves: it gives each batch the next seqs of
+    /// the stored journal, whatever seqs the batch carried.
+    struct AssigningStore(MemoryStore);
+
+    impl JournalStore for AssigningStore {
+        fn append(&self, mut batch: AppendBatch) -> crate::store::AppendAck {
+            let last = self
+                .0
+                .load(&batch.key)
+                .ok()
+                .flatten()
+                .map_or(0, |t| t.meta.last_seq);
+            for (i, (seq, _)) in batch.events.iter_mut().enumerate() {
+                *seq = last + 1 + i as u64;
+            }
+            batch.meta.last_seq = last + batch.events.len() as u64;
+            self.0.append(batch)
+        }
+        fn load(&self, key: &ThreadKey) -> Result<Option<crate::store::StoredThread>, StoreError> {
+            self.0.load(key)
+        }
+        fn list(&self, tenant: &str) -> Result<Vec<(ThreadKey, ThreadMeta)>, StoreError> {
+            self.0.list(tenant)
+        }
+        fn running(&self) -> Result<Vec<ThreadKey>, StoreError> {
+            self.0.running()
+        }
+        fn ping(&self) -> Result<(), StoreError> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_copy_publishes_in_the_stores_order_when_another_node_appends_in_between() {
+        let store = Arc::new(AssigningStore(MemoryStore::new()));
+        let (unheard, _) = tokio::sync::mpsc::unbounded_channel();
+        let bus = Arc::new(PairBus {
+            to: unheard,
+            from: Default::default(),
+            lose_next: false.into(),
+        });
+        let settings = ThreadSettings {
+            max_events: 1000,
+            idle_ttl: std::time::Duration::ZERO,
+        };
+        let node = Threads::new(store.clone(), settings).with_bus(bus);
+        let t = thread_th(&node).await;
+        let (ob, mut rx) = fanout::outbox(1 << 20);
+        t.subscribe(1, ob, Start::Live, None);
+        t.append(vec![ev(json!({"type":"CUSTOM","name":"n","value":1}))])
+            .await;
+        // Another node appends seq 2; its announcement never arrives here.
+        let mut meta = t.meta();
+        meta.last_seq = 2;
+        let other = br#"{"type":"CUSTOM","name":"n","value":2}"#;
+        store
+            .append(AppendBatch {
+                key: t.key.clone(),
+                meta,
+                events: vec![(2, Bytes::from_static(other))],
+                compact: None,
+                fence: None,
+                run_boundary: false,
+                idempotency: None,
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        // This node's next batch gets seq 3 from the store, not the 2 it
+        // expected; seq 2 is read back before 3 is published.
+        let mine = t
+            .try_append(vec![ev(json!({"type":"CUSTOM","name":"n","value":3}))])
+            .await
+            .unwrap();
+        assert_eq!(mine[0].seq, 3, "the store's seq");
+        let mut got = Vec::new();
+        while got.len() < 3 {
+            let item = tokio::time::timeout(std::time::Duration::from_secs(5), rx.recv()).await;
+            let Ok(Some(Outgoing::Event(e))) = item else {
+                panic!("three events, got {got:?} then {item:?}")
+            };
+            got.push((e.seq, e.event.get("value").unwrap().as_i64().unwrap()));
+        }
+        assert_eq!(
+            got,
+            [(1, 1), (2, 2), (3, 3)],
+            "gapless, in the store's order"
+        );
+        assert_eq!(t.seq(), 3);
+        // And the next batch continues after it.
+        let next = t
+            .try_append(vec![ev(json!({"type":"CUSTOM","name":"n","value":4}))])
+            .await
+            .unwrap();
+        assert_eq!(next[0].seq, 4);
+    }
 }
