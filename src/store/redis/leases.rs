@@ -1,0 +1,206 @@
+//! Run leases on Redis ([`RunLeases`]) and the node's heartbeat.
+
+use super::listener::control_payload;
+use super::scripts::{ACQUIRE, RELEASE, RENEW};
+
+use super::*;
+
+/// A lease this node holds.
+pub(super) struct HeldLease {
+    value: Arc<str>,
+    lost: CancellationToken,
+    /// Last time Redis confirmed it: past the time to live without a
+    /// confirmation, another node may have taken over, so the run stops.
+    confirmed: std::time::Instant,
+}
+
+/// Records this node alive and renews its leases every third of their time
+/// to live, in one script call. A lease Redis no longer has as ours, or one not confirmed
+/// for a whole time to live (Redis unreachable: another node may take over
+/// once it expires), is lost: its run is told to stop.
+pub(super) async fn heartbeat(
+    mut conn: ConnectionManager,
+    held: Arc<DashMap<String, HeldLease>>,
+    (ttl, nodes, instance): (std::time::Duration, String, String),
+    healthy: Arc<AtomicBool>,
+) {
+    let script = Script::new(RENEW);
+    let mut tick = tokio::time::interval(ttl / 3);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let leases: Vec<(String, Arc<str>)> = held
+            .iter()
+            .map(|l| (l.key().clone(), l.value.clone()))
+            .collect();
+        let mut invocation = script.prepare_invoke();
+        invocation
+            .key(&nodes)
+            .arg(ttl.as_millis() as u64)
+            .arg(&instance);
+        for (key, value) in &leases {
+            invocation.key(key).arg(&value[..]);
+        }
+        let now = std::time::Instant::now();
+        match invocation.invoke_async::<Vec<i64>>(&mut conn).await {
+            Ok(kept) => {
+                healthy.store(true, Ordering::Release);
+                for ((key, value), kept) in leases.iter().zip(kept) {
+                    if kept == 1 {
+                        if let Some(mut l) = held.get_mut(key) {
+                            l.confirmed = now;
+                        }
+                    } else if let Some((_, l)) = held.remove_if(key, |_, l| l.value == *value) {
+                        tracing::info!(lease = %key, "run lease gone (its run ended, or another node took over); its run stops");
+                        l.lost.cancel();
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!("renewing run leases failed (redis): {e}");
+                held.retain(|key, l| {
+                    let keep = l.confirmed.elapsed() < ttl;
+                    if !keep {
+                        tracing::warn!(lease = %key, "run lease not renewed within its time to live; stopping its run");
+                        l.lost.cancel();
+                    }
+                    keep
+                });
+            }
+        }
+    }
+}
+
+impl RunLeases for RedisStore {
+    fn acquire(
+        &self,
+        key: &ThreadKey,
+        run_id: &str,
+        seen_last_seq: u64,
+        creator: &str,
+    ) -> BoxFuture<'static, Result<Acquired, StoreError>> {
+        let keys = Keys::of(&self.prefix, key);
+        let value: Arc<str> =
+            Arc::from(format!("{}\n{}\n{run_id}", uuid::Uuid::new_v4(), self.node));
+        let mut conn = self.conn.clone();
+        let held = self.held.clone();
+        let ttl = self.lease_ttl;
+        let creator = creator.to_owned();
+        Box::pin(async move {
+            let (answer, holder): (i64, String) = Script::new(ACQUIRE)
+                .key(&keys.lease)
+                .key(&keys.meta)
+                .key(&keys.index)
+                .arg(&value[..])
+                .arg(ttl.as_millis() as u64)
+                .arg(seen_last_seq)
+                .arg(creator)
+                .arg(crate::protocol::event::now_millis())
+                .arg(&keys.member)
+                .invoke_async(&mut conn)
+                .await
+                .map_err(StoreError::failed)?;
+            Ok(match answer {
+                1 => {
+                    let lost = CancellationToken::new();
+                    held.insert(
+                        keys.lease,
+                        HeldLease {
+                            value: value.clone(),
+                            lost: lost.clone(),
+                            confirmed: std::time::Instant::now(),
+                        },
+                    );
+                    Acquired::Granted(Lease { token: value, lost })
+                }
+                0 => Acquired::Held {
+                    run_id: holder.rsplit('\n').next().unwrap_or_default().to_owned(),
+                },
+                _ => Acquired::Stale,
+            })
+        })
+    }
+
+    fn release(&self, key: &ThreadKey, lease: &Lease) {
+        let keys = Keys::of(&self.prefix, key);
+        self.held
+            .remove_if(&keys.lease, |_, l| l.value == lease.token);
+        let mut conn = self.conn.clone();
+        let value = lease.token.clone();
+        let channel = format!("{}:ctl", self.prefix);
+        let notice = control_payload(&Control::Released { key: key.clone() }).unwrap_or_default();
+        tokio::spawn(async move {
+            let released: ::redis::RedisResult<i64> = Script::new(RELEASE)
+                .key(&keys.lease)
+                .arg(&value[..])
+                .invoke_async(&mut conn)
+                .await;
+            match released {
+                // Runs queued on other nodes may start now.
+                Ok(1) => {
+                    let _: ::redis::RedisResult<i64> = conn.publish(channel, notice).await;
+                }
+                Ok(_) => {}
+                // It expires by itself within its time to live.
+                Err(e) => {
+                    tracing::warn!(lease = %keys.lease, "releasing a run lease failed (redis): {e}")
+                }
+            }
+        });
+    }
+
+    fn send(&self, control: Control) -> BoxFuture<'static, Result<(), StoreError>> {
+        let mut conn = self.conn.clone();
+        let channel = format!("{}:ctl", self.prefix);
+        Box::pin(async move {
+            let Some(payload) = control_payload(&control) else {
+                return Ok(());
+            };
+            let _: i64 = conn
+                .publish(channel, payload)
+                .await
+                .map_err(StoreError::failed)?;
+            Ok(())
+        })
+    }
+
+    fn controls(&self) -> Option<mpsc::UnboundedReceiver<Control>> {
+        self.controls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+
+    fn orphans(&self) -> BoxFuture<'static, Result<Vec<ThreadKey>, StoreError>> {
+        let mut conn = self.conn.clone();
+        let prefix = self.prefix.clone();
+        Box::pin(async move {
+            let members: Vec<String> = conn
+                .smembers(format!("{prefix}:running"))
+                .await
+                .map_err(StoreError::failed)?;
+            let keys: Vec<ThreadKey> = members.iter().filter_map(|m| key_of_member(m)).collect();
+            if keys.is_empty() {
+                return Ok(keys);
+            }
+            let mut pipe = ::redis::pipe();
+            for key in &keys {
+                pipe.exists(Keys::of(&prefix, key).lease);
+            }
+            let leased: Vec<bool> = pipe
+                .query_async(&mut conn)
+                .await
+                .map_err(StoreError::failed)?;
+            Ok(keys
+                .into_iter()
+                .zip(leased)
+                .filter(|(_, leased)| !leased)
+                .map(|(key, _)| key)
+                .collect())
+        })
+    }
+
+    fn shared(&self) -> bool {
+        true
+    }
+}

@@ -1,0 +1,414 @@
+//! Redis journal for several gateway nodes sharing one Redis (or Valkey).
+//!
+//! Per thread (keys share one `{hash tag}`):
+//! - `…:ev`, a stream whose entry ids are the seqs (`<seq>-0`), field `e`
+//!   the event JSON exactly as journaled;
+//! - `…:meta`, a hash: creator, agent, status, created/updated ms, last seq,
+//!   and the compacted base (seq + fold snapshot) once there is one;
+//! - `…:lease`, the run lease while a run is active ([`super::lease`]);
+//! - `…:cid:<key>`, a META idempotency key (a day);
+//! - the channel `prefix:pub:<tenant/thread>`, where appends are published.
+//!
+//! Per tenant a sorted set of thread ids by update time (listing); one set of
+//! running threads (node-loss detection); the live nodes (`prefix:nodes`,
+//! heartbeats); rate budgets (`prefix:rate:…`) and connection counts
+//! (`prefix:conns:…`); the channel `prefix:ctl` for requests between nodes.
+//!
+//! An append is one Lua script ([`scripts::APPEND`]), so it is atomic: it
+//! checks the run's fence, gives the events the next seqs of the stored
+//! journal, updates the metadata, trims what a compaction made obsolete,
+//! releases the lease of a run it ends, and publishes the events on the
+//! thread's channel — the [publication bus](super::bus). Nothing is ever
+//! published that was not appended, and nothing appended goes unpublished.
+//!
+//! The parts: [`scripts`] (every Lua script), [`writer`] (one task sends
+//! batches in order as pipelines: group commit), [`listener`] (the
+//! subscribing connection), [`leases`] (run leases and the heartbeat),
+//! [`counters`] (cluster-wide limits). Durability is Redis's: acknowledged
+//! means in Redis's memory, and on disk as its `appendonly`/`appendfsync`
+//! settings say.
+//!
+//! Redis Cluster is not supported: the listing and running sets span slots.
+
+use super::bus::{Publication, PublicationBus};
+use super::counters::SharedCounters;
+use super::lease::{Acquired, Control, Lease, RunLeases};
+use super::*;
+use ::redis::aio::ConnectionManager;
+use ::redis::{AsyncCommands, Script, Value as RedisValue};
+use dashmap::DashMap;
+use futures::future::BoxFuture;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+mod counters;
+mod leases;
+mod listener;
+mod scripts;
+mod writer;
+
+use leases::{HeldLease, heartbeat};
+use listener::listen_loop;
+use writer::write_loop;
+
+type Ack = oneshot::Sender<Result<u64, StoreError>>;
+
+/// A [`JournalStore`] (and [`PublicationBus`]) on Redis.
+pub struct RedisStore {
+    writer: mpsc::UnboundedSender<(AppendBatch, Ack)>,
+    conn: ConnectionManager,
+    prefix: String,
+    runtime: tokio::runtime::Handle,
+    /// False while Redis is unreachable or refusing writes.
+    healthy: Arc<AtomicBool>,
+    /// The other nodes' publications, until the registry takes them.
+    publications: Mutex<Option<mpsc::UnboundedReceiver<Publication>>>,
+    /// The other nodes' run requests, until the registry takes them.
+    controls: Mutex<Option<mpsc::UnboundedReceiver<Control>>>,
+    /// This node's name (in lease values and publications).
+    node: String,
+    /// This process: the node's name and a random suffix, so a restarted
+    /// node never inherits the connections its previous life counted.
+    instance: String,
+    /// Run leases this node holds, by lease key, renewed by [`heartbeat`].
+    held: Arc<DashMap<String, HeldLease>>,
+    /// A lease lives this long unless renewed (renewed every third of it).
+    lease_ttl: std::time::Duration,
+    /// The threads' channels this node listens to (those it holds in
+    /// memory), subscribed again after a reconnect.
+    watched: Arc<DashMap<String, ()>>,
+    /// Subscribes and unsubscribes on the listening connection; `None`
+    /// while it is down.
+    sink: SharedSink,
+}
+
+/// The listening connection's subscribe side, replaced on every reconnect.
+type SharedSink = Arc<Mutex<Option<::redis::aio::PubSubSink>>>;
+
+impl RedisStore {
+    /// Connects to `url` (`redis://host:port/db`) as node `node`, with keys
+    /// under `prefix`. Fails when Redis cannot be reached now; afterwards
+    /// the connection reconnects by itself.
+    pub async fn connect(
+        url: &str,
+        prefix: &str,
+        node: &str,
+        lease_ttl: std::time::Duration,
+    ) -> Result<Arc<RedisStore>, StoreError> {
+        let client = ::redis::Client::open(url).map_err(StoreError::failed)?;
+        let conn = ConnectionManager::new(client.clone())
+            .await
+            .map_err(StoreError::failed)?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (pub_tx, pub_rx) = mpsc::unbounded_channel();
+        let (control_tx, control_rx) = mpsc::unbounded_channel();
+        let store = Arc::new(RedisStore {
+            writer: tx,
+            conn: conn.clone(),
+            prefix: prefix.to_owned(),
+            runtime: tokio::runtime::Handle::current(),
+            healthy: Arc::new(AtomicBool::new(true)),
+            publications: Mutex::new(Some(pub_rx)),
+            controls: Mutex::new(Some(control_rx)),
+            node: node.to_owned(),
+            instance: format!("{node}/{}", uuid::Uuid::new_v4()),
+            held: Arc::new(DashMap::new()),
+            lease_ttl,
+            watched: Arc::new(DashMap::new()),
+            sink: Arc::new(Mutex::new(None)),
+        });
+        tokio::spawn(heartbeat(
+            conn.clone(),
+            store.held.clone(),
+            (lease_ttl, format!("{prefix}:nodes"), store.instance.clone()),
+            store.healthy.clone(),
+        ));
+        tokio::spawn(write_loop(
+            conn,
+            rx,
+            store.healthy.clone(),
+            prefix.to_owned(),
+            node.to_owned(),
+        ));
+        let (subscribed, is_subscribed) = oneshot::channel();
+        tokio::spawn(listen_loop(
+            client,
+            (prefix.to_owned(), node.to_owned()),
+            (pub_tx, control_tx),
+            (store.watched.clone(), store.sink.clone()),
+            store.healthy.clone(),
+            subscribed,
+        ));
+        // Serve only once other nodes' publications can be heard.
+        is_subscribed
+            .await
+            .map_err(|_| StoreError::failed("redis subscription failed"))?;
+        Ok(store)
+    }
+
+    fn block_on<T>(
+        &self,
+        f: impl std::future::Future<Output = ::redis::RedisResult<T>>,
+    ) -> Result<T, StoreError> {
+        self.runtime.block_on(f).map_err(StoreError::failed)
+    }
+}
+
+/// The keys of one thread (one hash tag: they live in one slot).
+struct Keys {
+    /// `prefix:{tenant/thread}`: every key of the thread starts with it.
+    tag: String,
+    events: String,
+    meta: String,
+    index: String,
+    running: String,
+    lease: String,
+    member: String,
+    channel: String,
+}
+
+impl Keys {
+    fn of(prefix: &str, key: &ThreadKey) -> Keys {
+        let member = member_of(key);
+        let tag = format!("{prefix}:{{{member}}}");
+        Keys {
+            tag: tag.clone(),
+            events: format!("{tag}:ev"),
+            meta: format!("{tag}:meta"),
+            index: format!("{prefix}:threads:{}", escape(&key.tenant)),
+            running: format!("{prefix}:running"),
+            lease: format!("{tag}:lease"),
+            channel: format!("{prefix}:pub:{member}"),
+            member,
+        }
+    }
+}
+
+/// `tenant/thread`, each part escaped so neither can forge the other.
+fn member_of(key: &ThreadKey) -> String {
+    format!("{}/{}", escape(&key.tenant), escape(&key.thread_id))
+}
+
+fn key_of_member(member: &str) -> Option<ThreadKey> {
+    let (tenant, thread) = member.split_once('/')?;
+    Some(ThreadKey::new(unescape(tenant)?, unescape(thread)?))
+}
+
+/// Percent-escapes what would break a key, a member or a hash tag.
+fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '%' | '/' | '{' | '}' | '\n' | ':' => out.push_str(&format!("%{:02X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn unescape(s: &str) -> Option<String> {
+    let mut out = Vec::with_capacity(s.len());
+    let bytes = s.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+fn meta_from_hash(h: &HashMap<String, Vec<u8>>) -> Option<ThreadMeta> {
+    let text = |k: &str| h.get(k).and_then(|v| String::from_utf8(v.clone()).ok());
+    let num = |k: &str| text(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    Some(ThreadMeta {
+        creator: text("creator")?,
+        agent: text("agent").filter(|a| !a.is_empty()),
+        status: text("status").unwrap_or_else(|| "idle".into()),
+        created_ms: num("created_ms"),
+        updated_ms: num("updated_ms"),
+        last_seq: num("last_seq"),
+    })
+}
+
+impl JournalStore for RedisStore {
+    fn append(&self, batch: AppendBatch) -> AppendAck {
+        let (tx, rx) = oneshot::channel();
+        if let Err(mpsc::error::SendError((_, ack))) = self.writer.send((batch, tx)) {
+            let _ = ack.send(Err(StoreError::failed("journal writer stopped")));
+        }
+        rx
+    }
+
+    fn load(&self, key: &ThreadKey) -> Result<Option<StoredThread>, StoreError> {
+        self.load_after(key, 0)
+    }
+
+    fn load_after(&self, key: &ThreadKey, after: u64) -> Result<Option<StoredThread>, StoreError> {
+        let keys = Keys::of(&self.prefix, key);
+        let mut conn = self.conn.clone();
+        let hash: HashMap<String, Vec<u8>> = self.block_on(conn.hgetall(&keys.meta))?;
+        let Some(meta) = meta_from_hash(&hash) else {
+            return Ok(None);
+        };
+        let base = match (hash.get("base_seq"), hash.get("base")) {
+            (Some(seq), Some(snapshot)) => std::str::from_utf8(seq)
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+                .map(|seq| (seq, Bytes::from(snapshot.clone()))),
+            _ => None,
+        };
+        let after = base.as_ref().map_or(0, |(s, _)| *s).max(after);
+        let reply: ::redis::streams::StreamRangeReply =
+            self.block_on(conn.xrange(&keys.events, format!("{}-0", after + 1), "+"))?;
+        let mut events = Vec::with_capacity(reply.ids.len());
+        for entry in reply.ids {
+            let seq = entry
+                .id
+                .split_once('-')
+                .and_then(|(s, _)| s.parse::<u64>().ok())
+                .ok_or_else(|| StoreError::failed(format!("bad stream id {}", entry.id)))?;
+            let json = match entry.map.get("e") {
+                Some(RedisValue::BulkString(b)) => Bytes::from(b.clone()),
+                _ => {
+                    return Err(StoreError::failed(format!(
+                        "stream entry {seq} has no event"
+                    )));
+                }
+            };
+            events.push((seq, json));
+        }
+        Ok(Some(StoredThread { meta, base, events }))
+    }
+
+    fn list(&self, tenant: &str) -> Result<Vec<(ThreadKey, ThreadMeta)>, StoreError> {
+        let mut conn = self.conn.clone();
+        let index = format!("{}:threads:{}", self.prefix, escape(tenant));
+        let members: Vec<String> = self.block_on(conn.zrevrange(&index, 0, -1))?;
+        let mut pipe = ::redis::pipe();
+        let keys: Vec<ThreadKey> = members.iter().filter_map(|m| key_of_member(m)).collect();
+        for key in &keys {
+            pipe.hgetall(Keys::of(&self.prefix, key).meta);
+        }
+        let hashes: Vec<HashMap<String, Vec<u8>>> = self.block_on(pipe.query_async(&mut conn))?;
+        let mut out: Vec<(ThreadKey, ThreadMeta)> = keys
+            .into_iter()
+            .zip(hashes)
+            .filter_map(|(k, h)| Some((k, meta_from_hash(&h)?)))
+            .collect();
+        out.sort_by(|a, b| b.1.updated_ms.cmp(&a.1.updated_ms).then(a.0.cmp(&b.0)));
+        Ok(out)
+    }
+
+    fn running(&self) -> Result<Vec<ThreadKey>, StoreError> {
+        let mut conn = self.conn.clone();
+        let members: Vec<String> =
+            self.block_on(conn.smembers(format!("{}:running", self.prefix)))?;
+        Ok(members.iter().filter_map(|m| key_of_member(m)).collect())
+    }
+
+    fn ping(&self) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        let pong: String = self.block_on(::redis::cmd("PING").query_async(&mut conn))?;
+        (pong == "PONG")
+            .then_some(())
+            .ok_or_else(|| StoreError::failed(format!("PING answered {pong}")))
+    }
+
+    fn healthy(&self) -> bool {
+        self.healthy.load(Ordering::Acquire)
+    }
+}
+
+impl PublicationBus for RedisStore {
+    /// Nothing to do: the append script published the batch already.
+    fn announce(&self, _: Publication) {}
+
+    fn watch(&self, key: &ThreadKey) -> BoxFuture<'static, Result<(), StoreError>> {
+        let channel = Keys::of(&self.prefix, key).channel;
+        self.watched.insert(channel.clone(), ());
+        let sink = self
+            .sink
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        Box::pin(async move {
+            match sink {
+                Some(mut sink) => sink.subscribe(channel).await.map_err(StoreError::failed),
+                // Subscribed when the connection is back.
+                None => Err(StoreError::failed("redis subscription down")),
+            }
+        })
+    }
+
+    fn unwatch(&self, key: &ThreadKey) {
+        let channel = Keys::of(&self.prefix, key).channel;
+        self.watched.remove(&channel);
+        let sink = self
+            .sink
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let watched = self.watched.clone();
+        if let Some(mut sink) = sink {
+            tokio::spawn(async move {
+                // Watched again meanwhile: keep it.
+                if !watched.contains_key(&channel) {
+                    let _ = sink.unsubscribe(channel).await;
+                }
+            });
+        }
+    }
+
+    fn subscribe(&self) -> Option<mpsc::UnboundedReceiver<Publication>> {
+        self.publications
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+
+    /// The append script publishes: nothing to announce.
+    fn wants_announcements(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::listener::parse_publication;
+    use super::*;
+
+    #[test]
+    fn keys_and_publications_round_trip_whatever_the_ids_hold() {
+        for (tenant, thread) in [("t", "th"), ("a/b", "{x}:y%"), ("é", "\n/")] {
+            let key = ThreadKey::new(tenant, thread);
+            let member = member_of(&key);
+            assert_eq!(member.matches('/').count(), 1, "{member}");
+            assert!(!member.contains('{') && !member.contains('}'));
+            assert_eq!(key_of_member(&member), Some(key.clone()));
+            let payload = format!("n1\n{member}\n7\n2:{{}}11:{{\"a\":\"b:c\"}}");
+            let (node, p) = parse_publication(payload.as_bytes()).unwrap();
+            assert_eq!(node, "n1");
+            assert_eq!(p.key, key);
+            assert_eq!(
+                p.events,
+                vec![
+                    (7, Bytes::from_static(b"{}")),
+                    (8, Bytes::from_static(br#"{"a":"b:c"}"#))
+                ]
+            );
+        }
+        assert!(
+            parse_publication(b"n1\nt/x\n1\n99:{}").is_none(),
+            "truncated"
+        );
+    }
+}

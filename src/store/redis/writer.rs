@@ -1,0 +1,118 @@
+//! The journal writer: one task sends queued batches in order, as
+//! pipelines of [`APPEND`] scripts (group commit).
+
+use super::scripts::APPEND;
+
+use super::*;
+
+/// Most batches sent in one pipeline.
+pub(super) const MAX_PIPELINE: usize = 64;
+
+/// Sends queued batches in order, as pipelines of [`APPEND`] scripts.
+pub(super) async fn write_loop(
+    mut conn: ConnectionManager,
+    mut queue: mpsc::UnboundedReceiver<(AppendBatch, Ack)>,
+    healthy: Arc<AtomicBool>,
+    prefix: String,
+    node: String,
+) {
+    let script = Script::new(APPEND);
+    while let Some(first) = queue.recv().await {
+        let mut group = vec![first];
+        while group.len() < MAX_PIPELINE {
+            match queue.try_recv() {
+                Ok(next) => group.push(next),
+                Err(_) => break,
+            }
+        }
+        let pipe = append_pipeline(&script, &group, &prefix, &node);
+        let mut results: ::redis::RedisResult<Vec<(i64, RedisValue)>> =
+            pipe.query_async(&mut conn).await;
+        if results
+            .as_ref()
+            .is_err_and(|e| e.to_string().to_lowercase().contains("noscript"))
+        {
+            // Redis restarted or its script cache was flushed: nothing ran.
+            // Load the script and send the same pipeline again.
+            if let Err(e) = script.prepare_invoke().load_async(&mut conn).await {
+                tracing::warn!("loading the append script failed: {e}");
+            }
+            results = pipe.query_async(&mut conn).await;
+        }
+        match results {
+            Ok(results) => {
+                healthy.store(true, Ordering::Release);
+                for ((_, ack), (ok, answer)) in group.into_iter().zip(results) {
+                    let result = match (ok, answer) {
+                        (1, RedisValue::Int(first)) => Ok(first as u64),
+                        (3, RedisValue::BulkString(id)) => Err(StoreError::Duplicate(
+                            String::from_utf8_lossy(&id).into_owned(),
+                        )),
+                        (2, _) => Err(StoreError::Fenced),
+                        other => Err(StoreError::failed(format!(
+                            "unexpected append answer {other:?}"
+                        ))),
+                    };
+                    let _ = ack.send(result);
+                }
+            }
+            Err(e) => {
+                tracing::error!("journal write failed (redis): {e}");
+                healthy.store(false, Ordering::Release);
+                for (_, ack) in group {
+                    let _ = ack.send(Err(StoreError::failed(&e)));
+                }
+            }
+        }
+    }
+}
+
+/// One [`APPEND`] invocation per batch, in queue order.
+pub(super) fn append_pipeline(
+    script: &Script,
+    group: &[(AppendBatch, Ack)],
+    prefix: &str,
+    node: &str,
+) -> ::redis::Pipeline {
+    let mut pipe = ::redis::pipe();
+    for (batch, _) in group {
+        let keys = Keys::of(prefix, &batch.key);
+        let m = &batch.meta;
+        let (base_seq, base) = match &batch.compact {
+            Some((seq, snapshot)) => (seq.to_string(), snapshot.to_vec()),
+            None => (String::new(), Vec::new()),
+        };
+        let mut invocation = script.prepare_invoke();
+        invocation
+            .key(&keys.events)
+            .key(&keys.meta)
+            .key(&keys.index)
+            .key(&keys.running)
+            .key(&keys.lease)
+            .key(match &batch.idempotency {
+                Some((cid, _)) => format!("{}:cid:{}", keys.tag, escape(cid)),
+                None => format!("{}:cid", keys.tag),
+            })
+            .arg(node)
+            .arg(&keys.member)
+            .arg(&keys.channel)
+            .arg(batch.events.first().map_or(0, |(s, _)| *s))
+            .arg(batch.events.len())
+            .arg(&m.creator)
+            .arg(m.agent.as_deref().unwrap_or(""))
+            .arg(&m.status)
+            .arg(m.created_ms)
+            .arg(m.updated_ms)
+            .arg(if batch.run_boundary { "1" } else { "0" })
+            .arg(base_seq)
+            .arg(base)
+            .arg(batch.fence.as_deref().unwrap_or(""))
+            .arg(format!("{prefix}:ctl"))
+            .arg(batch.idempotency.as_ref().map_or("", |(_, id)| id.as_str()));
+        for (_, json) in &batch.events {
+            invocation.arg(&json[..]);
+        }
+        pipe.invoke_script(&invocation);
+    }
+    pipe
+}
