@@ -9,7 +9,7 @@
 //! identity can be injected into `forwardedProps` ([`identity`]).
 //!
 //! Request-side checks run before a run is started; event-side rules run as
-//! the run's [`EventFilter`](crate::protocol::hooks::EventFilter), so nothing a
+//! the run's [`EventFilter`], so nothing a
 //! rule removed is ever journaled or shown.
 
 pub mod cel;

@@ -14,17 +14,17 @@
 //! heartbeats); rate budgets (`prefix:rate:…`) and connection counts
 //! (`prefix:conns:…`); the channel `prefix:ctl` for requests between nodes.
 //!
-//! An append is one Lua script ([`scripts::APPEND`]), so it is atomic: it
+//! An append is one Lua script (`scripts::APPEND`), so it is atomic: it
 //! checks the run's fence, gives the events the next seqs of the stored
 //! journal, updates the metadata, trims what a compaction made obsolete,
 //! releases the lease of a run it ends, and publishes the events on the
 //! thread's channel — the [publication bus](super::bus). Nothing is ever
 //! published that was not appended, and nothing appended goes unpublished.
 //!
-//! The parts: [`scripts`] (every Lua script), [`writer`] (one task sends
-//! batches in order as pipelines: group commit), [`listener`] (the
-//! subscribing connection), [`leases`] (run leases and the heartbeat),
-//! [`counters`] (cluster-wide limits). Durability is Redis's: acknowledged
+//! The parts: `scripts` (every Lua script), `writer` (one task sends
+//! batches in order as pipelines: group commit), `listener` (the
+//! subscribing connection), `leases` (run leases and the heartbeat),
+//! `counters` (cluster-wide limits). Durability is Redis's: acknowledged
 //! means in Redis's memory, and on disk as its `appendonly`/`appendfsync`
 //! settings say.
 //!
