@@ -136,6 +136,29 @@ fn run_frame(agent: &str, thread: &str, run: &str) -> Value {
            "messages": [{"id": format!("u-{run}"), "role": "user", "content": "hello"}]})
 }
 
+/// A client on `gw` that starts run `(agent, thread, run)` and has read
+/// up to its first `event_type` event.
+async fn run_until(
+    gw: &Gateway,
+    t: &str,
+    (agent, thread, run): (&str, &str, &str),
+    event_type: &str,
+) -> Ws {
+    let mut ws = Ws::connect(gw, WsAuth::Header(t)).await.unwrap();
+    ws.send(run_frame(agent, thread, run)).await;
+    assert_eq!(answer(&mut ws, run).await["type"], "ack");
+    ws.recv_until(|f| f["event"]["type"] == event_type).await;
+    ws
+}
+
+/// A viewer of `thread` on `gw` (from seq 0) that has read up to its first
+/// `event_type` event.
+async fn watch_until(gw: &Gateway, t: &str, thread: &str, event_type: &str) -> Ws {
+    let mut ws = subscribe(gw, t, thread, 0).await;
+    ws.recv_until(|f| f["event"]["type"] == event_type).await;
+    ws
+}
+
 /// The next frame answering command `id` (events in between are skipped).
 async fn answer(ws: &mut Ws, id: &str) -> Value {
     loop {
@@ -357,16 +380,8 @@ async fn a_killed_nodes_run_is_closed_by_another_node_and_the_thread_runs_again(
     let b = scenario_node(&redis, "b", &py).await;
     let t = token(json!({"sub": "alice"}));
 
-    let mut runner = Ws::connect(&a, WsAuth::Header(&t)).await.unwrap();
-    runner.send(run_frame("stall", "lost", "r1")).await;
-    assert_eq!(answer(&mut runner, "r1").await["type"], "ack");
-    runner
-        .recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_START")
-        .await;
-    let mut viewer = subscribe(&b, &t, "lost", 0).await;
-    viewer
-        .recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_START")
-        .await;
+    let runner = run_until(&a, &t, ("stall", "lost", "r1"), "TEXT_MESSAGE_START").await;
+    let mut viewer = watch_until(&b, &t, "lost", "TEXT_MESSAGE_START").await;
 
     // Node A dies (SIGKILL): its lease expires and node B closes the run.
     drop(runner);
@@ -569,26 +584,11 @@ async fn a_draining_node_finishes_its_runs_refuses_new_ones_and_exits_cleanly() 
     let b = Gateway::start(&config("b")).await;
     let t = token(json!({"sub": "alice"}));
 
-    let mut runner = Ws::connect(&a, WsAuth::Header(&t)).await.unwrap();
-    runner.send(run_frame("gated", "drain", "r1")).await;
-    assert_eq!(answer(&mut runner, "r1").await["type"], "ack");
-    runner
-        .recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_CONTENT")
-        .await;
-    let mut viewer = subscribe(&b, &t, "drain", 0).await;
-    viewer
-        .recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_CONTENT")
-        .await;
+    let _runner = run_until(&a, &t, ("gated", "drain", "r1"), "TEXT_MESSAGE_CONTENT").await;
+    let mut viewer = watch_until(&b, &t, "drain", "TEXT_MESSAGE_CONTENT").await;
 
     // SIGTERM: node A stops taking runs and says so, its run goes on.
-    let pid = a.proc.child.id().unwrap().to_string();
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    a.signal("TERM");
     until_ready_is(&a, 503).await;
     let (status, body) = post_run(&a.run_url("ok"), &t, &input("other", "x1", "hi")).await;
     assert_eq!(status, 503, "{body}");
@@ -627,24 +627,9 @@ async fn a_run_that_outlasts_the_drain_window_is_journaled_cancelled() {
     .await;
     let b = Gateway::start(&format!("{}{agents}", redis.store_config("b"))).await;
     let t = token(json!({"sub": "alice"}));
-    let mut runner = Ws::connect(&a, WsAuth::Header(&t)).await.unwrap();
-    runner.send(run_frame("stall", "long", "r1")).await;
-    assert_eq!(answer(&mut runner, "r1").await["type"], "ack");
-    runner
-        .recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_START")
-        .await;
-    let mut viewer = subscribe(&b, &t, "long", 0).await;
-    viewer
-        .recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_START")
-        .await;
-    let pid = a.proc.child.id().unwrap().to_string();
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    let _runner = run_until(&a, &t, ("stall", "long", "r1"), "TEXT_MESSAGE_START").await;
+    let mut viewer = watch_until(&b, &t, "long", "TEXT_MESSAGE_START").await;
+    a.signal("TERM");
     py.proc.expect_line("DISCONNECTED stall").await;
     let end = viewer.recv_until(is_terminal_frame).await;
     let last = &end.last().unwrap()["event"];

@@ -478,14 +478,7 @@ async fn hot_reload_applies_to_the_next_run_and_keeps_the_last_good_policy() {
     cfg.push_str("\n[[agents]]\nid = \"finance2\"\nurl = \"demo:\"\n");
     std::fs::write(&gw.config_path, cfg).unwrap();
     let (before, _) = reloads(&gw).await;
-    let pid = gw.proc.child.id().unwrap().to_string();
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-HUP", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    gw.signal("HUP");
     assert_eq!(reload_after(&gw, before).await, 1);
     c.send(call("h4", "r4", "delete_account", json!({}))).await;
     assert_eq!(tool_calls(&types_of_run(&mut c).await), 0, "denied again");

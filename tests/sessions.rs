@@ -534,14 +534,7 @@ async fn sqlite_journal_survives_kill_9_and_the_open_run_is_closed() {
         .await;
     let before_seqs = seqs(&before);
     // kill -9: no shutdown path runs.
-    let pid = gw.proc.child.id().unwrap();
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-9", &pid.to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
+    gw.signal("KILL");
     gw.proc.child.wait().await.unwrap();
     drop(c);
 

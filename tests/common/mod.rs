@@ -370,6 +370,17 @@ impl Gateway {
         stored
     }
 
+    /// Sends `signal` (`TERM`, `HUP`, `KILL`, …) to the first node.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.proc.child.id().expect("running").to_string();
+        let sent = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(&pid)
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -{signal} {pid}");
+    }
+
     /// The address of the node the next client goes to.
     pub fn next_base(&self) -> &str {
         let n =
