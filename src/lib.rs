@@ -6,6 +6,8 @@
 //! stand-alone AG-UI agent the default config runs so the gateway works out of
 //! the box.
 //!
+//! [`metrics`] is a leaf every layer counts into (Prometheus at `/metrics`).
+//!
 //! [`config`] is plain settings data and imports no sibling but [`protocol`];
 //! what acts on it lives with its user ([`auth`] grants and keys, [`policy`]
 //! reading its file), so config is never part of an import cycle.
@@ -13,6 +15,7 @@
 pub mod auth;
 pub mod config;
 pub mod demo;
+pub mod metrics;
 pub mod policy;
 pub mod protocol;
 pub mod server;

@@ -753,7 +753,7 @@ async fn the_shipped_multi_node_files_serve_one_session_through_haproxy() {
         let metrics = gw.metrics().await;
         let started: u64 = metrics
             .lines()
-            .find_map(|l| l.strip_prefix("agui_runs_started_total "))
+            .find_map(|l| l.strip_prefix("agui_runs_started_total{agent=\"demo\"} "))
             .and_then(|n| n.trim().parse().ok())
             .unwrap_or(0);
         assert!(started >= 1, "every node took a run: {metrics}");

@@ -281,8 +281,17 @@ async fn chunked_oversize_body_without_length_is_refused() {
     let _ = writer.await;
 }
 
+/// The value of the series `name` (with its labels, as exposed), or 0.
+fn series(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
 #[tokio::test]
-async fn health_ready_and_metrics() {
+async fn health_ready_and_metrics_move_under_http_and_websocket_runs() {
     let gw = Gateway::start(DEMO).await;
     let c = http();
     assert_eq!(
@@ -290,20 +299,99 @@ async fn health_ready_and_metrics() {
         200
     );
     assert_eq!(c.get(gw.url("/readyz")).send().await.unwrap().status(), 200);
-    post_run(
+    let before = gw.metrics().await;
+    assert!(before.contains("agui_build_info{version="), "{before}");
+    assert!(before.ends_with("# EOF\n"), "OpenMetrics text");
+
+    // An HTTP run, then a WebSocket run with a viewer, then two bad tokens.
+    let (status, body) = post_run(
         &gw.run_url("demo"),
         &token(json!({})),
         &input("t", "r", "x"),
     )
     .await;
+    assert_eq!(status, 200, "{body}");
+    let http_events = sse_events(&body).len() as f64;
+    let mut ws = Ws::connect(&gw, WsAuth::Header(&token(json!({"sub": "w"}))))
+        .await
+        .unwrap();
+    ws.send(
+        json!({"type": "run", "id": "r", "agent": "demo", "threadId": "w1", "runId": "w-r1",
+                   "messages": [{"id": "m", "role": "user", "content": "hi"}]}),
+    )
+    .await;
+    let ws_frames = ws.recv_until(is_terminal_frame).await;
+    let ws_events = ws_frames.iter().filter(|f| f["type"] == "event").count() as f64;
     let _ = c.get(gw.url("/v1/agents")).send().await.unwrap();
+    assert_eq!(
+        Ws::connect(&gw, WsAuth::Header("not-a-jwt")).await.err(),
+        Some(401)
+    );
+
     let m = gw.metrics().await;
-    assert!(m.contains("agui_runs_started_total 1"), "{m}");
-    assert!(
-        m.contains("agui_runs_ended_total{outcome=\"success\"} 1"),
+    assert_eq!(
+        series(&m, "agui_runs_started_total{agent=\"demo\"}"),
+        2.0,
         "{m}"
     );
-    assert!(m.contains("agui_auth_failures_total 1"), "{m}");
+    assert_eq!(
+        series(
+            &m,
+            "agui_runs_ended_total{agent=\"demo\",outcome=\"success\"}"
+        ),
+        2.0,
+        "{m}"
+    );
+    assert_eq!(
+        series(&m, "agui_run_duration_seconds_count{agent=\"demo\"}"),
+        2.0,
+        "{m}"
+    );
+    assert_eq!(
+        series(
+            &m,
+            "agui_upstream_first_event_seconds_count{agent=\"demo\"}"
+        ),
+        2.0,
+        "{m}"
+    );
+    assert!(
+        series(&m, "agui_events_in_total{agent=\"demo\"}") >= http_events,
+        "{m}"
+    );
+    assert_eq!(
+        series(&m, "agui_events_out_total{transport=\"http\"}"),
+        http_events,
+        "{m}"
+    );
+    assert!(
+        series(&m, "agui_events_out_total{transport=\"ws\"}") >= ws_events,
+        "{m}"
+    );
+    assert!(
+        series(&m, "agui_journal_append_seconds_count") >= 2.0,
+        "{m}"
+    );
+    assert_eq!(series(&m, "agui_connections{transport=\"ws\"}"), 1.0, "{m}");
+    assert_eq!(series(&m, "agui_ws_sessions"), 1.0, "{m}");
+    assert_eq!(
+        series(
+            &m,
+            "agui_auth_failures_total{reason=\"missing_token\",transport=\"http\"}"
+        ),
+        1.0,
+        "/v1/agents without a token: {m}"
+    );
+    assert_eq!(
+        series(
+            &m,
+            "agui_auth_failures_total{reason=\"malformed_token\",transport=\"ws\"}"
+        ),
+        1.0,
+        "{m}"
+    );
+    assert!(series(&m, "agui_resident_threads") >= 2.0, "{m}");
+    drop(ws);
 }
 
 #[tokio::test]

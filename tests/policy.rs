@@ -383,14 +383,15 @@ async fn rate_limits_runs_meta_and_connections() {
 /// `agui_config_reloads_total` from /metrics.
 async fn reloads(gw: &Gateway) -> (u64, u64) {
     let m = gw.metrics().await;
-    let read = |name: &str| {
+    let read = |series: &str| {
         m.lines()
-            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .find_map(|l| l.strip_prefix(&format!("{series} ")))
             .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(u64::MAX)
+            .unwrap_or(0)
     };
     (
-        read("agui_config_reloads_total"),
+        read("agui_config_reloads_total{result=\"ok\"}")
+            + read("agui_config_reloads_total{result=\"refused\"}"),
         read("agui_config_reload_success"),
     )
 }

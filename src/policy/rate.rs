@@ -196,6 +196,7 @@ pub fn check(
                 &governor::clock::DefaultClock::default(),
             ));
             tracing::info!(rule = %r.name, user = %who.subject, tenant = %who.tenant, ?action, "rate limited");
+            crate::metrics::metrics().policy_decided(&r.name, "rate");
             return Err(Limited {
                 rule: r.name.clone(),
                 retry_after: wait.max(Duration::from_secs(1)),
@@ -229,6 +230,7 @@ pub async fn check_shared(
             Ok(None) => {}
             Ok(Some(wait)) => {
                 tracing::info!(rule = %r.name, user = %who.subject, tenant = %who.tenant, ?action, "rate limited (cluster-wide)");
+                crate::metrics::metrics().policy_decided(&r.name, "rate");
                 return Err(Limited {
                     rule: r.name.clone(),
                     retry_after: wait.max(Duration::from_secs(1)),
@@ -276,6 +278,7 @@ pub fn connect(rules: &[RateRule], who: &Principal) -> Result<ConnectionSlot, Li
         if *n >= r.limit {
             drop(n);
             tracing::info!(rule = %r.name, user = %who.subject, tenant = %who.tenant, "connection limit reached");
+            crate::metrics::metrics().policy_decided(&r.name, "rate");
             return Err(Limited {
                 rule: r.name.clone(),
                 retry_after: Duration::from_secs(1),
@@ -307,6 +310,7 @@ pub async fn connect_shared(
             Ok(true) => slot.shared.push((counters.clone(), key)),
             Ok(false) => {
                 tracing::info!(rule = %r.name, user = %who.subject, tenant = %who.tenant, "connection limit reached (cluster-wide)");
+                crate::metrics::metrics().policy_decided(&r.name, "rate");
                 return Err(Limited {
                     rule: r.name.clone(),
                     retry_after: Duration::from_secs(1),

@@ -127,6 +127,7 @@ impl Redactor {
         for (name, re, replacement, targets) in &self.rules {
             if targets.contains(&target) && re.is_match(&out) {
                 tracing::info!(rule = %name, user = %self.user, thread = %self.thread, ?target, "policy redacted content");
+                crate::metrics::metrics().policy_decided(name, "redact");
                 out = re.replace_all(&out, replacement.as_str()).into_owned();
             }
         }

@@ -269,6 +269,8 @@ impl ToolGuard {
         match verdict {
             Verdict::Denied { rule, error } => {
                 self.calls.insert(id.to_owned(), Call::Denied);
+                crate::metrics::metrics()
+                    .policy_decided(rule.as_deref().unwrap_or("allow-list"), "deny");
                 if error {
                     return Err(Box::new(run_error(
                         "policy_violation",

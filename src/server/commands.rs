@@ -21,7 +21,6 @@ use crate::thread::run::{RunRequest, Started};
 use crate::upstream::Agent;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
 
 /// The agent `agent_id`, if it exists and `who`'s roles may run it. Every
 /// run and resume checks it; it stands alone so that HTTP can check the
@@ -251,7 +250,6 @@ async fn launch(
             return Err(refused.into());
         }
     };
-    state.metrics.runs_started.fetch_add(1, Relaxed);
     let mut ack = Map::new();
     ack.insert("threadId".into(), thread_id.into());
     ack.insert("runId".into(), run_id.into());

@@ -12,7 +12,6 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
 use serde_json::{Value, json};
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
 
 /// The caller, verified from the request's bearer token; a missing or bad
 /// token answers `unauthenticated` (and counts as an authentication failure).
@@ -37,7 +36,7 @@ pub async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Princ
         Some(token) => state.auth.verify(token).await,
     };
     result.map_err(|f| {
-        state.metrics.auth_failures.fetch_add(1, Relaxed);
+        crate::metrics::metrics().auth_failed(f.reason(), "http");
         tracing::info!(reason = f.reason(), "authentication refused");
         ApiError::from(f)
     })

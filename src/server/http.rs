@@ -12,8 +12,8 @@ use super::extract::{Authenticated, read_body};
 use super::sse::{Next, async_stream, entry_frame, pump, sse_response};
 use super::state::AppState;
 use crate::auth::Principal;
+use crate::protocol::RunAgentInput;
 use crate::protocol::hooks::RunInput;
-use crate::protocol::{Event, EventType, RunAgentInput};
 use crate::thread::fanout::{OutboxReceiver, Outgoing, outbox};
 use axum::Json;
 use axum::extract::{Path, Request, State};
@@ -21,7 +21,6 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
 
 /// `GET /v1/agents`: the agents the caller's roles may run.
 pub async fn list_agents(
@@ -52,11 +51,18 @@ pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
-/// `GET /metrics`: the Prometheus counters.
+/// `GET /metrics`: every metric (see [`crate::metrics`]), with the gauges
+/// that are cheaper to read than to maintain read now.
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let m = crate::metrics::metrics();
+    m.resident_threads.set(state.threads.resident() as i64);
+    m.active_runs.set(state.threads.runs_here() as i64);
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.metrics.render(),
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        m.render(),
     )
         .into_response()
 }
@@ -101,31 +107,21 @@ async fn start_run(
     Ok(rx)
 }
 
-/// What a run's terminal event says, for logs and metrics.
-fn outcome_label(event: &Event) -> String {
-    match event.kind() {
-        EventType::RunError => event.str_field("code").unwrap_or("run_error").to_owned(),
-        _ => event
-            .get("outcome")
-            .and_then(|o| o.get("type"))
-            .and_then(|t| t.as_str())
-            .unwrap_or("success")
-            .to_owned(),
-    }
-}
-
 /// The run's events as SSE (`id: <seq>` + `data:`), keepalives while quiet,
 /// ending after the terminal event. Dropping the response tells the run its
 /// requester left.
 fn run_response(state: Arc<AppState>, rx: OutboxReceiver) -> Response {
     let keepalive = state.config.server.keepalive;
+    let metrics = crate::metrics::metrics();
+    let events_out = metrics.events_out_counter("http");
+    let counted = metrics.connection("http");
     let stream = async_stream(move |tx| {
+        let _counted = counted;
         pump(rx, tx, keepalive, move |item, chunk| match item {
             Outgoing::Event(e) => {
-                state.metrics.events_forwarded.fetch_add(1, Relaxed);
+                events_out.inc();
                 chunk.extend_from_slice(&entry_frame(&e));
                 if e.event.kind().is_terminal() {
-                    state.metrics.run_ended(&outcome_label(&e.event));
                     Next::End
                 } else {
                     Next::More

@@ -13,7 +13,6 @@ pub mod error;
 pub mod extract;
 pub mod fields;
 pub mod http;
-pub mod metrics;
 pub mod reload;
 pub mod sideband;
 pub mod sse;

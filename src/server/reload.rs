@@ -29,12 +29,12 @@ pub fn reload(state: &AppState, demo_addr: Option<SocketAddr>) -> Result<(), Vec
     })();
     match result {
         Ok(n) => {
-            state.metrics.reloaded(true);
+            reloaded(true);
             tracing::info!(agents = n, "configuration reloaded");
             Ok(())
         }
         Err(errors) => {
-            state.metrics.reloaded(false);
+            reloaded(false);
             for e in &errors {
                 tracing::error!("reload refused, keeping the last good configuration: {e}");
             }
@@ -87,4 +87,16 @@ pub fn spawn(state: Arc<AppState>, demo_addr: Option<SocketAddr>, poll: Duration
             }
         }
     });
+}
+
+/// Counts a reload attempt and whether the configuration in force is the
+/// file's (1) or an older one the file failed to replace (0).
+fn reloaded(ok: bool) {
+    let m = crate::metrics::metrics();
+    m.reloads
+        .get_or_create(&crate::metrics::ReloadLabel {
+            result: if ok { "ok" } else { "refused" },
+        })
+        .inc();
+    m.reload_success.set(i64::from(ok));
 }

@@ -3,7 +3,6 @@
 //! Its own file so route modules and commands can use it without reaching
 //! up into `server/mod.rs`, which builds the router over them.
 
-use super::metrics;
 use crate::auth::Authenticator;
 use crate::config::Config;
 use crate::thread::Threads;
@@ -20,7 +19,6 @@ pub struct AppState {
     pub threads: Arc<Threads>,
     /// Operator policy (empty when no file is configured); swapped whole on reload.
     policy: std::sync::RwLock<Arc<crate::policy::Policy>>,
-    pub metrics: metrics::Metrics,
     /// Source of connection/viewer ids.
     pub ids: AtomicU64,
     /// One-use SSE join tickets.
@@ -47,7 +45,6 @@ impl AppState {
             agents: std::sync::RwLock::new(Arc::new(agents)),
             threads,
             policy: std::sync::RwLock::new(Arc::new(policy)),
-            metrics: Default::default(),
             ids: Default::default(),
             tickets: crate::auth::ticket::StreamTickets::new(config.server.ticket_ttl),
             counters: None,

@@ -163,9 +163,13 @@ pub async fn join(
     let guard = ViewerGuard { thread, viewer };
     let stream = async_stream(move |tx| async move {
         let _guard = guard; // unsubscribes however the task ends (including abort)
+        let metrics = crate::metrics::metrics();
+        let _counted = metrics.connection("sse");
+        let events_out = metrics.events_out_counter("sse");
         pump(rx, tx, keepalive, |item, chunk| {
             match item {
                 Outgoing::Event(e) => {
+                    events_out.inc();
                     chunk.extend_from_slice(&encode(&e, framer.event(e.seq, &e.event)))
                 }
                 Outgoing::Message(m) => {

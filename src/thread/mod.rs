@@ -139,6 +139,8 @@ pub struct Thread {
 pub struct PendingAppend {
     ack: Option<crate::store::AppendAck>,
     events: Vec<Event>,
+    /// When it was handed over (journal latency metric).
+    since: std::time::Instant,
 }
 
 /// How a subscription starts.
@@ -434,7 +436,11 @@ impl Thread {
         fence: Option<Arc<str>>,
     ) -> Result<PendingAppend, StoreError> {
         if events.is_empty() {
-            return Ok(PendingAppend { ack: None, events });
+            return Ok(PendingAppend {
+                ack: None,
+                events,
+                since: std::time::Instant::now(),
+            });
         }
         let mut inner = self.lock();
         if let Some(e) = &inner.broken {
@@ -472,6 +478,7 @@ impl Thread {
         Ok(PendingAppend {
             ack: Some(self.store.append(batch)),
             events,
+            since: std::time::Instant::now(),
         })
     }
 
@@ -479,7 +486,7 @@ impl Thread {
     /// publishes what is now the contiguous durable prefix. Returns the
     /// batch's entries with the seqs the store gave them.
     pub async fn settle(&self, pending: PendingAppend) -> Result<Vec<Arc<Entry>>, StoreError> {
-        let PendingAppend { ack, events } = pending;
+        let PendingAppend { ack, events, since } = pending;
         let Some(ack) = ack else {
             return Ok(Vec::new());
         };
@@ -487,6 +494,11 @@ impl Thread {
             Ok(r) => r,
             Err(_) => Err(StoreError::failed("journal writer gone")),
         };
+        let metrics = crate::metrics::metrics();
+        metrics
+            .journal_append
+            .observe(since.elapsed().as_secs_f64());
+        metrics.journal_batch_events.observe(events.len() as f64);
         let mut inner = self.lock();
         inner.inflight -= 1;
         match result {

@@ -803,6 +803,15 @@ async fn drive(
         }
         staged
     };
+    let metrics = crate::metrics::metrics();
+    let agent_label = crate::metrics::AgentLabel {
+        agent: agent.id.clone(),
+    };
+    metrics.runs_started.get_or_create(&agent_label).inc();
+    let began = std::time::Instant::now();
+    let mut first_event = true;
+    // How the run ended, for the metrics (a fixed set of classes).
+    let mut outcome = "gateway_error";
     let mut stream = Some(RunStream::start(agent.clone(), body, upstream_headers));
     // The requester's outbox while this task feeds it (the journal takes
     // over if it lags); `starter` itself is kept to notice the requester leave.
@@ -897,12 +906,23 @@ async fn drive(
                     }
                     closing.extend(open.closing());
                     closing.push(Event::build(json!({"type": "RUN_FINISHED", "threadId": thread_id, "runId": run_id, "outcome": {"type": "cancelled"}})));
+                    outcome = "cancelled";
                     tracing::info!(thread = %thread_id, run = %run_id, "run cancelled");
                 }
                 feed.journal(&thread, closing, Vec::new()).await;
                 break;
             }
             Step::Events(batch) => {
+                if std::mem::take(&mut first_event) {
+                    metrics
+                        .upstream_first_event
+                        .get_or_create(&agent_label)
+                        .observe(began.elapsed().as_secs_f64());
+                }
+                metrics
+                    .events_in
+                    .get_or_create(&agent_label)
+                    .inc_by(batch.len() as u64);
                 // 1. What the journal gets (input on RUN_STARTED, canonical
                 //    interrupts), and what the HTTP requester gets instead:
                 //    `None` nothing, `Some(None)` the same, `Some(Some(e))` `e`.
@@ -934,6 +954,9 @@ async fn drive(
                 let mut originals = Vec::with_capacity(staged.len());
                 for (event, original) in staged {
                     open.track(&event);
+                    if event.kind().is_terminal() {
+                        outcome = outcome_of(&event);
+                    }
                     events.push(event);
                     originals.push(original);
                 }
@@ -956,11 +979,38 @@ async fn drive(
             }
         }
     }
+    if feed.store_failed {
+        outcome = "gateway_error";
+    }
+    metrics
+        .runs_ended
+        .get_or_create(&crate::metrics::RunEndLabels {
+            agent: agent.id.clone(),
+            outcome,
+        })
+        .inc();
+    metrics
+        .run_duration
+        .get_or_create(&agent_label)
+        .observe(began.elapsed().as_secs_f64());
     if feed.store_failed && thread.shared() {
         close_after_outage(&thread, &run_id, &lease).await;
     }
     thread.maybe_compact().await;
     thread.run_ended(&run_id);
+}
+
+/// The metrics class of a run's terminal event.
+fn outcome_of(terminal: &Event) -> &'static str {
+    if *terminal.kind() == EventType::RunError {
+        crate::metrics::outcome_class(true, terminal.str_field("code"))
+    } else {
+        let outcome = terminal
+            .get("outcome")
+            .and_then(|o| o.get("type"))
+            .and_then(Value::as_str);
+        crate::metrics::outcome_class(false, outcome)
+    }
 }
 
 /// Journals `RUN_ERROR journal_unavailable` for a run whose batch the shared

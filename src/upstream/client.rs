@@ -94,6 +94,13 @@ impl RunStream {
                 && let Some((code, message)) = failure
             {
                 tracing::warn!(agent = %agent.id, code = %code.as_string(), "{message}");
+                crate::metrics::metrics()
+                    .upstream_errors
+                    .get_or_create(&crate::metrics::UpstreamErrorLabels {
+                        agent: agent.id.clone(),
+                        code: crate::metrics::upstream_code_class(&code.as_string()),
+                    })
+                    .inc();
                 let _ = tx.send(run_error(&code.as_string(), message)).await;
             }
         });

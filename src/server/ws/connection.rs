@@ -34,6 +34,7 @@ pub(super) async fn serve(
     principal: Option<Principal>,
     mut slot: Option<crate::policy::rate::ConnectionSlot>,
 ) {
+    let _counted = crate::metrics::metrics().connection("ws");
     let (sink, mut stream) = socket.split();
     let (outbox, rx) = outbox(state.config.threads.viewer_queue_bytes);
     let writer = tokio::spawn(write_loop(sink, rx, state.config.ws.ping_interval));
@@ -71,6 +72,7 @@ pub(super) async fn serve(
             }
         },
     };
+    let _session = crate::metrics::metrics().session();
     let mut client = Client::new(state, principal, outbox.clone());
     let expiry = tokio::time::sleep_until(deadline(client.expires_at()));
     tokio::pin!(expiry);
@@ -145,7 +147,10 @@ async fn first_frame_auth(
     limit: Duration,
 ) -> Result<(Principal, Value), String> {
     let frame = match tokio::time::timeout(limit, stream.next()).await {
-        Err(_) => return Err("no token within auth_timeout".into()),
+        Err(_) => {
+            crate::metrics::metrics().auth_failed("missing_token", "ws");
+            return Err("no token within auth_timeout".into());
+        }
         Ok(Some(Ok(Message::Text(t)))) => t,
         Ok(_) => return Err("authenticate first: send {\"type\":\"auth\",\"token\":…}".into()),
     };
@@ -158,11 +163,10 @@ async fn first_frame_auth(
         .get("token")
         .and_then(Value::as_str)
         .ok_or("auth frame has no token")?;
-    let p = state
-        .auth
-        .verify(token)
-        .await
-        .map_err(|f| format!("{} ({})", f, f.reason()))?;
+    let p = state.auth.verify(token).await.map_err(|f| {
+        crate::metrics::metrics().auth_failed(f.reason(), "ws");
+        format!("{} ({})", f, f.reason())
+    })?;
     Ok((p, v.get("id").cloned().unwrap_or(Value::Null)))
 }
 

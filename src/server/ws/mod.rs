@@ -74,7 +74,10 @@ pub async fn upgrade(
     let principal = match token {
         Some(t) => match state.auth.verify(&t).await {
             Ok(p) => Some(p),
-            Err(f) => return ApiError::from(f).into_response(),
+            Err(f) => {
+                crate::metrics::metrics().auth_failed(f.reason(), "ws");
+                return ApiError::from(f).into_response();
+            }
         },
         None => None,
     };

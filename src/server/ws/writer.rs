@@ -18,6 +18,7 @@ pub(super) async fn write_loop(
     ping_every: Duration,
 ) {
     let mut ping = tokio::time::interval_at(Instant::now() + ping_every, ping_every);
+    let events_out = crate::metrics::metrics().events_out_counter("ws");
     'connection: loop {
         let first = tokio::select! {
             item = rx.recv() => item,
@@ -33,7 +34,10 @@ pub(super) async fn write_loop(
         loop {
             let message = match item {
                 None => break 'connection,
-                Some(Outgoing::Event(e)) => Message::Text(event_frame(&e)),
+                Some(Outgoing::Event(e)) => {
+                    events_out.inc();
+                    Message::Text(event_frame(&e))
+                }
                 Some(Outgoing::Message(m)) => Message::Text(text(m)),
                 Some(Outgoing::Close(code, reason)) => {
                     let _ = sink
