@@ -257,8 +257,11 @@ fn explain(config: &Config, policy: Policy, sample: &std::path::Path) -> Result<
 fn init_logging(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("AGUI_GATEWAY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only for a person at a terminal: log files and journald get
+    // plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     if format == "json" {
         builder.json().init();

@@ -476,3 +476,64 @@ async fn env_overrides_config_keys() {
         .unwrap();
     assert_eq!(resp.status(), 413);
 }
+
+#[tokio::test]
+async fn the_access_log_names_each_request_and_never_a_token_or_content() {
+    let gw = Gateway::start(&format!("{DEMO}[ws]\nquery_token = true\n")).await;
+    let tok = token(json!({"sub": "logan", "tenant": "acme"}));
+    let resp = http()
+        .get(gw.url("/v1/agents"))
+        .bearer_auth(&tok)
+        .header("x-request-id", "req-from-client-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        resp.headers()["x-request-id"],
+        "req-from-client-1",
+        "echoed"
+    );
+    // Without one, the gateway makes one up and says which.
+    let resp = http().get(gw.url("/healthz")).send().await.unwrap();
+    let made_up = resp.headers()["x-request-id"].to_str().unwrap().to_owned();
+    assert_eq!(made_up.len(), 36, "a UUID: {made_up}");
+    // A run with private content, and a WebSocket with its token in the query.
+    let secret_text = "my-private-message-7781";
+    let mut body = input("logged", "r1", secret_text);
+    body["messages"][0]["id"] = "m-logged".into();
+    let (status, _) = post_run(&gw.run_url("demo"), &tok, &body).await;
+    assert_eq!(status, 200);
+    let mut ws = Ws::connect(&gw, WsAuth::Query(&tok)).await.unwrap();
+    ws.send(json!({"type": "ping", "id": "p"})).await;
+    assert_eq!(ws.recv().await["type"], "pong");
+
+    gw.proc.expect_stderr("req-from-client-1").await;
+    gw.proc.expect_stderr(&made_up).await;
+    let log = gw.proc.stderr();
+    let line = log
+        .lines()
+        .find(|l| l.contains("req-from-client-1") && l.contains("access"))
+        .expect("an access line for the request");
+    assert!(
+        line.contains("status=200") && line.contains("path=/v1/agents"),
+        "{line}"
+    );
+    assert!(line.contains("tenant=acme"), "{line}");
+    let run_line = log
+        .lines()
+        .find(|l| l.contains("access") && l.contains("thread=logged"))
+        .expect("the run's access line names its thread");
+    assert!(run_line.contains("run=r1"), "{run_line}");
+    assert!(!log.contains(&tok), "a token reached the log");
+    assert!(
+        !log.contains("access_token"),
+        "a query string reached the log"
+    );
+    for l in log
+        .lines()
+        .filter(|l| l.contains(" INFO ") || l.contains(" WARN "))
+    {
+        assert!(!l.contains(secret_text), "message content at info: {l}");
+    }
+}

@@ -108,6 +108,7 @@ pub async fn run(
         mut input,
         strategy,
     } = cmd;
+    super::access_log::record_thread(&thread_id, Some(&run_id));
     let strategy = match strategy {
         Some(chosen) if chosen != agent.strategy && !agent.allow_strategy_override => {
             return Err(ApiError::new(
@@ -151,6 +152,7 @@ pub async fn resume(
         run_id,
         mut input,
     } = cmd;
+    super::access_log::record_thread(&thread_id, Some(&run_id));
     let thread = thread_for(state, who, &thread_id, Permission::Resume, false)
         .await
         .map_err(AccessError::into_api)?;
@@ -266,6 +268,7 @@ pub async fn cancel(
     thread_id: &str,
     run_id: Option<&str>,
 ) -> Result<Map<String, Value>, ApiError> {
+    super::access_log::record_thread(thread_id, run_id);
     let thread = thread_for(state, who, thread_id, Permission::Cancel, false)
         .await
         .map_err(AccessError::into_api)?;

@@ -35,6 +35,9 @@ pub async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Princ
         None => Err(crate::auth::AuthFailure::MissingToken),
         Some(token) => state.auth.verify(token).await,
     };
+    if let Ok(p) = &result {
+        super::access_log::record_tenant(&p.tenant);
+    }
     result.map_err(|f| {
         crate::metrics::metrics().auth_failed(f.reason(), "http");
         tracing::info!(reason = f.reason(), "authentication refused");

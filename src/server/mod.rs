@@ -7,6 +7,7 @@
 //! bodies as axum extractors), [`access`], [`error`], [`state`].
 
 pub mod access;
+pub mod access_log;
 pub mod commands;
 pub mod cors;
 pub mod error;
@@ -37,7 +38,7 @@ use tokio::net::TcpListener;
 /// the configured browser origins.
 pub fn router(state: Arc<AppState>) -> Router {
     let cors = cors::layer(&state.config.cors);
-    Router::new()
+    let router = Router::new()
         .route("/v1/agents", get(http::list_agents))
         .route("/v1/agents/{agent}/run", post(http::run_agent))
         .route("/v1/ws", get(ws::upgrade))
@@ -56,8 +57,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         // Whatever answers with an error (a framework rejection, a wrong
         // method, a failed upgrade) answers with the documented JSON shape.
         .layer(axum::middleware::map_response(error::json_errors))
-        .layer(cors)
-        .with_state(state)
+        .layer(cors);
+    access_log::layer(router).with_state(state)
 }
 
 /// A running gateway: its bound address and a handle to stop it.
