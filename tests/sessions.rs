@@ -683,3 +683,61 @@ async fn bad_frames_get_invalid_and_the_socket_stays_usable() {
         .await;
     assert_eq!(c.recv().await["close"], 1009);
 }
+
+#[tokio::test]
+async fn sigterm_lets_the_run_finish_then_closes_viewers_with_1001_and_ends_join_streams() {
+    if single_node_only("SIGTERM stops one process; tests/cluster.rs drains one node of two") {
+        return;
+    }
+    let py = PyAgent::start("scripted_agent.py").await;
+    let mut gw = Gateway::start(&format!(
+        "[[agents]]\nid = \"gated\"\nurl = \"{}\"\ntimeouts = {{ idle = \"1h\" }}\n",
+        py.url("gated")
+    ))
+    .await;
+    let t = token(json!({"sub": "alice"}));
+    let mut runner = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
+    runner
+        .send(
+            json!({"type": "run", "id": "r1", "agent": "gated", "threadId": "term", "runId": "r1",
+                     "messages": [{"id": "u1", "role": "user", "content": "hi"}]}),
+        )
+        .await;
+    runner
+        .recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_CONTENT")
+        .await;
+    let join = http()
+        .get(gw.url("/v1/threads/term/events?after=0"))
+        .bearer_auth(&t)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(join.status(), 200);
+    let join_body = tokio::spawn(async move { join.text().await.unwrap() });
+
+    gw.signal("TERM");
+    // Not ready, no new runs; the run in flight goes on.
+    let deadline = std::time::Instant::now() + WAIT;
+    while http().get(gw.url("/readyz")).send().await.unwrap().status() != 503 {
+        assert!(std::time::Instant::now() < deadline, "still ready");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let (status, body) = post_run(&gw.run_url("gated"), &t, &input("other", "x", "hi")).await;
+    assert_eq!(status, 503, "{body}");
+    http().post(py.url("release")).send().await.unwrap();
+
+    // The runner's socket: the rest of the run, then close 1001.
+    let rest = runner.recv_until(|f| f.get("close").is_some()).await;
+    let (close, events) = rest.split_last().unwrap();
+    assert_eq!(close["close"], 1001, "{close}");
+    assert_eq!(
+        events.last().unwrap()["event"]["type"],
+        "RUN_FINISHED",
+        "the close comes after the last event"
+    );
+    // The join stream ended after the terminal event.
+    let text = join_body.await.unwrap();
+    let last = sse_events(&text).pop().unwrap();
+    assert_eq!(last["type"], "RUN_FINISHED", "{text}");
+    assert!(gw.proc.child.wait().await.unwrap().success(), "exit 0");
+}

@@ -29,6 +29,9 @@ pub struct AppState {
     /// Set when the node drains before it stops: readiness turns false and
     /// new runs are refused (`unavailable`), while active ones finish.
     pub draining: std::sync::atomic::AtomicBool,
+    /// Cancelled once the node has drained: every WebSocket gets close 1001
+    /// after what it was sent, every SSE join stream ends.
+    pub shutdown: tokio_util::sync::CancellationToken,
 }
 
 impl AppState {
@@ -49,6 +52,7 @@ impl AppState {
             tickets: crate::auth::ticket::StreamTickets::new(config.server.ticket_ttl),
             counters: None,
             draining: Default::default(),
+            shutdown: Default::default(),
             config,
         }
     }
@@ -82,6 +86,7 @@ impl AppState {
                 tokio::time::sleep(every).await;
             }
         }
+        self.shutdown.cancel();
         cancelled
     }
 

@@ -161,6 +161,15 @@ pub async fn join(
     tracing::debug!(thread = %thread_id, viewer, after, "viewer joined the SSE stream");
     let keepalive = state.config.server.keepalive;
     let guard = ViewerGuard { thread, viewer };
+    // The node stopped: the stream ends after what it was sent.
+    let shutdown = state.shutdown.clone();
+    let closing = ob.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = shutdown.cancelled() => closing.close(1001, "gateway shutting down"),
+            _ = closing.closed() => {}
+        }
+    });
     let stream = async_stream(move |tx| async move {
         let _guard = guard; // unsubscribes however the task ends (including abort)
         let metrics = crate::metrics::metrics();

@@ -73,6 +73,7 @@ pub(super) async fn serve(
         },
     };
     let _session = crate::metrics::metrics().session();
+    let shutdown = state.shutdown.clone();
     let mut client = Client::new(state, principal, outbox.clone());
     let expiry = tokio::time::sleep_until(deadline(client.expires_at()));
     tokio::pin!(expiry);
@@ -80,6 +81,11 @@ pub(super) async fn serve(
         let next = tokio::select! {
             _ = &mut expiry => {
                 outbox.close(CLOSE_UNAUTHENTICATED, "token expired");
+                break;
+            }
+            // After everything queued for it: the close goes out last.
+            _ = shutdown.cancelled() => {
+                outbox.close(CLOSE_GOING_AWAY, "gateway shutting down");
                 break;
             }
             n = tokio::time::timeout(cfg.read_timeout, stream.next()) => n,
