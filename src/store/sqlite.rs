@@ -123,9 +123,15 @@ impl SqliteStore {
             checkpoint: checkpoint_tx,
             since_checkpoint: 0,
         };
+        let alive = WriterAlive(healthy.clone());
         std::thread::Builder::new()
             .name("journal-writer".into())
-            .spawn(move || writer.run())
+            .spawn(move || {
+                // However the thread ends (a panic included), readiness
+                // turns false: nothing can be journaled any more.
+                let _alive = alive;
+                writer.run()
+            })
             .map_err(err)?;
         std::thread::Builder::new()
             .name("journal-checkpoint".into())
@@ -145,6 +151,16 @@ impl SqliteStore {
             reader: Mutex::new(reader),
             healthy,
         })
+    }
+}
+
+/// Held by the writer thread: marks the store unhealthy when the thread ends.
+struct WriterAlive(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for WriterAlive {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::Release);
+        tracing::error!("the journal writer stopped: readiness is false");
     }
 }
 
@@ -684,5 +700,22 @@ mod tests {
             "nothing half-written"
         );
         assert_eq!(s.running().unwrap(), vec![k]);
+    }
+
+    #[tokio::test]
+    async fn readiness_turns_false_when_the_writer_thread_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SqliteStore::open(&dir.path().join("j.db"), "normal", 1024).unwrap();
+        assert!(s.healthy());
+        // The writer thread ends when its queue's sender goes away.
+        let (orphan, _) = mpsc::channel();
+        s.writer = orphan;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while s.healthy() {
+            assert!(std::time::Instant::now() < deadline, "still healthy");
+            std::thread::yield_now();
+        }
+        let ack = s.append(batch(&ThreadKey::new("t", "th"), 1, 1, "running"));
+        assert!(ack.await.unwrap().is_err(), "nothing can be written");
     }
 }
