@@ -537,3 +537,48 @@ async fn the_access_log_names_each_request_and_never_a_token_or_content() {
         assert!(!l.contains(secret_text), "message content at info: {l}");
     }
 }
+
+#[tokio::test]
+async fn an_online_backup_restores_the_journal() {
+    let gw = Gateway::start(DEMO).await;
+    let tok = token(json!({"sub": "bea"}));
+    let (status, _) = post_run(&gw.run_url("demo"), &tok, &input("bk", "r1", "remember me")).await;
+    assert_eq!(status, 200);
+    let snapshot = |gw: &Gateway| {
+        let url = gw.url("/v1/threads/bk");
+        let tok = tok.clone();
+        async move {
+            http()
+                .get(url)
+                .bearer_auth(tok)
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
+    };
+    let original = snapshot(&gw).await;
+    // docs/operations.md: `VACUUM INTO` while the gateway runs.
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("backup.db");
+    let live = gw
+        .config_path
+        .parent()
+        .unwrap()
+        .join("data/agui-gateway.db");
+    rusqlite::Connection::open(&live)
+        .unwrap()
+        .execute("VACUUM INTO ?1", [copy.to_str().unwrap()])
+        .unwrap();
+    // A new gateway on the copy holds the same thread.
+    let restored = Gateway::start(&format!("{DEMO}[store]\npath = \"{}\"\n", copy.display())).await;
+    let back = snapshot(&restored).await;
+    assert_eq!(back["seq"], original["seq"], "{back}");
+    assert_eq!(back["messages"], original["messages"]);
+    assert!(
+        back["messages"].to_string().contains("remember me"),
+        "{back}"
+    );
+}
