@@ -118,6 +118,21 @@ pub struct ServerConfig {
     /// Lifetime of a one-use SSE join ticket (`POST /v1/threads/{id}/ticket`).
     #[serde(with = "humantime_serde")]
     pub ticket_ttl: Duration,
+    /// Most client connections at once (all transports); past it new ones
+    /// are refused (HTTP 503 `unavailable`) until one closes. 0: no cap.
+    pub max_connections: usize,
+    /// HTTPS/WSS on the listener; unset: plain HTTP (terminate TLS in front).
+    pub tls: Option<TlsConfig>,
+}
+
+/// The listener's certificate, reloaded when its files change.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM certificate chain, leaf first (relative to the config file).
+    pub cert: PathBuf,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1; relative to the config file).
+    pub key: PathBuf,
 }
 
 /// Cross-origin browser access to the HTTP routes.
@@ -151,6 +166,8 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(10),
             drain_timeout: Duration::from_secs(30),
             ticket_ttl: Duration::from_secs(30),
+            max_connections: 0,
+            tls: None,
         }
     }
 }
@@ -674,6 +691,12 @@ impl Config {
             .flatten()
             .chain([&mut self.store.path])
             .chain(self.policy.path.iter_mut())
+            .chain(
+                self.server
+                    .tls
+                    .iter_mut()
+                    .flat_map(|t| [&mut t.cert, &mut t.key]),
+            )
         {
             if p.is_relative() {
                 *p = base.join(&*p);

@@ -393,7 +393,12 @@ async fn serve(config: Config, policy: Policy) -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", state.config.server.listen))?;
     // Tests and scripts read this line to find an ephemeral port.
-    println!("agui-gateway listening on http://{}", running.addr);
+    let scheme = if state.config.server.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    println!("agui-gateway listening on {scheme}://{}", running.addr);
     tracing::info!(addr = %running.addr, agents = state.config.agents.len(), "gateway listening");
 
     let stop = running.shutdown_handle();

@@ -19,6 +19,7 @@ pub mod sideband;
 pub mod sse;
 pub mod state;
 pub mod threads;
+pub mod tls;
 pub mod webhook;
 pub mod ws;
 
@@ -87,25 +88,52 @@ impl Running {
     }
 }
 
+/// The listener: plain TCP, or TLS on it (see [`tls`]).
+enum Bound {
+    Plain(TcpListener),
+    Tls(tls::TlsListener),
+}
+
 /// Binds `state.config.server.listen` and serves until shut down.
 pub async fn start(state: Arc<AppState>) -> std::io::Result<Running> {
     let listener = TcpListener::bind(&state.config.server.listen).await?;
     let addr = listener.local_addr()?;
     let grace = state.config.server.shutdown_grace;
+    let bound = match &state.config.server.tls {
+        Some(tls) => {
+            Bound::Tls(tls::TlsListener::new(listener, tls).map_err(std::io::Error::other)?)
+        }
+        None => Bound::Plain(listener),
+    };
     let app = router(state);
     let (tx, mut rx) = tokio::sync::watch::channel(false);
     let mut grace_rx = tx.subscribe();
     let task = tokio::spawn(async move {
-        // No Nagle: an event is a small write that must leave now, not when
-        // the client's delayed ACK arrives (~40 ms stalls otherwise).
-        let listener = listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!("TCP_NODELAY: {e}");
-            }
-        });
-        let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        let stopped = async move {
             let _ = rx.wait_for(|stop| *stop).await;
-        });
+        };
+        let server = async move {
+            match bound {
+                Bound::Tls(listener) => {
+                    axum::serve(listener, app)
+                        .with_graceful_shutdown(stopped)
+                        .await
+                }
+                Bound::Plain(listener) => {
+                    // No Nagle: an event is a small write that must leave
+                    // now, not when the client's delayed ACK arrives (~40 ms
+                    // stalls otherwise).
+                    let listener = listener.tap_io(|tcp| {
+                        if let Err(e) = tcp.set_nodelay(true) {
+                            tracing::debug!("TCP_NODELAY: {e}");
+                        }
+                    });
+                    axum::serve(listener, app)
+                        .with_graceful_shutdown(stopped)
+                        .await
+                }
+            }
+        };
         tokio::select! {
             r = server => r,
             _ = async {
