@@ -73,6 +73,8 @@ pub struct Metrics {
     pub connections: Family<TransportLabel, Gauge>,
     /// WebSocket connections that authenticated.
     pub sessions: Gauge,
+    /// Connections refused at `server.max_connections`.
+    pub connections_refused: Counter,
     /// Threads in memory (set at scrape time).
     pub resident_threads: Gauge,
     /// Runs active or queued on this node (set at scrape time).
@@ -119,6 +121,7 @@ impl Metrics {
         let m = Metrics {
             connections: Family::default(),
             sessions: Gauge::default(),
+            connections_refused: Counter::default(),
             resident_threads: Gauge::default(),
             active_runs: Gauge::default(),
             runs_started: Family::default(),
@@ -147,6 +150,11 @@ impl Metrics {
             "ws_sessions",
             "Authenticated WebSocket sessions.",
             m.sessions.clone(),
+        );
+        r.register(
+            "connections_refused",
+            "Connections refused at server.max_connections.",
+            m.connections_refused.clone(),
         );
         r.register(
             "resident_threads",

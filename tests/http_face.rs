@@ -734,3 +734,44 @@ async fn tls_on_the_listener_and_a_renewed_certificate_without_restart() {
         "the old certificate is no longer served"
     );
 }
+
+#[tokio::test]
+async fn past_max_connections_a_client_gets_a_clear_503_until_one_closes() {
+    let gw = Gateway::start_with_env(DEMO, &[("AGUI_GATEWAY__SERVER__MAX_CONNECTIONS", "2")]).await;
+    let t = token(json!({"sub": "cap"}));
+    let first = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
+    let _second = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
+    // A third connection (a fresh client: a new TCP connection) is told why.
+    let refused = http()
+        .get(gw.url("/v1/agents"))
+        .bearer_auth(&t)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 503);
+    assert_eq!(refused.headers()["connection"], "close");
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "unavailable", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_connections"),
+        "{body}"
+    );
+    // One closes: its slot is free again.
+    drop(first);
+    let deadline = std::time::Instant::now() + WAIT;
+    let metrics = loop {
+        let resp = http().get(gw.url("/metrics")).send().await.unwrap();
+        if resp.status() == 200 {
+            break resp.text().await.unwrap();
+        }
+        assert!(std::time::Instant::now() < deadline, "still refused");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert!(
+        metrics.contains("agui_connections_refused_total 1"),
+        "{metrics}"
+    );
+}

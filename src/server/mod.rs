@@ -8,6 +8,7 @@
 
 pub mod access;
 pub mod access_log;
+pub mod admission;
 pub mod commands;
 pub mod cors;
 pub mod error;
@@ -25,6 +26,7 @@ pub mod ws;
 
 pub use state::AppState;
 
+use admission::Admission;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::serve::ListenerExt;
@@ -58,7 +60,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         // Whatever answers with an error (a framework rejection, a wrong
         // method, a failed upgrade) answers with the documented JSON shape.
         .layer(axum::middleware::map_response(error::json_errors))
-        .layer(cors);
+        .layer(cors)
+        .layer(axum::middleware::from_fn(admission::gate));
     access_log::layer(router).with_state(state)
 }
 
@@ -99,6 +102,7 @@ pub async fn start(state: Arc<AppState>) -> std::io::Result<Running> {
     let listener = TcpListener::bind(&state.config.server.listen).await?;
     let addr = listener.local_addr()?;
     let grace = state.config.server.shutdown_grace;
+    let cap = state.config.server.max_connections;
     let bound = match &state.config.server.tls {
         Some(tls) => {
             Bound::Tls(tls::TlsListener::new(listener, tls).map_err(std::io::Error::other)?)
@@ -115,9 +119,13 @@ pub async fn start(state: Arc<AppState>) -> std::io::Result<Running> {
         let server = async move {
             match bound {
                 Bound::Tls(listener) => {
-                    axum::serve(listener, app)
-                        .with_graceful_shutdown(stopped)
-                        .await
+                    let listener = admission::AdmissionListener::new(listener, cap);
+                    axum::serve(
+                        listener,
+                        app.into_make_service_with_connect_info::<Admission>(),
+                    )
+                    .with_graceful_shutdown(stopped)
+                    .await
                 }
                 Bound::Plain(listener) => {
                     // No Nagle: an event is a small write that must leave
@@ -128,9 +136,13 @@ pub async fn start(state: Arc<AppState>) -> std::io::Result<Running> {
                             tracing::debug!("TCP_NODELAY: {e}");
                         }
                     });
-                    axum::serve(listener, app)
-                        .with_graceful_shutdown(stopped)
-                        .await
+                    let listener = admission::AdmissionListener::new(listener, cap);
+                    axum::serve(
+                        listener,
+                        app.into_make_service_with_connect_info::<Admission>(),
+                    )
+                    .with_graceful_shutdown(stopped)
+                    .await
                 }
             }
         };
