@@ -356,3 +356,44 @@ async fn keepalive_comments_flow_while_the_agent_is_quiet() {
     drop(body);
     py.proc.expect_line("DISCONNECTED stall").await;
 }
+
+#[tokio::test]
+async fn the_upstream_request_carries_a_traceparent_continuing_the_callers_trace() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = Gateway::start(&agent("echo", &py.url("echo"), "")).await;
+    let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let resp = http()
+        .post(gw.run_url("echo"))
+        .bearer_auth(token(json!({})))
+        .header("traceparent", parent)
+        .json(&input("t-trace", "r-trace", "hi"))
+        .send()
+        .await
+        .unwrap();
+    let events = sse_events(&resp.text().await.unwrap());
+    let sent = events[1]["value"]["traceparent"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        sent.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-") && sent.ends_with("-01"),
+        "same trace, a span of the gateway's own: {sent}"
+    );
+    assert_ne!(sent, parent);
+    gw.proc
+        .expect_stderr("trace_id=4bf92f3577b34da6a3ce929d0e0e4736")
+        .await;
+    // Without one, each run starts a trace of its own.
+    let (_, text) = post_run(
+        &gw.run_url("echo"),
+        &token(json!({})),
+        &input("t-trace", "r-2", "hi"),
+    )
+    .await;
+    let fresh = sse_events(&text)[1]["value"]["traceparent"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(fresh.len(), 55, "{fresh}");
+    assert!(!fresh.contains("4bf92f35"), "{fresh}");
+}

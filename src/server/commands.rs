@@ -57,6 +57,8 @@ pub struct RunCommand {
     pub input: RunInput,
     /// The strategy the client chose, if it chose one; the agent's otherwise.
     pub strategy: Option<Strategy>,
+    /// The client request's W3C `traceparent` (HTTP), continued upstream.
+    pub traceparent: Option<String>,
 }
 
 /// A WebSocket `resume` frame: answers to the thread's pending interrupts.
@@ -107,6 +109,7 @@ pub async fn run(
         run_id,
         mut input,
         strategy,
+        traceparent,
     } = cmd;
     super::access_log::record_thread(&thread_id, Some(&run_id));
     let strategy = match strategy {
@@ -133,7 +136,7 @@ pub async fn run(
     let thread = thread_for(state, who, &thread_id, need, need == Permission::Run)
         .await
         .map_err(AccessError::into_api)?;
-    let request = run_request(agent, run_id, input, prepared);
+    let request = run_request(agent, run_id, input, prepared, traceparent.as_deref());
     launch(state, who, &thread, request, strategy, requester).await
 }
 
@@ -175,7 +178,7 @@ pub async fn resume(
     state
         .check_shared_rate(crate::policy::rate::Action::Run, who, &agent.id, &thread_id)
         .await?;
-    let request = run_request(agent, run_id, input, prepared);
+    let request = run_request(agent, run_id, input, prepared, None);
     launch(state, who, &thread, request, strategy, requester).await
 }
 
@@ -196,8 +199,14 @@ fn run_request(
     agent: Arc<Agent>,
     run_id: String,
     input: RunInput,
-    prepared: Prepared,
+    mut prepared: Prepared,
+    traceparent: Option<&str>,
 ) -> RunRequest {
+    let trace = crate::upstream::trace::child_of(traceparent);
+    tracing::info!(run = %run_id, agent = %agent.id, trace_id = %&trace[3..35], "run traced upstream");
+    if let Ok(value) = reqwest::header::HeaderValue::from_str(&trace) {
+        prepared.upstream_headers.insert("traceparent", value);
+    }
     RunRequest {
         agent,
         run_id,

@@ -3,6 +3,7 @@
 
 pub mod client;
 pub mod routing;
+pub mod trace;
 
 pub use client::{RunStream, UpstreamCode};
 pub use routing::{Agent, AgentRegistry};

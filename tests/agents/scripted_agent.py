@@ -124,6 +124,7 @@ async def handle(request: Request) -> Response:
                 "input": body,
                 "authorization": request.headers.get("authorization"),
                 "accept": request.headers.get("accept"),
+                "traceparent": request.headers.get("traceparent"),
                 "identityHeaders": {k: v for k, v in request.headers.items() if k.lower().startswith("x-agui-")},
             }
             yield ENC.encode(CustomEvent(name="echo", value=seen))

@@ -79,6 +79,7 @@ pub(super) fn run_command(
         run_id,
         input,
         strategy,
+        traceparent: None,
     })
 }
 
