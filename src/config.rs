@@ -70,6 +70,8 @@ pub struct Config {
     #[serde(default)]
     pub demo: DemoConfig,
     #[serde(default)]
+    pub inspector: InspectorConfig,
+    #[serde(default)]
     pub agents: Vec<AgentConfig>,
     #[serde(default)]
     pub store: StoreConfig,
@@ -462,6 +464,25 @@ impl Default for ClaimNames {
             roles: "roles".into(),
             tenant: "tenant".into(),
             threads: "threads".into(),
+        }
+    }
+}
+
+/// The inspector: a web page to watch and steer threads live.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct InspectorConfig {
+    /// Serve it (off unless the config says so; the shipped config does).
+    pub enabled: bool,
+    /// Where it is served, e.g. `/inspector`.
+    pub path: String,
+}
+
+impl Default for InspectorConfig {
+    fn default() -> Self {
+        InspectorConfig {
+            enabled: false,
+            path: "/inspector".into(),
         }
     }
 }

@@ -15,6 +15,7 @@ pub mod error;
 pub mod extract;
 pub mod fields;
 pub mod http;
+pub mod inspector;
 pub mod reload;
 pub mod sideband;
 pub mod sse;
@@ -41,7 +42,7 @@ use tokio::net::TcpListener;
 /// the configured browser origins.
 pub fn router(state: Arc<AppState>) -> Router {
     let cors = cors::layer(&state.config.cors);
-    let router = Router::new()
+    let mut router = Router::new()
         .route("/v1/agents", get(http::list_agents))
         .route("/v1/agents/{agent}/run", post(http::run_agent))
         .route("/v1/ws", get(ws::upgrade))
@@ -53,7 +54,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/threads/{thread}/cancel", post(sideband::post_cancel))
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(http::ready))
-        .route("/metrics", get(http::metrics))
+        .route("/metrics", get(http::metrics));
+    if let Some(inspector) = inspector::routes(&state) {
+        router = router.merge(inspector);
+    }
+    let router = router
         .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
         // Bodies are read by our extractors, so an oversize one gets our JSON 413.
         .layer(DefaultBodyLimit::disable())

@@ -59,8 +59,13 @@ pub async fn list(
         .skip(start)
         .take(limit)
         .map(|(k, m)| {
-            json!({"threadId": k.thread_id, "agent": m.agent, "status": m.status,
-                   "createdMs": m.created_ms, "updatedMs": m.updated_ms, "lastSeq": m.last_seq})
+            let mut t = json!({"threadId": k.thread_id, "agent": m.agent, "status": m.status,
+                   "createdMs": m.created_ms, "updatedMs": m.updated_ms, "lastSeq": m.last_seq});
+            // Viewers connected to this node, where the thread is in memory.
+            if let Some(n) = state.threads.viewers_here(&k) {
+                t["viewers"] = n.into();
+            }
+            t
         })
         .collect();
     let next = (start + limit < visible.len()).then_some(start + limit);

@@ -378,6 +378,11 @@ impl Threads {
         Ok(self.map.entry(key.clone()).or_insert(thread).clone())
     }
 
+    /// Viewers of `key` on this node, if the thread is in memory here.
+    pub fn viewers_here(&self, key: &ThreadKey) -> Option<usize> {
+        self.map.get(key).map(|t| t.viewer_count())
+    }
+
     /// Runs active or queued on this node.
     pub fn runs_here(&self) -> usize {
         self.map.iter().map(|t| t.value().runs_here()).sum()

@@ -299,6 +299,23 @@ async def handle(request: Request) -> Response:
             yield ENC.encode(RunFinishedEvent(thread_id=thread_id, run_id=run_id))
         return sse(gen())
 
+    if scenario == "xss":
+        # Script and onerror payloads in every place an agent writes text:
+        # a viewer must show them as text, never run them.
+        payload = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
+
+        async def gen():
+            yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+            yield ENC.encode(TextMessageStartEvent(message_id="x1", role="assistant"))
+            yield ENC.encode(TextMessageContentEvent(message_id="x1", delta="look: " + payload))
+            yield ENC.encode(TextMessageEndEvent(message_id="x1"))
+            yield ENC.encode(ToolCallChunkEvent(tool_call_id="c1", tool_call_name=payload, parent_message_id="x1", delta='{"q":"' + payload.replace('"', "'") + '"}'))
+            yield ENC.encode(ToolCallResultEvent(message_id="x2", tool_call_id="c1", content=payload))
+            yield ENC.encode(StateSnapshotEvent(snapshot={payload: payload}))
+            yield ENC.encode(CustomEvent(name=payload, value=payload))
+            yield ENC.encode(RunFinishedEvent(thread_id=thread_id, run_id=run_id))
+        return sse(gen())
+
     if scenario == "gated":
         # Streams "part1", then waits for POST /release before "part2": a
         # viewer can join while the run is provably in the middle of a message.

@@ -1,0 +1,206 @@
+//! The inspector page: served by the gateway, strict about what a browser
+//! may load, and — driven in a real headless Chromium by
+//! `tests/interop/inspector.mjs` — usable by two people on one thread.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+
+fn config(py: &PyAgent) -> String {
+    format!(
+        "[inspector]\nenabled = true\n[demo]\nenabled = true\ntoken_delay = \"15ms\"\n\
+         [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n\
+         [[agents]]\nid = \"xss\"\nurl = \"{}\"\n",
+        py.url("xss")
+    )
+}
+
+#[tokio::test]
+async fn the_page_is_served_with_a_strict_policy_and_only_where_configured() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = Gateway::start(&config(&py)).await;
+    let redirect = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .get(gw.url("/inspector"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(redirect.status(), 308);
+    assert_eq!(redirect.headers()["location"], "/inspector/");
+    for (path, kind) in [
+        ("/inspector/", "text/html"),
+        ("/inspector/app.js", "text/javascript"),
+        ("/inspector/app.css", "text/css"),
+    ] {
+        let resp = http().get(gw.url(path)).send().await.unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+        let headers = resp.headers().clone();
+        assert!(
+            headers["content-type"].to_str().unwrap().starts_with(kind),
+            "{path}"
+        );
+        let csp = headers["content-security-policy"].to_str().unwrap();
+        for rule in [
+            "default-src 'none'",
+            "script-src 'self'",
+            "connect-src 'self'",
+            "frame-ancestors 'none'",
+        ] {
+            assert!(csp.contains(rule), "{path}: {csp}");
+        }
+        let body = resp.text().await.unwrap();
+        assert!(
+            !body.contains("https://") && !body.contains("http://"),
+            "no third-party origin in {path}"
+        );
+    }
+    let html = http()
+        .get(gw.url("/inspector/"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        !html.contains("<script>") && !html.contains("style="),
+        "no inline script or style"
+    );
+    // With a real secret there is no token minting.
+    let config: Value = http()
+        .get(gw.url("/inspector/config.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(config["devTokens"], false);
+    let mint = http()
+        .post(gw.url("/inspector/dev-token"))
+        .json(&json!({"sub": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(mint.status(), 404);
+    // Not configured: not served.
+    let plain = Gateway::start("").await;
+    assert_eq!(
+        http()
+            .get(plain.url("/inspector/"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+}
+
+#[tokio::test]
+async fn on_the_development_secret_the_page_can_mint_a_development_token() {
+    let dev = "agui-gateway-development-secret-change-me";
+    let gw = Gateway::start_config(
+        &format!(
+            "[auth]\nalgorithms = [\"HS256\"]\nhs_secret = \"{dev}\"\n[inspector]\nenabled = true\n"
+        ),
+        &[],
+    )
+    .await;
+    let config: Value = http()
+        .get(gw.url("/inspector/config.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(config["devTokens"], true);
+    let minted: Value = http()
+        .post(gw.url("/inspector/dev-token"))
+        .json(&json!({"sub": "dana", "roles": ["admin"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let token = minted["token"].as_str().unwrap();
+    let agents = http()
+        .get(gw.url("/v1/agents"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(agents.status(), 200, "the minted token works");
+}
+
+#[tokio::test]
+async fn two_people_watch_steer_and_reload_one_thread_in_a_real_browser() {
+    if !std::path::Path::new("/usr/bin/chromium").exists() {
+        panic!("/usr/bin/chromium is missing: `bash .ci/run` installs Debian's chromium");
+    }
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = Gateway::start(&config(&py)).await;
+    let ann = token(json!({"sub": "ann"}));
+    let ben = token(json!({"sub": "ben", "threads": {"shared-1": ["view", "resume", "meta"]}}));
+    let shots = std::env::var("UPDATE_SCREENSHOTS")
+        .ok()
+        .map(|_| repo().join("docs").display().to_string());
+    let mut args = vec![gw.base.as_str(), ann.as_str(), ben.as_str()];
+    if let Some(dir) = &shots {
+        args.push(dir);
+    }
+    let seen = node_client("inspector.mjs", &args).await;
+    assert!(seen.get("failure").is_none(), "{seen:#}");
+    assert_eq!(seen["tokenInUrl"], false);
+    assert_eq!(seen["streamedWhileRunning"], true, "{seen:#}");
+    assert_eq!(
+        seen["annRunFinished"], 2,
+        "the approved run continued: {seen:#}"
+    );
+    assert!(
+        seen["annStatus"].as_str().unwrap().starts_with("finished"),
+        "{seen:#}"
+    );
+    assert!(
+        seen["annState"].as_str().unwrap().contains("approved"),
+        "{seen:#}"
+    );
+    assert!(
+        seen["annSawThumbsUp"].as_str().unwrap().contains("ben"),
+        "{seen:#}"
+    );
+    // The reload lost and repeated nothing: gapless seqs, same story as Ben's.
+    assert_eq!(seen["annGapNotices"], 0, "{seen:#}");
+    let seqs: Vec<u64> = serde_json::from_value(seen["annSeqsAfterReload"].clone()).unwrap();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+    let last = |v: &Value| {
+        v.as_array()
+            .unwrap()
+            .last()
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(
+        last(&seen["annMessagesAfterReload"]),
+        last(&seen["benMessages"]),
+        "{seen:#}"
+    );
+    // The agent's script stayed text.
+    assert_eq!(seen["pwned"], Value::Null, "{seen:#}");
+    assert_eq!(seen["imagesInPage"], 0);
+    assert_eq!(seen["scriptsInPage"], json!(["app.js"]));
+    assert!(
+        seen["xssText"]
+            .as_str()
+            .unwrap()
+            .contains("onerror=\"window.__pwned=1\""),
+        "{seen:#}"
+    );
+    assert_eq!(seen["errors"], json!([]), "no page errors: {seen:#}");
+}

@@ -1,0 +1,106 @@
+// Drives the inspector page in a real headless Chromium (Debian's package,
+// through playwright-core): two people, two browser contexts, one thread.
+// Prints one JSON object with what each saw; tests/inspector.rs asserts on it.
+//
+// usage: node inspector.mjs <gateway base url> <token A> <token B> [screenshot dir]
+import { chromium } from "playwright-core";
+
+const [base, tokenA, tokenB, shots] = process.argv.slice(2);
+const executablePath = process.env.CHROMIUM || "/usr/bin/chromium";
+const browser = await chromium.launch({ executablePath, args: ["--no-sandbox"] });
+const out = {};
+const WAIT = 30_000;
+
+async function person(token) {
+  const context = await browser.newContext({ viewport: { width: 1400, height: 900 } });
+  const page = await context.newPage();
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+  await page.goto(`${base}/inspector`);
+  await page.fill("#signin-token", token);
+  await page.click("#signin-button");
+  await page.waitForFunction(() => document.querySelector("#conn-status").textContent === "live", null, { timeout: WAIT });
+  return { context, page, errors };
+}
+
+/** `[seq, type]` of every timeline row. */
+const timeline = (page) => page.$$eval(".tl-row", (rows) => rows.map((r) => [Number(r.dataset.seq), r.dataset.type]));
+const count = (page, type) => page.$$eval(`.tl-row[data-type="${type}"]`, (rows) => rows.length);
+const until = (page, fn, arg) => page.waitForFunction(fn, arg, { timeout: WAIT });
+
+try {
+  // Ann signs in and asks the demo agent for a transfer: it streams, then
+  // stops for an approval.
+  const ann = await person(tokenA);
+  out.tokenInUrl = ann.page.url().includes(tokenA);
+  await ann.page.selectOption("#agent-select", "demo");
+  await ann.page.fill("#run-thread", "shared-1");
+  await ann.page.fill("#run-message", "please transfer 25 EUR to bob");
+  await ann.page.click("#run-start");
+  await until(ann.page, () => document.querySelectorAll('.tl-row[data-type="TEXT_MESSAGE_CONTENT"]').length > 0);
+  out.streamedWhileRunning = await ann.page.$eval("#run-status", (e) => e.textContent.startsWith("running"));
+  await ann.page.waitForSelector(".interrupt .approve", { timeout: WAIT });
+
+  // Ben, a second person, opens the same thread and sees the same events.
+  const ben = await person(tokenB);
+  await ben.page.click("#threads-refresh");
+  await ben.page.click('.thread-item[data-thread="shared-1"]', { timeout: WAIT });
+  await ben.page.waitForSelector(".interrupt .approve", { timeout: WAIT });
+  if (shots) await ben.page.screenshot({ path: `${shots}/inspector-interrupt.png`, fullPage: true });
+  out.sameEventsAtInterrupt = JSON.stringify(await timeline(ann.page)).length > 2;
+  const annTypes = (await timeline(ann.page)).map(([, t]) => t).filter((t) => t !== "snapshot");
+  const benSnapshotRows = (await timeline(ben.page)).length;
+  out.annEventsAtInterrupt = annTypes.length;
+  out.benRowsAtInterrupt = benSnapshotRows;
+
+  // Ben approves; both watch the run continue to its end.
+  await ben.page.click(".interrupt .approve");
+  await until(ann.page, () => document.querySelectorAll('.tl-row[data-type="RUN_FINISHED"]').length >= 2);
+  await until(ben.page, () => document.querySelectorAll('.tl-row[data-type="RUN_FINISHED"]').length >= 1);
+  out.annRunFinished = await count(ann.page, "RUN_FINISHED");
+  out.annStatus = await ann.page.$eval("#run-status", (e) => e.textContent);
+  out.annState = await ann.page.$eval("#state-tree", (e) => e.textContent);
+
+  // Ben's thumbs-up reaches Ann live.
+  await ben.page.click("#thumbs-up");
+  await ann.page.waitForSelector('.meta-item[data-meta-type="thumbs_up"]', { timeout: WAIT });
+  out.annSawThumbsUp = await ann.page.$eval('.meta-item[data-meta-type="thumbs_up"]', (e) => e.textContent);
+
+  // A second run; Ann reloads her page mid-stream and misses nothing.
+  await ann.page.fill("#reply-message", "tell me a long story about journals");
+  await ann.page.click("#reply-send");
+  await until(ann.page, () => document.querySelectorAll('.tl-row[data-type="TEXT_MESSAGE_CONTENT"]').length > 0
+    && document.querySelector("#run-status").textContent.startsWith("running"));
+  await ann.page.reload();
+  await until(ann.page, () => document.querySelector("#conn-status").textContent === "live");
+  await until(ann.page, () => document.querySelectorAll('.tl-row[data-type="RUN_FINISHED"]').length >= 1
+    && document.querySelector("#run-status").textContent.startsWith("finished"));
+  await until(ben.page, () => document.querySelector("#run-status").textContent.startsWith("finished")
+    && document.querySelectorAll('.tl-row[data-type="RUN_FINISHED"]').length >= 2);
+  const lastText = (page) => page.$$eval('.msg[data-role="assistant"] .body', (m) => m.map((x) => x.textContent));
+  out.annMessagesAfterReload = await lastText(ann.page);
+  out.benMessages = await lastText(ben.page);
+  out.annGapNotices = await ann.page.$$eval(".notice.gap", (n) => n.length);
+  const seqs = (await timeline(ann.page)).map(([s]) => s);
+  out.annSeqsAfterReload = seqs;
+  if (shots) await ann.page.screenshot({ path: `${shots}/inspector-thread.png`, fullPage: true });
+
+  // An agent that writes script: shown as text, never run.
+  await ann.page.selectOption("#agent-select", "xss");
+  await ann.page.fill("#run-thread", "x-1");
+  await ann.page.fill("#run-message", '<img src=x onerror="window.__pwned=3">');
+  await ann.page.click("#run-start");
+  await until(ann.page, () => document.querySelectorAll('.tl-row[data-type="RUN_FINISHED"]').length >= 1
+    && document.querySelector("#thread-title").textContent === "x-1");
+  out.pwned = await ann.page.evaluate(() => window.__pwned ?? null);
+  out.imagesInPage = await ann.page.$$eval("#conversation img, #state-tree img, #notices img", (i) => i.length);
+  out.scriptsInPage = await ann.page.$$eval("script", (s) => s.map((x) => x.getAttribute("src")));
+  out.xssText = await ann.page.$eval("#conversation", (e) => e.textContent);
+  out.errors = [...ann.errors, ...ben.errors];
+} catch (e) {
+  out.failure = String(e && e.stack ? e.stack : e);
+} finally {
+  await browser.close();
+}
+console.log(JSON.stringify(out));
