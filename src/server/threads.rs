@@ -62,7 +62,7 @@ pub async fn list(
             let mut t = json!({"threadId": k.thread_id, "agent": m.agent, "status": m.status,
                    "createdMs": m.created_ms, "updatedMs": m.updated_ms, "lastSeq": m.last_seq});
             // Viewers connected to this node, where the thread is in memory.
-            if let Some(n) = state.threads.viewers_here(&k) {
+            if let Some(n) = state.threads.viewers_here(k) {
                 t["viewers"] = n.into();
             }
             t
