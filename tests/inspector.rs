@@ -204,3 +204,60 @@ async fn two_people_watch_steer_and_reload_one_thread_in_a_real_browser() {
     );
     assert_eq!(seen["errors"], json!([]), "no page errors: {seen:#}");
 }
+
+#[tokio::test]
+async fn the_page_reconnects_after_a_gateway_restart_and_resumes_after_its_last_seq() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\nshutdown_grace = \"1s\"\n\
+             [auth]\nalgorithms = [\"HS256\"]\nhs_secret = \"{SECRET}\"\n\
+             [inspector]\nenabled = true\n[demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
+             [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n"
+        ),
+    )
+    .unwrap();
+    let gw = Gateway::start_file(&path, &[]).await;
+    let t = token(json!({"sub": "ria"}));
+    let (status, _) = post_run(&gw.run_url("demo"), &t, &input("again", "r1", "hello")).await;
+    assert_eq!(status, 200);
+    let mut cmd = tokio::process::Command::new("node");
+    cmd.arg(repo().join("tests/interop/inspector_reconnect.mjs"))
+        .args([gw.base.as_str(), t.as_str(), "again"])
+        .current_dir(repo().join("tests/interop"));
+    let mut page = Proc::spawn(cmd);
+    page.expect_line("watching").await;
+    // The gateway restarts on the same port: the page must come back alone.
+    let gw = gw.restart().await;
+    page.expect_line("reconnected").await;
+    let mut next = input("again", "r2", "and again");
+    next["messages"][0]["id"] = "m-again-2".into();
+    let (status, _) = post_run(&gw.run_url("demo"), &t, &next).await;
+    assert_eq!(status, 200);
+    let line = page.expect_line("{").await;
+    let seen: Value = serde_json::from_str(&line).unwrap();
+    assert!(seen.get("failure").is_none(), "{seen:#}");
+    assert_eq!(seen["sawOutage"], true);
+    assert_eq!(seen["gaps"], json!([]), "{seen:#}");
+    let rows: Vec<(u64, String)> = serde_json::from_value(seen["rows"].clone()).unwrap();
+    let seqs: Vec<u64> = rows.iter().map(|(s, _)| *s).collect();
+    assert!(
+        seqs.windows(2).all(|w| w[1] == w[0] + 1),
+        "one snapshot, then every seq once, across the restart: {rows:?}"
+    );
+    assert_eq!(rows[0].1, "snapshot", "{rows:?}");
+    assert_eq!(
+        rows.iter().filter(|(_, t)| t == "RUN_STARTED").count(),
+        1,
+        "the run after the restart, once: {rows:?}"
+    );
+    assert_eq!(rows.last().unwrap().1, "RUN_FINISHED", "{rows:?}");
+    assert_eq!(seen["errors"], json!([]), "{seen:#}");
+}
