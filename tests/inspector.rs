@@ -261,3 +261,39 @@ async fn the_page_reconnects_after_a_gateway_restart_and_resumes_after_its_last_
     assert_eq!(rows.last().unwrap().1, "RUN_FINISHED", "{rows:?}");
     assert_eq!(seen["errors"], json!([]), "{seen:#}");
 }
+
+#[tokio::test]
+async fn a_guest_sees_in_the_page_exactly_what_the_policy_lets_any_viewer_see() {
+    let policy = repo().join("config/policies/support-bot.toml");
+    let gw = Gateway::start(&format!(
+        "[policy]\npath = \"{}\"\n[inspector]\nenabled = true\n[demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
+         [[agents]]\nid = \"support\"\nurl = \"demo:\"\n",
+        policy.display()
+    ))
+    .await;
+    let staff = token(json!({"sub": "sam", "roles": ["staff"]}));
+    let guest = token(json!({"sub": "gus", "roles": ["guest"], "threads": {"help": ["view"]}}));
+    let (status, _) = post_run(
+        &gw.run_url("support"),
+        &staff,
+        &input("help", "r1", "hi there"),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let as_staff = node_client("inspector_view.mjs", &[&gw.base, &staff, "help"]).await;
+    let as_guest = node_client("inspector_view.mjs", &[&gw.base, &guest, "help"]).await;
+    assert!(as_staff.get("failure").is_none(), "{as_staff:#}");
+    assert!(as_guest.get("failure").is_none(), "{as_guest:#}");
+    assert!(
+        as_staff["reasoning"].as_u64().unwrap() > 0,
+        "staff sees reasoning: {as_staff:#}"
+    );
+    assert_eq!(as_guest["reasoning"], 0, "a guest sees none: {as_guest:#}");
+    assert!(
+        as_guest["conversation"]
+            .as_str()
+            .unwrap()
+            .contains("hi there"),
+        "{as_guest:#}"
+    );
+}
