@@ -87,6 +87,11 @@ struct Gateway {
 }
 
 async fn gateway(upstream: std::net::SocketAddr) -> Gateway {
+    gateway_with(upstream, "").await
+}
+
+/// A gateway with `extra` TOML (e.g. a `[store]` section) appended.
+async fn gateway_with(upstream: std::net::SocketAddr, extra: &str) -> Gateway {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("g.toml");
     std::fs::write(
@@ -94,7 +99,7 @@ async fn gateway(upstream: std::net::SocketAddr) -> Gateway {
         format!(
             "[server]\nlisten = \"127.0.0.1:0\"\n[auth]\nhs_secret = \"{SECRET}\"\n\
              [threads]\nmax_events = 1000000\n[ws]\nread_timeout = \"10m\"\nping_interval = \"5m\"\n\
-             [[agents]]\nid = \"blast\"\nurl = \"http://{upstream}/agent\"\n"
+             [[agents]]\nid = \"blast\"\nurl = \"http://{upstream}/agent\"\n{extra}"
         ),
     )
     .unwrap();
@@ -190,13 +195,24 @@ async fn fanout(
     n_paced: u64,
     gap_us: u64,
 ) -> (f64, f64, f64) {
-    let thread = format!("fan-{viewers}-{gap_us}");
-    let mut runner = connect(&gw.addr).await;
+    fanout_across(&gw.addr, &[&gw.addr], viewers, (n_fast, n_paced, gap_us)).await
+}
+
+/// [`fanout`] with the run on `runner_addr` and viewers spread over
+/// `viewer_addrs` in turn (several nodes sharing one store).
+async fn fanout_across(
+    runner_addr: &str,
+    viewer_addrs: &[&str],
+    viewers: usize,
+    (n_fast, n_paced, gap_us): (u64, u64, u64),
+) -> (f64, f64, f64) {
+    let thread = format!("fan-{viewers}-{gap_us}-{}", viewer_addrs.len());
+    let mut runner = connect(runner_addr).await;
     start_run(&mut runner, &thread, "warm", 1, 0).await;
     until(&mut runner, |t| t.contains("RUN_FINISHED")).await;
     let mut sockets = Vec::with_capacity(viewers);
-    for _ in 0..viewers {
-        let mut ws = connect(&gw.addr).await;
+    for v in 0..viewers {
+        let mut ws = connect(viewer_addrs[v % viewer_addrs.len()]).await;
         send(
             &mut ws,
             json!({"type": "subscribe", "id": "s", "threadId": thread, "after": 3}),
@@ -347,12 +363,145 @@ async fn journal_appends(tasks: usize, batches_per_task: usize, batch: usize) ->
     (tasks * batches_per_task * batch) as f64 / t0.elapsed().as_secs_f64()
 }
 
+/// A `redis-server` on a free loopback port, nothing persisted.
+struct Redis {
+    _child: tokio::process::Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+async fn redis() -> Redis {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = tokio::process::Command::new("redis-server")
+        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--save", "", "--appendonly", "no"])
+        .arg("--dir")
+        .arg(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("redis-server");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    while let Some(line) = lines.next_line().await.unwrap() {
+        if line.contains("Ready to accept connections") {
+            break;
+        }
+    }
+    // Keep draining its log so it never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Redis {
+        _child: child,
+        port,
+        _dir: dir,
+    }
+}
+
+/// `used_memory` from Redis's `INFO memory`.
+fn redis_used_memory(port: u16) -> u64 {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &port.to_string(), "INFO", "memory"])
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// `threads` runs of `n` unpaced events at once, run `i` through
+/// `addrs[i % len]`; events journaled and delivered per second.
+async fn concurrent_runs(addrs: &[&str], threads: usize, n: u64, tag: &str) -> f64 {
+    let t0 = Instant::now();
+    let runs = (0..threads).map(|i| {
+        let addr = addrs[i % addrs.len()].to_owned();
+        let thread = format!("{tag}-{i}");
+        async move {
+            let mut runner = connect(&addr).await;
+            start_run(&mut runner, &thread, "r", n, 0).await;
+            until(&mut runner, |t| t.contains("RUN_FINISHED")).await;
+        }
+    });
+    futures::future::join_all(runs).await;
+    (threads as u64 * n) as f64 / t0.elapsed().as_secs_f64()
+}
+
+/// Redis memory per thread (threads with one 10-event run each) and per
+/// 1,000 events (10,000 more events on one thread).
+async fn redis_memory(addr: &str, port: u16) -> (f64, f64) {
+    let before = redis_used_memory(port);
+    let threads = 1000;
+    for chunk in 0..threads / 50 {
+        let addrs = [addr];
+        concurrent_runs(&addrs, 50, 10, &format!("mem{chunk}")).await;
+    }
+    let after_threads = redis_used_memory(port);
+    let mut runner = connect(addr).await;
+    start_run(&mut runner, "mem-long", "r", 10_000, 0).await;
+    until(&mut runner, |t| t.contains("RUN_FINISHED")).await;
+    let after_events = redis_used_memory(port);
+    (
+        after_threads.saturating_sub(before) as f64 / threads as f64,
+        after_events.saturating_sub(after_threads) as f64 / 10.0,
+    )
+}
+
+/// Two nodes on one Redis against one node on SQLite, same agent, same run.
+async fn cluster(upstream: std::net::SocketAddr) {
+    let sqlite = gateway(upstream).await;
+    let redis = redis().await;
+    let store = |node: &str| {
+        format!(
+            "[store]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:{}\"\nnode = \"{node}\"\n",
+            redis.port
+        )
+    };
+    let a = gateway_with(upstream, &store("a")).await;
+    let b = gateway_with(upstream, &store("b")).await;
+    println!(
+        "several nodes: 1 node on SQLite vs 2 nodes on one Redis (run on A, viewers split over A and B):"
+    );
+    for (viewers, fast, paced, gap) in [(100, 5_000, 2_000, 5000), (1000, 1_000, 300, 5000)] {
+        let one = fanout_across(&sqlite.addr, &[&sqlite.addr], viewers, (fast, paced, gap)).await;
+        let two = fanout_across(&a.addr, &[&a.addr, &b.addr], viewers, (fast, paced, gap)).await;
+        println!(
+            "  {viewers:>5} viewers: SQLite {:>8.0} deliveries/s, p50 {:.0} µs, p99 {:.0} µs | Redis {:>8.0} deliveries/s, p50 {:.0} µs, p99 {:.0} µs | throughput ratio {:.2}",
+            one.0,
+            one.1,
+            one.2,
+            two.0,
+            two.1,
+            two.2,
+            two.0 / one.0
+        );
+    }
+    for (threads, n) in [(50, 1_000), (200, 200)] {
+        let one = concurrent_runs(&[&sqlite.addr], threads, n, &format!("c1-{threads}")).await;
+        let two = concurrent_runs(&[&a.addr, &b.addr], threads, n, &format!("c2-{threads}")).await;
+        println!(
+            "  {threads:>4} concurrent runs × {n} events: SQLite {one:>8.0} events/s | Redis, runs split over A and B {two:>8.0} events/s | ratio {:.2}",
+            two / one
+        );
+    }
+    let (per_thread, per_1k) = redis_memory(&a.addr, redis.port).await;
+    println!(
+        "  Redis memory: {per_thread:.0} bytes per thread (one 10-event run each), {per_1k:.0} bytes per 1,000 events (~110-byte events)"
+    );
+}
+
 fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         println!("load: skipped outside `cargo bench --bench load`");
         return;
     }
-    // LOAD_ONLY=journal|fanout|catchup|idle runs one part.
+    // LOAD_ONLY=journal|fanout|catchup|idle runs one part; LOAD_ONLY=cluster
+    // (only on request: it needs redis-server) compares 2 nodes on Redis
+    // with 1 node on SQLite.
     let only = std::env::var("LOAD_ONLY").unwrap_or_default();
     let want = |part: &str| only.is_empty() || only == part;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -368,6 +517,10 @@ fn main() {
         }
         }
         let upstream = blaster().await;
+        if only == "cluster" {
+            cluster(upstream).await;
+            return;
+        }
         let gw = gateway(upstream).await;
         if want("fanout") {
         println!("fan-out (1 run → N WebSocket viewers):");
