@@ -349,6 +349,7 @@ async fn journal_appends(tasks: usize, batches_per_task: usize, batch: usize) ->
                             fence: None,
                             run_boundary: false,
                             idempotency: None,
+                            closes_failed_run: false,
                         })
                         .await
                         .unwrap()

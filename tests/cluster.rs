@@ -876,3 +876,283 @@ fn the_compose_file_wires_the_files_the_haproxy_test_runs() {
     assert_eq!(node["store"]["url"], "redis://redis:6379");
     assert!(repo().join("deploy/Dockerfile").exists());
 }
+
+/// Many threads at once across three nodes: on each thread three runs are
+/// started at the same moment from the three nodes (queued behind each
+/// other) and three meta events posted from the three nodes; viewers on
+/// every node see one journal per thread — gapless, in order, identical on
+/// every node and equal to a late replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_runs_on_many_threads_give_one_gapless_journal_on_every_node() {
+    const THREADS: usize = 12;
+    let redis = RedisServer::start().await;
+    let py = PyAgent::start("scripted_agent.py").await;
+    let nodes = [
+        scenario_node(&redis, "a", &py).await,
+        scenario_node(&redis, "b", &py).await,
+        scenario_node(&redis, "c", &py).await,
+    ];
+    let t = token(json!({"sub": "alice"}));
+    let thread = |i: usize| format!("many-{i}");
+
+    // Each thread exists (a first run, on one of the nodes) before its
+    // viewers subscribe from seq 0 on every node.
+    let firsts = (0..THREADS).map(|i| {
+        let (gw, t, thread) = (&nodes[i % 3], &t, thread(i));
+        async move {
+            let (status, body) = post_run(&gw.run_url("ok"), t, &input(&thread, "r0", "hi")).await;
+            assert_eq!(status, 200, "{body}");
+        }
+    });
+    futures::future::join_all(firsts).await;
+    let mut viewers = Vec::new();
+    for i in 0..THREADS {
+        for gw in &nodes {
+            viewers.push((i, subscribe(gw, &t, &thread(i), 0).await));
+        }
+    }
+
+    // At once: three runs and three meta events per thread, one of each
+    // from every node.
+    let mut runners = Vec::new();
+    for i in 0..THREADS {
+        for (k, gw) in nodes.iter().enumerate() {
+            let mut ws = Ws::connect(gw, WsAuth::Header(&t)).await.unwrap();
+            let run = format!("r{}", k + 1);
+            let mut frame = run_frame("ok", &thread(i), &run);
+            frame["strategy"] = "enqueue".into();
+            ws.send(frame).await;
+            ws.send(json!({"type": "meta", "id": "m", "threadId": thread(i),
+                           "metaType": "note", "payload": {"from": k}}))
+                .await;
+            runners.push((run, ws));
+        }
+    }
+    for (run, ws) in &mut runners {
+        assert_eq!(answer(ws, run).await["type"], "ack");
+        let meta = answer(ws, "m").await;
+        assert_eq!(meta["type"], "ack", "{meta}");
+        assert_eq!(meta["duplicate"], false, "{meta}");
+    }
+
+    // Every viewer until its thread's four runs ended and three metas came.
+    let mut seen: Vec<Vec<Vec<(u64, String)>>> = vec![Vec::new(); THREADS];
+    for (i, ws) in &mut viewers {
+        let (mut ends, mut metas, mut frames) = (0, 0, Vec::new());
+        while ends < 4 || metas < 3 {
+            let f = ws.recv().await;
+            assert!(f.get("close").is_none(), "viewer closed: {f}");
+            ends += usize::from(is_terminal_frame(&f));
+            metas += usize::from(f["event"]["type"] == "META");
+            frames.push(f);
+        }
+        seen[*i].push(journal(&frames));
+    }
+    for (i, per_node) in seen.iter().enumerate() {
+        let first = &per_node[0];
+        let seqs: Vec<u64> = first.iter().map(|(s, _)| *s).collect();
+        assert_eq!(
+            seqs,
+            (1..=seqs.len() as u64).collect::<Vec<_>>(),
+            "thread {i}: gapless from 1"
+        );
+        for (node, other) in per_node.iter().enumerate() {
+            assert_eq!(other, first, "thread {i}: node {node} saw another journal");
+        }
+        // Runs never overlap: each RUN_STARTED follows the previous end.
+        let mut open = false;
+        for (seq, kind) in first {
+            match kind.as_str() {
+                "RUN_STARTED" => {
+                    assert!(!open, "thread {i}: overlapping runs at seq {seq}");
+                    open = true;
+                }
+                "RUN_FINISHED" | "RUN_ERROR" => open = false,
+                _ => {}
+            }
+        }
+        assert_eq!(first.iter().filter(|(_, k)| k == "RUN_STARTED").count(), 4);
+        assert_eq!(first.iter().filter(|(_, k)| k == "META").count(), 3);
+        // A late replay through any node reads the same journal back.
+        let mut late = subscribe(&nodes[(i + 1) % 3], &t, &thread(i), 0).await;
+        let mut replay = Vec::new();
+        while replay.len() < first.len() {
+            replay.extend(journal(&[late.recv().await]));
+        }
+        assert_eq!(&replay, first, "thread {i}: late replay");
+    }
+}
+
+/// Meta posted while Redis is down is refused (`unavailable`) and its
+/// idempotency key stays unused: the client's retry with the same key once
+/// Redis is back is stored, once. A run that writes during the outage ends
+/// with `RUN_ERROR journal_unavailable` on every node — after exactly the
+/// events that were stored, no hole and nothing repeated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_during_a_redis_outage_fail_plainly_and_nothing_is_half_written() {
+    let mut redis = RedisServer::start_persistent().await;
+    let py = PyAgent::start("scripted_agent.py").await;
+    let node_config = |name: &str| {
+        format!(
+            "{}lease_ttl = \"30s\"\n[[agents]]\nid = \"gated\"\nurl = \"{}\"\ntimeouts = {{ idle = \"1h\" }}\n",
+            redis.store_config(name),
+            py.url("gated"),
+        )
+    };
+    let a = Gateway::start(&node_config("a")).await;
+    let b = Gateway::start(&node_config("b")).await;
+    let t = token(json!({"sub": "alice"}));
+
+    let mut runner = Ws::connect(&a, WsAuth::Header(&t)).await.unwrap();
+    runner.send(run_frame("gated", "cut", "r1")).await;
+    assert_eq!(answer(&mut runner, "r1").await["type"], "ack");
+    let mut on_a = runner
+        .recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_CONTENT")
+        .await;
+    let mut viewer = subscribe(&b, &t, "cut", 0).await;
+    let mut on_b = viewer
+        .recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_CONTENT")
+        .await;
+
+    redis.kill().await;
+    until_ready_is(&a, 503).await;
+    until_ready_is(&b, 503).await;
+    // Meta with an idempotency key: refused, not acknowledged.
+    let meta = json!({"metaType": "note", "payload": {"text": "hi"}, "clientEventId": "k1"});
+    let (status, body) = post_json(b.url("/v1/threads/cut/meta"), &t, meta.clone()).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "unavailable", "{body}");
+    // The run goes on at the agent while nothing can be stored.
+    http().post(py.url("release")).send().await.unwrap();
+    a.proc.expect_stderr("journal write failed (redis)").await;
+
+    redis.start_again().await;
+    until_ready_is(&a, 200).await;
+    until_ready_is(&b, 200).await;
+    on_a.extend(runner.recv_until(is_terminal_frame).await);
+    on_b.extend(viewer.recv_until(is_terminal_frame).await);
+    let (seen_a, seen_b) = (journal(&on_a), journal(&on_b));
+    assert_eq!(seen_a, seen_b, "the same events on both nodes");
+    assert_eq!(
+        seen_b.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+        (1..=seen_b.len() as u64).collect::<Vec<_>>(),
+        "gapless, once"
+    );
+    let last = on_b.iter().rev().find(|f| is_terminal_frame(f)).unwrap();
+    assert_eq!(last["event"]["type"], "RUN_ERROR", "{last}");
+    assert_eq!(last["event"]["code"], "journal_unavailable", "{last}");
+    // Nothing of the run after the hole: the error follows the content
+    // that was stored before the outage.
+    assert_eq!(
+        seen_b[seen_b.len() - 2].1,
+        "TEXT_MESSAGE_CONTENT",
+        "{seen_b:?}"
+    );
+
+    // The retry of the refused meta is stored now, once.
+    let (status, body) = post_json(b.url("/v1/threads/cut/meta"), &t, meta.clone()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["duplicate"], false, "{body}");
+    let (status, again) = post_json(a.url("/v1/threads/cut/meta"), &t, meta).await;
+    assert_eq!((status, &again["eventId"]), (200, &body["eventId"]));
+    assert_eq!(again["duplicate"], true);
+    let mut late = subscribe(&a, &t, "cut", 0).await;
+    let mut replay = journal(&late.recv_until(is_terminal_frame).await);
+    replay.extend(journal(
+        &late.recv_until(|f| f["event"]["type"] == "META").await,
+    ));
+    let mut expected = seen_b.clone();
+    expected.push((seen_b.len() as u64 + 1, "META".into()));
+    assert_eq!(replay, expected);
+}
+
+/// The store itself: a compacted base only moves forward (a node whose copy
+/// lags cannot put an older fold over a newer one), and once a batch of a
+/// run failed, that run's later batches are refused unsent — only the batch
+/// that closes the run is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_store_keeps_its_base_and_never_writes_past_a_failed_batch() {
+    use agui_gateway::store::redis::RedisStore;
+    use agui_gateway::store::{AppendBatch, JournalStore, StoreError, ThreadKey, ThreadMeta};
+    let mut redis = RedisServer::start_persistent().await;
+    let store = RedisStore::connect(
+        &format!("redis://127.0.0.1:{}", redis.port),
+        "agui",
+        "t",
+        std::time::Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    let key = ThreadKey::new("default", "base");
+    let batch =
+        |events: Vec<&str>, compact: Option<u64>, fence: Option<&str>, closing: bool| AppendBatch {
+            key: key.clone(),
+            meta: ThreadMeta {
+                creator: "alice".into(),
+                agent: None,
+                status: "idle".into(),
+                created_ms: 1,
+                updated_ms: 1,
+                last_seq: 0,
+            },
+            events: events
+                .into_iter()
+                .map(|e| (0, bytes::Bytes::from(e.to_owned())))
+                .collect(),
+            compact: compact.map(|s| (s, bytes::Bytes::from(format!("{{\"at\":{s}}}")))),
+            fence: fence.map(Into::into),
+            run_boundary: false,
+            idempotency: None,
+            closes_failed_run: closing,
+        };
+    let ten: Vec<&str> = vec![r#"{"type":"CUSTOM","name":"x","value":1}"#; 10];
+    assert_eq!(
+        store.append(batch(ten, None, None, false)).await.unwrap(),
+        Ok(1)
+    );
+    store
+        .append(batch(vec![], Some(8), None, false))
+        .await
+        .unwrap()
+        .unwrap();
+    // A lagging copy compacts at 5: ignored.
+    store
+        .append(batch(vec![], Some(5), None, false))
+        .await
+        .unwrap()
+        .unwrap();
+    let s = store.clone();
+    let k = key.clone();
+    let stored = tokio::task::spawn_blocking(move || s.load(&k))
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let (base, snapshot) = stored.base.unwrap();
+    assert_eq!((base, &snapshot[..]), (8, &b"{\"at\":8}"[..]));
+    assert_eq!(
+        stored.events.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+        vec![9, 10]
+    );
+
+    // Redis goes away: a run's batch fails.
+    redis.kill().await;
+    let one = vec![r#"{"type":"CUSTOM","name":"y","value":2}"#];
+    let failed = store.append(batch(one.clone(), None, Some("run-1"), false));
+    assert!(matches!(failed.await.unwrap(), Err(StoreError::Failed(_))));
+    redis.start_again().await;
+    // Back: the run's next batch is refused without reaching Redis …
+    let refused = store.append(batch(one.clone(), None, Some("run-1"), false));
+    match refused.await.unwrap() {
+        Err(StoreError::Failed(why)) => assert!(why.contains("earlier batch"), "{why}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // … its closing batch reaches Redis (fenced here: no lease was taken) …
+    let closing = store.append(batch(one.clone(), None, Some("run-1"), true));
+    assert!(matches!(closing.await.unwrap(), Err(StoreError::Fenced)));
+    // … and other writes go on as before.
+    assert_eq!(
+        store.append(batch(one, None, None, false)).await.unwrap(),
+        Ok(11)
+    );
+}

@@ -361,7 +361,13 @@ pub async fn meta(
         .await?;
     let (event_id, entry) = thread
         .append_meta(&who.subject, meta_type, payload, client_event_id)
-        .await;
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                ErrorCode::Unavailable,
+                format!("the meta event could not be stored ({e}); nothing was recorded, retry"),
+            )
+        })?;
     if let (Some(entry), Some(url)) = (&entry, &cfg.webhook_url) {
         let body = json!({
             "tenant": who.tenant,

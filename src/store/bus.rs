@@ -43,7 +43,9 @@ pub trait PublicationBus: Send + Sync + 'static {
     }
 
     /// Starts hearing `key`'s announcements (resolves once that is certain):
-    /// a node listens only to the threads it holds in memory.
+    /// a node listens only to the threads it holds in memory. Counted: every
+    /// `watch` is balanced by one [`PublicationBus::unwatch`], and the
+    /// announcements stop with the last.
     fn watch(&self, _key: &ThreadKey) -> BoxFuture<'static, Result<(), StoreError>> {
         Box::pin(std::future::ready(Ok(())))
     }

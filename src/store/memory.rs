@@ -113,6 +113,7 @@ mod tests {
             fence: None,
             run_boundary: true,
             idempotency: None,
+            closes_failed_run: false,
         }
     }
 

@@ -57,8 +57,11 @@ pub struct ThreadMeta {
 pub struct AppendBatch {
     pub key: ThreadKey,
     pub meta: ThreadMeta,
-    /// (seq, event JSON), consecutive; the first must follow the stored
-    /// last seq ([`StoreError::SeqConflict`] otherwise).
+    /// (seq, event JSON), consecutive. A store of one node checks that the
+    /// first follows the stored last seq ([`StoreError::SeqConflict`]
+    /// otherwise); a shared store (Redis) assigns the seqs itself, in the
+    /// append, and answers the first it gave (several nodes append meta
+    /// events to one thread; a run's own events are serialized by its lease).
     pub events: Vec<(u64, Bytes)>,
     /// When set, events with seq ≤ this are dropped and `snapshot` becomes
     /// the thread's base (retention/compaction).
@@ -76,6 +79,11 @@ pub struct AppendBatch {
     /// key on the thread ([`StoreError::Duplicate`]), whichever node it
     /// reaches. (One process checks its own memory before appending.)
     pub idempotency: Option<(String, String)>,
+    /// The batch that closes a run after one of the run's batches failed.
+    /// A shared store refuses every later batch of a run (same `fence`)
+    /// once one failed — the journal must not skip events without a seq
+    /// gap — except this one.
+    pub closes_failed_run: bool,
 }
 
 /// A thread as loaded from the store.

@@ -541,6 +541,7 @@ mod tests {
             fence: None,
             run_boundary: true,
             idempotency: None,
+            closes_failed_run: false,
         }
     }
 

@@ -435,6 +435,25 @@ impl Thread {
         events: Vec<Event>,
         fence: Option<Arc<str>>,
     ) -> Result<PendingAppend, StoreError> {
+        self.enqueue_batch(events, fence, false)
+    }
+
+    /// [`Thread::enqueue`] for the events that close a run after one of its
+    /// batches failed (see [`AppendBatch::closes_failed_run`]).
+    pub fn enqueue_closing(
+        &self,
+        events: Vec<Event>,
+        fence: Option<Arc<str>>,
+    ) -> Result<PendingAppend, StoreError> {
+        self.enqueue_batch(events, fence, true)
+    }
+
+    fn enqueue_batch(
+        &self,
+        events: Vec<Event>,
+        fence: Option<Arc<str>>,
+        closes_failed_run: bool,
+    ) -> Result<PendingAppend, StoreError> {
         if events.is_empty() {
             return Ok(PendingAppend {
                 ack: None,
@@ -473,6 +492,7 @@ impl Thread {
                     .map(|(cid, id)| (cid.to_owned(), id.to_owned())),
                 _ => None,
             },
+            closes_failed_run,
         };
         inner.inflight += 1;
         Ok(PendingAppend {
@@ -720,19 +740,20 @@ impl Thread {
 
     /// Appends a META event by `user` (who overrides any `payload.userId`).
     /// Idempotent per `client_event_id`: a repeat returns the first event's id
-    /// and no entry, and appends nothing.
+    /// and no entry, and appends nothing. A store failure is an error and
+    /// leaves the key unused, so the client's retry can still be stored.
     pub async fn append_meta(
         &self,
         user: &str,
         meta_type: &str,
         mut payload: Map<String, Value>,
         client_event_id: Option<String>,
-    ) -> (String, Option<Arc<Entry>>) {
+    ) -> Result<(String, Option<Arc<Entry>>), StoreError> {
         let id = uuid::Uuid::new_v4().to_string();
         if let Some(cid) = &client_event_id {
             let mut inner = self.lock();
             if let Some(existing) = inner.meta_ids.get(cid) {
-                return (existing.clone(), None);
+                return Ok((existing.clone(), None));
             }
             inner.meta_ids.insert(cid.clone(), id.clone());
         }
@@ -744,14 +765,22 @@ impl Thread {
             "payload": payload,
             "timestamp": now_millis(),
         });
-        if let Some(cid) = client_event_id {
-            event["clientEventId"] = cid.into();
+        if let Some(cid) = &client_event_id {
+            event["clientEventId"] = cid.clone().into();
         }
         match self.try_append(vec![Event::build(event)]).await {
-            Ok(mut entries) => (id, entries.pop()),
+            Ok(mut entries) => Ok((id, entries.pop())),
             // Posted through another node first: that event's id.
-            Err(StoreError::Duplicate(existing)) => (existing, None),
-            Err(_) => (id, None),
+            Err(StoreError::Duplicate(existing)) => Ok((existing, None)),
+            Err(e) => {
+                if let Some(cid) = &client_event_id {
+                    let mut inner = self.lock();
+                    if inner.meta_ids.get(cid) == Some(&id) {
+                        inner.meta_ids.forget(cid);
+                    }
+                }
+                Err(e)
+            }
         }
     }
 
@@ -799,6 +828,7 @@ impl Thread {
                 fence: None,
                 run_boundary: false,
                 idempotency: None,
+                closes_failed_run: false,
             })
         };
         if let Ok(Err(e)) = ack.await {
@@ -1543,6 +1573,7 @@ mod tests {
                 fence: None,
                 run_boundary: false,
                 idempotency: None,
+                closes_failed_run: false,
             })
             .await
             .unwrap()

@@ -50,6 +50,13 @@ impl<V> Recent<V> {
         }
     }
 
+    /// Forgets `key` (a reservation that did not come true).
+    pub fn forget(&mut self, key: &str) {
+        if self.map.remove(key).is_some() {
+            self.order.retain(|k| k != key);
+        }
+    }
+
     /// Remembered keys, oldest first.
     pub fn keys(&self) -> impl Iterator<Item = &String> {
         self.order.iter()

@@ -276,7 +276,8 @@ impl Threads {
             .await
             .map_err(StoreError::failed)??;
         let Some(stored) = stored else {
-            if !creating && !self.map.contains_key(key) {
+            // Creating, the caller inserts the new thread and keeps the watch.
+            if !creating {
                 self.bus.unwatch(key);
             }
             return Ok(None);
@@ -344,7 +345,7 @@ impl Threads {
             inner.next_seq = inner.fold.seq.max(stored.meta.last_seq) + 1;
             inner.next_assign = inner.next_seq;
         }
-        let thread = self.map.entry(key.clone()).or_insert(thread).clone();
+        let thread = self.insert_watched(key, thread);
         // What another node announced between the load and now was not
         // delivered (the thread was not in the map yet): read it back.
         thread.refresh().await;
@@ -375,7 +376,22 @@ impl Threads {
             self.settings.clone(),
             meta,
         );
-        Ok(self.map.entry(key.clone()).or_insert(thread).clone())
+        Ok(self.insert_watched(key, thread))
+    }
+
+    /// Puts a thread this caller loaded or created (holding one watch of its
+    /// key) in the map, unless another caller's copy got there first: then
+    /// that copy is the thread, and this caller's watch is given back.
+    fn insert_watched(&self, key: &ThreadKey, thread: Arc<Thread>) -> Arc<Thread> {
+        let resident = self
+            .map
+            .entry(key.clone())
+            .or_insert(thread.clone())
+            .clone();
+        if !Arc::ptr_eq(&resident, &thread) {
+            self.bus.unwatch(key);
+        }
+        resident
     }
 
     /// Viewers of `key` on this node, if the thread is in memory here.

@@ -1030,12 +1030,17 @@ async fn close_after_outage(thread: &Thread, run_id: &str, lease: &Lease) {
             "journal_unavailable",
             "the gateway could not store this run's events; the run was stopped",
         );
-        let stored = match thread.enqueue(vec![error], fence_of(lease)) {
+        let stored = match thread.enqueue_closing(vec![error], fence_of(lease)) {
             Ok(pending) => thread.settle(pending).await,
             Err(e) => Err(e),
         };
         match stored {
-            Ok(_) | Err(StoreError::Fenced) => return,
+            Ok(_) => return,
+            Err(StoreError::Fenced) => {
+                // Another node closed it: bring this copy's viewers the rest.
+                thread.read_back().await;
+                return;
+            }
             Err(_) => {}
         }
         tokio::select! {

@@ -10,12 +10,12 @@ use super::*;
 /// it may have missed meanwhile ([`Control::Resync`]).
 pub(super) async fn listen_loop(
     client: ::redis::Client,
-    (prefix, node): (String, String),
+    (prefix, instance): (String, String),
     (out, controls): (
         mpsc::UnboundedSender<Publication>,
         mpsc::UnboundedSender<Control>,
     ),
-    (watched, sink): (Arc<DashMap<String, ()>>, SharedSink),
+    (watched, sink): (Arc<DashMap<String, usize>>, SharedSink),
     healthy: Arc<AtomicBool>,
     subscribed: oneshot::Sender<()>,
 ) {
@@ -63,7 +63,7 @@ pub(super) async fn listen_loop(
                         continue;
                     }
                     match parse_publication(payload) {
-                        Some((from, _)) if from == node => {}
+                        Some((from, _)) if from == instance => {}
                         Some((_, publication)) => {
                             if out.send(publication).is_err() {
                                 return; // nobody listens any more
@@ -115,7 +115,7 @@ pub(super) fn parse_control(payload: &[u8]) -> Option<Control> {
     }
 }
 
-/// `node \n member \n first seq \n` then `<len>:<json>` per event.
+/// `instance \n member \n first seq \n` then `<len>:<json>` per event.
 pub(super) fn parse_publication(payload: &[u8]) -> Option<(String, Publication)> {
     let mut parts = payload.splitn(4, |b| *b == b'\n');
     let node = std::str::from_utf8(parts.next()?).ok()?.to_owned();

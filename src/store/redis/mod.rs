@@ -56,6 +56,9 @@ use writer::write_loop;
 
 type Ack = oneshot::Sender<Result<u64, StoreError>>;
 
+/// How long a command may take before its answer counts as lost.
+const RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A [`JournalStore`] (and [`PublicationBus`]) on Redis.
 pub struct RedisStore {
     writer: mpsc::UnboundedSender<(AppendBatch, Ack)>,
@@ -68,25 +71,70 @@ pub struct RedisStore {
     publications: Mutex<Option<mpsc::UnboundedReceiver<Publication>>>,
     /// The other nodes' run requests, until the registry takes them.
     controls: Mutex<Option<mpsc::UnboundedReceiver<Control>>>,
-    /// This node's name (in lease values and publications).
+    /// This node's name (in lease values).
     node: String,
     /// This process: the node's name and a random suffix, so a restarted
-    /// node never inherits the connections its previous life counted.
+    /// node never inherits the connections its previous life counted, and
+    /// two processes given one node name still hear each other's
+    /// publications (each skips only its own).
     instance: String,
     /// Run leases this node holds, by lease key, renewed by [`heartbeat`].
     held: Arc<DashMap<String, HeldLease>>,
     /// A lease lives this long unless renewed (renewed every third of it).
     lease_ttl: std::time::Duration,
     /// The threads' channels this node listens to (those it holds in
-    /// memory), subscribed again after a reconnect.
-    watched: Arc<DashMap<String, ()>>,
-    /// Subscribes and unsubscribes on the listening connection; `None`
-    /// while it is down.
-    sink: SharedSink,
+    /// memory or is loading), each with how many holders asked for it;
+    /// subscribed again after a reconnect.
+    watched: Arc<DashMap<String, usize>>,
+    /// Subscribe and unsubscribe requests, carried out in order by
+    /// [`subscription_loop`] (a later unsubscribe can never overtake an
+    /// earlier subscribe of the same channel).
+    subscriptions: mpsc::UnboundedSender<Subscription>,
 }
 
 /// The listening connection's subscribe side, replaced on every reconnect.
 type SharedSink = Arc<Mutex<Option<::redis::aio::PubSubSink>>>;
+
+/// A change to the listening connection's channels.
+enum Subscription {
+    /// Subscribe (the channel's first holder); answered once Redis confirmed.
+    Subscribe(String, oneshot::Sender<Result<(), StoreError>>),
+    /// Answered once every request before it was carried out (a later
+    /// holder of a channel whose subscribe may still be on its way).
+    Barrier(oneshot::Sender<Result<(), StoreError>>),
+    /// Unsubscribe (the channel's last holder left).
+    Unsubscribe(String),
+}
+
+/// Carries out [`Subscription`] requests in order on the current listening
+/// connection. While it is down a subscribe fails (the listener subscribes
+/// every watched channel when it is back) and an unsubscribe has nothing to do.
+async fn subscription_loop(mut requests: mpsc::UnboundedReceiver<Subscription>, sink: SharedSink) {
+    while let Some(request) = requests.recv().await {
+        let current = sink
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        match (request, current) {
+            (Subscription::Subscribe(channel, done), Some(mut sink)) => {
+                let _ = done.send(sink.subscribe(channel).await.map_err(StoreError::failed));
+            }
+            (Subscription::Subscribe(_, done), None) => {
+                let _ = done.send(Err(StoreError::failed("redis subscription down")));
+            }
+            (Subscription::Barrier(done), current) => {
+                let _ = done.send(match current {
+                    Some(_) => Ok(()),
+                    None => Err(StoreError::failed("redis subscription down")),
+                });
+            }
+            (Subscription::Unsubscribe(channel), Some(mut sink)) => {
+                let _ = sink.unsubscribe(channel).await;
+            }
+            (Subscription::Unsubscribe(_), None) => {}
+        }
+    }
+}
 
 impl RedisStore {
     /// Connects to `url` (`redis://host:port/db`) as node `node`, with keys
@@ -99,12 +147,23 @@ impl RedisStore {
         lease_ttl: std::time::Duration,
     ) -> Result<Arc<RedisStore>, StoreError> {
         let client = ::redis::Client::open(url).map_err(StoreError::failed)?;
-        let conn = ConnectionManager::new(client.clone())
+        // The crate's default 500 ms response timeout fails a pipeline of 64
+        // appends or a large XRANGE under load while Redis did the work; a
+        // failed acknowledgement costs the run, so wait longer. A Redis that
+        // stops answering is still noticed by the heartbeat (readiness).
+        let config = ::redis::aio::ConnectionManagerConfig::new()
+            .set_response_timeout(Some(RESPONSE_TIMEOUT))
+            .set_connection_timeout(Some(std::time::Duration::from_secs(2)))
+            .set_max_delay(std::time::Duration::from_secs(2));
+        let conn = ConnectionManager::new_with_config(client.clone(), config)
             .await
             .map_err(StoreError::failed)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let (pub_tx, pub_rx) = mpsc::unbounded_channel();
         let (control_tx, control_rx) = mpsc::unbounded_channel();
+        let (subscriptions, subscription_requests) = mpsc::unbounded_channel();
+        let sink: SharedSink = Arc::new(Mutex::new(None));
+        tokio::spawn(subscription_loop(subscription_requests, sink.clone()));
         let store = Arc::new(RedisStore {
             writer: tx,
             conn: conn.clone(),
@@ -118,7 +177,7 @@ impl RedisStore {
             held: Arc::new(DashMap::new()),
             lease_ttl,
             watched: Arc::new(DashMap::new()),
-            sink: Arc::new(Mutex::new(None)),
+            subscriptions,
         });
         tokio::spawn(heartbeat(
             conn.clone(),
@@ -131,14 +190,14 @@ impl RedisStore {
             rx,
             store.healthy.clone(),
             prefix.to_owned(),
-            node.to_owned(),
+            store.instance.clone(),
         ));
         let (subscribed, is_subscribed) = oneshot::channel();
         tokio::spawn(listen_loop(
             client,
-            (prefix.to_owned(), node.to_owned()),
+            (prefix.to_owned(), store.instance.clone()),
             (pub_tx, control_tx),
-            (store.watched.clone(), store.sink.clone()),
+            (store.watched.clone(), sink),
             store.healthy.clone(),
             subscribed,
         ));
@@ -332,39 +391,39 @@ impl PublicationBus for RedisStore {
     /// Nothing to do: the append script published the batch already.
     fn announce(&self, _: Publication) {}
 
+    /// Counted: the first holder of a channel subscribes, later ones wait
+    /// until that subscribe was carried out.
     fn watch(&self, key: &ThreadKey) -> BoxFuture<'static, Result<(), StoreError>> {
         let channel = Keys::of(&self.prefix, key).channel;
-        self.watched.insert(channel.clone(), ());
-        let sink = self
-            .sink
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
+        let (done, answer) = oneshot::channel();
+        {
+            // Requests are queued under the channel's entry lock, so they
+            // reach Redis in the order the counts changed.
+            let mut holders = self.watched.entry(channel.clone()).or_insert(0);
+            *holders += 1;
+            let request = if *holders == 1 {
+                Subscription::Subscribe(channel, done)
+            } else {
+                Subscription::Barrier(done)
+            };
+            let _ = self.subscriptions.send(request);
+        }
         Box::pin(async move {
-            match sink {
-                Some(mut sink) => sink.subscribe(channel).await.map_err(StoreError::failed),
-                // Subscribed when the connection is back.
-                None => Err(StoreError::failed("redis subscription down")),
-            }
+            answer
+                .await
+                .unwrap_or_else(|_| Err(StoreError::failed("redis subscriptions stopped")))
         })
     }
 
+    /// Counted: the last holder's unwatch unsubscribes.
     fn unwatch(&self, key: &ThreadKey) {
         let channel = Keys::of(&self.prefix, key).channel;
-        self.watched.remove(&channel);
-        let sink = self
-            .sink
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        let watched = self.watched.clone();
-        if let Some(mut sink) = sink {
-            tokio::spawn(async move {
-                // Watched again meanwhile: keep it.
-                if !watched.contains_key(&channel) {
-                    let _ = sink.unsubscribe(channel).await;
-                }
-            });
+        if let dashmap::Entry::Occupied(mut holders) = self.watched.entry(channel.clone()) {
+            *holders.get_mut() -= 1;
+            if *holders.get() == 0 {
+                holders.remove();
+                let _ = self.subscriptions.send(Subscription::Unsubscribe(channel));
+            }
         }
     }
 

@@ -3,7 +3,7 @@
 //! count a connection) is one script call.
 
 /// The append script. KEYS: events stream, meta hash, tenant index, running
-/// set, run lease, idempotency key. ARGV: node, member, channel, (unused), event count,
+/// set, run lease, idempotency key. ARGV: the writing process's instance id, member, channel, (unused), event count,
 /// creator, agent, status, created ms, updated ms, run boundary (`1`/`0`),
 /// base seq ('' = none), base snapshot, fence ('' = none), control channel,
 /// the META event id under the idempotency key ('' = none), then the events.
@@ -11,7 +11,9 @@
 /// answers with the first one's id (keys live a day: retries come within
 /// seconds). The events get the seqs after the stored last one. A
 /// fenced batch that ends its run also releases the run's lease, in the same
-/// step (the thread takes a new run the moment its last one is over).
+/// step (the thread takes a new run the moment its last one is over). A
+/// compacted base is stored only when it is newer than the stored one and
+/// not past the journal's end.
 /// Returns `{1, first seq}`, or `{2, 0}` when the fence is not the current
 /// lease.
 pub(super) const APPEND: &str = r#"
@@ -50,7 +52,10 @@ if ARGV[11] == '1' and ARGV[8] ~= 'running' and ARGV[14] ~= '' then
   redis.call('DEL', KEYS[5])
   redis.call('PUBLISH', ARGV[15], 'released\n' .. ARGV[2] .. '\n')
 end
-if ARGV[12] ~= '' then
+-- A base only moves forward: a node whose copy lags must never put an
+-- older fold over a newer one (the events between are trimmed already).
+if ARGV[12] ~= '' and tonumber(ARGV[12]) > tonumber(redis.call('HGET', KEYS[2], 'base_seq') or '0')
+    and tonumber(ARGV[12]) <= last + n then
   redis.call('HSET', KEYS[2], 'base_seq', ARGV[12], 'base', ARGV[13])
   redis.call('XTRIM', KEYS[1], 'MINID', (tonumber(ARGV[12]) + 1) .. '-0')
 end

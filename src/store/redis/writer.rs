@@ -14,18 +14,40 @@ pub(super) async fn write_loop(
     mut queue: mpsc::UnboundedReceiver<(AppendBatch, Ack)>,
     healthy: Arc<AtomicBool>,
     prefix: String,
-    node: String,
+    instance: String,
 ) {
     let script = Script::new(APPEND);
+    // Runs (by fence) one of whose batches failed: their later batches are
+    // refused unsent, so the journal never holds a run's events after a
+    // hole (seqs are assigned here, so a hole would show no gap). Only the
+    // batch that closes such a run is written. Bounded: a run is in here
+    // from its failure to its closing batch.
+    let mut failed_runs: std::collections::HashSet<Arc<str>> = Default::default();
     while let Some(first) = queue.recv().await {
-        let mut group = vec![first];
-        while group.len() < MAX_PIPELINE {
-            match queue.try_recv() {
-                Ok(next) => group.push(next),
-                Err(_) => break,
+        let mut group = Vec::with_capacity(MAX_PIPELINE);
+        let mut next = Some(first);
+        while let Some((batch, ack)) = next.take() {
+            match &batch.fence {
+                Some(fence) if failed_runs.contains(fence) => {
+                    if batch.closes_failed_run {
+                        failed_runs.remove(fence);
+                        group.push((batch, ack));
+                    } else {
+                        let _ = ack.send(Err(StoreError::failed(
+                            "an earlier batch of this run failed",
+                        )));
+                    }
+                }
+                _ => group.push((batch, ack)),
+            }
+            if group.len() < MAX_PIPELINE {
+                next = queue.try_recv().ok();
             }
         }
-        let pipe = append_pipeline(&script, &group, &prefix, &node);
+        if group.is_empty() {
+            continue;
+        }
+        let pipe = append_pipeline(&script, &group, &prefix, &instance);
         let mut results: ::redis::RedisResult<Vec<(i64, RedisValue)>> =
             pipe.query_async(&mut conn).await;
         if results
@@ -59,7 +81,12 @@ pub(super) async fn write_loop(
             Err(e) => {
                 tracing::error!("journal write failed (redis): {e}");
                 healthy.store(false, Ordering::Release);
-                for (_, ack) in group {
+                for (batch, ack) in group {
+                    if let Some(fence) = batch.fence
+                        && !batch.closes_failed_run
+                    {
+                        failed_runs.insert(fence);
+                    }
                     let _ = ack.send(Err(StoreError::failed(&e)));
                 }
             }
@@ -72,7 +99,7 @@ pub(super) fn append_pipeline(
     script: &Script,
     group: &[(AppendBatch, Ack)],
     prefix: &str,
-    node: &str,
+    instance: &str,
 ) -> ::redis::Pipeline {
     let mut pipe = ::redis::pipe();
     for (batch, _) in group {
@@ -93,7 +120,7 @@ pub(super) fn append_pipeline(
                 Some((cid, _)) => format!("{}:cid:{}", keys.tag, escape(cid)),
                 None => format!("{}:cid", keys.tag),
             })
-            .arg(node)
+            .arg(instance)
             .arg(&keys.member)
             .arg(&keys.channel)
             .arg(batch.events.first().map_or(0, |(s, _)| *s))
