@@ -56,6 +56,13 @@ use writer::write_loop;
 
 type Ack = oneshot::Sender<Result<u64, StoreError>>;
 
+/// Parses `url` the way [`RedisStore::connect`] does, without connecting.
+pub fn check_url(url: &str) -> Result<(), String> {
+    ::redis::Client::open(url)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
 /// A [`JournalStore`] (and [`PublicationBus`]) on Redis.
 pub struct RedisStore {
     writer: mpsc::UnboundedSender<(AppendBatch, Ack)>,
