@@ -204,8 +204,8 @@ pub struct StoreConfig {
     pub lease_ttl: Duration,
     /// SQLite file (relative to the config file's folder).
     pub path: PathBuf,
-    /// SQLite `synchronous`: `normal` (survives a process crash) or `full`
-    /// (also survives power loss, one fsync per group commit).
+    /// SQLite `synchronous`: `normal` (survives a process crash), `full`
+    /// (also survives power loss, one fsync per group commit), `off` or `extra`.
     pub synchronous: String,
     /// Most events in one group commit.
     pub max_batch_events: usize,
@@ -325,7 +325,7 @@ pub enum Strategy {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct PolicyConfig {
-    /// The policy file (TOML; relative to the config file); unset: no policy.
+    /// The policy file (TOML or YAML; relative to the config file); unset: no policy.
     pub path: Option<PathBuf>,
 }
 
@@ -379,7 +379,7 @@ pub struct RoleGrant {
     pub role: String,
     /// Thread-id glob (`*` any run of characters, `?` one character).
     pub threads: String,
-    /// Permission names (see [`Permission::parse`]); checked at load.
+    /// Permissions granted: `view`, `run`, `resume`, `cancel`, `meta`.
     pub permissions: Vec<String>,
 }
 
@@ -1008,22 +1008,24 @@ pub mod duration {
             return Ok(Duration::from_secs(secs));
         }
         humantime::parse_duration(t).map_err(|e| {
-            format!("'{text}' is not a duration ({e}): write e.g. 250ms, 30s, 10m, 1h, or whole seconds")
+            format!(
+                "'{text}' is not a duration ({e}): write e.g. 250ms, 30s, 10m, 1h, or whole seconds"
+            )
         })
     }
 
     /// The shortest exact text for `d` (`250ms`, `90s`, `10m`, `24h`).
     pub fn format(d: Duration) -> String {
         let secs = d.as_secs();
-        if d.subsec_nanos() % 1_000_000 != 0 {
+        if !d.subsec_nanos().is_multiple_of(1_000_000) {
             humantime::format_duration(d).to_string()
         } else if d.subsec_millis() != 0 {
             format!("{}ms", d.as_millis())
         } else if secs == 0 {
             "0s".into()
-        } else if secs % 3600 == 0 {
+        } else if secs.is_multiple_of(3600) {
             format!("{}h", secs / 3600)
-        } else if secs % 60 == 0 {
+        } else if secs.is_multiple_of(60) {
             format!("{}m", secs / 60)
         } else {
             format!("{secs}s")
@@ -1200,6 +1202,271 @@ mod tests {
         assert_eq!(expand_env("a ${AGUI_TEST_SET_VAR} b").unwrap(), "a v b");
         assert_eq!(expand_env("plain").unwrap(), "plain");
         assert_eq!(expand_env("${AGUI_NOPE_X}").unwrap_err(), "AGUI_NOPE_X");
+    }
+
+    /// Every key of the schema as a path (`server.listen`,
+    /// `agents[].timeouts.connect`) with its schema (property level).
+    fn schema_keys(schema: &serde_json::Value) -> Vec<(String, serde_json::Value)> {
+        fn resolve<'a>(
+            root: &'a serde_json::Value,
+            s: &'a serde_json::Value,
+        ) -> &'a serde_json::Value {
+            if let Some(r) = s["$ref"].as_str() {
+                return &root["$defs"][r.trim_start_matches("#/$defs/")];
+            }
+            for alt in ["anyOf", "oneOf"] {
+                if let Some(r) = s[alt]
+                    .as_array()
+                    .and_then(|a| a.iter().find(|x| x.get("$ref").is_some()))
+                {
+                    return resolve(root, r);
+                }
+            }
+            s
+        }
+        fn walk(
+            root: &serde_json::Value,
+            path: &str,
+            s: &serde_json::Value,
+            out: &mut Vec<(String, serde_json::Value)>,
+        ) {
+            let r = resolve(root, s);
+            if let Some(props) = r["properties"].as_object() {
+                for (k, v) in props {
+                    let sub = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    walk(root, &sub, v, out);
+                }
+            } else if r["items"].is_object() && resolve(root, &r["items"])["properties"].is_object()
+            {
+                walk(root, &format!("{path}[]"), &r["items"], out);
+            } else {
+                out.push((path.to_owned(), s.clone()));
+            }
+        }
+        let mut out = Vec::new();
+        walk(schema, "", schema, &mut out);
+        out
+    }
+
+    fn is_duration(key_schema: &serde_json::Value) -> bool {
+        key_schema["$ref"] == "#/$defs/Duration"
+    }
+
+    #[test]
+    fn schema_file_is_current() {
+        let committed = include_str!("../config/schema.json");
+        assert!(
+            committed == json_schema_text(),
+            "config/schema.json is not what the config types generate; regenerate it with\n  \
+             cargo run -- config-schema > config/schema.json\n(and document any new key in docs/configuration.md)"
+        );
+    }
+
+    #[test]
+    fn every_key_has_a_description() {
+        let schema = json_schema();
+        let keys = schema_keys(&schema);
+        assert!(keys.len() > 60, "{}", keys.len());
+        for (key, s) in &keys {
+            let own = s["description"].as_str().unwrap_or("");
+            assert!(!own.trim().is_empty(), "{key}: no doc comment");
+        }
+    }
+
+    /// docs/configuration.md has a row `| `key` | default | meaning |` for
+    /// every key of the schema, whose default (its first `code`, or none)
+    /// is the schema's.
+    #[test]
+    fn every_key_is_documented_with_its_default() {
+        let docs = include_str!("../docs/configuration.md");
+        let rows: BTreeMap<&str, &str> = docs
+            .lines()
+            .filter_map(|l| {
+                let mut cells = l.strip_prefix("| `")?.splitn(3, '|');
+                let key = cells.next()?.trim().strip_suffix('`')?;
+                Some((key, cells.next()?.trim()))
+            })
+            .collect();
+        let schema = json_schema();
+        let keys = schema_keys(&schema);
+        let mut problems = Vec::new();
+        for (key, s) in &keys {
+            let Some(cell) = rows.get(key.as_str()) else {
+                problems.push(format!("{key}: no row in docs/configuration.md"));
+                continue;
+            };
+            let documented = cell
+                .strip_prefix('`')
+                .and_then(|c| c.split_once('`'))
+                .map(|(d, _)| d);
+            let expected = match &s["default"] {
+                serde_json::Value::Null => None,
+                serde_json::Value::String(d) if d.is_empty() => Some("\"\"".into()),
+                serde_json::Value::String(d) => Some(d.clone()),
+                other => Some(other.to_string()),
+            };
+            let same = match (&expected, documented) {
+                (None, None) => true,
+                (Some(e), Some(d)) if is_duration(s) => {
+                    duration::parse(e).ok() == duration::parse(d).ok()
+                }
+                (Some(e), Some(d)) => e == d,
+                _ => false,
+            };
+            if !same {
+                problems.push(format!(
+                    "{key}: docs/configuration.md says {documented:?}, the schema {expected:?}"
+                ));
+            }
+        }
+        for key in rows.keys() {
+            if !keys.iter().any(|(k, _)| k == key) {
+                problems.push(format!("{key}: documented but not a key"));
+            }
+        }
+        assert!(problems.is_empty(), "{problems:#?}");
+    }
+
+    /// Every key the shipped files set is a key of the schema, and every
+    /// duration in them matches the schema's pattern.
+    #[test]
+    fn shipped_files_use_schema_keys() {
+        fn flatten(path: &str, v: &toml::Value, out: &mut Vec<(String, toml::Value)>) {
+            match v {
+                toml::Value::Table(t) => {
+                    for (k, v) in t {
+                        let sub = if path.is_empty() {
+                            k.clone()
+                        } else {
+                            format!("{path}.{k}")
+                        };
+                        flatten(&sub, v, out);
+                    }
+                }
+                toml::Value::Array(items)
+                    if items.iter().all(|i| i.is_table()) && !items.is_empty() =>
+                {
+                    for i in items {
+                        flatten(&format!("{path}[]"), i, out);
+                    }
+                }
+                _ => out.push((path.to_owned(), v.clone())),
+            }
+        }
+        let schema = json_schema();
+        let keys: BTreeMap<String, serde_json::Value> = schema_keys(&schema).into_iter().collect();
+        let top = schema["properties"].as_object().unwrap();
+        let pattern = regex::Regex::new(duration::PATTERN).unwrap();
+        for f in ["config/gateway.toml", "deploy/cluster.toml"] {
+            let text =
+                std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(f)).unwrap();
+            let file: toml::Value = toml::from_str(&text).unwrap();
+            for k in file.as_table().unwrap().keys() {
+                assert!(top.contains_key(k), "{f}: [{k}] is not in the schema");
+            }
+            let mut set = Vec::new();
+            flatten("", &file, &mut set);
+            for (key, value) in set {
+                // Keys under a map (`agents[].headers.Authorization`) are the map's.
+                let known = keys.get(&key).or_else(|| {
+                    keys.iter()
+                        .find(|(k, s)| {
+                            s["additionalProperties"].is_object()
+                                && key.starts_with(&format!("{k}."))
+                        })
+                        .map(|(_, s)| s)
+                });
+                let s = known.unwrap_or_else(|| panic!("{f}: {key} is not in the schema"));
+                if is_duration(s)
+                    && let toml::Value::String(d) = &value
+                {
+                    assert!(
+                        pattern.is_match(d),
+                        "{f}: {key} = {d:?} does not match the pattern"
+                    );
+                    duration::parse(d).unwrap();
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn durations_read_the_same_everywhere() {
+        let p = |s: &str| duration::parse(s).unwrap();
+        assert_eq!(p("1h"), Duration::from_secs(3600));
+        assert_eq!(p("90"), Duration::from_secs(90));
+        assert_eq!(p(" 1h 30m "), Duration::from_secs(5400));
+        assert_eq!(p("250ms"), Duration::from_millis(250));
+        assert!(
+            duration::parse("1x")
+                .unwrap_err()
+                .contains("'1x' is not a duration")
+        );
+        assert!(duration::parse("-5").is_err());
+        let pattern = regex::Regex::new(duration::PATTERN).unwrap();
+        for s in ["1h", "90", "1h 30m", "250ms", "2days", "0s"] {
+            assert!(pattern.is_match(s), "{s}");
+            assert_eq!(p(&duration::format(p(s))), p(s), "{s}");
+        }
+        assert!(!pattern.is_match("soon"));
+        for (d, text) in [
+            (3600, "1h"),
+            (86400, "24h"),
+            (90, "90s"),
+            (600, "10m"),
+            (0, "0s"),
+        ] {
+            assert_eq!(duration::format(Duration::from_secs(d)), text);
+        }
+        // In the file: text or whole seconds.
+        let dir = tempfile::tempdir().unwrap();
+        let f = write(
+            &dir,
+            &format!(
+                "[auth]\nhs_secret = \"{SECRET}\"\n[server]\nkeepalive = 7\nshutdown_grace = \"1m\"\n"
+            ),
+        );
+        let c = Config::load(&f).unwrap();
+        assert_eq!(c.server.keepalive, Duration::from_secs(7));
+        assert_eq!(c.server.shutdown_grace, Duration::from_secs(60));
+        let f = write(
+            &dir,
+            &format!("[auth]\nhs_secret = \"{SECRET}\"\n[server]\nkeepalive = \"soon\"\n"),
+        );
+        let e = &Config::load(&f).unwrap_err()[0];
+        assert_eq!(e.key, "server.keepalive", "{e}");
+        assert!(e.message.contains("'soon' is not a duration"), "{e}");
+    }
+
+    #[test]
+    fn redis_settings_are_checked_with_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = write(
+            &dir,
+            &format!(
+                "[auth]\nhs_secret = \"{SECRET}\"\n[store]\nkind = \"redis\"\n\
+                 url = \"redis://:${{AGUI_TEST_UNSET_PW}}@localhost\"\nlease_ttl = \"500ms\"\n"
+            ),
+        );
+        let text: Vec<String> = Config::load(&f)
+            .unwrap_err()
+            .iter()
+            .map(|e| e.to_string())
+            .collect();
+        assert!(
+            text.iter()
+                .any(|t| t.ends_with("store.lease_ttl: must be at least 1s")),
+            "{text:?}"
+        );
+        assert!(
+            text.iter().any(|t| t
+                .ends_with("store.url: references unset environment variable AGUI_TEST_UNSET_PW")),
+            "{text:?}"
+        );
     }
 
     #[test]

@@ -37,7 +37,12 @@ pub fn restart_only_changes(running: &Config, file: &Config) -> Vec<String> {
                     } else {
                         format!("{path}.{k}")
                     };
-                    diff(&sub, x.get(k).unwrap_or(&Null), y.get(k).unwrap_or(&Null), out);
+                    diff(
+                        &sub,
+                        x.get(k).unwrap_or(&Null),
+                        y.get(k).unwrap_or(&Null),
+                        out,
+                    );
                 }
             }
             _ if a != b => out.push(path.to_owned()),
@@ -160,4 +165,45 @@ fn reloaded(ok: bool) {
         })
         .inc();
     m.reload_success.set(i64::from(ok));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restart_only_changes_name_the_keys_reload_does_not_apply() {
+        let dir = tempfile::tempdir().unwrap();
+        let load = |extra: &str| {
+            let p = dir.path().join("g.toml");
+            std::fs::write(
+                &p,
+                format!(
+                    "[auth]\nhs_secret = \"{}\"\n{extra}",
+                    if extra.contains("rotated") {
+                        "rotated-secret-rotated-secret-rotated"
+                    } else {
+                        "0123456789abcdef0123456789abcdef"
+                    }
+                ),
+            )
+            .unwrap();
+            Config::load(&p).unwrap()
+        };
+        let running = load("[server]\nlisten = \"127.0.0.1:1\"\n");
+        assert!(restart_only_changes(&running, &running).is_empty());
+        let file = load(
+            "# rotated\n[server]\nlisten = \"127.0.0.1:2\"\n[policy]\npath = \"p.toml\"\n\
+             [meta]\nwebhook_headers = { X-Key = \"k\" }\n[store]\nlease_ttl = \"10s\"\n\
+             [[agents]]\nid = \"a\"\nurl = \"http://127.0.0.1:9/\"\n",
+        );
+        assert_eq!(
+            restart_only_changes(&running, &file),
+            [
+                "server.listen",
+                "auth.hs_secret",
+                "meta.webhook_headers.X-Key"
+            ]
+        );
+    }
 }
