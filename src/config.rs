@@ -10,7 +10,8 @@
 //! instead (the policy module loads the file `policy.path` names, auth applies
 //! `[[grants]]`).
 
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -60,9 +61,11 @@ pub fn default_data_dir() -> PathBuf {
 /// loudly at start-up while it is in use.
 pub const DEV_SECRET: &str = "agui-gateway-development-secret-change-me";
 
-/// The whole configuration.
-#[derive(Debug, Clone, Deserialize)]
+/// The whole configuration: one TOML or YAML file. Any key can be
+/// overridden from the environment as `AGUI_GATEWAY__SECTION__KEY`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "agui-gateway configuration")]
 pub struct Config {
     #[serde(default)]
     pub server: ServerConfig,
@@ -100,7 +103,7 @@ pub struct Config {
 }
 
 /// The listening side.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     /// Address to listen on, e.g. `127.0.0.1:8080`; port 0 picks a free one.
@@ -108,17 +111,21 @@ pub struct ServerConfig {
     /// Largest accepted request body (bytes); larger → 413 `too_large`.
     pub max_body_bytes: usize,
     /// Interval of `: keepalive` comments on idle SSE responses.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
+    #[schemars(with = "duration::Text")]
     pub keepalive: Duration,
     /// How long shutdown waits for open streams before closing them.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
+    #[schemars(with = "duration::Text")]
     pub shutdown_grace: Duration,
     /// On SIGTERM/SIGINT, how long this node's active runs may take to
     /// finish (new runs are refused meanwhile); the rest are cancelled.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
+    #[schemars(with = "duration::Text")]
     pub drain_timeout: Duration,
     /// Lifetime of a one-use SSE join ticket (`POST /v1/threads/{id}/ticket`).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
+    #[schemars(with = "duration::Text")]
     pub ticket_ttl: Duration,
     /// Most client connections at once (all transports); past it new ones
     /// are refused (HTTP 503 `unavailable`) until one closes. 0: no cap.
@@ -128,7 +135,7 @@ pub struct ServerConfig {
 }
 
 /// The listener's certificate, reloaded when its files change.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TlsConfig {
     /// PEM certificate chain, leaf first (relative to the config file).
@@ -138,7 +145,7 @@ pub struct TlsConfig {
 }
 
 /// Cross-origin browser access to the HTTP routes.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct CorsConfig {
     /// Origins whose browser pages may call the HTTP routes (`*` wildcards,
@@ -146,7 +153,8 @@ pub struct CorsConfig {
     /// Empty: no CORS headers, so browsers refuse cross-origin calls.
     pub allowed_origins: Vec<String>,
     /// How long browsers may cache a preflight answer.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
+    #[schemars(with = "duration::Text")]
     pub max_age: Duration,
 }
 
@@ -175,7 +183,7 @@ impl Default for ServerConfig {
 }
 
 /// Which journal backend, and how it commits.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreConfig {
     /// `sqlite` (default, durable), `memory` (lost on exit) or `redis`
@@ -191,19 +199,20 @@ pub struct StoreConfig {
     /// How long a run's lease on its thread outlives its node (Redis): a
     /// node that stops renewing it for this long is presumed dead, and
     /// another node closes its runs with `RUN_ERROR gateway_node_lost`.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
+    #[schemars(with = "duration::Text")]
     pub lease_ttl: Duration,
     /// SQLite file (relative to the config file's folder).
     pub path: PathBuf,
-    /// SQLite `synchronous`: `normal` (survives a process crash) or `full`
-    /// (also survives power loss, one fsync per group commit).
+    /// SQLite `synchronous`: `normal` (survives a process crash), `full`
+    /// (also survives power loss, one fsync per group commit), `off` or `extra`.
     pub synchronous: String,
     /// Most events in one group commit.
     pub max_batch_events: usize,
 }
 
 /// Journal backends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum StoreKind {
     #[default]
@@ -228,7 +237,7 @@ impl Default for StoreConfig {
 }
 
 /// Per-thread limits.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ThreadsConfig {
     /// A journal longer than this is compacted into its fold when a run ends.
@@ -238,11 +247,13 @@ pub struct ThreadsConfig {
     pub viewer_queue_bytes: usize,
     /// A thread idle this long (no run, no event) has its journal compacted
     /// into its snapshot; `0s` never.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
+    #[schemars(with = "duration::Text")]
     pub idle_ttl: Duration,
     /// A thread nobody uses (no viewer, no run) for this long leaves memory;
     /// it loads back from the journal on its next use. `0s`: only for the budget.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
+    #[schemars(with = "duration::Text")]
     pub evict_after: Duration,
     /// Most threads kept in memory; past it the longest-idle unused ones leave.
     pub max_resident: usize,
@@ -261,19 +272,22 @@ impl Default for ThreadsConfig {
 }
 
 /// The WebSocket endpoint.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct WsConfig {
     /// Allowed `Origin`s (`*` wildcards allowed); empty allows any.
     pub allowed_origins: Vec<String>,
     /// Time allowed for the first `auth` frame when the upgrade carried no token.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
+    #[schemars(with = "duration::Text")]
     pub auth_timeout: Duration,
     /// Interval of WebSocket pings.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
+    #[schemars(with = "duration::Text")]
     pub ping_interval: Duration,
     /// A connection silent for this long (no frame, no pong) is dropped.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
+    #[schemars(with = "duration::Text")]
     pub read_timeout: Duration,
     /// Largest accepted frame; larger closes the socket with 1009.
     pub max_frame_bytes: usize,
@@ -295,7 +309,7 @@ impl Default for WsConfig {
 }
 
 /// What a run request does while another run is active on the thread.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Strategy {
     /// Refuse with `conflict`.
@@ -308,15 +322,15 @@ pub enum Strategy {
 }
 
 /// Where the operator policy lives.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct PolicyConfig {
-    /// The policy file (TOML; relative to the config file); unset: no policy.
+    /// The policy file (TOML or YAML; relative to the config file); unset: no policy.
     pub path: Option<PathBuf>,
 }
 
 /// Meta events (feedback, notes, tags).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct MetaConfig {
     /// Accepted `metaType`s; empty accepts any.
@@ -345,7 +359,7 @@ impl Default for MetaConfig {
 }
 
 /// What happens to a run when its last viewer leaves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum OnDisconnect {
     /// Keep running (viewers can come back with `subscribe after`).
@@ -358,14 +372,14 @@ pub enum OnDisconnect {
 /// A role-wide grant (`[[grants]]`): what every holder of `role` may do on
 /// the threads `threads` matches. Only the settings; `auth::access` applies
 /// them.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct RoleGrant {
     /// Role the grant applies to (`"*"`: every authenticated user).
     pub role: String,
     /// Thread-id glob (`*` any run of characters, `?` one character).
     pub threads: String,
-    /// Permission names (see [`Permission::parse`]); checked at load.
+    /// Permissions granted: `view`, `run`, `resume`, `cancel`, `meta`.
     pub permissions: Vec<String>,
 }
 
@@ -397,7 +411,7 @@ impl Permission {
 }
 
 /// JWT verification.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AuthConfig {
     /// Accepted `alg` values; anything else is rejected (`alg: none` always is).
@@ -411,20 +425,25 @@ pub struct AuthConfig {
     pub jwks_file: Option<PathBuf>,
     /// A JWKS URL, fetched and cached per its `Cache-Control`.
     pub jwks_url: Option<String>,
-    /// Shortest and longest time a fetched JWKS is trusted.
-    #[serde(default = "default_jwks_min", with = "humantime_serde")]
+    /// Shortest time a fetched JWKS is trusted (floor under its `Cache-Control: max-age`).
+    #[serde(default = "default_jwks_min", with = "duration")]
+    #[schemars(with = "duration::Text")]
     pub jwks_min_refresh: Duration,
-    #[serde(default = "default_jwks_max", with = "humantime_serde")]
+    /// Longest time a fetched JWKS is trusted before it is fetched again.
+    #[serde(default = "default_jwks_max", with = "duration")]
+    #[schemars(with = "duration::Text")]
     pub jwks_max_refresh: Duration,
     /// At most one re-fetch for an unknown `kid` per this interval.
-    #[serde(default = "default_jwks_kid", with = "humantime_serde")]
+    #[serde(default = "default_jwks_kid", with = "duration")]
+    #[schemars(with = "duration::Text")]
     pub jwks_unknown_kid_interval: Duration,
     /// Required `iss`, when set.
     pub issuer: Option<String>,
     /// Accepted `aud` values, when set.
     pub audience: Option<Vec<String>>,
     /// Clock skew allowed on `exp` and `nbf`.
-    #[serde(default = "default_leeway", with = "humantime_serde")]
+    #[serde(default = "default_leeway", with = "duration")]
+    #[schemars(with = "duration::Text")]
     pub leeway: Duration,
     /// Which claims carry what.
     #[serde(default)]
@@ -448,12 +467,16 @@ fn default_leeway() -> Duration {
 }
 
 /// Claim names, for identity providers that do not use ours.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClaimNames {
+    /// Claim holding the user id.
     pub sub: String,
+    /// Claim holding the roles (a list, or a space-separated string).
     pub roles: String,
+    /// Claim holding the tenant (absent: `default`).
     pub tenant: String,
+    /// Claim holding per-thread grants (`{glob: [permissions]}`).
     pub threads: String,
 }
 
@@ -469,7 +492,7 @@ impl Default for ClaimNames {
 }
 
 /// The inspector: a web page to watch and steer threads live.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct InspectorConfig {
     /// Serve it (off unless the config says so; the shipped config does).
@@ -488,7 +511,7 @@ impl Default for InspectorConfig {
 }
 
 /// The built-in demo agent.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct DemoConfig {
     /// Start it (agents then reach it with `url = "demo:"`).
@@ -496,7 +519,8 @@ pub struct DemoConfig {
     /// Loopback address it listens on; port 0 picks a free one.
     pub listen: String,
     /// Pause between streamed tokens, so a person can watch it stream.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
+    #[schemars(with = "duration::Text")]
     pub token_delay: Duration,
 }
 
@@ -511,7 +535,7 @@ impl Default for DemoConfig {
 }
 
 /// How strictly an agent's stream is checked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum VerifyMode {
     /// A violation ends the run with `RUN_ERROR upstream_protocol_violation`.
@@ -522,13 +546,14 @@ pub enum VerifyMode {
 }
 
 /// One upstream agent.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AgentConfig {
     /// The name clients use (`/v1/agents/{id}/run`).
     pub id: String,
     /// Where to POST `RunAgentInput`; `demo:` means the built-in demo agent.
     pub url: String,
+    /// Shown to clients in `GET /v1/agents`.
     #[serde(default)]
     pub description: String,
     /// Extra request headers; values may use `${ENV_VAR}`. Never logged.
@@ -537,8 +562,10 @@ pub struct AgentConfig {
     /// Roles that may run this agent; `"*"` means any authenticated user.
     #[serde(default = "any_role")]
     pub roles: Vec<String>,
+    /// How strictly the agent's stream is checked: `strict` or `lenient`.
     #[serde(default)]
     pub verify: VerifyMode,
+    /// Upstream time limits.
     #[serde(default)]
     pub timeouts: Timeouts,
     /// Largest SSE frame accepted from this agent.
@@ -567,19 +594,24 @@ fn default_frame() -> usize {
 
 /// Upstream time limits; each failure ends the run with `upstream_timeout`
 /// (or `upstream_unavailable` for connect).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Timeouts {
-    #[serde(with = "humantime_serde")]
+    /// Longest TCP (and TLS) connect to the agent.
+    #[serde(with = "duration")]
+    #[schemars(with = "duration::Text")]
     pub connect: Duration,
     /// From request sent to the first event.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
+    #[schemars(with = "duration::Text")]
     pub first_event: Duration,
     /// Longest silence between two events.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
+    #[schemars(with = "duration::Text")]
     pub idle: Duration,
     /// Longest whole run.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
+    #[schemars(with = "duration::Text")]
     pub total: Duration,
 }
 
@@ -772,7 +804,17 @@ impl Config {
                     "store.url".into(),
                     format!("'{u}' is not a redis:// or rediss:// URL"),
                 ),
-                Some(_) => {}
+                Some(u) => {
+                    if let Err(var) = expand_env(u) {
+                        bad(
+                            "store.url".into(),
+                            format!("references unset environment variable {var}"),
+                        );
+                    }
+                }
+            }
+            if self.store.lease_ttl < Duration::from_secs(1) {
+                bad("store.lease_ttl".into(), "must be at least 1s".into());
             }
         }
         if let Some(u) = &self.meta.webhook_url
@@ -946,6 +988,130 @@ impl Config {
     }
 }
 
+/// Durations, read the same way everywhere: config keys, their
+/// `AGUI_GATEWAY__…` overrides and `agui-gateway token --ttl`. Either
+/// humantime text (`250ms`, `30s`, `10m`, `1h`, `1h 30m`, `2days`) or a whole
+/// number of seconds (`3600`).
+pub mod duration {
+    use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+    use serde::{Deserializer, Serializer, de};
+    use std::borrow::Cow;
+    use std::time::Duration;
+
+    /// The pattern of a duration written as text (a bare number is seconds).
+    pub const PATTERN: &str = r"^\s*[0-9]+\s*([a-zA-Zµ]+\s*([0-9]+\s*[a-zA-Zµ]+\s*)*)?$";
+
+    /// Parses `text`: humantime, or a whole number of seconds.
+    pub fn parse(text: &str) -> Result<Duration, String> {
+        let t = text.trim();
+        if let Ok(secs) = t.parse::<u64>() {
+            return Ok(Duration::from_secs(secs));
+        }
+        humantime::parse_duration(t).map_err(|e| {
+            format!(
+                "'{text}' is not a duration ({e}): write e.g. 250ms, 30s, 10m, 1h, or whole seconds"
+            )
+        })
+    }
+
+    /// The shortest exact text for `d` (`250ms`, `90s`, `10m`, `24h`).
+    pub fn format(d: Duration) -> String {
+        let secs = d.as_secs();
+        if !d.subsec_nanos().is_multiple_of(1_000_000) {
+            humantime::format_duration(d).to_string()
+        } else if d.subsec_millis() != 0 {
+            format!("{}ms", d.as_millis())
+        } else if secs == 0 {
+            "0s".into()
+        } else if secs.is_multiple_of(3600) {
+            format!("{}h", secs / 3600)
+        } else if secs.is_multiple_of(60) {
+            format!("{}m", secs / 60)
+        } else {
+            format!("{secs}s")
+        }
+    }
+
+    /// For `#[serde(with = "duration")]`.
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format(*d))
+    }
+
+    /// For `#[serde(with = "duration")]`: text or whole seconds.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        struct Visitor;
+        impl de::Visitor<'_> for Visitor {
+            type Value = Duration;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a duration such as \"250ms\", \"30s\", \"1h\", or whole seconds")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Duration, E> {
+                parse(v).map_err(E::custom)
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Duration, E> {
+                Ok(Duration::from_secs(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Duration, E> {
+                u64::try_from(v)
+                    .map(Duration::from_secs)
+                    .map_err(|_| E::custom(format!("{v} is negative")))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+
+    /// The schema of a duration field (`#[schemars(with = "duration::Text")]`).
+    pub struct Text;
+
+    impl JsonSchema for Text {
+        fn schema_name() -> Cow<'static, str> {
+            "Duration".into()
+        }
+        fn json_schema(_: &mut SchemaGenerator) -> Schema {
+            json_schema!({
+                "description": "A duration: \"250ms\", \"30s\", \"10m\", \"1h\", \"1h 30m\", \"2days\", or a whole number of seconds.",
+                "type": ["string", "integer"],
+                "pattern": PATTERN,
+                "minimum": 0
+            })
+        }
+    }
+}
+
+/// The JSON Schema of the configuration file (draft 2020-12), generated
+/// from these types: `agui-gateway config-schema` prints it, and
+/// `config/schema.json` is a copy a test keeps current.
+pub fn json_schema() -> serde_json::Value {
+    let mut schema = serde_json::to_value(schemars::schema_for!(Config)).expect("schema is JSON");
+    // A section's default is the sum of its keys' defaults, each shown on
+    // its key; repeating the whole object on the section is noise.
+    fn drop_object_defaults(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(map) => {
+                if map.get("default").is_some_and(|d| d.is_object())
+                    && !map
+                        .get("additionalProperties")
+                        .is_some_and(|a| a.is_object())
+                {
+                    map.remove("default");
+                }
+                map.values_mut().for_each(drop_object_defaults);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(drop_object_defaults),
+            _ => {}
+        }
+    }
+    drop_object_defaults(&mut schema);
+    schema
+}
+
+/// `json_schema()` as written to `config/schema.json`.
+pub fn json_schema_text() -> String {
+    let mut text = serde_json::to_string_pretty(&json_schema()).expect("schema is JSON");
+    text.push('\n');
+    text
+}
+
 /// Replaces `${NAME}` with the environment variable's value; `Err(NAME)` when unset.
 pub fn expand_env(value: &str) -> Result<String, String> {
     let mut out = String::with_capacity(value.len());
@@ -1036,6 +1202,271 @@ mod tests {
         assert_eq!(expand_env("a ${AGUI_TEST_SET_VAR} b").unwrap(), "a v b");
         assert_eq!(expand_env("plain").unwrap(), "plain");
         assert_eq!(expand_env("${AGUI_NOPE_X}").unwrap_err(), "AGUI_NOPE_X");
+    }
+
+    /// Every key of the schema as a path (`server.listen`,
+    /// `agents[].timeouts.connect`) with its schema (property level).
+    fn schema_keys(schema: &serde_json::Value) -> Vec<(String, serde_json::Value)> {
+        fn resolve<'a>(
+            root: &'a serde_json::Value,
+            s: &'a serde_json::Value,
+        ) -> &'a serde_json::Value {
+            if let Some(r) = s["$ref"].as_str() {
+                return &root["$defs"][r.trim_start_matches("#/$defs/")];
+            }
+            for alt in ["anyOf", "oneOf"] {
+                if let Some(r) = s[alt]
+                    .as_array()
+                    .and_then(|a| a.iter().find(|x| x.get("$ref").is_some()))
+                {
+                    return resolve(root, r);
+                }
+            }
+            s
+        }
+        fn walk(
+            root: &serde_json::Value,
+            path: &str,
+            s: &serde_json::Value,
+            out: &mut Vec<(String, serde_json::Value)>,
+        ) {
+            let r = resolve(root, s);
+            if let Some(props) = r["properties"].as_object() {
+                for (k, v) in props {
+                    let sub = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    walk(root, &sub, v, out);
+                }
+            } else if r["items"].is_object() && resolve(root, &r["items"])["properties"].is_object()
+            {
+                walk(root, &format!("{path}[]"), &r["items"], out);
+            } else {
+                out.push((path.to_owned(), s.clone()));
+            }
+        }
+        let mut out = Vec::new();
+        walk(schema, "", schema, &mut out);
+        out
+    }
+
+    fn is_duration(key_schema: &serde_json::Value) -> bool {
+        key_schema["$ref"] == "#/$defs/Duration"
+    }
+
+    #[test]
+    fn schema_file_is_current() {
+        let committed = include_str!("../config/schema.json");
+        assert!(
+            committed == json_schema_text(),
+            "config/schema.json is not what the config types generate; regenerate it with\n  \
+             cargo run -- config-schema > config/schema.json\n(and document any new key in docs/configuration.md)"
+        );
+    }
+
+    #[test]
+    fn every_key_has_a_description() {
+        let schema = json_schema();
+        let keys = schema_keys(&schema);
+        assert!(keys.len() > 60, "{}", keys.len());
+        for (key, s) in &keys {
+            let own = s["description"].as_str().unwrap_or("");
+            assert!(!own.trim().is_empty(), "{key}: no doc comment");
+        }
+    }
+
+    /// docs/configuration.md has a row `| `key` | default | meaning |` for
+    /// every key of the schema, whose default (its first `code`, or none)
+    /// is the schema's.
+    #[test]
+    fn every_key_is_documented_with_its_default() {
+        let docs = include_str!("../docs/configuration.md");
+        let rows: BTreeMap<&str, &str> = docs
+            .lines()
+            .filter_map(|l| {
+                let mut cells = l.strip_prefix("| `")?.splitn(3, '|');
+                let key = cells.next()?.trim().strip_suffix('`')?;
+                Some((key, cells.next()?.trim()))
+            })
+            .collect();
+        let schema = json_schema();
+        let keys = schema_keys(&schema);
+        let mut problems = Vec::new();
+        for (key, s) in &keys {
+            let Some(cell) = rows.get(key.as_str()) else {
+                problems.push(format!("{key}: no row in docs/configuration.md"));
+                continue;
+            };
+            let documented = cell
+                .strip_prefix('`')
+                .and_then(|c| c.split_once('`'))
+                .map(|(d, _)| d);
+            let expected = match &s["default"] {
+                serde_json::Value::Null => None,
+                serde_json::Value::String(d) if d.is_empty() => Some("\"\"".into()),
+                serde_json::Value::String(d) => Some(d.clone()),
+                other => Some(other.to_string()),
+            };
+            let same = match (&expected, documented) {
+                (None, None) => true,
+                (Some(e), Some(d)) if is_duration(s) => {
+                    duration::parse(e).ok() == duration::parse(d).ok()
+                }
+                (Some(e), Some(d)) => e == d,
+                _ => false,
+            };
+            if !same {
+                problems.push(format!(
+                    "{key}: docs/configuration.md says {documented:?}, the schema {expected:?}"
+                ));
+            }
+        }
+        for key in rows.keys() {
+            if !keys.iter().any(|(k, _)| k == key) {
+                problems.push(format!("{key}: documented but not a key"));
+            }
+        }
+        assert!(problems.is_empty(), "{problems:#?}");
+    }
+
+    /// Every key the shipped files set is a key of the schema, and every
+    /// duration in them matches the schema's pattern.
+    #[test]
+    fn shipped_files_use_schema_keys() {
+        fn flatten(path: &str, v: &toml::Value, out: &mut Vec<(String, toml::Value)>) {
+            match v {
+                toml::Value::Table(t) => {
+                    for (k, v) in t {
+                        let sub = if path.is_empty() {
+                            k.clone()
+                        } else {
+                            format!("{path}.{k}")
+                        };
+                        flatten(&sub, v, out);
+                    }
+                }
+                toml::Value::Array(items)
+                    if items.iter().all(|i| i.is_table()) && !items.is_empty() =>
+                {
+                    for i in items {
+                        flatten(&format!("{path}[]"), i, out);
+                    }
+                }
+                _ => out.push((path.to_owned(), v.clone())),
+            }
+        }
+        let schema = json_schema();
+        let keys: BTreeMap<String, serde_json::Value> = schema_keys(&schema).into_iter().collect();
+        let top = schema["properties"].as_object().unwrap();
+        let pattern = regex::Regex::new(duration::PATTERN).unwrap();
+        for f in ["config/gateway.toml", "deploy/cluster.toml"] {
+            let text =
+                std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(f)).unwrap();
+            let file: toml::Value = toml::from_str(&text).unwrap();
+            for k in file.as_table().unwrap().keys() {
+                assert!(top.contains_key(k), "{f}: [{k}] is not in the schema");
+            }
+            let mut set = Vec::new();
+            flatten("", &file, &mut set);
+            for (key, value) in set {
+                // Keys under a map (`agents[].headers.Authorization`) are the map's.
+                let known = keys.get(&key).or_else(|| {
+                    keys.iter()
+                        .find(|(k, s)| {
+                            s["additionalProperties"].is_object()
+                                && key.starts_with(&format!("{k}."))
+                        })
+                        .map(|(_, s)| s)
+                });
+                let s = known.unwrap_or_else(|| panic!("{f}: {key} is not in the schema"));
+                if is_duration(s)
+                    && let toml::Value::String(d) = &value
+                {
+                    assert!(
+                        pattern.is_match(d),
+                        "{f}: {key} = {d:?} does not match the pattern"
+                    );
+                    duration::parse(d).unwrap();
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn durations_read_the_same_everywhere() {
+        let p = |s: &str| duration::parse(s).unwrap();
+        assert_eq!(p("1h"), Duration::from_secs(3600));
+        assert_eq!(p("90"), Duration::from_secs(90));
+        assert_eq!(p(" 1h 30m "), Duration::from_secs(5400));
+        assert_eq!(p("250ms"), Duration::from_millis(250));
+        assert!(
+            duration::parse("1x")
+                .unwrap_err()
+                .contains("'1x' is not a duration")
+        );
+        assert!(duration::parse("-5").is_err());
+        let pattern = regex::Regex::new(duration::PATTERN).unwrap();
+        for s in ["1h", "90", "1h 30m", "250ms", "2days", "0s"] {
+            assert!(pattern.is_match(s), "{s}");
+            assert_eq!(p(&duration::format(p(s))), p(s), "{s}");
+        }
+        assert!(!pattern.is_match("soon"));
+        for (d, text) in [
+            (3600, "1h"),
+            (86400, "24h"),
+            (90, "90s"),
+            (600, "10m"),
+            (0, "0s"),
+        ] {
+            assert_eq!(duration::format(Duration::from_secs(d)), text);
+        }
+        // In the file: text or whole seconds.
+        let dir = tempfile::tempdir().unwrap();
+        let f = write(
+            &dir,
+            &format!(
+                "[auth]\nhs_secret = \"{SECRET}\"\n[server]\nkeepalive = 7\nshutdown_grace = \"1m\"\n"
+            ),
+        );
+        let c = Config::load(&f).unwrap();
+        assert_eq!(c.server.keepalive, Duration::from_secs(7));
+        assert_eq!(c.server.shutdown_grace, Duration::from_secs(60));
+        let f = write(
+            &dir,
+            &format!("[auth]\nhs_secret = \"{SECRET}\"\n[server]\nkeepalive = \"soon\"\n"),
+        );
+        let e = &Config::load(&f).unwrap_err()[0];
+        assert_eq!(e.key, "server.keepalive", "{e}");
+        assert!(e.message.contains("'soon' is not a duration"), "{e}");
+    }
+
+    #[test]
+    fn redis_settings_are_checked_with_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = write(
+            &dir,
+            &format!(
+                "[auth]\nhs_secret = \"{SECRET}\"\n[store]\nkind = \"redis\"\n\
+                 url = \"redis://:${{AGUI_TEST_UNSET_PW}}@localhost\"\nlease_ttl = \"500ms\"\n"
+            ),
+        );
+        let text: Vec<String> = Config::load(&f)
+            .unwrap_err()
+            .iter()
+            .map(|e| e.to_string())
+            .collect();
+        assert!(
+            text.iter()
+                .any(|t| t.ends_with("store.lease_ttl: must be at least 1s")),
+            "{text:?}"
+        );
+        assert!(
+            text.iter().any(|t| t
+                .ends_with("store.url: references unset environment variable AGUI_TEST_UNSET_PW")),
+            "{text:?}"
+        );
     }
 
     #[test]

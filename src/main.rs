@@ -1,10 +1,11 @@
-//! The `agui-gateway` binary: `serve` (default), `check-config`, `token`.
+//! The `agui-gateway` binary: `serve` (default), `check-config`, `token`,
+//! `config-schema`.
 
-use agui_gateway::auth::{Authenticator, MintRequest, mint};
+use agui_gateway::auth::{MintRequest, mint};
 use agui_gateway::config::StoreKind;
 use agui_gateway::config::{Config, DEFAULT_PATH};
 use agui_gateway::policy::Policy;
-use agui_gateway::server::{self, AppState};
+use agui_gateway::server::{self, AppState, preflight};
 use agui_gateway::store::JournalStore;
 use agui_gateway::store::bus::{LocalBus, PublicationBus};
 use agui_gateway::store::counters::SharedCounters;
@@ -42,7 +43,8 @@ struct Cli {
 enum Command {
     /// Run the gateway (the default).
     Serve,
-    /// Validate the configuration and print every problem.
+    /// Validate the configuration as start-up would (keys, policy, JWT keys,
+    /// agents and headers, TLS files, store settings) and print every problem.
     CheckConfig {
         /// Evaluate a sample request against the policy and print what decides:
         /// a JSON file `{"claims": {…}, "agent": "…", "thread": "…",
@@ -59,18 +61,25 @@ enum Command {
         roles: Vec<String>,
         #[arg(long)]
         tenant: Option<String>,
-        /// Lifetime in seconds.
-        #[arg(long, default_value_t = 3600)]
-        ttl: u64,
+        /// Lifetime: a duration like the config's (`1h`, `30m`, `90s`) or
+        /// whole seconds.
+        #[arg(long, default_value = "1h", value_parser = agui_gateway::config::duration::parse)]
+        ttl: Duration,
         /// Thread grants as JSON, e.g. '{"team-7-*":["view","meta"]}'.
         #[arg(long)]
         threads: Option<String>,
     },
+    /// Print the configuration file's JSON Schema (`config/schema.json`).
+    ConfigSchema,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(&cli.log_format);
+    if matches!(cli.command, Some(Command::ConfigSchema)) {
+        print!("{}", agui_gateway::config::json_schema_text());
+        return ExitCode::SUCCESS;
+    }
     let loaded = match &cli.config {
         Some(path) => Config::load(path),
         None if std::path::Path::new(DEFAULT_PATH).exists() => {
@@ -111,16 +120,19 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Command::CheckConfig { explain: None } => match Authenticator::from_config(&config.auth) {
+        Command::CheckConfig { explain: None } => match preflight::check(&config) {
             Ok(_) => {
                 println!("{}: ok ({} agents)", config.origin(), config.agents.len());
                 ExitCode::SUCCESS
             }
-            Err(e) => {
-                eprintln!("config error: {}: {e}", config.origin());
+            Err(problems) => {
+                for p in &problems {
+                    eprintln!("config error: {p}");
+                }
                 ExitCode::from(2)
             }
         },
+        Command::ConfigSchema => unreachable!("handled before the config is read"),
         Command::Token {
             sub,
             roles,
@@ -139,7 +151,7 @@ fn main() -> ExitCode {
                 subject: sub,
                 roles: roles.into_iter().filter(|r| !r.is_empty()).collect(),
                 tenant,
-                ttl_secs: ttl,
+                ttl_secs: ttl.as_secs(),
                 threads,
             };
             match mint(&config.auth, &req) {
@@ -271,6 +283,14 @@ fn init_logging(format: &str) {
 }
 
 async fn serve(config: Config, policy: Policy) -> Result<(), String> {
+    // Everything check-config checks, before any port is bound.
+    let checked = preflight::check(&config).map_err(|problems| {
+        problems
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
+    })?;
     let demo_addr = if config.demo.enabled {
         Some(
             agui_gateway::demo::start(&config.demo)
@@ -285,7 +305,7 @@ async fn serve(config: Config, policy: Policy) -> Result<(), String> {
             "auth.hs_secret is the public development secret from config/gateway.toml: anyone can mint tokens. Set AGUI_GATEWAY__AUTH__HS_SECRET before exposing this gateway."
         );
     }
-    let auth = Authenticator::from_config(&config.auth)?;
+    let auth = checked.auth;
     if config.embedded {
         tracing::info!(
             journal = %config.store.path.display(),
@@ -325,9 +345,6 @@ async fn serve(config: Config, policy: Policy) -> Result<(), String> {
                 let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
                 format!("{}-{}", host.trim(), std::process::id())
             });
-            if config.store.lease_ttl < Duration::from_secs(1) {
-                return Err("store.lease_ttl must be at least 1s".into());
-            }
             let redis =
                 RedisStore::connect(&url, &config.store.prefix, &node, config.store.lease_ttl)
                     .await

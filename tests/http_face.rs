@@ -396,7 +396,7 @@ async fn health_ready_and_metrics_move_under_http_and_websocket_runs() {
 
 #[tokio::test]
 async fn check_config_reports_keys_and_token_mints_valid_tokens() {
-    let bin = env!("CARGO_BIN_EXE_agui-gateway");
+    let bin = gateway_bin();
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.toml");
     std::fs::write(
@@ -404,7 +404,7 @@ async fn check_config_reports_keys_and_token_mints_valid_tokens() {
         "[auth]\nhs_secret = \"short\"\n[[agents]]\nid = \"a\"\nurl = \"nope\"\n",
     )
     .unwrap();
-    let out = std::process::Command::new(bin)
+    let out = std::process::Command::new(&bin)
         .args(["--config", bad.to_str().unwrap(), "check-config"])
         .output()
         .unwrap();
@@ -416,7 +416,7 @@ async fn check_config_reports_keys_and_token_mints_valid_tokens() {
     );
 
     let shipped = repo().join("config/gateway.toml");
-    let out = std::process::Command::new(bin)
+    let out = std::process::Command::new(&bin)
         .args(["--config", shipped.to_str().unwrap(), "check-config"])
         .output()
         .unwrap();
@@ -427,7 +427,7 @@ async fn check_config_reports_keys_and_token_mints_valid_tokens() {
     );
 
     let gw = Gateway::start(DEMO).await;
-    let out = std::process::Command::new(bin)
+    let out = std::process::Command::new(&bin)
         .args([
             "--config",
             gw.config_path.to_str().unwrap(),
@@ -460,6 +460,152 @@ async fn check_config_reports_keys_and_token_mints_valid_tokens() {
         v["agents"].as_array().unwrap().len(),
         2,
         "admin role from --roles: {v}"
+    );
+}
+
+/// Runs the binary with `args` on the config `text` (written to a file in
+/// `dir`); returns the exit code and stderr.
+fn run_on(dir: &std::path::Path, text: &str, args: &[&str]) -> (Option<i32>, String) {
+    let cfg = dir.join("gateway.toml");
+    std::fs::write(&cfg, text).unwrap();
+    let out = std::process::Command::new(gateway_bin())
+        .arg("--config")
+        .arg(&cfg)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn check_config_runs_every_start_up_check_without_listening() {
+    let dir = tempfile::tempdir().unwrap();
+    let auth = "[auth]\nhs_secret = \"0123456789abcdef0123456789abcdef\"\n";
+    // A listener address that start-up could bind: nothing stops before the checks.
+    let listen = "[server]\nlisten = \"127.0.0.1:0\"\n";
+
+    // A missing certificate: check-config and serve say the same thing, and
+    // serve says it before it listens.
+    let missing_cert = format!(
+        "{listen}[server.tls]\ncert = \"missing-cert.pem\"\nkey = \"missing-key.pem\"\n{auth}[store]\nkind = \"memory\"\n"
+    );
+    let (code, err) = run_on(dir.path(), &missing_cert, &["check-config"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("gateway.toml: server.tls.cert: ") && err.contains("missing-cert.pem"),
+        "{err}"
+    );
+    let (code, serve_err) = run_on(dir.path(), &missing_cert, &["serve"]);
+    assert_ne!(code, Some(0), "{serve_err}");
+    assert!(
+        serve_err.contains("server.tls.cert: ") && !serve_err.contains("cannot listen"),
+        "{serve_err}"
+    );
+
+    // Redis settings start-up refuses, found without connecting to Redis.
+    let redis = format!(
+        "{listen}{auth}[store]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:1/x\"\nlease_ttl = \"500ms\"\n"
+    );
+    let (code, err) = run_on(dir.path(), &redis, &["check-config"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("gateway.toml: store.lease_ttl: must be at least 1s"),
+        "{err}"
+    );
+    let (code, err) = run_on(
+        dir.path(),
+        &redis.replace("lease_ttl = \"500ms\"", "lease_ttl = \"2s\""),
+        &["check-config"],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("gateway.toml: store.url: "),
+        "a bad db index: {err}"
+    );
+
+    // An agent header value no HTTP request can carry, and a journal path
+    // under a file.
+    std::fs::write(dir.path().join("plain-file"), "").unwrap();
+    let agent = format!(
+        "{listen}{auth}[store]\npath = \"plain-file/j.db\"\n\
+         [[agents]]\nid = \"a\"\nurl = \"http://127.0.0.1:9/\"\nheaders = {{ X-Key = \"a\\nb\" }}\n"
+    );
+    let (code, err) = run_on(dir.path(), &agent, &["check-config"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("agents[0]: agent a: header X-Key: invalid value"),
+        "{err}"
+    );
+    assert!(
+        err.contains("store.path: ") && err.contains("is not a folder"),
+        "{err}"
+    );
+
+    // The whole schema on stdout, as committed.
+    let out = std::process::Command::new(gateway_bin())
+        .arg("config-schema")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        std::fs::read_to_string(repo().join("config/schema.json")).unwrap()
+    );
+}
+
+#[tokio::test]
+async fn token_ttl_takes_a_duration_or_seconds() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("gateway.toml");
+    std::fs::write(
+        &cfg,
+        "[auth]\nhs_secret = \"0123456789abcdef0123456789abcdef\"\n",
+    )
+    .unwrap();
+    // The minted token's exp is `secs` ahead of now (and of its iat).
+    let minted_for = |ttl: &str, secs: u64| {
+        let out = std::process::Command::new(gateway_bin())
+            .arg("--config")
+            .arg(&cfg)
+            .args(["token", "--ttl", ttl])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "--ttl {ttl}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let tok = String::from_utf8(out.stdout).unwrap();
+        use base64::Engine;
+        let payload = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(tok.trim().split('.').nth(1).unwrap())
+            .unwrap();
+        let claims: Value = serde_json::from_slice(&payload).unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let exp = claims["exp"].as_u64().unwrap();
+        assert!(exp.abs_diff(now + secs) <= 5, "--ttl {ttl}: {claims}");
+        assert_eq!(exp - claims["iat"].as_u64().unwrap(), secs, "--ttl {ttl}");
+    };
+    minted_for("1h", 3600);
+    minted_for("90", 90); // whole seconds, as before
+    minted_for("1h 30m", 5400);
+    let out = std::process::Command::new(gateway_bin())
+        .arg("--config")
+        .arg(&cfg)
+        .args(["token", "--ttl", "soon"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("'soon' is not a duration"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }
 

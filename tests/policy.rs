@@ -503,6 +503,55 @@ async fn hot_reload_applies_to_the_next_run_and_keeps_the_last_good_policy() {
 }
 
 #[tokio::test]
+async fn a_reload_warns_about_each_changed_key_that_needs_a_restart() {
+    if single_node_only("reads one process's log and reload counters") {
+        return;
+    }
+    let gw = Gateway::start("[demo]\nenabled = true\n[[agents]]\nid = \"demo\"\nurl = \"demo:\"\n")
+        .await;
+    // Two keys only a restart applies (one of them a secret) and one a reload applies.
+    let rotated = "rotated-secret-never-to-be-logged-0123456789";
+    let text = std::fs::read_to_string(&gw.config_path).unwrap();
+    assert!(text.contains("keepalive = \"1s\"") && text.contains(SECRET));
+    let text = text
+        .replace("keepalive = \"1s\"", "keepalive = \"2s\"")
+        .replace(SECRET, rotated)
+        + "\n[[agents]]\nid = \"more\"\nurl = \"demo:\"\n";
+    let (before, _) = reloads(&gw).await;
+    std::fs::write(&gw.config_path, text).unwrap();
+    assert_eq!(reload_after(&gw, before).await, 1);
+    gw.proc.expect_stderr("server.keepalive changed in").await;
+    gw.proc.expect_stderr("auth.hs_secret changed in").await;
+    let log = gw.proc.stderr();
+    let warned: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("takes effect only after a restart"))
+        .collect();
+    assert_eq!(warned.len(), 2, "only the restart-only keys: {warned:#?}");
+    assert!(warned.iter().all(|l| l.contains("WARN")), "{warned:#?}");
+    assert!(!log.contains(rotated), "a value is never logged");
+
+    // The agent route is in force; the secret is still the running one.
+    let agents: Value = http()
+        .get(gw.url("/v1/agents"))
+        .bearer_auth(token(json!({})))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        agents["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["id"] == "more"),
+        "{agents}"
+    );
+}
+
+#[tokio::test]
 async fn check_config_explain_names_the_deciding_rule() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("g.toml");

@@ -19,7 +19,9 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 /// Which shapes an agent's interrupts are recognised in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema, Default,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum InterruptStyle {
     /// All three shapes.

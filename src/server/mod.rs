@@ -16,6 +16,7 @@ pub mod extract;
 pub mod fields;
 pub mod http;
 pub mod inspector;
+pub mod preflight;
 pub mod reload;
 pub mod sideband;
 pub mod sse;

@@ -4,6 +4,11 @@
 //! gateway on its last good configuration, logs why, and sets
 //! `agui_config_reload_success` to 0. Open connections and runs in flight
 //! are untouched; new runs use the new routes and rules.
+//!
+//! Only `agents` and `policy.path` (with the policy file it names) take
+//! effect on reload; every other key is read once, at start-up. A reload
+//! warns about each of those whose value in the file differs from the one in
+//! force, naming the key and never its value (some are secrets).
 
 use super::state::AppState;
 use crate::config::Config;
@@ -13,8 +18,55 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-/// Re-reads the config file and policy now; `Err` lists what was wrong.
-pub fn reload(state: &AppState, demo_addr: Option<SocketAddr>) -> Result<(), Vec<String>> {
+/// The keys a reload puts in force (with everything under them).
+pub const RELOADED_KEYS: &[&str] = &["agents", "policy.path"];
+
+/// The keys whose value differs between `running` and `file` but that only a
+/// restart puts in force: every changed key outside [`RELOADED_KEYS`], as a
+/// path (`server.listen`, `auth.hs_secret`, `meta.webhook_headers.X-Key`;
+/// a list is one key). Keys only, never values.
+pub fn restart_only_changes(running: &Config, file: &Config) -> Vec<String> {
+    fn diff(path: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+        use serde_json::Value::{Null, Object};
+        match (a, b) {
+            (Object(x), Object(y)) => {
+                let keys = x.keys().chain(y.keys().filter(|k| !x.contains_key(*k)));
+                for k in keys {
+                    let sub = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    diff(
+                        &sub,
+                        x.get(k).unwrap_or(&Null),
+                        y.get(k).unwrap_or(&Null),
+                        out,
+                    );
+                }
+            }
+            _ if a != b => out.push(path.to_owned()),
+            _ => {}
+        }
+    }
+    let value = |c: &Config| serde_json::to_value(c).unwrap_or_default();
+    let mut changed = Vec::new();
+    diff("", &value(running), &value(file), &mut changed);
+    changed.retain(|key| {
+        !RELOADED_KEYS.iter().any(|r| {
+            key == r
+                || key
+                    .strip_prefix(r)
+                    .is_some_and(|rest| rest.starts_with(['.', '[']))
+        })
+    });
+    changed
+}
+
+/// Re-reads the config file and policy now; returns the configuration read
+/// (of which only the keys in [`RELOADED_KEYS`] took effect), or what was
+/// wrong.
+pub fn reload(state: &AppState, demo_addr: Option<SocketAddr>) -> Result<Config, Vec<String>> {
     let result = (|| {
         let config = if state.config.embedded {
             Config::embedded()
@@ -25,13 +77,20 @@ pub fn reload(state: &AppState, demo_addr: Option<SocketAddr>) -> Result<(), Vec
         let agents = AgentRegistry::from_config(&config.agents, demo_addr).map_err(|e| vec![e])?;
         let policy = crate::policy::Policy::from_config(&config)?;
         state.swap(agents, policy);
-        Ok(config.agents.len())
+        Ok(config)
     })();
     match result {
-        Ok(n) => {
+        Ok(config) => {
             reloaded(true);
-            tracing::info!(agents = n, "configuration reloaded");
-            Ok(())
+            tracing::info!(agents = config.agents.len(), "configuration reloaded");
+            for key in restart_only_changes(&state.config, &config) {
+                tracing::warn!(
+                    key = %key,
+                    "{key} changed in {} but takes effect only after a restart; the running value stays",
+                    config.origin()
+                );
+            }
+            Ok(config)
         }
         Err(errors) => {
             reloaded(false);
@@ -53,15 +112,17 @@ fn mtimes(files: &[PathBuf]) -> Vec<Option<SystemTime>> {
 /// Reloads on SIGHUP and whenever the config or policy file changes.
 pub fn spawn(state: Arc<AppState>, demo_addr: Option<SocketAddr>, poll: Duration) {
     tokio::spawn(async move {
-        let files = |s: &AppState| {
+        // The policy file in force: a reload may name another one.
+        let mut policy = state.config.policy.path.clone();
+        let files = |s: &AppState, policy: &Option<PathBuf>| {
             let mut f: Vec<PathBuf> = (!s.config.embedded)
                 .then(|| s.config.source.clone())
                 .into_iter()
                 .collect();
-            f.extend(s.config.policy.path.clone());
+            f.extend(policy.clone());
             f
         };
-        let mut seen = mtimes(&files(&state));
+        let mut seen = mtimes(&files(&state, &policy));
         #[cfg(unix)]
         let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
         loop {
@@ -80,10 +141,15 @@ pub fn spawn(state: Arc<AppState>, demo_addr: Option<SocketAddr>, poll: Duration
                 _ = signalled => true,
                 _ = tokio::time::sleep(poll) => false,
             };
-            let now = mtimes(&files(&state));
+            let now = mtimes(&files(&state, &policy));
             if forced || now != seen {
                 seen = now;
-                let _ = reload(&state, demo_addr);
+                if let Ok(config) = reload(&state, demo_addr)
+                    && config.policy.path != policy
+                {
+                    policy = config.policy.path;
+                    seen = mtimes(&files(&state, &policy));
+                }
             }
         }
     });
@@ -99,4 +165,45 @@ fn reloaded(ok: bool) {
         })
         .inc();
     m.reload_success.set(i64::from(ok));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restart_only_changes_name_the_keys_reload_does_not_apply() {
+        let dir = tempfile::tempdir().unwrap();
+        let load = |extra: &str| {
+            let p = dir.path().join("g.toml");
+            std::fs::write(
+                &p,
+                format!(
+                    "[auth]\nhs_secret = \"{}\"\n{extra}",
+                    if extra.contains("rotated") {
+                        "rotated-secret-rotated-secret-rotated"
+                    } else {
+                        "0123456789abcdef0123456789abcdef"
+                    }
+                ),
+            )
+            .unwrap();
+            Config::load(&p).unwrap()
+        };
+        let running = load("[server]\nlisten = \"127.0.0.1:1\"\n");
+        assert!(restart_only_changes(&running, &running).is_empty());
+        let file = load(
+            "# rotated\n[server]\nlisten = \"127.0.0.1:2\"\n[policy]\npath = \"p.toml\"\n\
+             [meta]\nwebhook_headers = { X-Key = \"k\" }\n[store]\nlease_ttl = \"10s\"\n\
+             [[agents]]\nid = \"a\"\nurl = \"http://127.0.0.1:9/\"\n",
+        );
+        assert_eq!(
+            restart_only_changes(&running, &file),
+            [
+                "server.listen",
+                "auth.hs_secret",
+                "meta.webhook_headers.X-Key"
+            ]
+        );
+    }
 }

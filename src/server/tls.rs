@@ -28,21 +28,31 @@ const RELOAD_CHECK: Duration = Duration::from_secs(2);
 
 /// Reads a certificate chain and its key into what rustls serves.
 pub fn load(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, String> {
+    load_keyed(cert, key).map_err(|(_, message)| message)
+}
+
+/// Like [`load`], naming the setting at fault (`cert` or `key`): what
+/// start-up and `check-config` report.
+pub fn load_keyed(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, (&'static str, String)> {
+    let at_cert = |e: String| ("cert", format!("{}: {e}", cert.display()));
+    let at_key = |e: String| ("key", format!("{}: {e}", key.display()));
     let chain = CertificateDer::pem_file_iter(cert)
-        .map_err(|e| format!("{}: {e}", cert.display()))?
+        .map_err(|e| at_cert(e.to_string()))?
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{}: {e}", cert.display()))?;
+        .map_err(|e| at_cert(e.to_string()))?;
     if chain.is_empty() {
-        return Err(format!("{}: no certificate", cert.display()));
+        return Err(at_cert("no certificate".into()));
     }
-    let key_der =
-        PrivateKeyDer::from_pem_file(key).map_err(|e| format!("{}: {e}", key.display()))?;
+    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| at_key(e.to_string()))?;
     let signer = rustls::crypto::aws_lc_rs::sign::any_supported_type(&key_der)
-        .map_err(|e| format!("{}: {e}", key.display()))?;
+        .map_err(|e| at_key(e.to_string()))?;
     let certified = CertifiedKey::new(chain, signer);
-    certified
-        .keys_match()
-        .map_err(|e| format!("{} does not match {}: {e}", key.display(), cert.display()))?;
+    certified.keys_match().map_err(|e| {
+        (
+            "key",
+            format!("{} does not match {}: {e}", key.display(), cert.display()),
+        )
+    })?;
     Ok(Arc::new(certified))
 }
 

@@ -27,6 +27,15 @@ pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The gateway binary: `$AGUI_TEST_GATEWAY_BIN` when set (e.g. a copy that
+/// another checkout building into the same shared target folder cannot
+/// replace mid-test), else the one cargo built for these tests.
+pub fn gateway_bin() -> PathBuf {
+    std::env::var_os("AGUI_TEST_GATEWAY_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_agui-gateway")))
+}
+
 /// The Python with the AG-UI packages: `$AGUI_TEST_PYTHON` or `.venv/bin/python`.
 pub fn python() -> PathBuf {
     if let Ok(p) = std::env::var("AGUI_TEST_PYTHON") {
@@ -408,7 +417,7 @@ impl Gateway {
     }
 
     async fn spawn(config_path: &Path, env: &[(&str, &str)]) -> (Proc, String) {
-        let binary = env!("CARGO_BIN_EXE_agui-gateway");
+        let binary = gateway_bin();
         let mut cmd = match env.iter().find(|(k, _)| *k == "AGUI_TEST_FILE_LIMIT_KIB") {
             // bash: `ulimit -f` counts KiB; an ignored signal stays ignored across exec.
             Some((_, kib)) => {

@@ -59,6 +59,13 @@ type Ack = oneshot::Sender<Result<u64, StoreError>>;
 /// How long a command may take before its answer counts as lost.
 const RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Parses `url` the way [`RedisStore::connect`] does, without connecting.
+pub fn check_url(url: &str) -> Result<(), String> {
+    ::redis::Client::open(url)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
 /// A [`JournalStore`] (and [`PublicationBus`]) on Redis.
 pub struct RedisStore {
     writer: mpsc::UnboundedSender<(AppendBatch, Ack)>,
