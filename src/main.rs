@@ -430,7 +430,12 @@ async fn serve(config: Config, policy: Policy) -> Result<(), String> {
         tracing::info!(cancelled, "drained; shutting down");
         let _ = stop.send(true);
     });
-    running.wait().await.map_err(|e| e.to_string())
+    let served = running.wait().await.map_err(|e| e.to_string());
+    // Whatever is still queued for the journal (the cancelled runs' last
+    // events, a late meta post) is written before the process exits.
+    state.threads.store().close().await;
+    tracing::info!("journal flushed; exiting");
+    served
 }
 
 async fn shutdown_signal() {

@@ -98,11 +98,17 @@ pub struct Metrics {
     pub reloads: Family<ReloadLabel, Counter>,
     /// 1 when the last reload succeeded (or none happened), 0 after a refused one.
     pub reload_success: Gauge,
+    /// Bytes of live frames queued for clients and not yet written.
+    pub outbox_bytes: Gauge,
+    /// Readers (viewers, join streams, requesters) reading the journal
+    /// because they fell behind the live stream by more than their budget.
+    pub readers_catching_up: Gauge,
 }
 
 fn seconds_buckets() -> Histogram {
-    // 1 ms … ~4.6 h.
-    Histogram::new(exponential_buckets(0.001, 2.5, 16))
+    // 5 ms … ~78 min (0.005 × 2.5^15 s): past an agent's 30 min default
+    // total timeout, so a long run lands in a bucket, not only in +Inf.
+    Histogram::new(exponential_buckets(0.005, 2.5, 16))
 }
 
 fn latency_buckets() -> Histogram {
@@ -137,6 +143,8 @@ impl Metrics {
             auth_failures: Family::default(),
             reloads: Family::default(),
             reload_success: Gauge::default(),
+            outbox_bytes: Gauge::default(),
+            readers_catching_up: Gauge::default(),
             registry: Registry::default(),
         };
         m.reload_success.set(1);
@@ -230,6 +238,16 @@ impl Metrics {
             "config_reload_success",
             "1 if the last configuration reload succeeded.",
             m.reload_success.clone(),
+        );
+        r.register(
+            "outbox_bytes",
+            "Bytes of live frames queued for clients, not yet written.",
+            m.outbox_bytes.clone(),
+        );
+        r.register(
+            "readers_catching_up",
+            "Readers reading the journal after falling behind the live stream.",
+            m.readers_catching_up.clone(),
         );
         Metrics { registry, ..m }
     }

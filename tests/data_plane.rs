@@ -113,6 +113,10 @@ async fn slow_requester_and_slow_join_reader_get_every_event() {
     let frames = watcher.recv_until(is_terminal_frame).await;
     let n = seqs(&frames).len();
     assert_eq!(n, 10004, "the watcher got the whole run");
+    // Both slow readers are behind: the metrics say so.
+    let behind = gw.metrics().await;
+    assert!(gauge(&behind, "agui_readers_catching_up") >= 2.0, "{behind}");
+    assert!(gauge(&behind, "agui_outbox_bytes") > 0.0, "{behind}");
 
     let body = requester.read_all().await;
     let events = sse_events(&body);
@@ -154,6 +158,18 @@ async fn slow_requester_and_slow_join_reader_get_every_event() {
         (base + 1..=base + 10004).collect::<Vec<_>>(),
         "the slow join reader got every journal event once, in order"
     );
+    // Caught up and live again (the requester gone): nobody is behind.
+    let caught_up = gw.metrics().await;
+    assert_eq!(gauge(&caught_up, "agui_readers_catching_up"), 0.0, "{caught_up}");
+}
+
+/// The value of an unlabelled gauge in a `/metrics` text.
+fn gauge(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {metrics}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

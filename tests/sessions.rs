@@ -689,7 +689,7 @@ async fn sigterm_lets_the_run_finish_then_closes_viewers_with_1001_and_ends_join
     if single_node_only("SIGTERM stops one process; tests/cluster.rs drains one node of two") {
         return;
     }
-    let py = PyAgent::start("scripted_agent.py").await;
+    let mut py = PyAgent::start("scripted_agent.py").await;
     let mut gw = Gateway::start(&format!(
         "[[agents]]\nid = \"gated\"\nurl = \"{}\"\ntimeouts = {{ idle = \"1h\" }}\n",
         py.url("gated")
@@ -714,6 +714,12 @@ async fn sigterm_lets_the_run_finish_then_closes_viewers_with_1001_and_ends_join
         .unwrap();
     assert_eq!(join.status(), 200);
     let join_body = tokio::spawn(async move { join.text().await.unwrap() });
+    // A requester on the HTTP face, mid-run on another thread.
+    let requester = {
+        let (url, t) = (gw.run_url("gated"), t.clone());
+        tokio::spawn(async move { post_run(&url, &t, &input("term-http", "h1", "hi")).await })
+    };
+    py.proc.expect_line("GATED h1").await;
 
     gw.signal("TERM");
     // Not ready, no new runs; the run in flight goes on.
@@ -739,5 +745,74 @@ async fn sigterm_lets_the_run_finish_then_closes_viewers_with_1001_and_ends_join
     let text = join_body.await.unwrap();
     let last = sse_events(&text).pop().unwrap();
     assert_eq!(last["type"], "RUN_FINISHED", "{text}");
+    // The HTTP requester's stream ended normally, with its run's end.
+    let (status, body) = requester.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    let events = sse_events(&body);
+    assert_eq!(events.last().unwrap()["type"], "RUN_FINISHED", "{body}");
     assert!(gw.proc.child.wait().await.unwrap().success(), "exit 0");
+    gw.proc.expect_stderr("journal flushed").await;
+}
+
+/// A run that outlasts the drain window is cancelled and journaled as
+/// cancelled before the process exits 0: the next process finds it ended
+/// (`RUN_FINISHED` outcome cancelled), never `gateway_restarted`.
+#[tokio::test]
+async fn sigterm_with_a_run_past_the_drain_window_journals_it_cancelled() {
+    if single_node_only("SIGTERM stops one process; tests/cluster.rs drains one node of two") {
+        return;
+    }
+    let py = PyAgent::start("scripted_agent.py").await;
+    let mut gw = Gateway::start_with_env(
+        &format!(
+            "[[agents]]\nid = \"gated\"\nurl = \"{}\"\ntimeouts = {{ idle = \"1h\" }}\n",
+            py.url("gated")
+        ),
+        &[("AGUI_GATEWAY__SERVER__DRAIN_TIMEOUT", "1s")],
+    )
+    .await;
+    let t = token(json!({"sub": "alice"}));
+    let mut runner = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
+    runner
+        .send(
+            json!({"type": "run", "id": "r1", "agent": "gated", "threadId": "late", "runId": "r1",
+                     "messages": [{"id": "u1", "role": "user", "content": "hi"}]}),
+        )
+        .await;
+    runner
+        .recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_CONTENT")
+        .await;
+
+    gw.signal("TERM");
+    let rest = runner.recv_until(|f| f.get("close").is_some()).await;
+    let (close, events) = rest.split_last().unwrap();
+    assert_eq!(close["close"], 1001, "{close}");
+    let end = &events.last().unwrap()["event"];
+    assert_eq!(end["type"], "RUN_FINISHED", "{end}");
+    assert_eq!(end["outcome"]["type"], "cancelled", "{end}");
+    assert!(gw.proc.child.wait().await.unwrap().success(), "exit 0");
+
+    // The next process on the same journal: the run is over, as cancelled.
+    let gw = gw.restart().await;
+    let snap: Value = http()
+        .get(gw.url("/v1/threads/late"))
+        .bearer_auth(&t)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(snap["run"]["status"], "cancelled", "{snap}");
+    let mut viewer = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
+    viewer
+        .send(json!({"type": "subscribe", "id": "s", "threadId": "late", "after": 0}))
+        .await;
+    let replay = viewer.recv_until(is_terminal_frame).await;
+    let last = &replay.last().unwrap()["event"];
+    assert_eq!(last["outcome"]["type"], "cancelled", "{last}");
+    assert!(
+        !replay.iter().any(|f| f["event"]["code"] == "gateway_restarted"),
+        "{replay:?}"
+    );
 }

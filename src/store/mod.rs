@@ -165,4 +165,10 @@ pub trait JournalStore: Send + Sync + 'static {
     fn healthy(&self) -> bool {
         true
     }
+    /// Stops taking batches and resolves once every batch queued before is
+    /// written (or failed): the last step of a shutdown, so a process never
+    /// exits with acknowledged-to-nobody batches still in a queue.
+    fn close(&self) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(async {})
+    }
 }

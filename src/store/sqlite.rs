@@ -22,7 +22,12 @@ type Ack = oneshot::Sender<Result<u64, StoreError>>;
 
 /// A [`JournalStore`] in one SQLite file.
 pub struct SqliteStore {
-    writer: mpsc::Sender<(AppendBatch, Ack)>,
+    /// `None` once closed ([`JournalStore::close`]).
+    writer: Mutex<Option<mpsc::Sender<(AppendBatch, Ack)>>>,
+    /// The writer thread, joined by `close`.
+    writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Set by `close`: the writer's end is then expected, not an alarm.
+    closing: std::sync::Arc<std::sync::atomic::AtomicBool>,
     reader: Mutex<Connection>,
     /// Cleared by the writer when a commit fails.
     healthy: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -123,8 +128,9 @@ impl SqliteStore {
             checkpoint: checkpoint_tx,
             since_checkpoint: 0,
         };
-        let alive = WriterAlive(healthy.clone());
-        std::thread::Builder::new()
+        let closing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let alive = WriterAlive(healthy.clone(), closing.clone());
+        let writer_thread = std::thread::Builder::new()
             .name("journal-writer".into())
             .spawn(move || {
                 // However the thread ends (a panic included), readiness
@@ -147,20 +153,30 @@ impl SqliteStore {
             })
             .map_err(err)?;
         Ok(SqliteStore {
-            writer: tx,
+            writer: Mutex::new(Some(tx)),
+            writer_thread: Mutex::new(Some(writer_thread)),
+            closing,
             reader: Mutex::new(reader),
             healthy,
         })
     }
 }
 
-/// Held by the writer thread: marks the store unhealthy when the thread ends.
-struct WriterAlive(std::sync::Arc<std::sync::atomic::AtomicBool>);
+/// Held by the writer thread: marks the store unhealthy when the thread
+/// ends (and says so loudly unless the store was closed on purpose).
+struct WriterAlive(
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+);
 
 impl Drop for WriterAlive {
     fn drop(&mut self) {
         self.0.store(false, std::sync::atomic::Ordering::Release);
-        tracing::error!("the journal writer stopped: readiness is false");
+        if self.1.load(std::sync::atomic::Ordering::Acquire) {
+            tracing::info!("journal closed: every queued batch written");
+        } else {
+            tracing::error!("the journal writer stopped: readiness is false");
+        }
     }
 }
 
@@ -411,12 +427,41 @@ fn meta_from_row(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<ThreadM
 impl JournalStore for SqliteStore {
     fn append(&self, batch: AppendBatch) -> AppendAck {
         let (tx, rx) = oneshot::channel();
-        if let Err(mpsc::SendError((_, ack))) = self.writer.send((batch, tx)) {
+        let writer = self
+            .writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let refused = match writer.as_ref() {
+            Some(writer) => writer.send((batch, tx)).err().map(|e| e.0.1),
+            None => Some(tx),
+        };
+        if let Some(ack) = refused {
             let _ = ack.send(Err(StoreError::failed("journal writer stopped")));
             self.healthy
                 .store(false, std::sync::atomic::Ordering::Release);
         }
         rx
+    }
+
+    /// Drops the queue's sender, so the writer commits what is queued and
+    /// ends, and waits for it.
+    fn close(&self) -> futures::future::BoxFuture<'static, ()> {
+        self.closing
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        let thread = self
+            .writer_thread
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        Box::pin(async move {
+            if let Some(thread) = thread {
+                let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+            }
+        })
     }
 
     fn healthy(&self) -> bool {

@@ -64,6 +64,25 @@ pub struct CatchUp {
     /// Tells this catch-up from a later one of the same viewer (a re-subscribe
     /// supersedes a catch-up still queued).
     ticket: u64,
+    /// Counts this reader in `agui_readers_catching_up` while it lives (moved
+    /// from page to page, so a reader counts once until it is live again).
+    counted: Option<CatchingUpGauge>,
+}
+
+/// One reader in the `readers_catching_up` gauge, for as long as it lives.
+struct CatchingUpGauge;
+
+impl CatchingUpGauge {
+    fn new() -> CatchingUpGauge {
+        crate::metrics::metrics().readers_catching_up.inc();
+        CatchingUpGauge
+    }
+}
+
+impl Drop for CatchingUpGauge {
+    fn drop(&mut self) {
+        crate::metrics::metrics().readers_catching_up.dec();
+    }
 }
 
 impl CatchUp {
@@ -76,6 +95,7 @@ impl CatchUp {
             viewer: Some(viewer),
             after,
             ticket,
+            counted: Some(CatchingUpGauge::new()),
         }
     }
 
@@ -90,11 +110,13 @@ impl CatchUp {
             return (Vec::new(), None);
         };
         let (page, rest) = thread.catch_up_page(viewer, self.after, self.ticket, budget);
+        let counted = self.counted.take();
         let rest = rest.map(|(viewer, after)| CatchUp {
             thread: self.thread.clone(),
             viewer: Some(viewer),
             after,
             ticket: self.ticket,
+            counted,
         });
         (page, rest)
     }
@@ -138,7 +160,7 @@ enum Queued {
 #[derive(Debug)]
 pub struct Outbox {
     tx: mpsc::UnboundedSender<Queued>,
-    queued: Arc<AtomicUsize>,
+    queued: Arc<QueuedBytes>,
     limit: usize,
     closed: AtomicBool,
 }
@@ -146,7 +168,7 @@ pub struct Outbox {
 /// The receiving side, owned by the connection's writer task.
 pub struct OutboxReceiver {
     rx: mpsc::UnboundedReceiver<Queued>,
-    queued: Arc<AtomicUsize>,
+    queued: Arc<QueuedBytes>,
     /// Bytes a catch-up page may hold (the live budget).
     limit: usize,
     /// The current catch-up page, sent before anything else.
@@ -155,10 +177,44 @@ pub struct OutboxReceiver {
     catch_ups: VecDeque<CatchUp>,
 }
 
+/// Bytes of live frames queued in one outbox, mirrored into the process-wide
+/// `agui_outbox_bytes` gauge (what all viewers together have not read yet).
+#[derive(Debug, Default)]
+struct QueuedBytes(AtomicUsize);
+
+impl QueuedBytes {
+    /// Adds `cost`; returns the bytes queued before.
+    fn add(&self, cost: usize) -> usize {
+        crate::metrics::metrics().outbox_bytes.inc_by(cost as i64);
+        self.0.fetch_add(cost, Ordering::AcqRel)
+    }
+
+    /// Takes `cost` back (nothing once the receiver's drop zeroed the count).
+    fn sub(&self, cost: usize) {
+        if self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |q| q.checked_sub(cost))
+            .is_ok()
+        {
+            crate::metrics::metrics().outbox_bytes.dec_by(cost as i64);
+        }
+    }
+}
+
+impl Drop for OutboxReceiver {
+    fn drop(&mut self) {
+        // Frames never sent (the connection ended) leave the gauge; the
+        // atomic is zeroed so a sender failing later subtracts nothing twice.
+        self.rx.close();
+        let left = self.queued.0.swap(0, Ordering::AcqRel);
+        crate::metrics::metrics().outbox_bytes.dec_by(left as i64);
+    }
+}
+
 /// A new outbox that holds at most `limit` bytes of unsent frames.
 pub fn outbox(limit: usize) -> (Arc<Outbox>, OutboxReceiver) {
     let (tx, rx) = mpsc::unbounded_channel();
-    let queued = Arc::new(AtomicUsize::new(0));
+    let queued = Arc::new(QueuedBytes::default());
     (
         Arc::new(Outbox {
             tx,
@@ -184,9 +240,9 @@ impl Outbox {
             return false;
         }
         let cost = item.cost();
-        let before = self.queued.fetch_add(cost, Ordering::AcqRel);
+        let before = self.queued.add(cost);
         if before + cost > self.limit && before > 0 {
-            self.queued.fetch_sub(cost, Ordering::AcqRel);
+            self.queued.sub(cost);
             self.close(
                 CLOSE_TOO_SLOW,
                 "viewer too slow: queue overflowed; resubscribe with after",
@@ -194,7 +250,7 @@ impl Outbox {
             return false;
         }
         if self.tx.send(Queued::Item(item, true)).is_err() {
-            self.closed.store(true, Ordering::Release);
+            self.unsent(cost);
             return false;
         }
         true
@@ -207,16 +263,23 @@ impl Outbox {
             return Live::Closed;
         }
         let cost = item.cost();
-        let before = self.queued.fetch_add(cost, Ordering::AcqRel);
+        let before = self.queued.add(cost);
         if before + cost > self.limit && before > 0 {
-            self.queued.fetch_sub(cost, Ordering::AcqRel);
+            self.queued.sub(cost);
             return Live::Full;
         }
         if self.tx.send(Queued::Item(item, true)).is_err() {
-            self.closed.store(true, Ordering::Release);
+            self.unsent(cost);
             return Live::Closed;
         }
         Live::Queued
+    }
+
+    /// A counted frame the receiver was gone for: closed, and its cost
+    /// taken back (unless the receiver's drop already zeroed the count).
+    fn unsent(&self, cost: usize) {
+        self.closed.store(true, Ordering::Release);
+        self.queued.sub(cost);
     }
 
     /// Queues a catch-up behind everything already queued; false when the
@@ -313,7 +376,7 @@ impl OutboxReceiver {
         match queued {
             Queued::Item(item, counted) => {
                 if counted {
-                    self.queued.fetch_sub(item.cost(), Ordering::AcqRel);
+                    self.queued.sub(item.cost());
                 }
                 Some(item)
             }

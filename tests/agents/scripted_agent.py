@@ -326,6 +326,7 @@ async def handle(request: Request) -> Response:
             yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
             yield ENC.encode(TextMessageStartEvent(message_id="g1", role="assistant"))
             yield ENC.encode(TextMessageContentEvent(message_id="g1", delta="part1"))
+            say(f"GATED {run_id}")
             await gate.wait()
             yield ENC.encode(TextMessageContentEvent(message_id="g1", delta="part2"))
             yield ENC.encode(TextMessageEndEvent(message_id="g1"))

@@ -68,7 +68,10 @@ pub fn check_url(url: &str) -> Result<(), String> {
 
 /// A [`JournalStore`] (and [`PublicationBus`]) on Redis.
 pub struct RedisStore {
-    writer: mpsc::UnboundedSender<(AppendBatch, Ack)>,
+    /// `None` once closed ([`JournalStore::close`]).
+    writer: Mutex<Option<mpsc::UnboundedSender<(AppendBatch, Ack)>>>,
+    /// The writer task, awaited by `close`.
+    writer_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     conn: ConnectionManager,
     prefix: String,
     runtime: tokio::runtime::Handle,
@@ -172,7 +175,8 @@ impl RedisStore {
         let sink: SharedSink = Arc::new(Mutex::new(None));
         tokio::spawn(subscription_loop(subscription_requests, sink.clone()));
         let store = Arc::new(RedisStore {
-            writer: tx,
+            writer: Mutex::new(Some(tx)),
+            writer_task: Mutex::new(None),
             conn: conn.clone(),
             prefix: prefix.to_owned(),
             runtime: tokio::runtime::Handle::current(),
@@ -192,13 +196,17 @@ impl RedisStore {
             (lease_ttl, format!("{prefix}:nodes"), store.instance.clone()),
             store.healthy.clone(),
         ));
-        tokio::spawn(write_loop(
+        let writer_task = tokio::spawn(write_loop(
             conn,
             rx,
             store.healthy.clone(),
             prefix.to_owned(),
             store.instance.clone(),
         ));
+        *store
+            .writer_task
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(writer_task);
         let (subscribed, is_subscribed) = oneshot::channel();
         tokio::spawn(listen_loop(
             client,
@@ -308,10 +316,37 @@ fn meta_from_hash(h: &HashMap<String, Vec<u8>>) -> Option<ThreadMeta> {
 impl JournalStore for RedisStore {
     fn append(&self, batch: AppendBatch) -> AppendAck {
         let (tx, rx) = oneshot::channel();
-        if let Err(mpsc::error::SendError((_, ack))) = self.writer.send((batch, tx)) {
+        let writer = self
+            .writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let refused = match writer.as_ref() {
+            Some(writer) => writer.send((batch, tx)).err().map(|e| e.0.1),
+            None => Some(tx),
+        };
+        if let Some(ack) = refused {
             let _ = ack.send(Err(StoreError::failed("journal writer stopped")));
         }
         rx
+    }
+
+    /// Drops the queue's sender, so the writer sends what is queued and
+    /// ends, and waits for it.
+    fn close(&self) -> BoxFuture<'static, ()> {
+        self.writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        let task = self
+            .writer_task
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        Box::pin(async move {
+            if let Some(task) = task {
+                let _ = task.await;
+            }
+        })
     }
 
     fn load(&self, key: &ThreadKey) -> Result<Option<StoredThread>, StoreError> {
