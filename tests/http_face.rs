@@ -905,6 +905,10 @@ async fn past_max_connections_a_client_gets_a_clear_503_until_one_closes() {
             .contains("max_connections"),
         "{body}"
     );
+    // A full node is still alive: liveness answers (and closes).
+    let alive = http().get(gw.url("/healthz")).send().await.unwrap();
+    assert_eq!(alive.status(), 200);
+    assert_eq!(alive.headers()["connection"], "close");
     // One closes: its slot is free again.
     drop(first);
     let deadline = std::time::Instant::now() + WAIT;
@@ -916,8 +920,9 @@ async fn past_max_connections_a_client_gets_a_clear_503_until_one_closes() {
         assert!(std::time::Instant::now() < deadline, "still refused");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     };
+    // Both connections past the cap count (the refused one and the probe's).
     assert!(
-        metrics.contains("agui_connections_refused_total 1"),
+        metrics.contains("agui_connections_refused_total 2"),
         "{metrics}"
     );
 }

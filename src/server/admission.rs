@@ -3,7 +3,8 @@
 //! whole life, not just its upgrade request). Past the cap a connection is
 //! still accepted — TLS included — but every request on it is answered
 //! `503 unavailable` with `Connection: close`, so the client learns why
-//! instead of seeing a reset.
+//! instead of seeing a reset. Except `/healthz`: a full node is alive, and a
+//! liveness probe failing at the cap would get a busy node restarted.
 
 use super::error::{ApiError, ErrorCode};
 use axum::extract::Request;
@@ -123,12 +124,21 @@ impl<L: Listener> Connected<IncomingStream<'_, AdmissionListener<L>>> for Admiss
     }
 }
 
-/// Answers every request of a connection past the cap with 503.
+/// Answers every request of a connection past the cap with 503 (but
+/// `/healthz`, answered and then closed).
 pub async fn gate(req: Request, next: Next) -> Response {
     let refused = req
         .extensions()
         .get::<ConnectInfo<Admission>>()
         .is_some_and(|ConnectInfo(a)| a.refused);
+    if refused && req.uri().path() == "/healthz" {
+        let mut alive = next.run(req).await;
+        alive.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+        return alive;
+    }
     if refused {
         let mut refused = ApiError::new(
             ErrorCode::Unavailable,
