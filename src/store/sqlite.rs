@@ -755,7 +755,7 @@ mod tests {
         assert!(s.healthy());
         // The writer thread ends when its queue's sender goes away.
         let (orphan, _) = mpsc::channel();
-        s.writer = orphan;
+        s.writer = Mutex::new(Some(orphan));
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while s.healthy() {
             assert!(std::time::Instant::now() < deadline, "still healthy");
@@ -763,5 +763,24 @@ mod tests {
         }
         let ack = s.append(batch(&ThreadKey::new("t", "th"), 1, 1, "running"));
         assert!(ack.await.unwrap().is_err(), "nothing can be written");
+    }
+
+    #[tokio::test]
+    async fn close_writes_everything_queued_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.db");
+        let s = SqliteStore::open(&path, "normal", 16).unwrap();
+        let k = ThreadKey::new("t", "th");
+        // Queued, never awaited: only close stands between them and exit.
+        let acks: Vec<_> = (0..50)
+            .map(|i| s.append(batch(&k, 1 + i * 4, 4, "running")))
+            .collect();
+        s.close().await;
+        let late = s.append(batch(&k, 201, 1, "running"));
+        assert!(late.await.unwrap().is_err(), "closed: nothing more taken");
+        drop(acks);
+        drop(s);
+        let reopened = SqliteStore::open(&path, "normal", 16).unwrap();
+        assert_eq!(reopened.load(&k).unwrap().unwrap().events.len(), 200);
     }
 }
