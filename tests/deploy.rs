@@ -403,7 +403,7 @@ fn isolation() -> Isolation {
             eprintln!(
                 "note: {found:?}: {}",
                 match found {
-                    Isolation::Mount => "not root, so the gateway runs as mapped root, not the image's uid",
+                    Isolation::Mount => "cannot switch to the image's uid here: the gateway runs as mapped root",
                     _ => "no mount namespace here: store.path is overridden into the install root",
                 }
             );
@@ -817,6 +817,29 @@ fn the_kubernetes_manifests_match_the_config_they_carry() {
     let min_available = pdb["spec"]["minAvailable"].as_i64().unwrap();
     assert!(replicas >= 2 && (1..replicas).contains(&min_available));
     assert_eq!(deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"], 0);
+}
+
+#[test]
+fn the_kubernetes_manifests_validate_against_the_api_schemas() {
+    let files: Vec<PathBuf> = manifests()
+        .keys()
+        .filter(|k| *k != "kustomization.yaml")
+        .map(|k| deploy("k8s").join(k))
+        .collect();
+    let run = std::process::Command::new("kubernetes-validate")
+        .arg("--strict")
+        .args(&files)
+        .output();
+    let Ok(out) = run else {
+        eprintln!(
+            "skipped: kubernetes-validate is not on PATH (pip install kubernetes-validate: \
+             the API schemas, offline)"
+        );
+        return;
+    };
+    let said = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert_eq!(said.matches(" passed for resource ").count(), files.len(), "{said}");
 }
 
 #[test]
