@@ -591,6 +591,15 @@ fn the_image_carries_what_its_config_needs() {
     let script = check.join(" ");
     assert!(script.contains(&format!("/dev/tcp/127.0.0.1/{}", cfg.port)), "{script}");
     assert!(script.contains("GET /readyz"), "{script}");
+    // `docker stop` waits 10 s unless told: the documented run says longer.
+    let text = read(&deploy("Dockerfile"));
+    let wait: u64 = text
+        .split("--stop-timeout ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|t| t.parse().ok())
+        .expect("the run example sets --stop-timeout");
+    assert!(Duration::from_secs(wait) > cfg.stop_budget());
     assert_eq!(df.argv()[0], "/usr/local/bin/agui-gateway");
     assert_eq!(df.argv().last().unwrap(), "serve");
 
@@ -777,6 +786,7 @@ fn the_kubernetes_manifests_match_the_config_they_carry() {
     assert_eq!(c["livenessProbe"]["httpGet"]["port"], "http");
     let sp = &service["spec"]["ports"][0];
     assert_eq!(sp["targetPort"], "http");
+    assert_eq!(sp["port"], cfg.port);
 
     // Stopping: preStop, then the whole drain, inside the grace period.
     let pre_stop = c["lifecycle"]["preStop"]["exec"]["command"].as_array().unwrap();
@@ -807,6 +817,10 @@ fn the_kubernetes_manifests_match_the_config_they_carry() {
     let pod_security = &spec["securityContext"];
     assert_eq!(pod_security["runAsNonRoot"], true);
     assert_eq!(pod_security["runAsUser"], df.uid());
+    let security = &c["securityContext"];
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["capabilities"]["drop"], serde_json::json!(["ALL"]));
     let labels = &deployment["spec"]["template"]["metadata"]["labels"];
     assert_eq!(&deployment["spec"]["selector"]["matchLabels"], labels);
     assert_eq!(&service["spec"]["selector"], labels);
@@ -882,6 +896,23 @@ async fn the_image_layout_starts_as_shipped_and_its_health_check_sees_it() {
     }
     // JSON logs, as the entrypoint asks.
     gw.expect_stderr("\"gateway listening\"").await;
+    // `docker run IMAGE token --sub alice`: a token the running gateway takes.
+    let mut mint = std::process::Command::new(binary());
+    let entrypoint = df.exec_form("ENTRYPOINT");
+    mint.args(&entrypoint[1..]).args(["token", "--sub", "alice"]).env_clear();
+    for (k, v) in &env {
+        mint.env(k, if v.starts_with("/etc/") { under(root.path(), v) } else { v.into() });
+    }
+    let minted = mint.output().unwrap();
+    assert!(minted.status.success(), "{minted:?}");
+    let token = String::from_utf8(minted.stdout).unwrap();
+    let agents = http()
+        .get(format!("{base}/v1/agents"))
+        .bearer_auth(token.trim())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(agents.status(), 200);
 
     // The HEALTHCHECK command, run as the container runtime would (on the
     // port the gateway got instead of the image's).
