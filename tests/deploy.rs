@@ -326,7 +326,11 @@ fn manifests() -> BTreeMap<String, Vec<Value>> {
 
 /// The one resource of `kind`.
 fn resource(all: &BTreeMap<String, Vec<Value>>, kind: &str) -> Value {
-    let found: Vec<&Value> = all.values().flatten().filter(|d| d["kind"] == kind).collect();
+    let found: Vec<&Value> = all
+        .values()
+        .flatten()
+        .filter(|d| d["kind"] == kind)
+        .collect();
     assert_eq!(found.len(), 1, "one {kind} in deploy/k8s");
     found[0].clone()
 }
@@ -389,8 +393,16 @@ fn isolation() -> Isolation {
         // The unprivileged uid must be able to reach the binary too.
         let uid = DYNAMIC_UID.to_string();
         let as_user = [
-            "--mount", "setpriv", "--reuid", &uid, "--regid", &uid, "--clear-groups", "test",
-            "-x", binary(),
+            "--mount",
+            "setpriv",
+            "--reuid",
+            &uid,
+            "--regid",
+            &uid,
+            "--clear-groups",
+            "test",
+            "-x",
+            binary(),
         ];
         let found = if is_root && works("unshare", &as_user) {
             Isolation::MountAndUser
@@ -403,7 +415,8 @@ fn isolation() -> Isolation {
             eprintln!(
                 "note: {found:?}: {}",
                 match found {
-                    Isolation::Mount => "cannot switch to the image's uid here: the gateway runs as mapped root",
+                    Isolation::Mount =>
+                        "cannot switch to the image's uid here: the gateway runs as mapped root",
                     _ => "no mount namespace here: store.path is overridden into the install root",
                 }
             );
@@ -436,9 +449,7 @@ async fn start_installed(
                 ""
             };
             c.args(["--mount", "sh", "-c"])
-                .arg(format!(
-                    "mount --bind \"$0\" /var/lib && exec {exec}\"$@\""
-                ))
+                .arg(format!("mount --bind \"$0\" /var/lib && exec {exec}\"$@\""))
                 .arg(under(root, "/var/lib"))
                 .arg(binary());
             c
@@ -550,7 +561,11 @@ fn the_shipped_configs_pass_check_config_and_refuse_to_run_without_a_secret() {
 fn the_image_carries_what_its_config_needs() {
     let df = Dockerfile::load();
     assert!(df.stages.len() >= 2, "multi-stage: {:?}", df.stages);
-    assert!(df.stages.last().unwrap().starts_with("debian:"), "{:?}", df.stages);
+    assert!(
+        df.stages.last().unwrap().starts_with("debian:"),
+        "{:?}",
+        df.stages
+    );
     assert!(
         df.all("RUN").iter().any(|r| r.contains("ca-certificates")),
         "the runtime installs CA certificates"
@@ -570,13 +585,18 @@ fn the_image_carries_what_its_config_needs() {
     assert_eq!(source_of(&config), "deploy/gateway.toml");
     let etc = Path::new(&config).parent().unwrap();
     let cfg = Settings::load(&deploy("gateway.toml"));
-    let policy = cfg.str("policy", "path").expect("the config names a policy");
+    let policy = cfg
+        .str("policy", "path")
+        .expect("the config names a policy");
     assert_eq!(
         source_of(etc.join(policy).to_str().unwrap()),
         "config/policy.toml"
     );
     let demo = Settings::load(&deploy("demo.toml"));
-    assert_eq!(source_of(etc.join("demo.toml").to_str().unwrap()), "deploy/demo.toml");
+    assert_eq!(
+        source_of(etc.join("demo.toml").to_str().unwrap()),
+        "deploy/demo.toml"
+    );
     assert_eq!(demo.str("policy", "path"), Some(policy));
 
     // Data volume = where both configs keep the journal; port; health check.
@@ -589,7 +609,10 @@ fn the_image_carries_what_its_config_needs() {
     assert_eq!(df.one("EXPOSE"), cfg.port.to_string());
     let (_, check) = df.healthcheck();
     let script = check.join(" ");
-    assert!(script.contains(&format!("/dev/tcp/127.0.0.1/{}", cfg.port)), "{script}");
+    assert!(
+        script.contains(&format!("/dev/tcp/127.0.0.1/{}", cfg.port)),
+        "{script}"
+    );
     assert!(script.contains("GET /readyz"), "{script}");
     // `docker stop` waits 10 s unless told: the documented run says longer.
     let text = read(&deploy("Dockerfile"));
@@ -605,9 +628,15 @@ fn the_image_carries_what_its_config_needs() {
 
     // Demo, inspector and development secret only when asked for.
     assert!(cfg.table.get("demo").is_none() && cfg.table.get("agents").is_none());
-    assert!(cfg.table.get("inspector").is_none(), "the inspector is off by default");
+    assert!(
+        cfg.table.get("inspector").is_none(),
+        "the inspector is off by default"
+    );
     assert_eq!(cfg.str("auth", "hs_secret"), Some("${AGUI_HS_SECRET}"));
-    assert_eq!(demo.get("demo", "enabled").and_then(|v| v.as_bool()), Some(true));
+    assert_eq!(
+        demo.get("demo", "enabled").and_then(|v| v.as_bool()),
+        Some(true)
+    );
 
     // The build context: what cargo and the COPY lines read, nothing else.
     let ignore = read(&repo().join(".dockerignore"));
@@ -626,9 +655,16 @@ fn the_image_carries_what_its_config_needs() {
     let mut needed: BTreeSet<String> = ["Cargo.toml", "Cargo.lock", "src", "benches", "config"]
         .map(String::from)
         .into();
-    needed.extend(copies.iter().map(|(s, _)| s.split('/').next().unwrap().to_owned()));
+    needed.extend(
+        copies
+            .iter()
+            .map(|(s, _)| s.split('/').next().unwrap().to_owned()),
+    );
     for n in &needed {
-        assert!(allowed.contains(n.as_str()), "{n} is not in the build context");
+        assert!(
+            allowed.contains(n.as_str()),
+            "{n} is not in the build context"
+        );
     }
     for junk in ["target", ".git", ".venv", "tests", "data", "node_modules"] {
         assert!(!allowed.contains(junk), "{junk} is in the build context");
@@ -650,7 +686,9 @@ fn the_systemd_unit_matches_the_config() {
     let cfg = Settings::load(&deploy("gateway.toml"));
     let state = format!("/var/lib/{}", unit_one(&unit, "StateDirectory"));
     assert_eq!(
-        Path::new(cfg.str("store", "path").unwrap()).parent().unwrap(),
+        Path::new(cfg.str("store", "path").unwrap())
+            .parent()
+            .unwrap(),
         Path::new(&state),
         "the journal is in the unit's StateDirectory"
     );
@@ -663,7 +701,11 @@ fn the_systemd_unit_matches_the_config() {
         cfg.stop_budget()
     );
     let reload = &unit["ExecReload"];
-    assert_eq!(reload.last().unwrap(), "/bin/kill -HUP $MAINPID", "{reload:?}");
+    assert_eq!(
+        reload.last().unwrap(),
+        "/bin/kill -HUP $MAINPID",
+        "{reload:?}"
+    );
     assert!(unit_one(&unit, "ExecStart").ends_with(" serve"));
 }
 
@@ -704,7 +746,10 @@ fn systemd_analyze_verifies_the_unit_and_rates_it_hardened() {
     assert!(security.status.success(), "{report}");
     let level: f64 = report
         .lines()
-        .find_map(|l| l.split("Overall exposure level for agui-gateway.service: ").nth(1))
+        .find_map(|l| {
+            l.split("Overall exposure level for agui-gateway.service: ")
+                .nth(1)
+        })
         .and_then(|l| l.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no exposure level in:\n{report}"));
@@ -728,7 +773,10 @@ fn the_kubernetes_manifests_match_the_config_they_carry() {
         .collect();
     assert_eq!(listed, files, "kustomization lists every manifest");
     for doc in all.values().flatten() {
-        assert!(doc["apiVersion"].is_string() && doc["kind"].is_string(), "{doc}");
+        assert!(
+            doc["apiVersion"].is_string() && doc["kind"].is_string(),
+            "{doc}"
+        );
     }
 
     let cm = resource(&all, "ConfigMap");
@@ -745,15 +793,24 @@ fn the_kubernetes_manifests_match_the_config_they_carry() {
     let mut single = Settings::load(&deploy("gateway.toml")).table;
     on_redis.remove("store");
     single.remove("store");
-    assert_eq!(on_redis, single, "only [store] differs from deploy/gateway.toml");
-    assert_eq!(text("policy.toml"), read(&repo().join("config/policy.toml")));
+    assert_eq!(
+        on_redis, single,
+        "only [store] differs from deploy/gateway.toml"
+    );
+    assert_eq!(
+        text("policy.toml"),
+        read(&repo().join("config/policy.toml"))
+    );
 
     // Mounted where the image looks, whole (no subPath: updates reach the pod).
     let spec = &deployment["spec"]["template"]["spec"];
     let containers = spec["containers"].as_array().unwrap();
     assert_eq!(containers.len(), 1);
     let c = &containers[0];
-    assert!(c.get("command").is_none() && c.get("args").is_none(), "the image's own command");
+    assert!(
+        c.get("command").is_none() && c.get("args").is_none(),
+        "the image's own command"
+    );
     let config = df.env_var("AGUI_GATEWAY_CONFIG");
     let etc = Path::new(&config).parent().unwrap();
     let volume = spec["volumes"]
@@ -770,15 +827,26 @@ fn the_kubernetes_manifests_match_the_config_they_carry() {
         .expect("the ConfigMap mounted");
     assert_eq!(mount["mountPath"], etc.to_str().unwrap());
     assert!(mount.get("subPath").is_none());
-    let keys: BTreeSet<&str> = cm["data"].as_object().unwrap().keys().map(String::as_str).collect();
+    let keys: BTreeSet<&str> = cm["data"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
     let policy = cfg.str("policy", "path").unwrap();
-    let wanted: BTreeSet<&str> =
-        [Path::new(&config).file_name().unwrap().to_str().unwrap(), policy].into();
+    let wanted: BTreeSet<&str> = [
+        Path::new(&config).file_name().unwrap().to_str().unwrap(),
+        policy,
+    ]
+    .into();
     assert_eq!(keys, wanted);
 
     // Ports and probes.
     let ports = c["ports"].as_array().unwrap();
-    let http_port = ports.iter().find(|p| p["name"] == "http").expect("port http");
+    let http_port = ports
+        .iter()
+        .find(|p| p["name"] == "http")
+        .expect("port http");
     assert_eq!(http_port["containerPort"], cfg.port);
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(c["readinessProbe"]["httpGet"]["port"], "http");
@@ -789,7 +857,9 @@ fn the_kubernetes_manifests_match_the_config_they_carry() {
     assert_eq!(sp["port"], cfg.port);
 
     // Stopping: preStop, then the whole drain, inside the grace period.
-    let pre_stop = c["lifecycle"]["preStop"]["exec"]["command"].as_array().unwrap();
+    let pre_stop = c["lifecycle"]["preStop"]["exec"]["command"]
+        .as_array()
+        .unwrap();
     assert_eq!(pre_stop[0], "sleep", "{pre_stop:?}");
     let pause = Duration::from_secs(pre_stop[1].as_str().unwrap().parse().unwrap());
     let grace = Duration::from_secs(spec["terminationGracePeriodSeconds"].as_u64().unwrap());
@@ -830,7 +900,10 @@ fn the_kubernetes_manifests_match_the_config_they_carry() {
     let replicas = deployment["spec"]["replicas"].as_i64().unwrap();
     let min_available = pdb["spec"]["minAvailable"].as_i64().unwrap();
     assert!(replicas >= 2 && (1..replicas).contains(&min_available));
-    assert_eq!(deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"], 0);
+    assert_eq!(
+        deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"],
+        0
+    );
 }
 
 #[test]
@@ -853,13 +926,16 @@ fn the_kubernetes_manifests_validate_against_the_api_schemas() {
     };
     let said = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{said}");
-    assert_eq!(said.matches(" passed for resource ").count(), files.len(), "{said}");
+    assert_eq!(
+        said.matches(" passed for resource ").count(),
+        files.len(),
+        "{said}"
+    );
 }
 
 #[test]
 fn compose_waits_for_the_drain() {
-    let compose =
-        yaml_rust2::YamlLoader::load_from_str(&read(&deploy("compose.yaml"))).unwrap();
+    let compose = yaml_rust2::YamlLoader::load_from_str(&read(&deploy("compose.yaml"))).unwrap();
     let compose = yaml_to_json(&compose[0]);
     let node = Settings::load(&deploy("cluster.toml"));
     for name in ["gateway-a", "gateway-b"] {
@@ -899,9 +975,18 @@ async fn the_image_layout_starts_as_shipped_and_its_health_check_sees_it() {
     // `docker run IMAGE token --sub alice`: a token the running gateway takes.
     let mut mint = std::process::Command::new(binary());
     let entrypoint = df.exec_form("ENTRYPOINT");
-    mint.args(&entrypoint[1..]).args(["token", "--sub", "alice"]).env_clear();
+    mint.args(&entrypoint[1..])
+        .args(["token", "--sub", "alice"])
+        .env_clear();
     for (k, v) in &env {
-        mint.env(k, if v.starts_with("/etc/") { under(root.path(), v) } else { v.into() });
+        mint.env(
+            k,
+            if v.starts_with("/etc/") {
+                under(root.path(), v)
+            } else {
+                v.into()
+            },
+        );
     }
     let minted = mint.output().unwrap();
     assert!(minted.status.success(), "{minted:?}");
@@ -926,7 +1011,9 @@ async fn the_image_layout_starts_as_shipped_and_its_health_check_sees_it() {
             .map(|a| a.replace(&exposed, &format!("/127.0.0.1/{port}")))
             .collect();
         let mut c = tokio::process::Command::new(&cmd[0]);
-        c.args(&cmd[1..]).stdout(Stdio::null()).stderr(Stdio::null());
+        c.args(&cmd[1..])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
         async move {
             tokio::time::timeout(Duration::from_secs(3), c.status())
                 .await
@@ -935,7 +1022,11 @@ async fn the_image_layout_starts_as_shipped_and_its_health_check_sees_it() {
     };
     assert!(check(port).await, "HEALTHCHECK fails on a ready gateway");
 
-    stop(&mut gw, Settings::load(&deploy("gateway.toml")).stop_budget()).await;
+    stop(
+        &mut gw,
+        Settings::load(&deploy("gateway.toml")).stop_budget(),
+    )
+    .await;
     assert!(!check(port).await, "HEALTHCHECK passes with no gateway");
 }
 
@@ -974,7 +1065,11 @@ async fn the_systemd_unit_starts_in_its_state_directory_reloads_and_stops() {
             let mut c = std::process::Command::new(&words[0]);
             c.args(&words[1..]).env_clear();
             for (k, v) in &env {
-                let v = if v.starts_with("/etc/") { under(root.path(), v) } else { v.into() };
+                let v = if v.starts_with("/etc/") {
+                    under(root.path(), v)
+                } else {
+                    v.into()
+                };
                 c.env(k, v);
             }
             let out = c.output().unwrap();
@@ -1102,7 +1197,10 @@ async fn the_image_builds_runs_as_shipped_and_drains_on_stop() {
         return;
     };
     let run = |args: &[&str]| {
-        let out = std::process::Command::new(engine).args(args).output().unwrap();
+        let out = std::process::Command::new(engine)
+            .args(args)
+            .output()
+            .unwrap();
         (
             out.status.code(),
             String::from_utf8_lossy(&out.stdout).trim().to_owned(),
@@ -1135,13 +1233,33 @@ async fn the_image_builds_runs_as_shipped_and_drains_on_stop() {
     assert_eq!(code, Some(2), "{err}");
     let demo = "AGUI_GATEWAY_CONFIG=/etc/agui-gateway/demo.toml";
     let secret = format!("AGUI_HS_SECRET={SECRET}");
-    let (code, out, err) = run(&["run", "--rm", "-e", demo, "-e", &secret, tag, "check-config"]);
+    let (code, out, err) = run(&[
+        "run",
+        "--rm",
+        "-e",
+        demo,
+        "-e",
+        &secret,
+        tag,
+        "check-config",
+    ]);
     assert!(code == Some(0) && out.contains("(1 agents)"), "{out}{err}");
 
     let data = format!("{volume}:/var/lib/agui-gateway");
     let (code, _, err) = run(&[
-        "run", "-d", "--name", name, "-p", "127.0.0.1::8080", "-e", &secret, "-v", &data,
-        "--stop-timeout", "60", tag,
+        "run",
+        "-d",
+        "--name",
+        name,
+        "-p",
+        "127.0.0.1::8080",
+        "-e",
+        &secret,
+        "-v",
+        &data,
+        "--stop-timeout",
+        "60",
+        tag,
     ]);
     assert_eq!(code, Some(0), "{err}");
     let (_, port, _) = run(&["port", name, "8080"]);
@@ -1156,14 +1274,24 @@ async fn the_image_builds_runs_as_shipped_and_drains_on_stop() {
         if healthy {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "never healthy: {:?}", run(&["logs", name]));
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never healthy: {:?}",
+            run(&["logs", name])
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     assert_eq!(get_status(&format!("{base}/readyz")).await, 200);
     assert_eq!(run(&["exec", name, "id", "-u"]).1, "10001");
     let (_, listing, _) = run(&["exec", name, "ls", "/var/lib/agui-gateway"]);
     assert!(listing.contains("agui-gateway.db"), "{listing}");
-    let (code, _, _) = run(&["exec", name, "test", "-s", "/etc/ssl/certs/ca-certificates.crt"]);
+    let (code, _, _) = run(&[
+        "exec",
+        name,
+        "test",
+        "-s",
+        "/etc/ssl/certs/ca-certificates.crt",
+    ]);
     assert_eq!(code, Some(0), "CA certificates");
 
     let (code, _, err) = run(&["stop", "-t", "60", name]);
