@@ -756,7 +756,9 @@ async fn sigterm_lets_the_run_finish_then_closes_viewers_with_1001_and_ends_join
 
 /// A run that outlasts the drain window is cancelled and journaled as
 /// cancelled before the process exits 0: the next process finds it ended
-/// (`RUN_FINISHED` outcome cancelled), never `gateway_restarted`.
+/// (`RUN_FINISHED` outcome cancelled), never `gateway_restarted`. An HTTP
+/// run queued behind it never starts; its requester gets `RUN_ERROR
+/// unavailable` instead of a stream that just ends.
 #[tokio::test]
 async fn sigterm_with_a_run_past_the_drain_window_journals_it_cancelled() {
     if single_node_only("SIGTERM stops one process; tests/cluster.rs drains one node of two") {
@@ -765,7 +767,8 @@ async fn sigterm_with_a_run_past_the_drain_window_journals_it_cancelled() {
     let py = PyAgent::start("scripted_agent.py").await;
     let mut gw = Gateway::start_with_env(
         &format!(
-            "[[agents]]\nid = \"gated\"\nurl = \"{}\"\ntimeouts = {{ idle = \"1h\" }}\n",
+            "[[agents]]\nid = \"gated\"\nurl = \"{0}\"\ntimeouts = {{ idle = \"1h\" }}\n\
+             [[agents]]\nid = \"queued\"\nurl = \"{0}\"\nstrategy = \"enqueue\"\n",
             py.url("gated")
         ),
         &[("AGUI_GATEWAY__SERVER__DRAIN_TIMEOUT", "1s")],
@@ -782,8 +785,27 @@ async fn sigterm_with_a_run_past_the_drain_window_journals_it_cancelled() {
     runner
         .recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_CONTENT")
         .await;
+    // An HTTP run queued behind it (never started before the drain ends).
+    let queued = {
+        let (url, t) = (gw.run_url("queued"), t.clone());
+        tokio::spawn(async move { post_run(&url, &t, &input("late", "q1", "next")).await })
+    };
+    let deadline = std::time::Instant::now() + WAIT;
+    while !gw.metrics().await.contains("agui_active_runs 2") {
+        assert!(std::time::Instant::now() < deadline, "never queued");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 
     gw.signal("TERM");
+    let (status, body) = queued.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    let told = sse_events(&body);
+    assert_eq!(told.len(), 1, "{body}");
+    assert_eq!(
+        (&told[0]["type"], &told[0]["code"]),
+        (&json!("RUN_ERROR"), &json!("unavailable")),
+        "{body}"
+    );
     let rest = runner.recv_until(|f| f.get("close").is_some()).await;
     let (close, events) = rest.split_last().unwrap();
     assert_eq!(close["close"], 1001, "{close}");

@@ -475,7 +475,21 @@ impl Thread {
     /// active. (A queued run's requester sees its stream end without events.)
     pub fn cancel_all_here(&self) -> usize {
         let mut inner = self.lock();
-        inner.runs.queue.clear();
+        // Never started, so never journaled: an HTTP requester waiting for
+        // one is told plainly instead of seeing its stream just end.
+        for queued in inner.runs.queue.drain(..) {
+            if let Some(outbox) = &queued.starter {
+                let error = run_error(
+                    "unavailable",
+                    "this gateway node shut down before the queued run started; retry",
+                );
+                outbox.push_replay(Outgoing::Event(Arc::new(Entry::new(
+                    self.id.clone(),
+                    0,
+                    error,
+                ))));
+            }
+        }
         match &inner.runs.active {
             Some(active) => {
                 active.cancel.cancel();
