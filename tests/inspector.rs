@@ -8,9 +8,10 @@ use common::*;
 use serde_json::{Value, json};
 
 fn config(py: &PyAgent) -> String {
-    let mut config = "[inspector]\nenabled = true\n[demo]\nenabled = true\ntoken_delay = \"15ms\"\n\
+    let mut config =
+        "[inspector]\nenabled = true\n[demo]\nenabled = true\ntoken_delay = \"15ms\"\n\
          [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n"
-        .to_owned();
+            .to_owned();
     for scenario in ["xss", "activity", "gated"] {
         config += &format!(
             "[[agents]]\nid = \"{scenario}\"\nurl = \"{}\"\n",
@@ -186,9 +187,6 @@ async fn on_the_development_secret_the_page_can_mint_a_development_token() {
 
 #[tokio::test]
 async fn two_people_watch_steer_and_reload_one_thread_in_a_real_browser() {
-    if !std::path::Path::new("/usr/bin/chromium").exists() {
-        panic!("/usr/bin/chromium is missing: `bash .ci/run` installs Debian's chromium");
-    }
     let py = PyAgent::start("scripted_agent.py").await;
     let gw = Gateway::start(&config(&py)).await;
     let ann = token(json!({"sub": "ann"}));
@@ -291,7 +289,11 @@ async fn two_people_watch_steer_and_reload_one_thread_in_a_real_browser() {
         );
     }
     assert_eq!(
-        seen["xssMeta"].as_str().unwrap().matches("onerror=\"window.__pwned=4\"").count(),
+        seen["xssMeta"]
+            .as_str()
+            .unwrap()
+            .matches("onerror=\"window.__pwned=4\"")
+            .count(),
         2,
         "the note and the tag, as text: {seen:#}"
     );
@@ -497,7 +499,10 @@ async fn the_page_rides_out_a_network_drop_mid_run_and_resumes_after_its_last_se
         (1..=rows.len() as u64).collect::<Vec<_>>(),
         "{rows:?}"
     );
-    assert!(rows.len() as u64 > before, "events after the drop: {rows:?}");
+    assert!(
+        rows.len() as u64 > before,
+        "events after the drop: {rows:?}"
+    );
     assert_eq!(rows[0].1, "RUN_STARTED", "{rows:?}");
     assert_eq!(rows.last().unwrap().1, "RUN_FINISHED", "{rows:?}");
     assert_eq!(seen["gaps"], json!([]), "{seen:#}");

@@ -102,7 +102,10 @@ fn script(input: &RunAgentInput) -> Vec<(bool, Value)> {
 
     if let Some(resume) = input.resume.as_ref().filter(|r| !r.is_empty()) {
         let answer = &resume[0];
-        let payload = answer.payload.as_ref().filter(|_| answer.status == ResumeStatus::Resolved);
+        let payload = answer
+            .payload
+            .as_ref()
+            .filter(|_| answer.status == ResumeStatus::Resolved);
         let field = |name: &str| payload.and_then(|p| p.get(name));
         let approved = field("approved").and_then(Value::as_bool).unwrap_or(false);
         // The answer may edit what was proposed: the transfer made is the answered one.
@@ -169,22 +172,24 @@ fn script(input: &RunAgentInput) -> Vec<(bool, Value)> {
         s.emit(json!({"type":"TOOL_CALL_START","toolCallId":call_id,"toolCallName":"transfer_funds","parentMessageId":msg_id}));
         s.pause(json!({"type":"TOOL_CALL_ARGS","toolCallId":call_id,"delta":args}));
         s.emit(json!({"type":"TOOL_CALL_END","toolCallId":call_id}));
-        s.emit(json!({"type":"RUN_FINISHED","threadId":input.thread_id,"runId":input.run_id,"outcome":{
-            "type":"interrupt",
-            "interrupts":[{
-                "id": format!("int-{call_id}"),
-                "reason":"tool_call",
-                "message": format!("Approve transfer_funds({args})?"),
-                "toolCallId": call_id,
-                // What is proposed, under the names the answer uses to change it.
-                "metadata": proposal,
-                "responseSchema": {"type":"object","properties":{
-                    "approved":{"type":"boolean"},
-                    "amount":{"type":"number","description":"amount to send"},
-                    "to":{"type":"string","description":"account to send it to"}
-                },"required":["approved"]}
-            }]
-        }}));
+        s.emit(
+            json!({"type":"RUN_FINISHED","threadId":input.thread_id,"runId":input.run_id,"outcome":{
+                "type":"interrupt",
+                "interrupts":[{
+                    "id": format!("int-{call_id}"),
+                    "reason":"tool_call",
+                    "message": format!("Approve transfer_funds({args})?"),
+                    "toolCallId": call_id,
+                    // What is proposed, under the names the answer uses to change it.
+                    "metadata": proposal,
+                    "responseSchema": {"type":"object","properties":{
+                        "approved":{"type":"boolean"},
+                        "amount":{"type":"number","description":"amount to send"},
+                        "to":{"type":"string","description":"account to send it to"}
+                    },"required":["approved"]}
+                }]
+            }}),
+        );
         return s.steps;
     }
 
@@ -323,10 +328,16 @@ mod tests {
     fn the_interrupt_proposes_values_and_the_answer_may_edit_them() {
         let steps = script(&input("please transfer 500", None));
         let interrupt = steps.last().unwrap().1["outcome"]["interrupts"][0].clone();
-        assert_eq!(interrupt["metadata"], json!({"amount": 500, "to": "acct-9"}));
+        assert_eq!(
+            interrupt["metadata"],
+            json!({"amount": 500, "to": "acct-9"})
+        );
         let props = &interrupt["responseSchema"]["properties"];
         assert_eq!(
-            (props["amount"]["type"].as_str(), props["to"]["type"].as_str()),
+            (
+                props["amount"]["type"].as_str(),
+                props["to"]["type"].as_str()
+            ),
             (Some("number"), Some("string"))
         );
         let resumed = script(&input(
