@@ -37,9 +37,19 @@ try {
   await ann.page.selectOption("#agent-select", "demo");
   await ann.page.fill("#run-thread", "shared-1");
   await ann.page.fill("#run-message", "please transfer 25 EUR to bob");
+  // The run status as the first streamed text arrives (noted in the page:
+  // a busy machine may poll only after the run has already stopped).
+  await ann.page.evaluate(() => {
+    const observer = new MutationObserver(() => {
+      if (!document.querySelector('.tl-row[data-type="TEXT_MESSAGE_CONTENT"]')) return;
+      window.statusAtFirstText = document.querySelector("#run-status").textContent;
+      observer.disconnect();
+    });
+    observer.observe(document.querySelector("#timeline tbody"), { childList: true });
+  });
   await ann.page.click("#run-start");
-  await until(ann.page, () => document.querySelectorAll('.tl-row[data-type="TEXT_MESSAGE_CONTENT"]').length > 0);
-  out.streamedWhileRunning = await ann.page.$eval("#run-status", (e) => e.textContent.startsWith("running"));
+  await until(ann.page, () => window.statusAtFirstText !== undefined);
+  out.streamedWhileRunning = await ann.page.evaluate(() => window.statusAtFirstText.startsWith("running"));
   await ann.page.waitForSelector(".interrupt .approve", { timeout: WAIT });
   out.annRowsAtInterrupt = await timeline(ann.page);
 
