@@ -8,12 +8,60 @@ use common::*;
 use serde_json::{Value, json};
 
 fn config(py: &PyAgent) -> String {
-    format!(
+    let mut config =
         "[inspector]\nenabled = true\n[demo]\nenabled = true\ntoken_delay = \"15ms\"\n\
-         [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n\
-         [[agents]]\nid = \"xss\"\nurl = \"{}\"\n",
-        py.url("xss")
+         [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n"
+            .to_owned();
+    for scenario in ["xss", "activity", "gated"] {
+        config += &format!(
+            "[[agents]]\nid = \"{scenario}\"\nurl = \"{}\"\n",
+            py.url(scenario)
+        );
+    }
+    config
+}
+
+/// Runs a page script from `tests/interop` (it drives Chromium) and returns
+/// the JSON object it prints. More patient than `node_client`: these scripts
+/// wait through token expiries and outages on a busy machine.
+async fn page_script(script: &str, args: &[&str]) -> Value {
+    if !std::path::Path::new("/usr/bin/chromium").exists() {
+        panic!("/usr/bin/chromium is missing: `bash .ci/run` installs Debian's chromium");
+    }
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(90),
+        tokio::process::Command::new("node")
+            .arg(repo().join("tests/interop").join(script))
+            .args(args)
+            .current_dir(repo().join("tests/interop"))
+            .kill_on_drop(true)
+            .output(),
     )
+    .await
+    .unwrap_or_else(|_| panic!("node {script} timed out"))
+    .expect("node runs");
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{script}: {e}: {} {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(seen.get("failure").is_none(), "{seen:#}");
+    seen
+}
+
+/// `[seq, type]` timeline rows from a page script.
+fn rows(v: &Value) -> Vec<(u64, String)> {
+    serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("rows: {e}: {v}"))
+}
+
+/// Seconds since the epoch.
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
 }
 
 #[tokio::test]
@@ -139,9 +187,6 @@ async fn on_the_development_secret_the_page_can_mint_a_development_token() {
 
 #[tokio::test]
 async fn two_people_watch_steer_and_reload_one_thread_in_a_real_browser() {
-    if !std::path::Path::new("/usr/bin/chromium").exists() {
-        panic!("/usr/bin/chromium is missing: `bash .ci/run` installs Debian's chromium");
-    }
     let py = PyAgent::start("scripted_agent.py").await;
     let gw = Gateway::start(&config(&py)).await;
     let ann = token(json!({"sub": "ann"}));
@@ -153,10 +198,39 @@ async fn two_people_watch_steer_and_reload_one_thread_in_a_real_browser() {
     if let Some(dir) = &shots {
         args.push(dir);
     }
-    let seen = node_client("inspector.mjs", &args).await;
-    assert!(seen.get("failure").is_none(), "{seen:#}");
+    let seen = page_script("inspector.mjs", &args).await;
     assert_eq!(seen["tokenInUrl"], false);
     assert_eq!(seen["streamedWhileRunning"], true, "{seen:#}");
+    // Ben joins at the interrupt: his snapshot is at exactly the seq of the
+    // last event Ann saw live (1, 2, … without a gap).
+    let rows = |key: &str| rows(&seen[key]);
+    let ann_at = rows("annRowsAtInterrupt");
+    let ann_seqs: Vec<u64> = ann_at.iter().map(|(s, _)| *s).collect();
+    assert_eq!(ann_seqs, (1..=ann_seqs.len() as u64).collect::<Vec<_>>());
+    assert_eq!(ann_at.last().unwrap().1, "RUN_FINISHED", "{ann_at:?}");
+    assert_eq!(
+        rows("benRowsAtInterrupt"),
+        vec![(ann_seqs.len() as u64, "snapshot".to_owned())],
+        "{seen:#}"
+    );
+    // From there on both saw the same events live: same seqs, same types.
+    let after = |key: &str| -> Vec<(u64, String)> {
+        rows(key)
+            .into_iter()
+            .filter(|(s, _)| *s > ann_seqs.len() as u64)
+            .collect()
+    };
+    let (ann_live, ben_live) = (after("annRowsAfterApproval"), after("benRowsAfterApproval"));
+    assert_eq!(ann_live, ben_live, "{seen:#}");
+    assert_eq!(ann_live.first().map(|r| r.1.as_str()), Some("RUN_STARTED"));
+    assert_eq!(ann_live.last().map(|r| r.1.as_str()), Some("RUN_FINISHED"));
+    // The form offered what the agent proposed; Ben's edited amount is the
+    // one the agent executed, as Ann sees it.
+    assert_eq!(
+        seen["benProposed"],
+        json!({"amount": "500", "to": "acct-9"}),
+        "pre-filled from the interrupt: {seen:#}"
+    );
     assert_eq!(
         seen["annRunFinished"], 2,
         "the approved run continued: {seen:#}"
@@ -165,8 +239,13 @@ async fn two_people_watch_steer_and_reload_one_thread_in_a_real_browser() {
         seen["annStatus"].as_str().unwrap().starts_with("finished"),
         "{seen:#}"
     );
+    assert_eq!(
+        seen["annReply"], "Done: the transfer of 25 to acct-9 went through.",
+        "{seen:#}"
+    );
+    let state = seen["annState"].as_str().unwrap();
     assert!(
-        seen["annState"].as_str().unwrap().contains("approved"),
+        state.contains("approved") && state.contains("amount: 25"),
         "{seen:#}"
     );
     assert!(
@@ -191,16 +270,32 @@ async fn two_people_watch_steer_and_reload_one_thread_in_a_real_browser() {
         last(&seen["benMessages"]),
         "{seen:#}"
     );
-    // The agent's script stayed text.
+    // The agent's script, and a person's, stayed text wherever it was shown.
     assert_eq!(seen["pwned"], Value::Null, "{seen:#}");
     assert_eq!(seen["imagesInPage"], 0);
     assert_eq!(seen["scriptsInPage"], json!(["app.js"]));
-    assert!(
-        seen["xssText"]
+    let agent_payload = "<img src=x onerror=\"window.__pwned=1\"><script>window.__pwned=2</script>";
+    for key in [
+        "xssText",
+        "xssReasoning",
+        "xssActivity",
+        "xssSubagent",
+        "xssInterrupt",
+        "xssInterruptComment",
+    ] {
+        assert!(
+            seen[key].as_str().unwrap().contains(agent_payload),
+            "{key}: {seen:#}"
+        );
+    }
+    assert_eq!(
+        seen["xssMeta"]
             .as_str()
             .unwrap()
-            .contains("onerror=\"window.__pwned=1\""),
-        "{seen:#}"
+            .matches("onerror=\"window.__pwned=4\"")
+            .count(),
+        2,
+        "the note and the tag, as text: {seen:#}"
     );
     assert_eq!(seen["errors"], json!([]), "no page errors: {seen:#}");
 }
@@ -296,4 +391,198 @@ async fn a_guest_sees_in_the_page_exactly_what_the_policy_lets_any_viewer_see() 
             .contains("hi there"),
         "{as_guest:#}"
     );
+}
+
+#[tokio::test]
+async fn activity_subagents_and_custom_events_are_grouped_live_and_from_a_snapshot() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = Gateway::start(&config(&py)).await;
+    let t = token(json!({"sub": "ada"}));
+    let seen = page_script("inspector_activity.mjs", &[&gw.base, &t]).await;
+    assert_eq!(seen["errors"], Value::Null, "no page errors: {seen:#}");
+    for (when, v) in [("live", &seen["live"]), ("snapshot", &seen["snapshot"])] {
+        // One block per activity message, where its subagent is; the
+        // deltas applied, the `replace: false` snapshot ignored.
+        let activities = v["activities"].as_array().unwrap();
+        let ids: Vec<(&str, &Value)> = activities
+            .iter()
+            .map(|a| (a["id"].as_str().unwrap(), &a["subagent"]))
+            .collect();
+        assert_eq!(
+            ids,
+            [("plan", &Value::Null), ("search", &json!("sa-research"))],
+            "{when}: {v:#}"
+        );
+        let plan = activities[0]["text"].as_str().unwrap();
+        assert!(
+            plan.contains("\"search\"") && plan.contains("\"write\"") && plan.contains("\"done\""),
+            "{when}: {plan}"
+        );
+        assert!(!plan.contains("working"), "{when}: {plan}");
+        assert!(
+            activities[1]["text"].as_str().unwrap().contains("found: 3"),
+            "{when}: {v:#}"
+        );
+        // The subagent's message sits in its group, not in the conversation.
+        let research = &v["subagents"][0];
+        assert_eq!(research["id"], "sa-research", "{when}: {v:#}");
+        assert_eq!(research["messages"], json!(["found 3 sources"]), "{when}");
+        assert!(
+            !v["topLevelMessages"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("found 3 sources")),
+            "{when}: {v:#}"
+        );
+        assert_eq!(
+            v["topLevelMessages"].as_array().unwrap().last().unwrap(),
+            "summary written"
+        );
+        // Reasoning that went on after a MESSAGES_SNAPSHOT is one visible block.
+        assert_eq!(
+            v["reasoning"],
+            json!(["reasoningfirst thought, then more"]),
+            "{when}: {v:#}"
+        );
+        assert_eq!(v["rawLines"], 0, "{when}: no raw event dumps: {v:#}");
+        assert_eq!(v["notices"], json!([]), "{when}: {v:#}");
+    }
+    // Live only: the subagents' lifecycle and the custom events (neither is
+    // part of a thread's snapshot).
+    let live = &seen["live"];
+    assert_eq!(
+        live["subagents"],
+        json!([
+            {"id": "sa-research", "name": "researcher", "status": "finished",
+             "outcome": "result: 3 sources", "messages": ["found 3 sources"]},
+            {"id": "sa-writer", "name": "writer", "status": "error",
+             "outcome": "error quota: quota exceeded", "messages": []},
+        ]),
+        "{live:#}"
+    );
+    assert_eq!(
+        live["customs"],
+        json!([{"name": "progress", "count": "×2", "latest": "{\"pct\":100}"}]),
+        "{live:#}"
+    );
+}
+
+#[tokio::test]
+async fn the_page_rides_out_a_network_drop_mid_run_and_resumes_after_its_last_seq() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = Gateway::start(&config(&py)).await;
+    let t = token(json!({"sub": "dora"}));
+    let seen = page_script("inspector_drop.mjs", &[&gw.base, &t, &py.url("release")]).await;
+    assert_eq!(seen["sawOutage"], true, "{seen:#}");
+    assert_eq!(seen["released"], 200, "{seen:#}");
+    assert_eq!(seen["liveWhileOffline"], false, "{seen:#}");
+    assert!(
+        seen["sockets"].as_u64().unwrap() >= 2,
+        "it reconnected: {seen:#}"
+    );
+    // The reconnect asked for what followed the last seq it had.
+    let before = seen["lastSeqBeforeDrop"].as_u64().unwrap();
+    let resubscribe = seen["subscribes"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(resubscribe["threadId"], "drop-1", "{seen:#}");
+    assert_eq!(resubscribe["after"], before, "{seen:#}");
+    // Every seq once, in order, from the run's start to its end; nothing
+    // was missing, so nothing was called a gap.
+    let rows = rows(&seen["rows"]);
+    let seqs: Vec<u64> = rows.iter().map(|(s, _)| *s).collect();
+    assert_eq!(
+        seqs,
+        (1..=rows.len() as u64).collect::<Vec<_>>(),
+        "{rows:?}"
+    );
+    assert!(
+        rows.len() as u64 > before,
+        "events after the drop: {rows:?}"
+    );
+    assert_eq!(rows[0].1, "RUN_STARTED", "{rows:?}");
+    assert_eq!(rows.last().unwrap().1, "RUN_FINISHED", "{rows:?}");
+    assert_eq!(seen["gaps"], json!([]), "{seen:#}");
+    assert_eq!(seen["message"], "part1part2", "{seen:#}");
+    assert!(
+        seen["status"].as_str().unwrap().starts_with("finished"),
+        "{seen:#}"
+    );
+    assert_eq!(seen["errors"], json!([]), "{seen:#}");
+}
+
+#[tokio::test]
+async fn a_pasted_token_is_replaced_on_the_open_connection_and_errors_read_plainly() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("rate.toml");
+    std::fs::write(
+        &policy,
+        "[[rules]]\nname = \"one-meta-a-minute\"\nkind = \"rate\"\naction = \"meta\"\nlimit = 1\n",
+    )
+    .unwrap();
+    let gw = Gateway::start(&format!(
+        "[policy]\npath = \"{}\"\n[inspector]\nenabled = true\n[demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
+         [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n",
+        policy.display()
+    ))
+    .await;
+    // Two tokens that expire within seconds, a replacement for the same
+    // user, and a token for someone else.
+    let short = token(json!({"sub": "tia", "exp": now() + 10}));
+    let short2 = token(json!({"sub": "tia", "exp": now() + 10}));
+    let replacement = token(json!({"sub": "tia"}));
+    let stranger = token(json!({"sub": "ted"}));
+    let seen = page_script(
+        "inspector_token.mjs",
+        &[&gw.base, &short, &short2, &replacement, &stranger],
+    )
+    .await;
+    assert_eq!(seen["errors"], json!([]), "{seen:#}");
+    // A countdown, ticking.
+    assert_eq!(seen["countdownVisible"], true, "{seen:#}");
+    let (c1, c2) = (
+        seen["countdown1"].as_str().unwrap(),
+        seen["countdown2"].as_str().unwrap(),
+    );
+    assert!(c1.starts_with("Your token expires in 0:"), "{c1}");
+    assert_ne!(c1, c2, "the countdown ticks");
+    // Someone else's token: refused by the gateway, in plain words.
+    assert_eq!(
+        seen["strangerRefused"],
+        "The gateway refused the new token — Not allowed: a refreshed token must name the same user and tenant",
+        "{seen:#}"
+    );
+    // The replacement was taken on the same connection, which outlived the
+    // first token and still runs things.
+    assert_eq!(seen["storedToken"], true, "{seen:#}");
+    assert_eq!(seen["liveAfterExpiry"], true, "{seen:#}");
+    assert!(
+        seen["runAfterExpiry"]
+            .as_str()
+            .unwrap()
+            .starts_with("finished"),
+        "{seen:#}"
+    );
+    assert_eq!(seen["socketsA"], 1, "no reconnect: {seen:#}");
+    // A rate limit says what it is and when to retry.
+    let limited = seen["rateLimited"].as_str().unwrap();
+    assert!(
+        limited.starts_with("Your thumbs up was not posted — Too many requests:")
+            && limited.contains("one-meta-a-minute")
+            && limited.contains("try again in"),
+        "{limited}"
+    );
+    // The page that let its token expire was closed by the gateway and
+    // came back with the pasted one.
+    assert!(
+        seen["expiredNotice"]
+            .as_str()
+            .unwrap()
+            .contains("no longer accepts your token"),
+        "{seen:#}"
+    );
+    assert_eq!(seen["socketsB"], 2, "{seen:#}");
 }

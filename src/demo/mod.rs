@@ -90,6 +90,10 @@ fn last_user_text(input: &RunAgentInput) -> String {
 /// Words that make the demo ask for approval first.
 const NEEDS_APPROVAL: &[&str] = &["transfer", "delete", "approve"];
 
+/// The transfer the demo proposes; whoever approves may change both.
+const PROPOSED_AMOUNT: u64 = 500;
+const PROPOSED_TO: &str = "acct-9";
+
 /// A run as (pause-before?, event) steps; events get their timestamp when sent.
 fn script(input: &RunAgentInput) -> Vec<(bool, Value)> {
     let ids = Ids::new(&input.run_id);
@@ -98,13 +102,21 @@ fn script(input: &RunAgentInput) -> Vec<(bool, Value)> {
 
     if let Some(resume) = input.resume.as_ref().filter(|r| !r.is_empty()) {
         let answer = &resume[0];
-        let approved = answer.status == ResumeStatus::Resolved
-            && answer
-                .payload
-                .as_ref()
-                .and_then(|p| p.get("approved"))
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
+        let payload = answer
+            .payload
+            .as_ref()
+            .filter(|_| answer.status == ResumeStatus::Resolved);
+        let field = |name: &str| payload.and_then(|p| p.get(name));
+        let approved = field("approved").and_then(Value::as_bool).unwrap_or(false);
+        // The answer may edit what was proposed: the transfer made is the answered one.
+        let amount = field("amount")
+            .filter(|a| a.is_number())
+            .cloned()
+            .unwrap_or(PROPOSED_AMOUNT.into());
+        let to = field("to")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+            .unwrap_or(PROPOSED_TO);
         let call_id = answer
             .interrupt_id
             .strip_prefix("int-")
@@ -115,13 +127,19 @@ fn script(input: &RunAgentInput) -> Vec<(bool, Value)> {
             "transfer declined by user"
         };
         s.emit(json!({"type":"TOOL_CALL_RESULT","messageId":ids.make("result"),"toolCallId":call_id,"content":result,"role":"tool"}));
-        s.emit(json!({"type":"STATE_DELTA","delta":[{"op":"add","path":"/approval","value": if approved {"approved"} else {"declined"}}]}));
+        let mut delta = vec![
+            json!({"op":"add","path":"/approval","value": if approved {"approved"} else {"declined"}}),
+        ];
+        if approved {
+            delta.push(json!({"op":"add","path":"/transfer","value":{"amount":amount,"to":to}}));
+        }
+        s.emit(json!({"type":"STATE_DELTA","delta":delta}));
         let reply = if approved {
-            "Done: the transfer went through."
+            format!("Done: the transfer of {amount} to {to} went through.")
         } else {
-            "Understood, I did not make the transfer."
+            "Understood, I did not make the transfer.".to_owned()
         };
-        s.text(&ids.make("reply"), reply);
+        s.text(&ids.make("reply"), &reply);
         s.emit(json!({"type":"RUN_FINISHED","threadId":input.thread_id,"runId":input.run_id,"outcome":{"type":"success"}}));
         return s.steps;
     }
@@ -149,20 +167,29 @@ fn script(input: &RunAgentInput) -> Vec<(bool, Value)> {
         let msg_id = ids.make("ask");
         s.text(&msg_id, "This needs your approval first.");
         let call_id = ids.make("call");
-        let args = json!({"amount": 500, "to": "acct-9"}).to_string();
+        let proposal = json!({"amount": PROPOSED_AMOUNT, "to": PROPOSED_TO});
+        let args = proposal.to_string();
         s.emit(json!({"type":"TOOL_CALL_START","toolCallId":call_id,"toolCallName":"transfer_funds","parentMessageId":msg_id}));
         s.pause(json!({"type":"TOOL_CALL_ARGS","toolCallId":call_id,"delta":args}));
         s.emit(json!({"type":"TOOL_CALL_END","toolCallId":call_id}));
-        s.emit(json!({"type":"RUN_FINISHED","threadId":input.thread_id,"runId":input.run_id,"outcome":{
-            "type":"interrupt",
-            "interrupts":[{
-                "id": format!("int-{call_id}"),
-                "reason":"tool_call",
-                "message": format!("Approve transfer_funds({args})?"),
-                "toolCallId": call_id,
-                "responseSchema": {"type":"object","properties":{"approved":{"type":"boolean"}},"required":["approved"]}
-            }]
-        }}));
+        s.emit(
+            json!({"type":"RUN_FINISHED","threadId":input.thread_id,"runId":input.run_id,"outcome":{
+                "type":"interrupt",
+                "interrupts":[{
+                    "id": format!("int-{call_id}"),
+                    "reason":"tool_call",
+                    "message": format!("Approve transfer_funds({args})?"),
+                    "toolCallId": call_id,
+                    // What is proposed, under the names the answer uses to change it.
+                    "metadata": proposal,
+                    "responseSchema": {"type":"object","properties":{
+                        "approved":{"type":"boolean"},
+                        "amount":{"type":"number","description":"amount to send"},
+                        "to":{"type":"string","description":"account to send it to"}
+                    },"required":["approved"]}
+                }]
+            }}),
+        );
         return s.steps;
     }
 
@@ -295,5 +322,44 @@ mod tests {
             .unwrap();
         assert_eq!(result.1["toolCallId"], call);
         assert_eq!(result.1["content"], "transfer executed");
+    }
+
+    #[test]
+    fn the_interrupt_proposes_values_and_the_answer_may_edit_them() {
+        let steps = script(&input("please transfer 500", None));
+        let interrupt = steps.last().unwrap().1["outcome"]["interrupts"][0].clone();
+        assert_eq!(
+            interrupt["metadata"],
+            json!({"amount": 500, "to": "acct-9"})
+        );
+        let props = &interrupt["responseSchema"]["properties"];
+        assert_eq!(
+            (
+                props["amount"]["type"].as_str(),
+                props["to"]["type"].as_str()
+            ),
+            (Some("number"), Some("string"))
+        );
+        let resumed = script(&input(
+            "",
+            Some(
+                json!([{"interruptId": interrupt["id"], "status":"resolved","payload":{"approved":true,"amount":25}}]),
+            ),
+        ));
+        verified(&resumed);
+        let delta = resumed
+            .iter()
+            .find(|(_, e)| e["type"] == "STATE_DELTA")
+            .unwrap();
+        assert_eq!(
+            delta.1["delta"][1]["value"],
+            json!({"amount": 25, "to": "acct-9"})
+        );
+        let text: String = resumed
+            .iter()
+            .filter(|(_, e)| e["type"] == "TEXT_MESSAGE_CONTENT")
+            .map(|(_, e)| e["delta"].as_str().unwrap())
+            .collect();
+        assert_eq!(text, "Done: the transfer of 25 to acct-9 went through.");
     }
 }

@@ -53,6 +53,11 @@ def say(line: str) -> None:
     print(line, flush=True)
 
 
+def sse_raw(**fields) -> str:
+    """One SSE frame from plain fields (for event kinds built by hand)."""
+    return "data: %s\n\n" % json.dumps(fields)
+
+
 def happy_events(thread_id: str, run_id: str):
     """A full, valid run that uses chunks, unknown fields and most event kinds."""
     t = TS
@@ -301,11 +306,18 @@ async def handle(request: Request) -> Response:
 
     if scenario == "xss":
         # Script and onerror payloads in every place an agent writes text:
-        # a viewer must show them as text, never run them.
+        # a viewer must show them as text, never run them. The run ends
+        # waiting for an answer whose reason, message, metadata, field name
+        # and proposed value all carry the payload too.
         payload = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
 
         async def gen():
             yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+            yield sse_raw(type="REASONING_START", messageId="xr")
+            yield sse_raw(type="REASONING_MESSAGE_START", messageId="xr", role="reasoning")
+            yield sse_raw(type="REASONING_MESSAGE_CONTENT", messageId="xr", delta="thinking " + payload)
+            yield sse_raw(type="REASONING_MESSAGE_END", messageId="xr")
+            yield sse_raw(type="REASONING_END", messageId="xr")
             yield ENC.encode(TextMessageStartEvent(message_id="x1", role="assistant"))
             yield ENC.encode(TextMessageContentEvent(message_id="x1", delta="look: " + payload))
             yield ENC.encode(TextMessageEndEvent(message_id="x1"))
@@ -313,6 +325,55 @@ async def handle(request: Request) -> Response:
             yield ENC.encode(ToolCallResultEvent(message_id="x2", tool_call_id="c1", content=payload))
             yield ENC.encode(StateSnapshotEvent(snapshot={payload: payload}))
             yield ENC.encode(CustomEvent(name=payload, value=payload))
+            yield sse_raw(type="ACTIVITY_SNAPSHOT", messageId="xa", activityType=payload, content={payload: payload})
+            yield sse_raw(type="SUBAGENT_STARTED", subagentRunId="xs", name=payload, description=payload)
+            yield sse_raw(type="SUBAGENT_ERROR", subagentRunId="xs", message=payload, code=payload)
+            yield ENC.encode(RunFinishedEvent(
+                thread_id=thread_id, run_id=run_id,
+                outcome={"type": "interrupt", "interrupts": [{
+                    "id": "x-int", "reason": payload, "message": payload,
+                    "metadata": {"comment": payload, "why": payload},
+                    "responseSchema": {"type": "object", "properties": {
+                        "comment": {"type": "string"}, payload: {"type": "string"}}},
+                }]},
+            ))
+        return sse(gen())
+
+    if scenario == "activity":
+        # Activity and subagents as AG-UI 1.0 has them: an activity message
+        # built by snapshot and RFC 6902 deltas (one `replace: false`
+        # snapshot that must change nothing), a subagent that finishes with
+        # its own message and activity, one that fails, a CUSTOM event sent
+        # twice; and reasoning that goes on after a MESSAGES_SNAPSHOT names it.
+        incoming = body.get("messages") or []
+
+        async def gen():
+            yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+            yield sse_raw(type="REASONING_START", messageId="rs1")
+            yield sse_raw(type="REASONING_MESSAGE_START", messageId="rs1", role="reasoning")
+            yield sse_raw(type="REASONING_MESSAGE_CONTENT", messageId="rs1", delta="first thought")
+            yield sse_raw(type="MESSAGES_SNAPSHOT", messages=incoming + [{"id": "rs1", "role": "reasoning", "content": "first thought"}])
+            yield sse_raw(type="REASONING_MESSAGE_CONTENT", messageId="rs1", delta=", then more")
+            yield sse_raw(type="REASONING_MESSAGE_END", messageId="rs1")
+            yield sse_raw(type="REASONING_END", messageId="rs1")
+            yield sse_raw(type="ACTIVITY_SNAPSHOT", messageId="plan", activityType="plan", content={"steps": ["search"], "status": "working"})
+            yield sse_raw(type="SUBAGENT_STARTED", subagentRunId="sa-research", name="researcher", description="looks things up")
+            yield sse_raw(type="TEXT_MESSAGE_START", messageId="sm1", role="assistant", subagentRunId="sa-research")
+            yield sse_raw(type="TEXT_MESSAGE_CONTENT", messageId="sm1", delta="found 3 sources")
+            yield sse_raw(type="TEXT_MESSAGE_END", messageId="sm1")
+            yield sse_raw(type="ACTIVITY_SNAPSHOT", messageId="search", activityType="web_search", content={"query": "journals", "found": 0}, subagentRunId="sa-research")
+            yield sse_raw(type="ACTIVITY_DELTA", messageId="search", activityType="web_search", patch=[{"op": "replace", "path": "/found", "value": 3}])
+            yield sse_raw(type="SUBAGENT_FINISHED", subagentRunId="sa-research", result="3 sources", outcome={"type": "success"})
+            yield sse_raw(type="SUBAGENT_STARTED", subagentRunId="sa-writer", name="writer")
+            yield sse_raw(type="SUBAGENT_ERROR", subagentRunId="sa-writer", message="quota exceeded", code="quota")
+            yield sse_raw(type="ACTIVITY_DELTA", messageId="plan", activityType="plan", patch=[
+                {"op": "add", "path": "/steps/-", "value": "write"}, {"op": "replace", "path": "/status", "value": "done"}])
+            yield sse_raw(type="ACTIVITY_SNAPSHOT", messageId="plan", activityType="plan", content={"steps": []}, replace=False)
+            yield sse_raw(type="CUSTOM", name="progress", value={"pct": 50})
+            yield sse_raw(type="CUSTOM", name="progress", value={"pct": 100})
+            yield ENC.encode(TextMessageStartEvent(message_id="final", role="assistant"))
+            yield ENC.encode(TextMessageContentEvent(message_id="final", delta="summary written"))
+            yield ENC.encode(TextMessageEndEvent(message_id="final"))
             yield ENC.encode(RunFinishedEvent(thread_id=thread_id, run_id=run_id))
         return sse(gen())
 

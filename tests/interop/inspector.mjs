@@ -37,30 +37,46 @@ try {
   await ann.page.selectOption("#agent-select", "demo");
   await ann.page.fill("#run-thread", "shared-1");
   await ann.page.fill("#run-message", "please transfer 25 EUR to bob");
+  // The run status as the first streamed text arrives (noted in the page:
+  // a busy machine may poll only after the run has already stopped).
+  await ann.page.evaluate(() => {
+    const observer = new MutationObserver(() => {
+      if (!document.querySelector('.tl-row[data-type="TEXT_MESSAGE_CONTENT"]')) return;
+      window.statusAtFirstText = document.querySelector("#run-status").textContent;
+      observer.disconnect();
+    });
+    observer.observe(document.querySelector("#timeline tbody"), { childList: true });
+  });
   await ann.page.click("#run-start");
-  await until(ann.page, () => document.querySelectorAll('.tl-row[data-type="TEXT_MESSAGE_CONTENT"]').length > 0);
-  out.streamedWhileRunning = await ann.page.$eval("#run-status", (e) => e.textContent.startsWith("running"));
+  await until(ann.page, () => window.statusAtFirstText !== undefined);
+  out.streamedWhileRunning = await ann.page.evaluate(() => window.statusAtFirstText.startsWith("running"));
   await ann.page.waitForSelector(".interrupt .approve", { timeout: WAIT });
+  out.annRowsAtInterrupt = await timeline(ann.page);
 
-  // Ben, a second person, opens the same thread and sees the same events.
+  // Ben, a second person, opens the same thread: one snapshot row, at the
+  // seq of the last event Ann has.
   const ben = await person(tokenB);
   await ben.page.click("#threads-refresh");
   await ben.page.click('.thread-item[data-thread="shared-1"]', { timeout: WAIT });
   await ben.page.waitForSelector(".interrupt .approve", { timeout: WAIT });
-  if (shots) await ben.page.screenshot({ path: `${shots}/inspector-interrupt.png`, fullPage: true });
-  out.sameEventsAtInterrupt = JSON.stringify(await timeline(ann.page)).length > 2;
-  const annTypes = (await timeline(ann.page)).map(([, t]) => t).filter((t) => t !== "snapshot");
-  const benSnapshotRows = (await timeline(ben.page)).length;
-  out.annEventsAtInterrupt = annTypes.length;
-  out.benRowsAtInterrupt = benSnapshotRows;
+  out.benRowsAtInterrupt = await timeline(ben.page);
 
-  // Ben approves; both watch the run continue to its end.
+  // The form offers what the agent proposed; Ben changes the amount, then
+  // approves: the run continues with his amount, for both of them.
+  const field = (name) => ben.page.$eval(`.interrupt [data-field="${name}"]`, (e) => e.value);
+  out.benProposed = { amount: await field("amount"), to: await field("to") };
+  if (shots) await ben.page.screenshot({ path: `${shots}/inspector-interrupt.png`, fullPage: true });
+  await ben.page.fill('.interrupt [data-field="amount"]', "25");
   await ben.page.click(".interrupt .approve");
   await until(ann.page, () => document.querySelectorAll('.tl-row[data-type="RUN_FINISHED"]').length >= 2);
   await until(ben.page, () => document.querySelectorAll('.tl-row[data-type="RUN_FINISHED"]').length >= 1);
   out.annRunFinished = await count(ann.page, "RUN_FINISHED");
   out.annStatus = await ann.page.$eval("#run-status", (e) => e.textContent);
   out.annState = await ann.page.$eval("#state-tree", (e) => e.textContent);
+  out.annReply = (await ann.page.$$eval('.msg[data-role="assistant"] .body', (m) => m.map((x) => x.textContent))).pop();
+  // What both saw live, after Ben's snapshot: the same seqs and types.
+  out.annRowsAfterApproval = await timeline(ann.page);
+  out.benRowsAfterApproval = await timeline(ben.page);
 
   // Ben's thumbs-up reaches Ann live.
   await ben.page.click("#thumbs-up");
@@ -86,17 +102,34 @@ try {
   out.annSeqsAfterReload = seqs;
   if (shots) await ann.page.screenshot({ path: `${shots}/inspector-thread.png`, fullPage: true });
 
-  // An agent that writes script: shown as text, never run.
+  // An agent that writes script — in text, reasoning, tool calls, state,
+  // activity, a subagent, an interrupt — and a person who writes it in a
+  // note and a tag: shown as text, never run.
+  const payload = '<img src=x onerror="window.__pwned=4"><script>window.__pwned=5</script>';
   await ann.page.selectOption("#agent-select", "xss");
   await ann.page.fill("#run-thread", "x-1");
   await ann.page.fill("#run-message", '<img src=x onerror="window.__pwned=3">');
   await ann.page.click("#run-start");
   await until(ann.page, () => document.querySelectorAll('.tl-row[data-type="RUN_FINISHED"]').length >= 1
     && document.querySelector("#thread-title").textContent === "x-1");
+  await ann.page.waitForSelector('.interrupt[data-interrupt="x-int"]', { timeout: WAIT });
+  await ann.page.fill("#note-text", payload);
+  await ann.page.click("#note-send");
+  await ann.page.fill("#tags-text", payload);
+  await ann.page.click("#tags-send");
+  await ann.page.waitForSelector('.meta-item[data-meta-type="tags"]', { timeout: WAIT });
+  await ann.page.waitForSelector('.meta-item[data-meta-type="note"]', { timeout: WAIT });
   out.pwned = await ann.page.evaluate(() => window.__pwned ?? null);
-  out.imagesInPage = await ann.page.$$eval("#conversation img, #state-tree img, #notices img", (i) => i.length);
+  out.imagesInPage = await ann.page.$$eval("img", (i) => i.length);
   out.scriptsInPage = await ann.page.$$eval("script", (s) => s.map((x) => x.getAttribute("src")));
-  out.xssText = await ann.page.$eval("#conversation", (e) => e.textContent);
+  const text = (selector) => ann.page.$eval(selector, (e) => e.textContent);
+  out.xssText = await text("#conversation");
+  out.xssReasoning = await text("#conversation details.reasoning");
+  out.xssActivity = await text('#conversation .activity[data-activity="xa"]');
+  out.xssSubagent = await text('#conversation .subagent[data-subagent="xs"]');
+  out.xssInterrupt = await text("#interrupts");
+  out.xssInterruptComment = await ann.page.$eval('.interrupt [data-field="comment"]', (e) => e.value);
+  out.xssMeta = await text("#meta-list");
   out.errors = [...ann.errors, ...ben.errors];
 } catch (e) {
   out.failure = String(e && e.stack ? e.stack : e);

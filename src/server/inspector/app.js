@@ -1,7 +1,7 @@
 // agui-gateway inspector. Speaks only the public contract: the WebSocket
 // `/v1/ws` and the HTTP routes. Everything an agent or another person wrote
 // is untrusted: it is only ever put into the page as text (textContent,
-// text nodes), never as HTML.
+// text nodes, input values), never as HTML.
 'use strict';
 
 const $ = (selector) => document.querySelector(selector);
@@ -18,20 +18,57 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
+const json = (v) => (typeof v === 'string' ? v : JSON.stringify(v));
+
 const TOKEN_KEY = 'agui-inspector.token';
 const DEV_KEY = 'agui-inspector.dev';
+/** A pasted token's countdown shows this long before it expires. */
+const EXPIRY_WARNING_MS = 5 * 60_000;
 
 const app = {
   token: sessionStorage.getItem(TOKEN_KEY),
   dev: JSON.parse(sessionStorage.getItem(DEV_KEY) || 'null'),
   ws: null,
+  live: false,
+  // The gateway closed the connection for an expired or refused token: no
+  // reconnecting until the person gives a new one.
+  stopped: false,
   backoff: 250,
   nextId: 1,
   pending: new Map(),
   thread: null,
   threadsCursor: null,
   refreshTimer: null,
+  countdownTimer: null,
 };
+
+// ---------- errors, said plainly ----------
+
+const ERROR_WORDS = {
+  unauthenticated: 'Not signed in, or the token has expired',
+  forbidden: 'Not allowed',
+  not_found: 'Not found (or not visible to you)',
+  invalid: 'The gateway refused this as invalid',
+  conflict: 'Conflict',
+  rate_limited: 'Too many requests',
+  too_large: 'Too large',
+  unavailable: 'Unavailable for now (the agent or the gateway); try again shortly',
+  internal: 'The gateway hit an internal error',
+};
+
+/** An error from a command or a route as a sentence a person can act on. */
+function describeError(e) {
+  const head = ERROR_WORDS[e.code] || (e.code ? `Error (${e.code})` : 'Error');
+  let text = e.message ? `${head}: ${e.message}` : head;
+  if (e.retryAfter) text += ` — try again in ${e.retryAfter} s.`;
+  return text;
+}
+
+/** An Error carrying the contract's `code` (and `retryAfter`, if any). */
+function contractError(body) {
+  return Object.assign(new Error(body.message || ''), { code: body.code, retryAfter: body.retryAfter });
+}
 
 // ---------- tokens ----------
 
@@ -47,18 +84,23 @@ function claims(token) {
 function signIn(token, dev) {
   const c = claims(token);
   if (!c) return notice('That is not a JWT.', 'error', $('#signin'));
-  app.token = token;
-  app.dev = dev || null;
-  sessionStorage.setItem(TOKEN_KEY, token);
-  sessionStorage.setItem(DEV_KEY, JSON.stringify(app.dev));
+  adoptToken(token, dev || null);
   $('#signin').hidden = true;
   $('#app').hidden = false;
   $('#sign-out').hidden = false;
   $('#who').textContent = `${c.sub || '?'}${c.tenant ? ' @ ' + c.tenant : ''}`;
-  scheduleRefresh();
   connect();
   loadAgents();
   loadThreads(true);
+}
+
+/** Makes `token` the one every later frame and request uses. */
+function adoptToken(token, dev = app.dev) {
+  app.token = token;
+  app.dev = dev;
+  sessionStorage.setItem(TOKEN_KEY, token);
+  sessionStorage.setItem(DEV_KEY, JSON.stringify(dev));
+  watchExpiry();
 }
 
 function signOut() {
@@ -67,39 +109,94 @@ function signOut() {
   location.reload();
 }
 
-/** Renews the token a minute before it expires: dev tokens are minted
- *  again; a pasted one can only be replaced by the person. */
-function scheduleRefresh() {
+/** Plans for the token's expiry: a dev token is minted again a minute
+ *  before; a pasted one can only be replaced by the person, so they get a
+ *  countdown and a field to paste the next one in good time. */
+function watchExpiry() {
   clearTimeout(app.refreshTimer);
+  clearInterval(app.countdownTimer);
+  $('#token-expiry').hidden = true;
   const exp = claims(app.token)?.exp;
   if (!exp) return;
-  const wait = Math.max(5_000, exp * 1000 - Date.now() - 60_000);
-  app.refreshTimer = setTimeout(async () => {
-    if (!app.dev) {
-      notice('Your token expires within a minute: sign out and paste a new one.', 'error');
-      return;
-    }
-    const fresh = await mintDev(app.dev.sub, app.dev.roles);
-    if (!fresh) return;
-    app.token = fresh;
-    sessionStorage.setItem(TOKEN_KEY, fresh);
-    send({ type: 'auth', token: fresh });
-    scheduleRefresh();
-  }, wait);
+  const left = exp * 1000 - Date.now();
+  if (app.dev) app.refreshTimer = setTimeout(refreshDevToken, Math.max(5_000, left - 60_000));
+  else app.refreshTimer = setTimeout(showExpiryCountdown, Math.max(0, left - EXPIRY_WARNING_MS));
+}
+
+async function refreshDevToken() {
+  const fresh = await mintDev(app.dev.sub, app.dev.roles);
+  if (!fresh) return;
+  try {
+    // On the open connection: no reconnect, nothing missed.
+    if (app.live) await send({ type: 'auth', token: fresh });
+    adoptToken(fresh);
+  } catch (e) {
+    notice(`Could not refresh the development token — ${describeError(e)}`, 'error');
+  }
+}
+
+function showExpiryCountdown() {
+  $('#token-expiry').hidden = false;
+  clearInterval(app.countdownTimer);
+  const exp = claims(app.token)?.exp;
+  const tick = () => {
+    const left = exp ? Math.ceil((exp * 1000 - Date.now()) / 1000) : 0;
+    $('#token-countdown').textContent = left > 0
+      ? `Your token expires in ${minutes(left)}. Paste a new one here: it is sent on this connection, nothing reloads.`
+      : 'The gateway no longer accepts your token. Paste a new one here to reconnect.';
+    if (left <= 0) clearInterval(app.countdownTimer);
+  };
+  tick();
+  app.countdownTimer = setInterval(tick, 1000);
+}
+
+const minutes = (s) => `${Math.floor(s / 60)}:${String(s % 60).padStart(2, '0')}`;
+
+/** A replacement the person pasted: sent as an `auth` frame on the open
+ *  connection (the gateway checks it names the same user); only if the
+ *  gateway already closed the connection for expiry do we connect again. */
+async function replaceToken(token) {
+  const status = $('#token-status');
+  const c = claims(token);
+  if (!c) return (status.textContent = 'That is not a JWT.');
+  if (c.exp && c.exp * 1000 <= Date.now()) return (status.textContent = 'That token has already expired.');
+  if (app.stopped) {
+    adoptToken(token, null);
+    app.stopped = false;
+    connect();
+    return (status.textContent = 'Reconnecting with the new token…');
+  }
+  if (!app.live) {
+    // Between two attempts: the next one signs in with the new token.
+    adoptToken(token, null);
+    return (status.textContent = 'The new token is used as soon as the page reconnects.');
+  }
+  try {
+    await send({ type: 'auth', token });
+  } catch (e) {
+    status.textContent = `The gateway refused the new token — ${describeError(e)}`;
+    return;
+  }
+  adoptToken(token, null);
+  $('#token-replace').value = '';
+  status.textContent = '';
+  notice('Token replaced on the open connection.');
 }
 
 async function mintDev(sub, roles) {
-  const response = await fetch('dev-token', {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ sub, roles }),
-  });
-  const body = await response.json();
-  if (!response.ok) {
-    notice(body.error?.message || 'could not mint a token', 'error', $('#signin'));
+  try {
+    const response = await fetch('dev-token', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ sub, roles }),
+    });
+    const body = await response.json();
+    if (!response.ok) throw contractError(body.error || {});
+    return body.token;
+  } catch (e) {
+    notice(`Could not mint a token — ${describeError(e)}`, 'error', app.token ? null : $('#signin'));
     return null;
   }
-  return body.token;
 }
 
 // ---------- HTTP ----------
@@ -107,7 +204,7 @@ async function mintDev(sub, roles) {
 async function api(path) {
   const response = await fetch(path, { headers: { authorization: `Bearer ${app.token}` } });
   const body = await response.json().catch(() => ({}));
-  if (!response.ok) throw new Error(body.error?.message || `${response.status}`);
+  if (!response.ok) throw contractError(body.error || { message: `HTTP ${response.status}` });
   return body;
 }
 
@@ -124,7 +221,7 @@ async function loadAgents() {
       }
     }
   } catch (e) {
-    notice(`agents: ${e.message}`, 'error');
+    notice(`Agents — ${describeError(e)}`, 'error');
   }
 }
 
@@ -154,7 +251,7 @@ async function loadThreads(fresh) {
     app.threadsCursor = nextCursor;
     $('#threads-more').hidden = nextCursor === null || nextCursor === undefined;
   } catch (e) {
-    notice(`threads: ${e.message}`, 'error');
+    notice(`Threads — ${describeError(e)}`, 'error');
   }
 }
 
@@ -178,10 +275,15 @@ function connect() {
     onFrame(frame);
   });
   ws.addEventListener('close', (event) => {
-    setStatus(false);
     if (app.ws !== ws) return;
+    app.live = false;
+    setStatus(false);
+    // Commands in flight will never be answered on this connection.
+    failPending('the connection dropped before the gateway answered');
     if (event.code === 4001) {
-      notice(`signed out by the gateway: ${event.reason}`, 'error');
+      app.stopped = true;
+      notice(`Signed out by the gateway: ${event.reason}. Paste a new token above to reconnect.`, 'error');
+      showExpiryCountdown();
       return;
     }
     // Reconnect and resume from the last seq seen: nothing lost, nothing twice.
@@ -196,20 +298,31 @@ function setStatus(on) {
   status.className = `pill ${on ? 'on' : 'off'}`;
 }
 
-/** Sends a command; resolves with its ack, rejects with its error. */
+/** Sends a command; resolves with its ack, rejects with its error (every
+ *  caller handles the rejection). */
 function send(command) {
   const id = command.id || `c${app.nextId++}`;
   command.id = id;
   return new Promise((resolve, reject) => {
+    if (app.ws?.readyState !== WebSocket.OPEN) {
+      reject(Object.assign(new Error('not connected; the page reconnects by itself'), { code: 'unavailable' }));
+      return;
+    }
     app.pending.set(id, { resolve, reject });
-    if (app.ws?.readyState === WebSocket.OPEN) app.ws.send(JSON.stringify(command));
-    else reject(new Error('not connected'));
+    app.ws.send(JSON.stringify(command));
   });
 }
 
+function failPending(message) {
+  for (const { reject } of app.pending.values()) reject(Object.assign(new Error(message), { code: 'unavailable' }));
+  app.pending.clear();
+}
+
 function onFrame(frame) {
-  if (frame.type === 'ack' && frame.id === 'auth') {
+  if (frame.id === 'auth' && (frame.type === 'ack' || frame.type === 'error')) {
+    if (frame.type === 'error') return notice(`Sign-in refused — ${describeError(frame)}`, 'error');
     app.backoff = 250;
+    app.live = true;
     setStatus(true);
     if (app.thread) subscribe(app.thread);
     return;
@@ -218,11 +331,11 @@ function onFrame(frame) {
     const { resolve, reject } = app.pending.get(frame.id);
     app.pending.delete(frame.id);
     if (frame.type === 'ack') resolve(frame);
-    else reject(Object.assign(new Error(frame.message), { code: frame.code }));
+    else reject(contractError(frame));
     return;
   }
   if (frame.type === 'error') {
-    notice(`${frame.code}: ${frame.message}`, 'error');
+    notice(describeError(frame), 'error');
     return;
   }
   const view = app.thread;
@@ -237,9 +350,15 @@ function newThreadView(id) {
   return {
     id,
     lastSeq: null,
+    // Rendered entities by id. Every map here points into #conversation:
+    // whatever clears the conversation clears them all (resetConversation),
+    // or later deltas would land in detached nodes.
     messages: new Map(),
     tools: new Map(),
     reasoning: new Map(),
+    activities: new Map(),
+    subagents: new Map(),
+    customs: new Map(),
     state: {},
     interrupts: [],
     run: null,
@@ -248,9 +367,7 @@ function newThreadView(id) {
     snapshot(frame) {
       if (frame.reset) notice(`Reset: the journal no longer holds what followed seq ${this.lastSeq ?? 0}; showing the snapshot at seq ${frame.seq}.`, 'gap');
       this.lastSeq = frame.seq;
-      this.messages.clear();
-      this.tools.clear();
-      $('#conversation').replaceChildren();
+      this.resetConversation();
       for (const message of frame.messages || []) this.renderMessage(message);
       this.state = frame.state ?? {};
       renderState(this.state);
@@ -278,6 +395,11 @@ function newThreadView(id) {
       this.runId = runId;
     },
 
+    resetConversation() {
+      for (const map of [this.messages, this.tools, this.reasoning, this.activities, this.subagents, this.customs]) map.clear();
+      $('#conversation').replaceChildren();
+    },
+
     apply(e) {
       const conversation = $('#conversation');
       switch (e.type) {
@@ -300,33 +422,30 @@ function newThreadView(id) {
             el('span', { class: 'role', text: `run error ${e.code || ''}` }), e.message || ''));
           break;
         case 'TEXT_MESSAGE_START':
-          this.message(e.messageId, e.role || 'assistant');
+          this.message(e.messageId, e.role || 'assistant', e.subagentRunId);
           break;
         case 'TEXT_MESSAGE_CONTENT':
         case 'TEXT_MESSAGE_CHUNK':
-          this.message(e.messageId, e.role || 'assistant').body.append(e.delta || '');
-          break;
-        case 'REASONING_START':
-        case 'THINKING_START':
+          this.message(e.messageId, e.role || 'assistant', e.subagentRunId).body.append(e.delta || '');
           break;
         case 'REASONING_MESSAGE_START':
         case 'THINKING_TEXT_MESSAGE_START':
-          this.thinking(e.messageId || 'thinking');
+          this.thinking(e.messageId || 'thinking', e.subagentRunId);
           break;
         case 'REASONING_MESSAGE_CONTENT':
         case 'REASONING_MESSAGE_CHUNK':
         case 'THINKING_TEXT_MESSAGE_CONTENT':
-          this.thinking(e.messageId || 'thinking').append(e.delta || '');
+          this.thinking(e.messageId || 'thinking', e.subagentRunId).append(e.delta || '');
           break;
         case 'TOOL_CALL_START':
         case 'TOOL_CALL_CHUNK':
-          this.tool(e.toolCallId, e.toolCallName).args.append(e.delta || '');
+          this.tool(e.toolCallId, e.toolCallName, this.ownerOf(e)).args.append(e.delta || '');
           break;
         case 'TOOL_CALL_ARGS':
-          this.tool(e.toolCallId).args.append(e.delta || '');
+          this.tool(e.toolCallId, undefined, e.subagentRunId).args.append(e.delta || '');
           break;
         case 'TOOL_CALL_RESULT':
-          this.tool(e.toolCallId).result.textContent = `→ ${typeof e.content === 'string' ? e.content : JSON.stringify(e.content)}`;
+          this.tool(e.toolCallId, undefined, e.subagentRunId).result.textContent = `→ ${json(e.content)}`;
           break;
         case 'STATE_SNAPSHOT':
           this.state = e.snapshot ?? {};
@@ -337,81 +456,239 @@ function newThreadView(id) {
             this.state = applyPatch(this.state, e.delta || []);
             renderState(this.state);
           } catch (err) {
-            notice(`state delta did not apply (${err.message}); re-reading the snapshot`, 'error');
-            api(`/v1/threads/${encodeURIComponent(this.id)}`).then((s) => { this.state = s.state; renderState(s.state); });
+            notice(`State delta did not apply (${err.message}); re-reading the snapshot.`, 'error');
+            this.reread((s) => { this.state = s.state; renderState(s.state); });
           }
           break;
         case 'MESSAGES_SNAPSHOT':
-          this.messages.clear();
-          this.tools.clear();
-          conversation.replaceChildren();
-          for (const message of e.messages || []) this.renderMessage(message);
+          this.replaceMessages(e.messages || []);
+          break;
+        case 'ACTIVITY_SNAPSHOT':
+          this.activitySnapshot(e);
+          break;
+        case 'ACTIVITY_DELTA':
+          this.activityDelta(e);
+          break;
+        case 'SUBAGENT_STARTED':
+        case 'SUBAGENT_FINISHED':
+        case 'SUBAGENT_ERROR':
+          this.subagentEvent(e);
           break;
         case 'STEP_STARTED':
         case 'STEP_FINISHED':
-          conversation.append(el('div', { class: 'marker', text: `${e.type === 'STEP_STARTED' ? '▶' : '■'} ${e.stepName || ''}` }));
+          this.place(e.subagentRunId).append(el('div', { class: 'marker', text: `${e.type === 'STEP_STARTED' ? '▶' : '■'} ${e.stepName || ''}` }));
           break;
         case 'META':
           renderMeta(e);
           break;
         case 'CUSTOM':
-          if (e.name === 'agui-gateway/policy') notice(`policy: ${JSON.stringify(e.value)}`);
-          else conversation.append(el('div', { class: 'activity', text: `${e.name}: ${JSON.stringify(e.value)}` }));
+          if (e.name === 'agui-gateway/policy') notice(`Policy: ${json(e.value)}`);
+          else this.custom(e);
           break;
         default:
-          if (/^(ACTIVITY|SUBAGENT)_/.test(e.type)) {
-            conversation.append(el('div', { class: 'activity', text: `${e.type}: ${JSON.stringify(e.content ?? e.patch ?? e)}` }));
-          }
+          // Everything else (RAW, REASONING_START/END, future types) is in
+          // the timeline; the conversation shows what a person reads.
       }
       conversation.scrollTop = conversation.scrollHeight;
     },
 
-    message(id, role) {
+    /** Re-reads the thread's snapshot over HTTP, for a delta that did not apply. */
+    reread(use) {
+      api(`/v1/threads/${encodeURIComponent(this.id)}`).then(use)
+        .catch((err) => notice(`Could not re-read the thread — ${describeError(err)}`, 'error'));
+    },
+
+    /** Where an entity attributed to `subagentRunId` is shown: inside its
+     *  subagent's group, or in the conversation for the parent agent. */
+    place(subagentRunId) {
+      return subagentRunId ? this.subagent(subagentRunId).body : $('#conversation');
+    },
+
+    /** A tool call belongs where its parent message is, unless it says otherwise. */
+    ownerOf(e) {
+      return e.subagentRunId || this.messages.get(e.parentMessageId)?.subagentRunId;
+    },
+
+    message(id, role, subagentRunId) {
       let message = this.messages.get(id);
       if (!message) {
         const body = el('span', { class: 'body' });
         const node = el('div', { class: 'msg', 'data-role': role, 'data-id': id || '' }, el('span', { class: 'role', text: role }), body);
-        $('#conversation').append(node);
-        message = { node, body };
+        this.place(subagentRunId).append(node);
+        message = { node, body, subagentRunId };
         this.messages.set(id, message);
       }
       return message;
     },
 
-    thinking(id) {
-      let body = this.reasoning.get(id);
-      if (!body) {
-        body = el('span');
-        $('#conversation').append(el('details', { class: 'reasoning' }, el('summary', { text: 'reasoning' }), body));
-        this.reasoning.set(id, body);
+    thinking(id, subagentRunId) {
+      let reasoning = this.reasoning.get(id);
+      if (!reasoning) {
+        const body = el('span');
+        const node = el('details', { class: 'reasoning', 'data-id': id }, el('summary', { text: 'reasoning' }), body);
+        this.place(subagentRunId).append(node);
+        reasoning = { node, body, subagentRunId };
+        this.reasoning.set(id, reasoning);
       }
-      return body;
+      return reasoning.body;
     },
 
-    tool(id, name) {
+    tool(id, name, subagentRunId) {
       let tool = this.tools.get(id);
       if (!tool) {
         const args = el('span', { class: 'args' });
         const result = el('div', { class: 'result' });
-        $('#conversation').append(el('div', { class: 'tool', 'data-tool': id || '' }, el('span', { class: 'name', text: `tool ${name || '?'}(` }), args, ')', result));
+        this.place(subagentRunId).append(el('div', { class: 'tool', 'data-tool': id || '' }, el('span', { class: 'name', text: `tool ${name || '?'}(` }), args, ')', result));
         tool = { args, result };
         this.tools.set(id, tool);
       }
       return tool;
     },
 
+    /** A tool call's arguments as an object, when they are complete JSON. */
+    toolArgs(id) {
+      try {
+        const args = JSON.parse(this.tools.get(id)?.args.textContent || 'null');
+        return isObject(args) ? args : null;
+      } catch {
+        return null;
+      }
+    },
+
     renderMessage(m) {
       if (m.role === 'tool') {
-        this.tool(m.toolCallId).result.textContent = `→ ${typeof m.content === 'string' ? m.content : JSON.stringify(m.content)}`;
+        this.tool(m.toolCallId, undefined, m.subagentRunId).result.textContent = `→ ${json(m.content)}`;
         return;
       }
       if (m.role === 'reasoning') {
-        this.thinking(m.id).append(textOf(m.content));
+        this.thinking(m.id, m.subagentRunId).append(textOf(m.content));
+        return;
+      }
+      if (m.role === 'activity') {
+        this.renderActivity(this.activity(m.id, m.subagentRunId), m.activityType, m.content);
         return;
       }
       const text = textOf(m.content);
-      if (text || !(m.toolCalls || []).length) this.message(m.id, m.role || 'assistant').body.append(text);
-      for (const call of m.toolCalls || []) this.tool(call.id, call.function?.name).args.append(call.function?.arguments || '');
+      if (text || !(m.toolCalls || []).length) this.message(m.id, m.role || 'assistant', m.subagentRunId).body.append(text);
+      for (const call of m.toolCalls || []) this.tool(call.id, call.function?.name, m.subagentRunId).args.append(call.function?.arguments || '');
+    },
+
+    /** MESSAGES_SNAPSHOT replaces the conversation. As the AG-UI client
+     *  (and the gateway's fold) do, activity and reasoning messages are the
+     *  client's own when the snapshot carries none of that role: those stay
+     *  (shown first, in their order). */
+    replaceMessages(messages) {
+      const carries = (role) => messages.some((m) => m.role === role);
+      const kept = [];
+      if (!carries('activity')) for (const entry of this.activities) kept.push([this.activities, ...entry]);
+      if (!carries('reasoning')) for (const entry of this.reasoning) kept.push([this.reasoning, ...entry]);
+      this.resetConversation();
+      for (const [map, id, item] of kept) {
+        this.place(item.subagentRunId).append(item.node);
+        map.set(id, item);
+      }
+      for (const message of messages) this.renderMessage(message);
+    },
+
+    // ----- activity: one block per activity message, snapshot + RFC 6902 deltas -----
+
+    activity(id, subagentRunId) {
+      let activity = this.activities.get(id);
+      if (!activity) {
+        const node = el('div', { class: 'activity', 'data-activity': id || '' });
+        this.place(subagentRunId).append(node);
+        activity = { node, subagentRunId, type: '', content: {} };
+        this.activities.set(id, activity);
+      }
+      return activity;
+    },
+
+    renderActivity(activity, type, content) {
+      activity.type = type ?? activity.type;
+      activity.content = content ?? {};
+      activity.node.replaceChildren(
+        el('span', { class: 'role', text: `activity · ${activity.type || '?'}` }),
+        el('div', { class: 'tree' }, tree(activity.content, activity.type || 'content')));
+    },
+
+    activitySnapshot(e) {
+      const known = this.activities.has(e.messageId);
+      const activity = this.activity(e.messageId, e.subagentRunId);
+      // `replace: false` keeps an existing activity as it stands.
+      if (!known || e.replace !== false) this.renderActivity(activity, e.activityType, e.content);
+    },
+
+    activityDelta(e) {
+      const activity = this.activities.get(e.messageId);
+      if (!activity) return notice(`Activity ${e.messageId}: a delta for an activity never shown.`, 'error');
+      try {
+        this.renderActivity(activity, undefined, applyPatch(activity.content, e.patch || []));
+      } catch (err) {
+        notice(`Activity ${e.messageId}: delta did not apply (${err.message}); re-reading the snapshot.`, 'error');
+        this.reread((s) => {
+          const m = (s.messages || []).find((x) => x.id === e.messageId && x.role === 'activity');
+          if (m) this.renderActivity(activity, m.activityType, m.content);
+        });
+      }
+    },
+
+    // ----- subagents: one group per subagentRunId, holding what it produced -----
+
+    subagent(id, parentSubagentRunId) {
+      let group = this.subagents.get(id);
+      if (!group) {
+        const name = el('span', { class: 'name', text: id });
+        const status = el('span', { class: 'status' });
+        const body = el('div', { class: 'subagent-body' });
+        const outcome = el('div', { class: 'outcome' });
+        const node = el('details', { class: 'subagent', open: '', 'data-subagent': id },
+          el('summary', {}, 'subagent ', name, ' ', status), body, outcome);
+        // Set before placing: a parent chain must not recurse into itself.
+        group = { node, name, status, body, outcome };
+        this.subagents.set(id, group);
+        (parentSubagentRunId && parentSubagentRunId !== id ? this.place(parentSubagentRunId) : $('#conversation')).append(node);
+      }
+      return group;
+    },
+
+    subagentEvent(e) {
+      const group = this.subagent(e.subagentRunId, e.parentSubagentRunId);
+      const setStatus = (status, text) => {
+        group.status.textContent = status;
+        group.status.dataset.status = status;
+        if (text !== undefined) group.outcome.textContent = text;
+      };
+      if (e.type === 'SUBAGENT_STARTED') {
+        group.name.textContent = e.name || e.subagentRunId;
+        if (e.description) group.node.title = e.description;
+        setStatus('running');
+      } else if (e.type === 'SUBAGENT_FINISHED') {
+        const suspended = e.outcome?.type === 'suspended';
+        setStatus(suspended ? 'suspended' : 'finished', e.result === undefined ? undefined : `result: ${json(e.result)}`);
+      } else {
+        setStatus('error', `error${e.code ? ` ${e.code}` : ''}: ${e.message || ''}`);
+      }
+    },
+
+    // ----- custom events: one block per name (and subagent), latest value first -----
+
+    custom(e) {
+      const key = `${e.subagentRunId || ''}\u0000${e.name}`;
+      let custom = this.customs.get(key);
+      if (!custom) {
+        const count = el('span', { class: 'count' });
+        const latest = el('div', { class: 'latest' });
+        const history = el('ol');
+        this.place(e.subagentRunId).append(el('div', { class: 'custom', 'data-custom': e.name || '' },
+          el('span', { class: 'role', text: `custom · ${e.name || '?'}` }), ' ', count, latest,
+          el('details', {}, el('summary', { text: 'every value' }), history)));
+        custom = { count, latest, history, n: 0 };
+        this.customs.set(key, custom);
+      }
+      custom.n += 1;
+      custom.count.textContent = `×${custom.n}`;
+      custom.latest.textContent = json(e.value);
+      custom.history.append(el('li', { text: json(e.value) }));
     },
   };
 }
@@ -425,28 +702,34 @@ function textOf(content) {
   return content === undefined || content === null ? '' : JSON.stringify(content);
 }
 
-function openThread(id) {
+/** Shows thread `id`. `mayNotExist`: a thread about to be created by a run
+ *  (the run subscribes the page), so "not found" is expected, not news. */
+function openThread(id, mayNotExist = false) {
   if (app.thread && app.ws?.readyState === WebSocket.OPEN) {
     app.ws.send(JSON.stringify({ type: 'unsubscribe', threadId: app.thread.id }));
   }
   app.thread = newThreadView(id);
   $('#thread').hidden = false;
   $('#thread-title').textContent = id;
-  $('#notices').replaceChildren();
-  $('#meta-list').replaceChildren();
-  $('#timeline tbody').replaceChildren();
+  // Nothing of the previous thread stays on screen (a new thread has no
+  // snapshot to replace it).
+  for (const box of ['#notices', '#meta-list', '#timeline tbody', '#conversation', '#state-tree', '#interrupts']) $(box).replaceChildren();
+  $('#run-status').textContent = '';
+  $('#cancel-run').hidden = true;
   $('#timeline-filter').replaceChildren(el('option', { value: '', text: 'all types' }));
   document.querySelectorAll('.thread-item').forEach((i) => i.classList.toggle('active', i.dataset.thread === id));
-  subscribe(app.thread);
+  subscribe(app.thread, mayNotExist);
 }
 
-function subscribe(view) {
+function subscribe(view, mayNotExist = false) {
   // Not connected yet: the connection subscribes once it is authenticated.
   if (app.ws?.readyState !== WebSocket.OPEN) return;
   const frame = { type: 'subscribe', threadId: view.id };
   // After a reconnect: every event after the last one seen, nothing twice.
   if (view.lastSeq !== null) frame.after = view.lastSeq;
-  send(frame).catch((e) => notice(`subscribe: ${e.message}`, 'error'));
+  send(frame).catch((e) => {
+    if (!(mayNotExist && e.code === 'not_found')) notice(`Watching ${view.id} — ${describeError(e)}`, 'error');
+  });
 }
 
 // ---------- state tree and JSON Patch ----------
@@ -472,7 +755,7 @@ function pointer(path) {
   return path.slice(1).split('/').map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'));
 }
 
-/** RFC 6902 on a copy of `doc`. */
+/** RFC 6902 on a copy of `doc` (all or nothing: `doc` is never touched). */
 function applyPatch(doc, ops) {
   let root = structuredClone(doc);
   const parentOf = (parts) => {
@@ -524,56 +807,88 @@ function renderInterrupts(view) {
   for (const interrupt of view.interrupts) box.append(interruptForm(view, interrupt));
 }
 
+/** What the agent proposes as the answer, by field name: a tool call's
+ *  arguments, then the interrupt's `payload` (the older draft, which the
+ *  gateway keeps under `metadata.payload`), then its `metadata` — later
+ *  ones win. Only names the responseSchema asks for are used. */
+function proposedValues(view, interrupt) {
+  const args = view.toolArgs(interrupt.toolCallId);
+  const sources = [args, interrupt.payload, interrupt.metadata?.payload, interrupt.metadata];
+  const proposed = Object.assign({}, ...sources.filter(isObject));
+  // pydantic-ai's approval schema edits the call's arguments as one object.
+  if (args && proposed.editedArgs === undefined) proposed.editedArgs = args;
+  return proposed;
+}
+
+/** One input for schema property `name`, pre-filled with `value`; `read()`
+ *  gives `[true, value]` when filled in (throws on JSON that does not parse). */
+function schemaField(name, prop, value) {
+  let input;
+  let read;
+  if (prop.type === 'boolean') {
+    input = el('input', { type: 'checkbox' });
+    input.checked = value === true;
+    read = () => [true, input.checked];
+  } else if (Array.isArray(prop.enum)) {
+    input = el('select');
+    for (const option of prop.enum) input.append(el('option', { value: String(option), text: String(option) }));
+    if (value !== undefined) input.value = String(value);
+    read = () => [input.value !== '', prop.enum.find((o) => String(o) === input.value)];
+  } else if (prop.type === 'number' || prop.type === 'integer') {
+    input = el('input', { type: 'number' });
+    if (typeof value === 'number') input.value = String(value);
+    read = () => [input.value !== '', Number(input.value)];
+  } else if (prop.type === 'string') {
+    input = el('input', { type: 'text' });
+    if (value !== undefined) input.value = json(value);
+    read = () => [input.value !== '', input.value];
+  } else {
+    input = el('textarea', { rows: '3', placeholder: 'JSON' });
+    if (value !== undefined) input.value = JSON.stringify(value, null, 2);
+    read = () => [input.value.trim() !== '', input.value.trim() && JSON.parse(input.value)];
+  }
+  input.dataset.field = name;
+  return { name, read, label: el('label', {}, el('span', { text: `${name} ` }), input) };
+}
+
 function interruptForm(view, interrupt) {
   const schema = interrupt.responseSchema || {};
-  const fields = [];
+  const properties = schema.type === 'object' || isObject(schema.properties) ? schema.properties || {} : null;
+  const proposed = proposedValues(view, interrupt);
   const form = el('div', { class: 'interrupt', 'data-interrupt': interrupt.id || '' },
     el('strong', { text: `Waiting for an answer: ${interrupt.reason || 'interrupt'}` }),
     interrupt.message ? el('p', { text: interrupt.message }) : null,
-    el('pre', { text: JSON.stringify(interrupt.metadata ?? interrupt.payload ?? {}, null, 2) }));
-  const properties = schema.type === 'object' ? schema.properties || {} : null;
-  if (properties) {
-    for (const [name, prop] of Object.entries(properties)) {
-      let input;
-      if (prop.type === 'boolean') input = el('input', { type: 'checkbox' });
-      else if (prop.type === 'number' || prop.type === 'integer') input = el('input', { type: 'number' });
-      else if (Array.isArray(prop.enum)) {
-        input = el('select');
-        for (const option of prop.enum) input.append(el('option', { value: String(option), text: String(option) }));
-      } else if (prop.type === 'string') input = el('input', { type: 'text' });
-      else input = el('textarea', { rows: '2', placeholder: 'JSON' });
-      input.dataset.field = name;
-      fields.push([name, prop, input]);
-      form.append(el('label', {}, `${name} `, input));
-    }
-  } else {
-    const input = el('textarea', { rows: '3', placeholder: 'answer payload (JSON)' });
-    fields.push([null, {}, input]);
-    form.append(input);
-  }
+    interrupt.metadata ? el('details', {}, el('summary', { text: 'metadata' }), el('pre', { text: JSON.stringify(interrupt.metadata, null, 2) })) : null,
+    interrupt.expiresAt ? el('p', { class: 'hint', text: `answer before ${new Date(interrupt.expiresAt).toLocaleString()}` }) : null);
+  // `approved` is what the two buttons say; every other field is editable,
+  // pre-filled with what the agent proposed. Without a schema there is
+  // nothing to match proposals against: a free JSON answer.
+  const fields = properties
+    ? Object.entries(properties).filter(([name, prop]) => !(name === 'approved' && prop.type === 'boolean'))
+      .map(([name, prop]) => schemaField(name, prop || {}, proposed[name]))
+    : [schemaField('payload', {}, undefined)];
+  for (const field of fields) form.append(field.label);
+
   const payload = (approve) => {
     if (!properties) {
-      const raw = fields[0][2].value.trim();
-      return raw ? JSON.parse(raw) : { approved: approve };
+      const [given, value] = fields[0].read();
+      return given ? value : { approved: approve };
     }
-    const out = {};
-    for (const [name, prop, input] of fields) {
-      if (prop.type === 'boolean') out[name] = name === 'approved' ? approve : input.checked;
-      else if (prop.type === 'number' || prop.type === 'integer') { if (input.value !== '') out[name] = Number(input.value); }
-      else if (prop.type === 'string' || Array.isArray(prop.enum)) { if (input.value !== '') out[name] = input.value; }
-      else if (input.value.trim()) out[name] = JSON.parse(input.value);
+    const out = 'approved' in properties ? { approved: approve } : {};
+    for (const field of fields) {
+      const [given, value] = field.read();
+      if (given) out[field.name] = value;
     }
     return out;
   };
   const answer = async (approve) => {
     let entry;
     try {
-      const hasApproved = properties && 'approved' in properties;
-      entry = approve || hasApproved || !properties
+      entry = approve || !properties || 'approved' in properties
         ? { interruptId: interrupt.id, status: 'resolved', payload: payload(approve) }
         : { interruptId: interrupt.id, status: 'cancelled' };
     } catch (e) {
-      notice(`the answer is not valid JSON: ${e.message}`, 'error');
+      notice(`The answer is not valid JSON: ${e.message}`, 'error');
       return;
     }
     // Every pending interrupt must be answered at once (AG-UI has no partial resume).
@@ -583,8 +898,7 @@ function interruptForm(view, interrupt) {
       await send({ type: 'resume', threadId: view.id, resume: [entry, ...others] });
       form.replaceChildren(el('em', { text: approve ? 'approved — the run continues' : 'rejected — the run continues' }));
     } catch (e) {
-      const text = e.code === 'conflict' ? `Someone else answered first (${e.message}).` : `${e.code || 'error'}: ${e.message}`;
-      notice(text, 'error');
+      notice(e.code === 'conflict' ? `Someone else answered first (${e.message}).` : `Your answer was not taken — ${describeError(e)}`, 'error');
     }
   };
   const approve = el('button', { class: 'approve', text: 'Approve' });
@@ -605,10 +919,10 @@ function renderMeta(e) {
 }
 
 function timelineRow(seq, type, time, bytes, gap) {
-  const app_ = app.thread;
+  const view = app.thread;
   const filter = $('#timeline-filter');
-  if (app_ && !app_.types.has(type)) {
-    app_.types.add(type);
+  if (view && !view.types.has(type)) {
+    view.types.add(type);
     filter.append(el('option', { value: type, text: type }));
   }
   const row = el('tr', { class: `tl-row${gap ? ' gap' : ''}`, 'data-seq': String(seq), 'data-type': type },
@@ -628,7 +942,7 @@ async function postMeta(metaType, payload) {
   try {
     await send({ type: 'meta', threadId: app.thread.id, metaType, payload, clientEventId: crypto.randomUUID() });
   } catch (e) {
-    notice(`${metaType}: ${e.message}`, 'error');
+    notice(`Your ${metaType.replace('_', ' ')} was not posted — ${describeError(e)}`, 'error');
   }
 }
 
@@ -639,12 +953,12 @@ async function startRun(threadId, text) {
   const thread = threadId || `t-${crypto.randomUUID().slice(0, 8)}`;
   const runId = `r-${crypto.randomUUID()}`;
   const messages = text ? [{ id: `m-${crypto.randomUUID()}`, role: 'user', content: text }] : [];
-  if (app.thread?.id !== thread) openThread(thread);
+  if (app.thread?.id !== thread) openThread(thread, true);
   try {
     await send({ type: 'run', agent, threadId: thread, runId, messages });
     loadThreads(true);
   } catch (e) {
-    notice(`run: ${e.code || ''} ${e.message}`, 'error');
+    notice(`The run did not start — ${describeError(e)}`, 'error');
   }
 }
 
@@ -657,13 +971,16 @@ document.addEventListener('DOMContentLoaded', async () => {
     const token = await mintDev(sub, roles);
     if (token) signIn(token, { sub, roles });
   });
+  $('#token-replace-send').addEventListener('click', () => replaceToken($('#token-replace').value.trim()));
   $('#run-start').addEventListener('click', () => startRun($('#run-thread').value.trim(), $('#run-message').value.trim()));
   $('#reply-send').addEventListener('click', () => {
     if (app.thread) startRun(app.thread.id, $('#reply-message').value.trim());
     $('#reply-message').value = '';
   });
   $('#cancel-run').addEventListener('click', () => {
-    if (app.thread) send({ type: 'cancel', threadId: app.thread.id, runId: app.thread.runId }).catch((e) => notice(`cancel: ${e.message}`, 'error'));
+    if (!app.thread) return;
+    send({ type: 'cancel', threadId: app.thread.id, runId: app.thread.runId })
+      .catch((e) => notice(`The run was not cancelled — ${describeError(e)}`, 'error'));
   });
   $('#thumbs-up').addEventListener('click', () => postMeta('thumbs_up', {}));
   $('#thumbs-down').addEventListener('click', () => postMeta('thumbs_down', {}));
