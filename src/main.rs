@@ -345,10 +345,9 @@ async fn serve(config: Config, policy: Policy) -> Result<(), String> {
                 let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
                 format!("{}-{}", host.trim(), std::process::id())
             });
-            let redis =
-                RedisStore::connect(&url, &config.store.prefix, &node, config.store.lease_ttl)
-                    .await
-                    .map_err(|e| format!("store.url: {e}"))?;
+            let redis = connect_redis(&url, &config.store.prefix, &node, config.store.lease_ttl)
+                .await
+                .map_err(|e| format!("store.url: {e}"))?;
             tracing::info!(node = %node, "journal on redis");
             (redis.clone(), redis.clone(), redis.clone(), Some(redis))
         }
@@ -436,6 +435,34 @@ async fn serve(config: Config, policy: Policy) -> Result<(), String> {
     state.threads.store().close().await;
     tracing::info!("journal flushed; exiting");
     served
+}
+
+/// How long a node starting up waits for an unreachable Redis before it
+/// gives up (exit 1, for its supervisor to restart it): a node and its Redis
+/// started together, or a Redis restarting during a deploy, is not an error.
+const REDIS_START_PATIENCE: Duration = Duration::from_secs(30);
+
+/// [`RedisStore::connect`], retried with backoff for up to
+/// [`REDIS_START_PATIENCE`].
+async fn connect_redis(
+    url: &str,
+    prefix: &str,
+    node: &str,
+    lease_ttl: Duration,
+) -> Result<Arc<RedisStore>, agui_gateway::store::StoreError> {
+    let give_up = tokio::time::Instant::now() + REDIS_START_PATIENCE;
+    let mut backoff = Duration::from_millis(250);
+    loop {
+        match RedisStore::connect(url, prefix, node, lease_ttl).await {
+            Ok(store) => return Ok(store),
+            Err(e) if tokio::time::Instant::now() + backoff < give_up => {
+                tracing::warn!("redis unreachable at start-up ({e}); retrying in {backoff:?}");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 async fn shutdown_signal() {

@@ -1156,3 +1156,37 @@ async fn the_redis_store_keeps_its_base_and_never_writes_past_a_failed_batch() {
         Ok(11)
     );
 }
+
+/// A node started while its Redis is not up yet waits for it (instead of
+/// exiting) and serves once Redis answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_started_before_its_redis_waits_for_it() {
+    let mut redis = RedisServer::start().await;
+    redis.kill().await;
+    let config = format!(
+        "{}[[agents]]\nid = \"demo\"\nurl = \"demo:\"\n[demo]\nenabled = true\nlisten = \"127.0.0.1:0\"\n",
+        redis.store_config("early")
+    );
+    // Redis's port cuts every connection off: the node's attempts are seen
+    // arriving — more than one connection manager's worth of retries (the
+    // redis crate retries 6 times by itself) — before Redis is back.
+    let impostor = tokio::net::TcpListener::bind(("127.0.0.1", redis.port))
+        .await
+        .unwrap();
+    let starting = tokio::spawn(async move { Gateway::start(&config).await });
+    for _ in 0..10 {
+        let (attempt, _) = tokio::time::timeout(WAIT, impostor.accept())
+            .await
+            .expect("the node keeps trying to reach Redis")
+            .unwrap();
+        drop(attempt);
+    }
+    drop(impostor);
+    redis.start_again().await;
+    let gw = starting.await.unwrap();
+    gw.proc.expect_stderr("redis unreachable at start-up").await;
+    until_ready_is(&gw, 200).await;
+    let t = token(json!({"sub": "alice"}));
+    let (status, body) = post_run(&gw.run_url("demo"), &t, &input("early", "r1", "hi")).await;
+    assert_eq!(status, 200, "{body}");
+}
