@@ -1190,3 +1190,44 @@ async fn a_node_started_before_its_redis_waits_for_it() {
     let (status, body) = post_run(&gw.run_url("demo"), &t, &input("early", "r1", "hi")).await;
     assert_eq!(status, 200, "{body}");
 }
+
+/// Visibility rules scoped to an agent hold on every node from the moment
+/// a run is accepted: a guest joining on node B after node A took the run's
+/// lease — before the run's first event is journaled — sees no reasoning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_scoped_visibility_holds_on_another_node_before_the_first_event() {
+    let redis = RedisServer::start().await;
+    let mut py = PyAgent::start("scripted_agent.py").await;
+    let config = |name: &str| {
+        format!(
+            "{}[policy]\npath = \"{}/config/policies/support-bot.toml\"\n\
+             [[agents]]\nid = \"support\"\nurl = \"{}\"\ntimeouts = {{ idle = \"1h\" }}\n",
+            redis.store_config(name),
+            env!("CARGO_MANIFEST_DIR"),
+            py.url("gated-start"),
+        )
+    };
+    let a = Gateway::start(&config("a")).await;
+    let b = Gateway::start(&config("b")).await;
+    let staff = token(json!({"sub": "sam", "roles": ["staff"]}));
+    let guest = token(json!({"sub": "gus", "roles": ["guest"], "threads": {"help": ["view"]}}));
+
+    let mut runner = Ws::connect(&a, WsAuth::Header(&staff)).await.unwrap();
+    runner.send(run_frame("support", "help", "r1")).await;
+    assert_eq!(answer(&mut runner, "r1").await["type"], "ack");
+    py.proc.expect_line("GATED-START r1").await;
+    // Accepted, nothing journaled yet: the guest joins on the other node.
+    let mut on_b = subscribe(&b, &guest, "help", 0).await;
+    http().post(py.url("release")).send().await.unwrap();
+
+    let staff_saw = journal(&runner.recv_until(is_terminal_frame).await);
+    let guest_saw = journal(&on_b.recv_until(is_terminal_frame).await);
+    let reasoning = |seen: &[(u64, String)]| {
+        seen.iter()
+            .filter(|(_, t)| t.starts_with("REASONING"))
+            .count()
+    };
+    assert!(reasoning(&staff_saw) > 0, "{staff_saw:?}");
+    assert_eq!(reasoning(&guest_saw), 0, "{guest_saw:?}");
+    assert_eq!(guest_saw.len(), staff_saw.len() - reasoning(&staff_saw));
+}

@@ -65,13 +65,16 @@ pub trait RunLeases: Send + Sync + 'static {
     /// the stored journal ends at `seen_last_seq` (what the caller decided
     /// on: the pending interrupts, the history). The check makes "first
     /// answer wins" hold across nodes. A thread the store does not know yet
-    /// is recorded with `creator`, so every node finds it from now on.
+    /// is recorded with `creator`, so every node finds it from now on; a
+    /// granted lease records `agent` as the thread's agent at once, so a node
+    /// loading the thread before the run's first batch lands already applies
+    /// that agent's visibility rules to its viewers.
     fn acquire(
         &self,
         key: &ThreadKey,
         run_id: &str,
         seen_last_seq: u64,
-        creator: &str,
+        creator_and_agent: (&str, Option<&str>),
     ) -> BoxFuture<'static, Result<Acquired, StoreError>>;
 
     /// Gives the lease back (only if it is still `lease`'s).
@@ -104,7 +107,7 @@ impl RunLeases for LocalLeases {
         _: &ThreadKey,
         _: &str,
         _: u64,
-        _: &str,
+        _: (&str, Option<&str>),
     ) -> BoxFuture<'static, Result<Acquired, StoreError>> {
         Box::pin(std::future::ready(Ok(Acquired::Granted(Lease {
             token: Arc::from(""),

@@ -176,7 +176,7 @@ impl Threads {
         let seen = thread.seq_known();
         let lease = match self
             .leases
-            .acquire(key, "gateway-closer", seen, &thread.creator())
+            .acquire(key, "gateway-closer", seen, (&thread.creator(), None))
             .await
         {
             Ok(crate::store::lease::Acquired::Granted(lease)) => lease,

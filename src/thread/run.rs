@@ -158,7 +158,12 @@ impl Thread {
             req = reserved;
             let acquired = self
                 .leases
-                .acquire(&self.key, &req.run_id, seen, &self.creator())
+                .acquire(
+                    &self.key,
+                    &req.run_id,
+                    seen,
+                    (&self.creator(), Some(&req.agent.id)),
+                )
                 .await;
             // What to do once the lock is released (nothing awaits under it):
             // `Err` cancel that run elsewhere, `Ok` read back and try again.
@@ -353,7 +358,12 @@ impl Thread {
         tokio::spawn(async move {
             let acquired = me
                 .leases
-                .acquire(&me.key, &req.run_id, seen, &me.creator())
+                .acquire(
+                    &me.key,
+                    &req.run_id,
+                    seen,
+                    (&me.creator(), Some(&req.agent.id)),
+                )
                 .await;
             let read_back = {
                 let mut inner = me.lock();

@@ -394,6 +394,19 @@ async def handle(request: Request) -> Response:
             yield ENC.encode(RunFinishedEvent(thread_id=thread_id, run_id=run_id))
         return sse(gen())
 
+    if scenario == "gated-start":
+        # Sends nothing until POST /release, then a whole happy run: the run
+        # is accepted (its lease taken) while its journal has no event yet.
+        gate = asyncio.Event()
+        GATES.append(gate)
+
+        async def gen():
+            say(f"GATED-START {run_id}")
+            await gate.wait()
+            for event in happy_events(thread_id, run_id):
+                yield ENC.encode(event)
+        return sse(gen())
+
     if scenario == "release":
         while GATES:
             GATES.pop().set()

@@ -77,7 +77,7 @@ impl RunLeases for RedisStore {
         key: &ThreadKey,
         run_id: &str,
         seen_last_seq: u64,
-        creator: &str,
+        (creator, agent): (&str, Option<&str>),
     ) -> BoxFuture<'static, Result<Acquired, StoreError>> {
         let keys = Keys::of(&self.prefix, key);
         let value: Arc<str> =
@@ -86,6 +86,7 @@ impl RunLeases for RedisStore {
         let held = self.held.clone();
         let ttl = self.lease_ttl;
         let creator = creator.to_owned();
+        let agent = agent.unwrap_or("").to_owned();
         Box::pin(async move {
             let (answer, holder): (i64, String) = Script::new(ACQUIRE)
                 .key(&keys.lease)
@@ -97,6 +98,7 @@ impl RunLeases for RedisStore {
                 .arg(creator)
                 .arg(crate::protocol::event::now_millis())
                 .arg(&keys.member)
+                .arg(agent)
                 .invoke_async(&mut conn)
                 .await
                 .map_err(StoreError::failed)?;

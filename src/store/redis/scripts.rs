@@ -67,9 +67,12 @@ return {1, first}
 
 /// Takes a run lease. KEYS: lease, meta hash, tenant index. ARGV: lease
 /// value, time to live (ms), the last seq the caller has seen, creator,
-/// now (ms), member. A new thread is recorded at once (so a viewer on any
-/// node finds it as soon as its first run is accepted). Returns `{1, ''}`
-/// granted, `{0, holder}` held, `{2, ''}` the journal moved on.
+/// now (ms), member, the run's agent ('' = leave as is). A new thread is
+/// recorded at once (so a viewer on any node finds it as soon as its first
+/// run is accepted), and so is the run's agent (whose visibility rules
+/// apply to what a node loading the thread from now on shows its viewers).
+/// Returns `{1, ''}` granted, `{0, holder}` held, `{2, ''}` the journal
+/// moved on.
 pub(super) const ACQUIRE: &str = r#"
 local held = redis.call('GET', KEYS[1])
 if held then
@@ -83,6 +86,9 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if redis.call('HSETNX', KEYS[2], 'creator', ARGV[4]) == 1 then
   redis.call('HSET', KEYS[2], 'created_ms', ARGV[5], 'updated_ms', ARGV[5], 'last_seq', 0, 'status', 'idle')
   redis.call('ZADD', KEYS[3], ARGV[5], ARGV[6])
+end
+if ARGV[7] ~= '' then
+  redis.call('HSET', KEYS[2], 'agent', ARGV[7])
 end
 return {1, ''}
 "#;
