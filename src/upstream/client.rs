@@ -190,7 +190,7 @@ impl Run<'_> {
         };
 
         let status = response.status();
-        tracing::Span::current().record("http.response.status_code", status.as_u16());
+        tracing::Span::current().record("http.response.status_code", i64::from(status.as_u16()));
         if !status.is_success() {
             // The body may carry internals (stack traces, hosts, queries):
             // operators get a capped, escaped excerpt in the log; clients
