@@ -91,6 +91,8 @@ pub struct Config {
     pub meta: MetaConfig,
     #[serde(default)]
     pub policy: PolicyConfig,
+    #[serde(default)]
+    pub tracing: TracingConfig,
     /// Where the file was read from (set by [`Config::load`]); empty for
     /// the embedded configuration.
     #[serde(skip)]
@@ -510,6 +512,32 @@ impl Default for InspectorConfig {
     }
 }
 
+/// OpenTelemetry traces, exported over OTLP/HTTP (protobuf); off unless an
+/// endpoint is set.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct TracingConfig {
+    /// OTLP/HTTP collector URL, e.g. `http://127.0.0.1:4318` (`/v1/traces`
+    /// is appended unless the URL already ends with it). Empty: no traces
+    /// are exported.
+    pub otlp_endpoint: String,
+    /// The `service.name` resource attribute of the exported spans.
+    pub service_name: String,
+    /// Fraction of new traces exported, 0.0–1.0; a trace the client's
+    /// `traceparent` continues follows the client's sampled flag.
+    pub sample_ratio: f64,
+}
+
+impl Default for TracingConfig {
+    fn default() -> Self {
+        TracingConfig {
+            otlp_endpoint: String::new(),
+            service_name: "agui-gateway".into(),
+            sample_ratio: 1.0,
+        }
+    }
+}
+
 /// The built-in demo agent.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
@@ -780,6 +808,24 @@ impl Config {
                 "demo.listen".into(),
                 format!("'{}' is not an ip:port address", self.demo.listen),
             );
+        }
+
+        if !(0.0..=1.0).contains(&self.tracing.sample_ratio) {
+            bad(
+                "tracing.sample_ratio".into(),
+                format!("{} is not between 0.0 and 1.0", self.tracing.sample_ratio),
+            );
+        }
+        let endpoint = &self.tracing.otlp_endpoint;
+        let is_url = endpoint.starts_with("http://") || endpoint.starts_with("https://");
+        if !endpoint.is_empty() && !is_url {
+            bad(
+                "tracing.otlp_endpoint".into(),
+                format!("'{endpoint}' is not an http:// or https:// URL"),
+            );
+        }
+        if self.tracing.service_name.trim().is_empty() {
+            bad("tracing.service_name".into(), "must not be empty".into());
         }
 
         if !matches!(

@@ -6,7 +6,8 @@
 //! stand-alone AG-UI agent the default config runs so the gateway works out of
 //! the box.
 //!
-//! [`metrics`] is a leaf every layer counts into (Prometheus at `/metrics`).
+//! [`metrics`] is a leaf every layer counts into (Prometheus at `/metrics`);
+//! [`telemetry`] exports the gateway's spans over OTLP when configured.
 //!
 //! [`config`] is plain settings data and imports no sibling but [`protocol`];
 //! what acts on it lives with its user ([`auth`] grants and keys, [`policy`]
@@ -20,5 +21,6 @@ pub mod policy;
 pub mod protocol;
 pub mod server;
 pub mod store;
+pub mod telemetry;
 pub mod thread;
 pub mod upstream;

@@ -75,7 +75,6 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(&cli.log_format);
     if matches!(cli.command, Some(Command::ConfigSchema)) {
         print!("{}", agui_gateway::config::json_schema_text());
         return ExitCode::SUCCESS;
@@ -107,7 +106,19 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match cli.command.unwrap_or(Command::Serve) {
+    let command = cli.command.unwrap_or(Command::Serve);
+    // Only a serving gateway exports traces.
+    let telemetry = match init_logging(
+        &cli.log_format,
+        matches!(command, Command::Serve).then_some(&config.tracing),
+    ) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("config error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match command {
         Command::CheckConfig {
             explain: Some(sample),
         } => match explain(&config, policy, &sample) {
@@ -170,13 +181,18 @@ fn main() -> ExitCode {
                 .enable_all()
                 .build()
                 .expect("tokio runtime");
-            match rt.block_on(serve(config, policy)) {
+            let served = rt.block_on(serve(config, policy));
+            if let Err(e) = &served {
+                tracing::error!("{e}");
+                eprintln!("agui-gateway: {e}");
+            }
+            // The spans of the drained runs, and the rest still queued.
+            if let Some(telemetry) = telemetry {
+                telemetry.shutdown();
+            }
+            match served {
                 Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    tracing::error!("{e}");
-                    eprintln!("agui-gateway: {e}");
-                    ExitCode::FAILURE
-                }
+                Err(_) => ExitCode::FAILURE,
             }
         }
     }
@@ -266,20 +282,42 @@ fn explain(config: &Config, policy: Policy, sample: &std::path::Path) -> Result<
     Ok(out)
 }
 
-fn init_logging(format: &str) {
+/// The log subscriber (text or JSON on stderr, filtered by
+/// `$AGUI_GATEWAY_LOG`), with the OpenTelemetry exporter's layer when
+/// `tracing` sets an endpoint.
+fn init_logging(
+    format: &str,
+    tracing: Option<&agui_gateway::config::TracingConfig>,
+) -> Result<Option<agui_gateway::telemetry::Telemetry>, String> {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    type Boxed = Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync>;
     let filter = tracing_subscriber::EnvFilter::try_from_env("AGUI_GATEWAY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Colours only for a person at a terminal: log files and journald get
     // plain text.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
-    if format == "json" {
-        builder.json().init();
+    let fmt: Boxed = if format == "json" {
+        fmt.json().boxed()
     } else {
-        builder.init();
-    }
+        fmt.boxed()
+    };
+    let (otel, telemetry) = match tracing {
+        Some(config) => match agui_gateway::telemetry::init(config)? {
+            Some((layer, telemetry)) => (Some(layer), Some(telemetry)),
+            None => (None, None),
+        },
+        None => (None, None),
+    };
+    tracing_subscriber::registry()
+        .with(fmt)
+        .with(otel)
+        .with(filter)
+        .init();
+    Ok(telemetry)
 }
 
 async fn serve(config: Config, policy: Policy) -> Result<(), String> {

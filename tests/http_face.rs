@@ -1,6 +1,6 @@
 //! The gateway's HTTP face and CLI, against the real binary: error codes and
 //! statuses, the agent list, health and metrics, the demo agent's interrupt
-//! and resume, `check-config` and `token`.
+//! and resume, `check-config` and `token`, OpenTelemetry export.
 
 mod common;
 
@@ -925,4 +925,184 @@ async fn past_max_connections_a_client_gets_a_clear_503_until_one_closes() {
         metrics.contains("agui_connections_refused_total 2"),
         "{metrics}"
     );
+}
+
+/// A tiny OTLP/HTTP collector on loopback: every `POST /v1/traces` body, in
+/// arrival order.
+async fn otlp_receiver() -> (String, std::sync::Arc<std::sync::Mutex<Vec<bytes::Bytes>>>) {
+    use axum::routing::post;
+    let bodies: std::sync::Arc<std::sync::Mutex<Vec<bytes::Bytes>>> = Default::default();
+    let sink = bodies.clone();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        post(move |body: bytes::Bytes| async move {
+            sink.lock().unwrap().push(body);
+            // An empty ExportTraceServiceResponse: all accepted.
+            (
+                [("content-type", "application/x-protobuf")],
+                Vec::<u8>::new(),
+            )
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}"), bodies)
+}
+
+/// Sends SIGTERM and waits until the gateway has exited (drained, flushed).
+async fn stop(gw: &mut Gateway) {
+    gw.signal("TERM");
+    let status = tokio::time::timeout(WAIT, gw.proc.child.wait())
+        .await
+        .expect("the gateway exits after SIGTERM")
+        .unwrap();
+    assert!(status.success(), "{status:?}\n{}", gw.proc.stderr());
+}
+
+#[tokio::test]
+async fn otlp_export_joins_the_agent_trace_and_carries_no_token() {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+    use prost::Message;
+    if single_node_only("reads one process's exported spans after stopping it") {
+        return;
+    }
+    let (collector, bodies) = otlp_receiver().await;
+    let py = PyAgent::start("scripted_agent.py").await;
+    let mut gw = Gateway::start(&format!(
+        "[[agents]]\nid = \"echo\"\nurl = \"{}\"\n\n\
+         [tracing]\notlp_endpoint = \"{collector}\"\nservice_name = \"gw-under-test\"\n",
+        py.url("echo")
+    ))
+    .await;
+    let tok = token(json!({"sub": "otto", "tenant": "acme"}));
+    let secret_text = "my-private-message-5523";
+    let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let resp = http()
+        .post(gw.run_url("echo"))
+        .bearer_auth(&tok)
+        .header("traceparent", parent)
+        .json(&input("t-otel", "r-otel", secret_text))
+        .send()
+        .await
+        .unwrap();
+    let events = sse_events(&resp.text().await.unwrap());
+    let sent = events[1]["value"]["traceparent"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let parts: Vec<&str> = sent.split('-').collect();
+    assert_eq!(parts.len(), 4, "{sent}");
+    let (trace_id, upstream_id) = (parts[1], parts[2]);
+    assert_eq!(trace_id, "4bf92f3577b34da6a3ce929d0e0e4736", "{sent}");
+    assert_eq!(parts[3], "01", "sampled: {sent}");
+    gw.proc.expect_stderr(&format!("trace_id={trace_id}")).await;
+
+    // The batch goes out every 5 s: this run's spans reach the collector
+    // through the flush at shutdown, after the drain.
+    stop(&mut gw).await;
+    let bodies = bodies.lock().unwrap().clone();
+    assert!(!bodies.is_empty(), "nothing exported");
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let mut spans = Vec::new();
+    for body in &bodies {
+        let request = ExportTraceServiceRequest::decode(body.as_ref()).expect("OTLP protobuf");
+        for rs in request.resource_spans {
+            let service = rs
+                .resource
+                .iter()
+                .flat_map(|r| &r.attributes)
+                .find(|kv| kv.key == "service.name")
+                .and_then(|kv| kv.value.as_ref()?.value.clone());
+            assert_eq!(
+                service,
+                Some(Any::StringValue("gw-under-test".into())),
+                "service.name"
+            );
+            for ss in rs.scope_spans {
+                spans.extend(ss.spans);
+            }
+        }
+        // Nowhere in what is exported: the token, nor message content.
+        let raw = String::from_utf8_lossy(body);
+        assert!(!raw.contains(&tok), "the bearer token was exported");
+        assert!(!raw.contains(secret_text), "message content was exported");
+    }
+    let named = |name: &str| {
+        spans
+            .iter()
+            .find(|s| s.name == name && hex(&s.trace_id) == trace_id)
+            .unwrap_or_else(|| {
+                let seen: Vec<_> = spans.iter().map(|s| (&s.name, hex(&s.trace_id))).collect();
+                panic!("no '{name}' span in trace {trace_id}: {seen:?}")
+            })
+    };
+    let (request, run, upstream) = (named("request"), named("run"), named("upstream"));
+    assert_eq!(hex(&upstream.span_id), upstream_id, "the agent's parent");
+    assert_eq!(hex(&upstream.parent_span_id), hex(&run.span_id));
+    assert_eq!(hex(&run.parent_span_id), hex(&request.span_id));
+    assert_eq!(
+        hex(&request.parent_span_id),
+        "00f067aa0ba902b7",
+        "the client's span"
+    );
+    let attr = |span: &opentelemetry_proto::tonic::trace::v1::Span, key: &str| {
+        span.attributes
+            .iter()
+            .find(|kv| kv.key == key)
+            .and_then(|kv| kv.value.as_ref()?.value.clone())
+    };
+    assert_eq!(attr(run, "thread"), Some(Any::StringValue("t-otel".into())));
+    assert_eq!(attr(run, "agent"), Some(Any::StringValue("echo".into())));
+    assert_eq!(
+        attr(request, "path"),
+        Some(Any::StringValue("/v1/agents/echo/run".into()))
+    );
+    assert_eq!(
+        attr(upstream, "http.response.status_code"),
+        Some(Any::IntValue(200))
+    );
+    // No attribute of any span holds the token or its signature.
+    let signature = tok.rsplit('.').next().unwrap();
+    for span in &spans {
+        for kv in &span.attributes {
+            let value = format!("{:?}", kv.value);
+            assert!(
+                !value.contains(signature) && !value.contains(secret_text),
+                "{} {}: {value}",
+                span.name,
+                kv.key
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn without_an_otlp_endpoint_nothing_is_exported() {
+    if single_node_only("stops one process to see what it flushed") {
+        return;
+    }
+    // Even with the SDK's own environment variable pointing at a collector.
+    let (collector, bodies) = otlp_receiver().await;
+    let py = PyAgent::start("scripted_agent.py").await;
+    let mut gw = Gateway::start_with_env(
+        &format!("[[agents]]\nid = \"echo\"\nurl = \"{}\"\n", py.url("echo")),
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &collector)],
+    )
+    .await;
+    let (status, text) = post_run(
+        &gw.run_url("echo"),
+        &token(json!({})),
+        &input("t-off", "r-off", "hi"),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    let sent = sse_events(&text)[1]["value"]["traceparent"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(sent.len(), 55, "still a traceparent: {sent}");
+    stop(&mut gw).await;
+    assert!(bodies.lock().unwrap().is_empty(), "spans were exported");
 }

@@ -4,6 +4,9 @@
 //! `X-Request-Id` when it sent one, else a fresh UUID; echoed in the
 //! response) and, once known, the tenant, thread and run.
 //!
+//! With OpenTelemetry export on, the span is exported (as the trace's root on
+//! this side) and continues the client's `traceparent` when it sent one.
+//!
 //! The query string is never logged (it can carry `access_token`), nor are
 //! headers or bodies.
 
@@ -30,7 +33,7 @@ pub fn layer<S: Clone + Send + Sync + 'static>(router: Router<S>) -> Router<S> {
                         .get(&REQUEST_ID)
                         .and_then(|v| v.to_str().ok())
                         .unwrap_or("");
-                    tracing::info_span!(
+                    let span = tracing::info_span!(
                         "request",
                         method = %req.method(),
                         path = %req.uri().path(),
@@ -38,7 +41,18 @@ pub fn layer<S: Clone + Send + Sync + 'static>(router: Router<S>) -> Router<S> {
                         tenant = tracing::field::Empty,
                         thread = tracing::field::Empty,
                         run = tracing::field::Empty,
-                    )
+                    );
+                    if crate::telemetry::enabled()
+                        && let Some(parent) = req
+                            .headers()
+                            .get("traceparent")
+                            .and_then(|v| v.to_str().ok())
+                            .filter(|v| crate::upstream::trace::trace_id_of(v).is_some())
+                    {
+                        use tracing_opentelemetry::OpenTelemetrySpanExt;
+                        let _ = span.set_parent(crate::upstream::trace::remote_context(parent));
+                    }
+                    span
                 })
                 .on_request(())
                 .on_response(|res: &Response<_>, latency: Duration, _: &Span| {

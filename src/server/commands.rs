@@ -136,7 +136,14 @@ pub async fn run(
     let thread = thread_for(state, who, &thread_id, need, need == Permission::Run)
         .await
         .map_err(AccessError::into_api)?;
-    let request = run_request(agent, run_id, input, prepared, traceparent.as_deref());
+    let request = run_request(
+        agent,
+        run_id,
+        input,
+        prepared,
+        (&who.tenant, &thread_id),
+        traceparent.as_deref(),
+    );
     launch(state, who, &thread, request, strategy, requester).await
 }
 
@@ -178,7 +185,14 @@ pub async fn resume(
     state
         .check_shared_rate(crate::policy::rate::Action::Run, who, &agent.id, &thread_id)
         .await?;
-    let request = run_request(agent, run_id, input, prepared, None);
+    let request = run_request(
+        agent,
+        run_id,
+        input,
+        prepared,
+        (&who.tenant, &thread_id),
+        None,
+    );
     launch(state, who, &thread, request, strategy, requester).await
 }
 
@@ -193,16 +207,30 @@ fn answers_interrupts(input: &RunInput) -> bool {
     }
 }
 
-/// The thread's request for a run the policy prepared; who follows it is
-/// attached by [`launch`].
+/// The thread's request for a run the policy prepared, in a `run` span (a
+/// child of the request's); who follows it is attached by [`launch`].
+///
+/// The upstream `traceparent` continues the client's (`traceparent`, HTTP)
+/// or starts a trace; with OpenTelemetry export on it is the exported spans'
+/// trace instead (the request span continued the client's), and the
+/// upstream request's own span replaces it with its context.
 fn run_request(
     agent: Arc<Agent>,
     run_id: String,
     input: RunInput,
     mut prepared: Prepared,
+    (tenant, thread_id): (&str, &str),
     traceparent: Option<&str>,
 ) -> RunRequest {
-    let trace = crate::upstream::trace::child_of(traceparent);
+    let span = tracing::info_span!(
+        "run",
+        tenant = %tenant,
+        thread = %thread_id,
+        run = %run_id,
+        agent = %agent.id,
+    );
+    let trace = crate::upstream::trace::of_span(&span)
+        .unwrap_or_else(|| crate::upstream::trace::child_of(traceparent));
     tracing::info!(run = %run_id, agent = %agent.id, trace_id = %&trace[3..35], "run traced upstream");
     if let Ok(value) = reqwest::header::HeaderValue::from_str(&trace) {
         prepared.upstream_headers.insert("traceparent", value);
@@ -215,6 +243,7 @@ fn run_request(
         starter_visibility: None,
         filter: prepared.filter,
         upstream_headers: prepared.upstream_headers,
+        span,
     }
 }
 

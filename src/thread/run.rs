@@ -48,6 +48,9 @@ pub struct RunRequest {
     pub filter: Option<Box<dyn EventFilter>>,
     /// Extra upstream request headers (the verified identity, when configured).
     pub upstream_headers: reqwest::header::HeaderMap,
+    /// The run's span (thread, run, agent): the run is driven inside it, so
+    /// the upstream request's span is its child.
+    pub span: tracing::Span,
 }
 
 /// How a request was taken.
@@ -531,7 +534,11 @@ impl Thread {
         });
         tracing::info!(tenant = %self.key.tenant, thread = %self.key.thread_id, run = %req.run_id, agent = %req.agent.id, "run started");
         let run_id = req.run_id.clone();
-        let run = tokio::spawn(drive(self.clone(), req, prepared, cancel, lease));
+        let span = req.span.clone();
+        let run = tokio::spawn(tracing::Instrument::instrument(
+            drive(self.clone(), req, prepared, cancel, lease),
+            span,
+        ));
         tokio::spawn(self.clone().supervise(run_id, run));
     }
 
@@ -1319,6 +1326,7 @@ mod tests {
             starter_visibility: None,
             filter,
             upstream_headers: Default::default(),
+            span: tracing::Span::none(),
         };
         t.start_run(req("r1", Some(Box::new(Explodes))), Strategy::Reject)
             .await

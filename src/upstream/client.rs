@@ -77,9 +77,31 @@ impl Stream for RunStream {
 impl RunStream {
     /// Starts a run on `agent` with `body` (serialized `RunAgentInput`);
     /// `extra` headers (e.g. the verified identity) go after the agent's own.
-    pub fn start(agent: Arc<Agent>, body: Bytes, extra: reqwest::header::HeaderMap) -> RunStream {
+    ///
+    /// The request runs in an `upstream` span (a child of the current one,
+    /// the run's); with OpenTelemetry export on, its context is the request's
+    /// `traceparent`, replacing the one in `extra`.
+    pub fn start(
+        agent: Arc<Agent>,
+        body: Bytes,
+        mut extra: reqwest::header::HeaderMap,
+    ) -> RunStream {
         let (tx, rx) = mpsc::channel(CHANNEL_EVENTS);
-        let task = tokio::spawn(async move {
+        let span = tracing::info_span!(
+            "upstream",
+            agent = %agent.id,
+            otel.kind = "client",
+            http.request.method = "POST",
+            http.response.status_code = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
+        if let Some(value) = super::trace::of_span(&span)
+            .and_then(|t| reqwest::header::HeaderValue::from_str(&t).ok())
+        {
+            extra.insert("traceparent", value);
+        }
+        let work = async move {
             let mut run = Run {
                 agent: &agent,
                 tx: &tx,
@@ -93,6 +115,9 @@ impl RunStream {
             if let Err(failure) = run.drive(body, extra).await
                 && let Some((code, message)) = failure
             {
+                let span = tracing::Span::current();
+                span.record("error.type", code.as_string());
+                span.record("otel.status_code", "ERROR");
                 tracing::warn!(agent = %agent.id, code = %code.as_string(), "{message}");
                 crate::metrics::metrics()
                     .upstream_errors
@@ -103,7 +128,8 @@ impl RunStream {
                     .inc();
                 let _ = tx.send(run_error(&code.as_string(), message)).await;
             }
-        });
+        };
+        let task = tokio::spawn(tracing::Instrument::instrument(work, span));
         RunStream {
             rx,
             _task: AbortOnDropHandle::new(task),
@@ -164,6 +190,7 @@ impl Run<'_> {
         };
 
         let status = response.status();
+        tracing::Span::current().record("http.response.status_code", i64::from(status.as_u16()));
         if !status.is_success() {
             // The body may carry internals (stack traces, hosts, queries):
             // operators get a capped, escaped excerpt in the log; clients

@@ -2,8 +2,45 @@
 //! carries a `traceparent`, continuing the trace of the client's request when
 //! it sent one (HTTP face), so an agent's own traces join the caller's. The
 //! trace id is also logged with the run, to find one run across both sides.
+//!
+//! With OpenTelemetry export on ([`crate::telemetry`]), the `traceparent` is
+//! instead the exported `upstream` span's own context ([`of_span`]): the
+//! client's trace (continued by the `request` span) with that span as the
+//! agent's parent.
 
 use std::fmt::Write;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+/// The `traceparent` of `span`'s OpenTelemetry context, when export is on
+/// and the span has one (it is enabled and valid); the sampled flag is the
+/// exporter's decision.
+pub fn of_span(span: &tracing::Span) -> Option<String> {
+    use opentelemetry::trace::TraceContextExt;
+    if !crate::telemetry::enabled() {
+        return None;
+    }
+    let cx = span.context();
+    let sc = cx.span().span_context().clone();
+    sc.is_valid().then(|| {
+        format!(
+            "00-{}-{}-{:02x}",
+            sc.trace_id(),
+            sc.span_id(),
+            sc.trace_flags().to_u8()
+        )
+    })
+}
+
+/// The OpenTelemetry context of a client's `traceparent` header, to parent
+/// the request span on (an invalid header gives an empty context).
+pub fn remote_context(traceparent: &str) -> opentelemetry::Context {
+    use opentelemetry::propagation::TextMapPropagator;
+    let carrier = std::collections::HashMap::from([(
+        "traceparent".to_owned(),
+        traceparent.trim().to_owned(),
+    )]);
+    opentelemetry_sdk::propagation::TraceContextPropagator::new().extract(&carrier)
+}
 
 /// A `traceparent` for a new span: in the trace of `parent` when it is a
 /// valid version-00 header, else in a new trace.
