@@ -1106,3 +1106,65 @@ async fn without_an_otlp_endpoint_nothing_is_exported() {
     stop(&mut gw).await;
     assert!(bodies.lock().unwrap().is_empty(), "spans were exported");
 }
+
+/// An event stream asked for in a format the gateway cannot serve is 406
+/// `not_acceptable` with the JSON error shape, before any run starts; the
+/// proto type is served with its own content type.
+#[tokio::test]
+async fn unservable_accept_is_406_not_acceptable() {
+    let gw = Gateway::start(DEMO).await;
+    let tok = token(json!({}));
+    let c = http();
+    for accept in ["application/json", "text/event-stream;q=0", "text/html"] {
+        let (s, e) = error_of(
+            c.post(gw.run_url("demo"))
+                .bearer_auth(&tok)
+                .header("accept", accept)
+                .json(&input("na", "r1", "x"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(
+            (s, e["code"].as_str().unwrap()),
+            (406, "not_acceptable"),
+            "{accept}: {e}"
+        );
+    }
+    let (s, e) = error_of(
+        c.get(gw.url("/v1/threads/na/events"))
+            .bearer_auth(&tok)
+            .header("accept", "application/xml")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((s, e["code"].as_str().unwrap()), (406, "not_acceptable"));
+    // Nothing ran: the thread does not exist.
+    let resp = c
+        .get(gw.url("/v1/threads/na"))
+        .bearer_auth(&tok)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 404);
+    // The proto type is served as such.
+    let resp = c
+        .post(gw.run_url("demo"))
+        .bearer_auth(&tok)
+        .header("accept", "application/vnd.ag-ui.event+proto")
+        .json(&input("na", "r1", "x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(
+        resp.headers()["content-type"].to_str().unwrap(),
+        "application/vnd.ag-ui.event+proto"
+    );
+    let body = resp.bytes().await.unwrap();
+    let len = u32::from_be_bytes(body[..4].try_into().unwrap()) as usize;
+    assert!(body.len() > 4 + len, "more than one length-prefixed frame");
+}

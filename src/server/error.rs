@@ -19,6 +19,9 @@ pub enum ErrorCode {
     Invalid,
     /// The route exists, the method does not (405, with `Allow`).
     MethodNotAllowed,
+    /// No format the client accepts (406): an event stream asked for with an
+    /// `Accept` the gateway cannot serve.
+    NotAcceptable,
     Conflict,
     RateLimited,
     TooLarge,
@@ -35,6 +38,7 @@ impl ErrorCode {
             ErrorCode::NotFound => "not_found",
             ErrorCode::Invalid => "invalid",
             ErrorCode::MethodNotAllowed => "method_not_allowed",
+            ErrorCode::NotAcceptable => "not_acceptable",
             ErrorCode::Conflict => "conflict",
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::TooLarge => "too_large",
@@ -51,6 +55,7 @@ impl ErrorCode {
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::Invalid => StatusCode::BAD_REQUEST,
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ErrorCode::NotAcceptable => StatusCode::NOT_ACCEPTABLE,
             ErrorCode::Conflict => StatusCode::CONFLICT,
             ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -169,6 +174,7 @@ fn code_for(status: StatusCode) -> &'static str {
         StatusCode::FORBIDDEN => ErrorCode::Forbidden.as_str(),
         StatusCode::NOT_FOUND => ErrorCode::NotFound.as_str(),
         StatusCode::METHOD_NOT_ALLOWED => ErrorCode::MethodNotAllowed.as_str(),
+        StatusCode::NOT_ACCEPTABLE => ErrorCode::NotAcceptable.as_str(),
         StatusCode::CONFLICT => ErrorCode::Conflict.as_str(),
         StatusCode::PAYLOAD_TOO_LARGE => ErrorCode::TooLarge.as_str(),
         StatusCode::TOO_MANY_REQUESTS => ErrorCode::RateLimited.as_str(),

@@ -4,12 +4,15 @@
 //! `POST /v1/agents/{agent}/run` is a drop-in AG-UI endpoint: a stock
 //! `HttpAgent` pointed at it gets the agent's events, verified and with chunks
 //! expanded, as `data: <json>\n\n` frames, plus `: keepalive` comments while
-//! the agent is quiet.
+//! the agent is quiet — or, asked with `Accept:
+//! application/vnd.ag-ui.event+proto`, as AG-UI protobuf frames
+//! ([`super::encode`]).
 
 use super::commands::{self, Requester, RunCommand};
+use super::encode::{self, Encoder};
 use super::error::{ApiError, ErrorCode};
 use super::extract::{Authenticated, read_body};
-use super::sse::{Next, async_stream, entry_frame, pump, sse_response};
+use super::sse::{Next, async_stream, pump, stream_response};
 use super::state::AppState;
 use crate::auth::Principal;
 use crate::protocol::RunAgentInput;
@@ -75,8 +78,12 @@ pub async fn run_agent(
     Authenticated(who): Authenticated,
     request: Request,
 ) -> Response {
+    let enc = match encode::negotiate(request.headers()) {
+        Ok(enc) => enc,
+        Err(e) => return e.into_response(),
+    };
     match start_run(&state, &who, &agent_id, request).await {
-        Ok(rx) => run_response(state, rx),
+        Ok(rx) => run_response(state, enc, rx),
         Err(e) => e.into_response(),
     }
 }
@@ -113,20 +120,20 @@ async fn start_run(
     Ok(rx)
 }
 
-/// The run's events as SSE (`id: <seq>` + `data:`), keepalives while quiet,
-/// ending after the terminal event. Dropping the response tells the run its
-/// requester left.
-fn run_response(state: Arc<AppState>, rx: OutboxReceiver) -> Response {
+/// The run's events in the negotiated format (SSE: `id: <seq>` + `data:`,
+/// keepalives while quiet), ending after the terminal event. Dropping the
+/// response tells the run its requester left.
+fn run_response(state: Arc<AppState>, enc: &'static dyn Encoder, rx: OutboxReceiver) -> Response {
     let keepalive = state.config.server.keepalive;
     let metrics = crate::metrics::metrics();
     let events_out = metrics.events_out_counter("http");
     let counted = metrics.connection("http");
     let stream = async_stream(move |tx| {
         let _counted = counted;
-        pump(rx, tx, keepalive, move |item, chunk| match item {
+        pump(rx, tx, enc, keepalive, move |item, chunk| match item {
             Outgoing::Event(e) => {
                 events_out.inc();
-                chunk.extend_from_slice(&entry_frame(&e));
+                chunk.extend_from_slice(&enc.entry(&e));
                 if e.event.kind().is_terminal() {
                     Next::End
                 } else {
@@ -136,5 +143,5 @@ fn run_response(state: Arc<AppState>, rx: OutboxReceiver) -> Response {
             _ => Next::More,
         })
     });
-    sse_response(stream)
+    stream_response(enc, stream)
 }

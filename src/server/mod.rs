@@ -11,6 +11,7 @@ pub mod access_log;
 pub mod admission;
 pub mod commands;
 pub mod cors;
+pub mod encode;
 pub mod error;
 pub mod extract;
 pub mod fields;

@@ -1,9 +1,11 @@
-//! Server-Sent Event responses: a task-fed byte stream and the headers every
-//! SSE route sends (no caching, no proxy buffering).
+//! Event-stream responses (the HTTP run endpoint and the join stream): a
+//! task-fed byte stream, the headers every such route sends, and the pump
+//! that drains a connection's outbox into it. The bytes are SSE or AG-UI
+//! protobuf, whichever [`Encoder`] the request's `Accept` chose
+//! ([`super::encode::negotiate`]); the pump itself knows no format.
 
-use crate::protocol::sse::{KEEPALIVE, encode_data};
+use super::encode::Encoder;
 use crate::thread::fanout::{OutboxReceiver, Outgoing};
-use crate::thread::{Entry, FrameSlot};
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
@@ -26,36 +28,26 @@ where
     })
 }
 
-/// A `200 text/event-stream` response over `stream`.
-pub fn sse_response(
+/// A `200` event-stream response over `stream`, in the format of `enc`
+/// (its content type; no caching, no proxy buffering).
+pub fn stream_response(
+    enc: &'static dyn Encoder,
     stream: impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static,
 ) -> Response {
     let mut resp = Response::new(Body::from_stream(stream));
     let h = resp.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
+        HeaderValue::from_static(enc.content_type()),
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     resp
 }
 
-/// Most bytes of queued events coalesced into one SSE chunk (one write):
-/// a busy stream is written in large chunks instead of one per event.
+/// Most bytes of queued events coalesced into one chunk (one write): a busy
+/// stream is written in large chunks instead of one per event.
 pub const SSE_CHUNK: usize = 64 * 1024;
-
-/// A journal entry's SSE frame (`id: <seq>` + `data: <event>`), built once
-/// per entry and shared by every SSE reader. An event the journal does not
-/// hold (seq 0: the gateway's own `RUN_ERROR` when the journal failed)
-/// has no `id`, so a reconnecting client never resumes from it.
-pub fn entry_frame(entry: &Entry) -> Bytes {
-    entry.frame(FrameSlot::SSE, |e| {
-        let mut buf = BytesMut::with_capacity(e.event.json().len() + 32);
-        encode_data(e.event.json(), Some(e.seq).filter(|s| *s > 0), &mut buf);
-        buf.freeze()
-    })
-}
 
 /// Whether an SSE stream goes on after an item ([`pump`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,22 +56,29 @@ pub enum Next {
     End,
 }
 
-/// Streams a connection's outbox as SSE until `write` says [`Next::End`] or
-/// the outbox closes: whatever is queued goes out as one chunk (one write,
-/// at most about [`SSE_CHUNK`] bytes), keepalive comments while quiet.
-/// `write` appends an item's frames to the chunk.
+/// Streams a connection's outbox until `write` says [`Next::End`] or the
+/// outbox closes: whatever is queued goes out as one chunk (one write, at
+/// most about [`SSE_CHUNK`] bytes), and `enc`'s keepalive frame (if its
+/// format has one) every `keepalive` while quiet. `write` appends an item's
+/// frames to the chunk.
 pub async fn pump(
     mut rx: OutboxReceiver,
     tx: tokio::sync::mpsc::Sender<Bytes>,
+    enc: &'static dyn Encoder,
     keepalive: std::time::Duration,
     mut write: impl FnMut(Outgoing, &mut BytesMut) -> Next,
 ) {
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + keepalive, keepalive);
+    let idle_frame = enc.keepalive();
     loop {
         let first = tokio::select! {
             item = rx.recv() => item,
-            _ = ticker.tick() => {
-                if tx.send(Bytes::from_static(KEEPALIVE)).await.is_err() { return; }
+            _ = ticker.tick(), if idle_frame.is_some() => {
+                if let Some(frame) = &idle_frame
+                    && tx.send(frame.clone()).await.is_err()
+                {
+                    return;
+                }
                 continue;
             }
         };

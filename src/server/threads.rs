@@ -1,18 +1,17 @@
 //! HTTP viewer routes: list threads, read a snapshot, join the event stream.
 
 use super::access::{AccessError, thread_for, visibility_on};
+use super::encode::{self, Encoder};
 use super::error::{ApiError, ErrorCode};
 use super::extract::{Authenticated, authenticate};
-use super::sse::{Next, async_stream, entry_frame, pump, sse_response};
+use super::sse::{Next, async_stream, pump, stream_response};
 use super::state::AppState;
 use crate::auth::Permission;
 use crate::auth::access::permissions;
 use crate::protocol::join::{Framed, JoinFramer};
-use crate::protocol::sse::encode_data;
 use crate::thread::Start;
 use crate::thread::fanout::{Outgoing, outbox};
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -120,7 +119,7 @@ pub async fn issue_ticket(
 }
 
 /// `GET /v1/threads/{threadId}/events`: SSE join stream with `id: <seq>`
-/// lines, authenticated by a bearer token or a one-use `?ticket=`. Starts
+/// lines (or AG-UI protobuf, by `Accept`: [`encode::negotiate`]), authenticated by a bearer token or a one-use `?ticket=`. Starts
 /// after `after` (or `Last-Event-ID`), else from the oldest event held (a
 /// snapshot when that is compacted), and is always a valid AG-UI stream for
 /// a stock client, whatever the thread holds (see [`JoinFramer`]).
@@ -130,6 +129,10 @@ pub async fn join(
     Path(thread_id): Path<String>,
     Query(q): Query<JoinQuery>,
 ) -> Response {
+    let enc = match encode::negotiate(&headers) {
+        Ok(enc) => enc,
+        Err(e) => return e.into_response(),
+    };
     let who = match &q.ticket {
         Some(ticket) => match state.tickets.redeem(ticket, &thread_id) {
             Some(p) => p,
@@ -180,16 +183,16 @@ pub async fn join(
         let metrics = crate::metrics::metrics();
         let _counted = metrics.connection("sse");
         let events_out = metrics.events_out_counter("sse");
-        pump(rx, tx, keepalive, |item, chunk| {
+        pump(rx, tx, enc, keepalive, |item, chunk| {
             match item {
                 Outgoing::Event(e) => {
                     events_out.inc();
-                    chunk.extend_from_slice(&encode(&e, framer.event(e.seq, &e.event)))
+                    write_framed(enc, &e, framer.event(e.seq, &e.event), chunk)
                 }
                 Outgoing::Message(m) => {
                     if let Some(snap) = snapshot_of_message(&m) {
                         let seq = snap.get("seq").and_then(Value::as_u64);
-                        chunk.extend_from_slice(&encode_snapshot(framer.snapshot(&snap), seq));
+                        write_snapshot(enc, &thread_id, framer.snapshot(&snap), seq, chunk);
                     }
                 }
                 Outgoing::Close(..) => return Next::End,
@@ -199,37 +202,45 @@ pub async fn join(
         .await;
         drop(ob);
     });
-    sse_response(stream)
+    stream_response(enc, stream)
 }
 
-/// SSE frames for what the framer made of journal entry `e`.
-fn encode(e: &crate::thread::Entry, framed: Vec<Framed>) -> Bytes {
-    if let [Framed::Journal] = framed.as_slice() {
-        return entry_frame(e);
-    }
-    let mut buf = BytesMut::new();
+/// Frames, in `enc`'s format, for what the framer made of journal entry
+/// `e`: the entry itself from its frame cache, converted events with its
+/// seq, synthetic ones without.
+fn write_framed(
+    enc: &dyn Encoder,
+    e: &crate::thread::Entry,
+    framed: Vec<Framed>,
+    out: &mut BytesMut,
+) {
     for f in framed {
         match f {
-            Framed::Journal => buf.extend_from_slice(&entry_frame(e)),
-            Framed::Converted(v) => encode_data(v.to_string().as_bytes(), Some(e.seq), &mut buf),
-            Framed::Synthetic(v) => encode_data(v.to_string().as_bytes(), None, &mut buf),
+            Framed::Journal => out.extend_from_slice(&enc.entry(e)),
+            Framed::Converted(v) => {
+                enc.event(&e.thread_id, v.to_string().as_bytes(), Some(e.seq), out)
+            }
+            Framed::Synthetic(v) => enc.event(&e.thread_id, v.to_string().as_bytes(), None, out),
         }
     }
-    buf.freeze()
 }
 
-/// SSE frames for a snapshot start; the event standing for the journal up
-/// to the snapshot carries its `seq` as id.
-fn encode_snapshot(framed: Vec<Framed>, seq: Option<u64>) -> Bytes {
-    let mut buf = BytesMut::new();
+/// Frames for a snapshot start; the event standing for the journal up to
+/// the snapshot carries its `seq`.
+fn write_snapshot(
+    enc: &dyn Encoder,
+    thread_id: &str,
+    framed: Vec<Framed>,
+    seq: Option<u64>,
+    out: &mut BytesMut,
+) {
     for f in framed {
         match f {
-            Framed::Converted(v) => encode_data(v.to_string().as_bytes(), seq, &mut buf),
-            Framed::Synthetic(v) => encode_data(v.to_string().as_bytes(), None, &mut buf),
+            Framed::Converted(v) => enc.event(thread_id, v.to_string().as_bytes(), seq, out),
+            Framed::Synthetic(v) => enc.event(thread_id, v.to_string().as_bytes(), None, out),
             Framed::Journal => {}
         }
     }
-    buf.freeze()
 }
 
 /// The snapshot object of a `snapshot` message (without `type`).

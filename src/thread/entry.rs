@@ -7,8 +7,8 @@ use std::sync::{Arc, OnceLock};
 /// One journal event and its seq.
 ///
 /// The event's JSON text is the only copy of its bytes kept here; what a
-/// transport sends (a WebSocket envelope, an SSE frame) is built by that
-/// transport in `server/` on first use and cached in the entry's frame
+/// transport sends (a WebSocket envelope, an SSE or protobuf frame) is built
+/// by that transport's encoder (`server/encode/`) on first use and cached in the entry's frame
 /// slots, shared by every viewer on that transport ([`Entry::frame`]).
 /// Thread code never builds a frame: it knows no transport.
 pub struct Entry {
@@ -21,7 +21,7 @@ pub struct Entry {
 }
 
 /// How many transports can cache a frame per entry.
-const FRAME_SLOTS: usize = 2;
+const FRAME_SLOTS: usize = 3;
 
 /// The frame cache slot a transport owns (see [`Entry::frame`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +32,8 @@ impl FrameSlot {
     pub const WEBSOCKET: FrameSlot = FrameSlot(0);
     /// SSE `id:`/`data:` frames.
     pub const SSE: FrameSlot = FrameSlot(1);
+    /// AG-UI protobuf frames (length prefix + `Event` message).
+    pub const PROTO: FrameSlot = FrameSlot(2);
 }
 
 impl Entry {

@@ -610,6 +610,11 @@ pub fn assert_run_error(events: &[Value], code: &str) -> String {
 /// Runs a stock-client script from `tests/interop` with Node and returns the
 /// JSON line it prints.
 pub async fn node_client(script: &str, args: &[&str]) -> Value {
+    node_client_env(script, args, &[]).await
+}
+
+/// [`node_client`] with extra environment variables for the script.
+pub async fn node_client_env(script: &str, args: &[&str], env: &[(&str, &str)]) -> Value {
     let dir = repo().join("tests/interop");
     assert!(
         dir.join("node_modules/@ag-ui/client").exists(),
@@ -620,6 +625,7 @@ pub async fn node_client(script: &str, args: &[&str]) -> Value {
         Command::new("node")
             .arg(dir.join(script))
             .args(args)
+            .envs(env.iter().copied())
             .current_dir(&dir)
             .kill_on_drop(true)
             .output(),

@@ -16,7 +16,19 @@ console.warn = (...args) => {
   warnings.push(args.map(String).join(" "));
 };
 
-const agent = new HttpAgent({
+// AGUI_ACCEPT=proto asks for the AG-UI protobuf encoding instead of SSE (the
+// client picks its parser from the response's content type).
+class Agent extends HttpAgent {
+  requestInit(input) {
+    const init = super.requestInit(input);
+    if (process.env.AGUI_ACCEPT === "proto") {
+      init.headers = { ...init.headers, Accept: "application/vnd.ag-ui.event+proto" };
+    }
+    return init;
+  }
+}
+
+const agent = new Agent({
   url,
   headers: token ? { Authorization: `Bearer ${token}` } : {},
   threadId,

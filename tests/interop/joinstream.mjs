@@ -15,7 +15,14 @@ class JoinStream extends HttpAgent {
   requestInit() {
     return {
       method: "GET",
-      headers: { ...this.headers, Accept: "text/event-stream" },
+      headers: {
+        ...this.headers,
+        // AGUI_ACCEPT=proto: the AG-UI protobuf encoding instead of SSE.
+        Accept:
+          process.env.AGUI_ACCEPT === "proto"
+            ? "application/vnd.ag-ui.event+proto"
+            : "text/event-stream",
+      },
       signal: this.abortController.signal,
     };
   }

@@ -1,8 +1,9 @@
 //! One WebSocket connection's writer: the only task that writes to the
 //! socket, draining the connection's outbox.
 
+use crate::server::encode::{Encoder, ws::WS};
+use crate::thread::Entry;
 use crate::thread::fanout::{OutboxReceiver, Outgoing};
-use crate::thread::{Entry, FrameSlot};
 use axum::body::Bytes;
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
 use futures::SinkExt;
@@ -81,17 +82,10 @@ pub(super) fn reply(v: Value) -> Outgoing {
     Outgoing::Message(Bytes::from(v.to_string()))
 }
 
-/// A journal entry's `event` message, built once per entry and shared by
-/// every WebSocket viewer.
+/// A journal entry's `event` message ([`WS`]), built once per entry and
+/// shared by every WebSocket viewer.
 fn event_frame(entry: &Entry) -> Utf8Bytes {
-    text(entry.frame(FrameSlot::WEBSOCKET, |e| {
-        let json = std::str::from_utf8(e.event.json()).unwrap_or("{}");
-        Bytes::from(format!(
-            "{{\"type\":\"event\",\"threadId\":{},\"seq\":{},\"event\":{json}}}",
-            Value::from(&*e.thread_id),
-            e.seq
-        ))
-    }))
+    text(WS.entry(entry))
 }
 
 /// Contract messages are JSON text, so always UTF-8.
