@@ -115,7 +115,10 @@ async fn slow_requester_and_slow_join_reader_get_every_event() {
     assert_eq!(n, 10004, "the watcher got the whole run");
     // Both slow readers are behind: the metrics say so.
     let behind = gw.metrics().await;
-    assert!(gauge(&behind, "agui_readers_catching_up") >= 2.0, "{behind}");
+    assert!(
+        gauge(&behind, "agui_readers_catching_up") >= 2.0,
+        "{behind}"
+    );
     assert!(gauge(&behind, "agui_outbox_bytes") > 0.0, "{behind}");
 
     let body = requester.read_all().await;
@@ -160,7 +163,11 @@ async fn slow_requester_and_slow_join_reader_get_every_event() {
     );
     // Caught up and live again (the requester gone): nobody is behind.
     let caught_up = gw.metrics().await;
-    assert_eq!(gauge(&caught_up, "agui_readers_catching_up"), 0.0, "{caught_up}");
+    assert_eq!(
+        gauge(&caught_up, "agui_readers_catching_up"),
+        0.0,
+        "{caught_up}"
+    );
 }
 
 /// The value of an unlabelled gauge in a `/metrics` text.

@@ -812,7 +812,9 @@ async fn sigterm_with_a_run_past_the_drain_window_journals_it_cancelled() {
     let last = &replay.last().unwrap()["event"];
     assert_eq!(last["outcome"]["type"], "cancelled", "{last}");
     assert!(
-        !replay.iter().any(|f| f["event"]["code"] == "gateway_restarted"),
+        !replay
+            .iter()
+            .any(|f| f["event"]["code"] == "gateway_restarted"),
         "{replay:?}"
     );
 }
