@@ -38,10 +38,7 @@ pub async fn messages(
     if !FORMATS.contains(&format) {
         return ApiError::new(
             ErrorCode::Invalid,
-            format!(
-                "unknown format '{format}' (one of: {})",
-                FORMATS.join(", ")
-            ),
+            format!("unknown format '{format}' (one of: {})", FORMATS.join(", ")),
         )
         .into_response();
     }
@@ -65,7 +62,9 @@ pub async fn messages(
         }
         _ => messages,
     };
-    Json(json!({"threadId": thread_id, "format": format, "seq": snap.get("seq"),
-        "messages": out}))
+    Json(
+        json!({"threadId": thread_id, "format": format, "seq": snap.get("seq"),
+        "messages": out}),
+    )
     .into_response()
 }

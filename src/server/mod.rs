@@ -50,7 +50,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/agents", get(http::list_agents))
         .route("/v1/agents/{agent}/run", post(http::run_agent))
         .route("/v1/agents/{agent}/chat", post(aisdk::chat))
-        .route("/v1/agents/{agent}/chat/{thread}/stream", get(aisdk::reconnect))
+        .route(
+            "/v1/agents/{agent}/chat/{thread}/stream",
+            get(aisdk::reconnect),
+        )
         .route("/v1/ws", get(ws::upgrade))
         .route("/v1/threads", get(threads::list))
         .route("/v1/threads/{thread}", get(threads::snapshot))

@@ -2,7 +2,9 @@
 //! by `ai` 7.x's `readUIMessageStream` / `Chat`), one event at a time.
 //!
 //! One AG-UI run is one assistant response: `start` + `start-step` at
-//! `RUN_STARTED`, then text, reasoning and tool chunks as the events come,
+//! `RUN_STARTED`, then text, reasoning and tool chunks as the events come
+//! (`text-start` waits for a text message's first delta: an empty one, as
+//! agents send before tool calls, makes no part),
 //! `data-*` parts for what has no AI SDK counterpart (state, activity,
 //! custom and meta events), and at the end `finish-step` + `finish` (or
 //! `error`, or `abort` for a cancelled run). Interrupts that wait on a tool
@@ -27,6 +29,10 @@ pub struct UiStream {
     tools: HashMap<String, (String, String)>,
     /// Activity contents, by message id, for `ACTIVITY_DELTA`.
     activities: HashMap<String, Value>,
+    /// Text messages whose `text-start` was sent: it waits for the first
+    /// delta, so a text message without content (one that only carries tool
+    /// calls) leaves no empty text part.
+    texts: std::collections::HashSet<String>,
 }
 
 impl UiStream {
@@ -40,6 +46,7 @@ impl UiStream {
             done: false,
             tools: HashMap::new(),
             activities: HashMap::new(),
+            texts: Default::default(),
         }
     }
 
@@ -68,11 +75,16 @@ impl UiStream {
         let mut out = self.open();
         use EventType::*;
         match event.kind() {
-            TextMessageStart => out.push(json!({"type": "text-start", "id": s("messageId")})),
             TextMessageContent => {
-                out.push(json!({"type": "text-delta", "id": s("messageId"), "delta": s("delta")}))
+                let id = s("messageId");
+                if self.texts.insert(id.to_owned()) {
+                    out.push(json!({"type": "text-start", "id": id}));
+                }
+                out.push(json!({"type": "text-delta", "id": id, "delta": s("delta")}));
             }
-            TextMessageEnd => out.push(json!({"type": "text-end", "id": s("messageId")})),
+            TextMessageEnd if self.texts.remove(s("messageId")) => {
+                out.push(json!({"type": "text-end", "id": s("messageId")}));
+            }
             ReasoningMessageStart | ThinkingTextMessageStart => {
                 out.push(json!({"type": "reasoning-start", "id": reasoning_id(b)}))
             }

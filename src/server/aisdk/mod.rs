@@ -99,9 +99,7 @@ async fn start_chat(
     let last = messages.last().unwrap_or(&Value::Null);
     // An explicit `resume` (answers to `data-interrupt` parts) wins.
     let turn = match body.get("resume") {
-        Some(Value::Array(entries)) if !entries.is_empty() => {
-            ChatTurn::Approvals(entries.clone())
-        }
+        Some(Value::Array(entries)) if !entries.is_empty() => ChatTurn::Approvals(entries.clone()),
         Some(Value::Array(_)) | Some(Value::Null) | None => {
             chat_turn(last).map_err(|e| invalid(format!("messages[-1]: {e}")))?
         }
