@@ -10,6 +10,7 @@
 
 pub mod chunks;
 pub mod event;
+pub mod export;
 pub mod fold;
 pub mod hooks;
 pub mod input;

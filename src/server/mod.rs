@@ -1,7 +1,8 @@
 //! What clients talk to. This module builds the router over the route
 //! modules — [`http`] (the AG-UI run endpoint, agents, health), [`ws`]
 //! (shared sessions), [`threads`] (viewer routes), [`sideband`] (meta and
-//! cancel over HTTP) — and serves it. The route modules never import each
+//! cancel over HTTP), [`aisdk`] (the Vercel AI SDK chat face), [`exports`]
+//! (the conversation in other frameworks' shapes) — and serves it. The route modules never import each
 //! other: what they share sits below them — [`commands`] (run, resume,
 //! cancel, meta, once for both transports), [`extract`] (authentication and
 //! bodies as axum extractors), [`access`], [`error`], [`state`].
@@ -9,10 +10,12 @@
 pub mod access;
 pub mod access_log;
 pub mod admission;
+pub mod aisdk;
 pub mod commands;
 pub mod cors;
 pub mod encode;
 pub mod error;
+pub mod exports;
 pub mod extract;
 pub mod fields;
 pub mod http;
@@ -47,10 +50,16 @@ pub fn router(state: Arc<AppState>) -> Router {
     let mut router = Router::new()
         .route("/v1/agents", get(http::list_agents))
         .route("/v1/agents/{agent}/run", post(http::run_agent))
+        .route("/v1/agents/{agent}/chat", post(aisdk::chat))
+        .route(
+            "/v1/agents/{agent}/chat/{thread}/stream",
+            get(aisdk::reconnect),
+        )
         .route("/v1/ws", get(ws::upgrade))
         .route("/v1/threads", get(threads::list))
         .route("/v1/threads/{thread}", get(threads::snapshot))
         .route("/v1/threads/{thread}/events", get(threads::join))
+        .route("/v1/threads/{thread}/messages", get(exports::messages))
         .route("/v1/threads/{thread}/ticket", post(threads::issue_ticket))
         .route("/v1/threads/{thread}/meta", post(sideband::post_meta))
         .route("/v1/threads/{thread}/cancel", post(sideband::post_cancel))

@@ -221,7 +221,7 @@ impl Thread {
     }
 
     /// The journal's latest run, if it has not ended (wherever it runs).
-    fn open_run(&self) -> Option<String> {
+    pub fn open_run(&self) -> Option<String> {
         self.lock()
             .fold
             .run()

@@ -1,0 +1,116 @@
+//! Pure conversions from the AG-UI model to other agent frameworks' shapes:
+//! [`ai_sdk`] (Vercel AI SDK `UIMessage[]`, and its chat request's user
+//! message back to AG-UI), [`ui_stream`] (AG-UI events → AI SDK UI message
+//! stream chunks, incrementally), [`agentscope`] (AgentScope `Msg[]`).
+//! No I/O: the server feeds them folded messages or journaled events. What
+//! maps to what, and what is lost, is in `docs/exports.md`.
+
+pub mod agentscope;
+pub mod ai_sdk;
+pub mod ui_stream;
+
+use serde_json::Value;
+
+/// The tool calls of the conversation's assistant messages, by id:
+/// (tool name, raw JSON arguments).
+pub(crate) fn tool_calls(messages: &[Value]) -> Vec<(String, String, String)> {
+    messages
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .filter_map(|m| m.get("toolCalls").and_then(Value::as_array))
+        .flatten()
+        .filter_map(|c| {
+            Some((
+                c.get("id")?.as_str()?.to_owned(),
+                c["function"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                c["function"]["arguments"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            ))
+        })
+        .collect()
+}
+
+/// A tool call's input: its arguments parsed as JSON, else the raw text
+/// (`{}` when empty).
+pub(crate) fn parse_args(raw: &str) -> Value {
+    if raw.trim().is_empty() {
+        return Value::Object(Default::default());
+    }
+    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
+}
+
+/// The text of AG-UI content: a string, or the text parts joined.
+pub(crate) fn content_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter(|p| p["type"] == "text")
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(""),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// A media part of AG-UI content (1.0 `image`/`audio`/`video`/`document`
+/// with a `source`, or the pre-1.0 `binary`): (media type, URL or `None`,
+/// base64 data or `None`, filename).
+pub(crate) struct Media {
+    pub media_type: String,
+    pub url: Option<String>,
+    pub data: Option<String>,
+    pub filename: Option<String>,
+}
+
+/// The media part `p`, if it is one.
+pub(crate) fn media(p: &Value) -> Option<Media> {
+    let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+    match p["type"].as_str()? {
+        "image" | "audio" | "video" | "document" => {
+            let source = p.get("source")?;
+            let media_type = s(source, "mimeType").unwrap_or_else(|| {
+                match p["type"].as_str() {
+                    Some("image") => "image",
+                    Some("audio") => "audio",
+                    Some("video") => "video",
+                    _ => "application/octet-stream",
+                }
+                .to_owned()
+            });
+            let value = s(source, "value");
+            let (url, data) = match source["type"].as_str() {
+                Some("data") => (None, value),
+                _ => (value, None),
+            };
+            Some(Media {
+                media_type,
+                url,
+                data,
+                filename: s(p, "filename"),
+            })
+        }
+        "binary" => Some(Media {
+            media_type: s(p, "mimeType").unwrap_or_else(|| "application/octet-stream".into()),
+            url: s(p, "url").or_else(|| s(p, "id").map(|id| format!("agui-file:{id}"))),
+            data: s(p, "data"),
+            filename: s(p, "filename"),
+        }),
+        _ => None,
+    }
+}
+
+/// Which pending interrupt (if any) waits on each tool call: tool call id →
+/// interrupt id.
+pub(crate) fn interrupt_for_call<'a>(interrupts: &'a [Value], call_id: &str) -> Option<&'a str> {
+    interrupts
+        .iter()
+        .find(|i| i["toolCallId"] == call_id)
+        .and_then(|i| i["id"].as_str())
+}

@@ -1,0 +1,320 @@
+//! AG-UI events → AI SDK UI message stream chunks (protocol `v1`, as read
+//! by `ai` 7.x's `readUIMessageStream` / `Chat`), one event at a time.
+//!
+//! One AG-UI run is one assistant response: `start` + `start-step` at
+//! `RUN_STARTED`, then text, reasoning and tool chunks as the events come
+//! (`text-start` waits for a text message's first delta: an empty one, as
+//! agents send before tool calls, makes no part),
+//! `data-*` parts for what has no AI SDK counterpart (state, activity,
+//! custom and meta events), and at the end `finish-step` + `finish` (or
+//! `error`, or `abort` for a cancelled run). Interrupts that wait on a tool
+//! call become `tool-approval-request` chunks (approval id = interrupt id);
+//! others `data-interrupt` parts.
+
+use super::parse_args;
+use crate::protocol::event::{Event, EventType};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+
+/// Translates one run's events (see the module docs).
+#[derive(Debug)]
+pub struct UiStream {
+    /// The assistant message id sent with `start` (`None`: the client picks).
+    message_id: Option<String>,
+    /// The shared state as the client should see it (`data-state`).
+    state: Value,
+    started: bool,
+    done: bool,
+    /// Tool calls of this run: id → (name, arguments so far).
+    tools: HashMap<String, (String, String)>,
+    /// Activity contents, by message id, for `ACTIVITY_DELTA`.
+    activities: HashMap<String, Value>,
+    /// Text messages whose `text-start` was sent: it waits for the first
+    /// delta, so a text message without content (one that only carries tool
+    /// calls) leaves no empty text part.
+    texts: std::collections::HashSet<String>,
+}
+
+impl UiStream {
+    /// A translator for one run; `state` is the thread's state as the run
+    /// starts (deltas apply to it).
+    pub fn new(message_id: Option<String>, state: Value) -> UiStream {
+        UiStream {
+            message_id,
+            state,
+            started: false,
+            done: false,
+            tools: HashMap::new(),
+            activities: HashMap::new(),
+            texts: Default::default(),
+        }
+    }
+
+    /// True once the run's terminal event was translated.
+    pub fn done(&self) -> bool {
+        self.done
+    }
+
+    /// The opening chunks (`start`, `start-step`), once.
+    pub fn open(&mut self) -> Vec<Value> {
+        if self.started {
+            return Vec::new();
+        }
+        self.started = true;
+        let mut start = json!({"type": "start"});
+        if let Some(id) = &self.message_id {
+            start["messageId"] = id.as_str().into();
+        }
+        vec![start, json!({"type": "start-step"})]
+    }
+
+    /// The chunks for one event (none for events the AI SDK has no use for).
+    pub fn event(&mut self, event: &Event) -> Vec<Value> {
+        let b = event.body();
+        let s = |k: &str| b.get(k).and_then(Value::as_str).unwrap_or_default();
+        let mut out = self.open();
+        use EventType::*;
+        match event.kind() {
+            TextMessageContent => {
+                let id = s("messageId");
+                if self.texts.insert(id.to_owned()) {
+                    out.push(json!({"type": "text-start", "id": id}));
+                }
+                out.push(json!({"type": "text-delta", "id": id, "delta": s("delta")}));
+            }
+            TextMessageEnd if self.texts.remove(s("messageId")) => {
+                out.push(json!({"type": "text-end", "id": s("messageId")}));
+            }
+            ReasoningMessageStart | ThinkingTextMessageStart => {
+                out.push(json!({"type": "reasoning-start", "id": reasoning_id(b)}))
+            }
+            ReasoningMessageContent | ThinkingTextMessageContent => out.push(
+                json!({"type": "reasoning-delta", "id": reasoning_id(b), "delta": s("delta")}),
+            ),
+            ReasoningMessageEnd | ThinkingTextMessageEnd => {
+                out.push(json!({"type": "reasoning-end", "id": reasoning_id(b)}))
+            }
+            ToolCallStart => {
+                let (id, name) = (s("toolCallId"), s("toolCallName"));
+                self.tools
+                    .insert(id.to_owned(), (name.to_owned(), String::new()));
+                out.push(json!({"type": "tool-input-start", "toolCallId": id, "toolName": name}));
+            }
+            ToolCallArgs => {
+                let id = s("toolCallId");
+                if let Some((_, args)) = self.tools.get_mut(id) {
+                    args.push_str(s("delta"));
+                }
+                out.push(
+                    json!({"type": "tool-input-delta", "toolCallId": id, "inputTextDelta": s("delta")}),
+                );
+            }
+            ToolCallEnd => {
+                let id = s("toolCallId");
+                let (name, args) = self.tools.get(id).cloned().unwrap_or_default();
+                out.push(json!({"type": "tool-input-available", "toolCallId": id,
+                    "toolName": name, "input": parse_args(&args)}));
+            }
+            ToolCallResult => {
+                let id = s("toolCallId");
+                match b.get("error").and_then(Value::as_str) {
+                    Some(e) => out.push(
+                        json!({"type": "tool-output-error", "toolCallId": id, "errorText": e}),
+                    ),
+                    None => out.push(json!({"type": "tool-output-available", "toolCallId": id,
+                        "output": b.get("content").cloned().unwrap_or(Value::Null)})),
+                }
+            }
+            StateSnapshot => {
+                self.state = b.get("snapshot").cloned().unwrap_or(Value::Null);
+                out.push(self.state_part());
+            }
+            StateDelta => {
+                let patched = b
+                    .get("delta")
+                    .cloned()
+                    .and_then(|d| serde_json::from_value::<json_patch::Patch>(d).ok())
+                    .and_then(|ops| {
+                        let mut next = self.state.clone();
+                        json_patch::patch(&mut next, &ops).ok().map(|_| next)
+                    });
+                if let Some(next) = patched {
+                    self.state = next;
+                    out.push(self.state_part());
+                }
+            }
+            ActivitySnapshot => {
+                let id = s("messageId").to_owned();
+                let content = b.get("content").cloned().unwrap_or(json!({}));
+                self.activities.insert(id.clone(), content.clone());
+                out.push(json!({"type": "data-activity", "id": id,
+                    "data": {"activityType": b.get("activityType"), "content": content}}));
+            }
+            ActivityDelta => {
+                let id = s("messageId");
+                if let (Some(content), Some(ops)) = (
+                    self.activities.get_mut(id),
+                    b.get("patch")
+                        .cloned()
+                        .and_then(|p| serde_json::from_value::<json_patch::Patch>(p).ok()),
+                ) && json_patch::patch(content, &ops).is_ok()
+                {
+                    out.push(json!({"type": "data-activity", "id": id,
+                        "data": {"activityType": b.get("activityType"), "content": content}}));
+                }
+            }
+            Custom => out.push(json!({"type": "data-custom",
+                "data": {"name": b.get("name"), "value": b.get("value")}})),
+            Meta => out.push(json!({"type": "data-meta", "data": b})),
+            RunFinished => {
+                let outcome = b.get("outcome");
+                let kind = outcome.and_then(|o| o.get("type")).and_then(Value::as_str);
+                let interrupts = outcome
+                    .and_then(|o| o.get("interrupts"))
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                let mut approvals = false;
+                for i in &interrupts {
+                    match i["toolCallId"].as_str() {
+                        Some(call) if self.tools.contains_key(call) => {
+                            approvals = true;
+                            let mut req = json!({"type": "tool-approval-request",
+                                "approvalId": i["id"], "toolCallId": call});
+                            if let Some(reason) = i["message"].as_str().or(i["reason"].as_str()) {
+                                req["reason"] = reason.into();
+                            }
+                            out.push(req);
+                        }
+                        _ => out.push(json!({"type": "data-interrupt", "id": i["id"], "data": i})),
+                    }
+                }
+                out.push(json!({"type": "finish-step"}));
+                self.done = true;
+                if kind == Some("cancelled") {
+                    out.push(json!({"type": "abort", "reason": "cancelled"}));
+                } else {
+                    let reason = match kind {
+                        Some("interrupt") if approvals => "tool-calls",
+                        Some("interrupt") => "other",
+                        _ => "stop",
+                    };
+                    out.push(json!({"type": "finish", "finishReason": reason}));
+                }
+            }
+            RunError => {
+                self.done = true;
+                let code = b.get("code").and_then(Value::as_str);
+                let message = s("message");
+                let text = match code {
+                    Some(c) => format!("{message} ({c})"),
+                    None => message.to_owned(),
+                };
+                out.push(json!({"type": "error", "errorText": text}));
+            }
+            _ => {}
+        }
+        out
+    }
+
+    fn state_part(&self) -> Value {
+        json!({"type": "data-state", "id": "state", "data": self.state})
+    }
+}
+
+/// A reasoning message's id (`messageId`; pre-1.0 thinking events have none).
+fn reasoning_id(b: &serde_json::Map<String, Value>) -> &str {
+    b.get("messageId")
+        .and_then(Value::as_str)
+        .unwrap_or("thinking")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(events: Vec<Value>, interrupts_state: Value) -> Vec<Value> {
+        let mut t = UiStream::new(Some("m".into()), interrupts_state);
+        events
+            .into_iter()
+            .flat_map(|e| t.event(&Event::build(e)))
+            .collect()
+    }
+
+    #[test]
+    fn a_run_translates_chunk_by_chunk() {
+        let chunks = run(
+            vec![
+                json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"}),
+                json!({"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/n", "value": 1}]}),
+                json!({"type": "REASONING_MESSAGE_START", "messageId": "r1", "role": "reasoning"}),
+                json!({"type": "REASONING_MESSAGE_CONTENT", "messageId": "r1", "delta": "hm"}),
+                json!({"type": "REASONING_MESSAGE_END", "messageId": "r1"}),
+                json!({"type": "TEXT_MESSAGE_START", "messageId": "a", "role": "assistant"}),
+                json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "a", "delta": "hi"}),
+                json!({"type": "TEXT_MESSAGE_END", "messageId": "a"}),
+                json!({"type": "TOOL_CALL_START", "toolCallId": "c", "toolCallName": "go"}),
+                json!({"type": "TOOL_CALL_ARGS", "toolCallId": "c", "delta": "{\"x\":"}),
+                json!({"type": "TOOL_CALL_ARGS", "toolCallId": "c", "delta": "1}"}),
+                json!({"type": "TOOL_CALL_END", "toolCallId": "c"}),
+                json!({"type": "TOOL_CALL_RESULT", "messageId": "t1", "toolCallId": "c", "content": "ok"}),
+                json!({"type": "CUSTOM", "name": "n", "value": 2}),
+                json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r", "outcome": {"type": "success"}}),
+            ],
+            json!({}),
+        );
+        assert_eq!(
+            chunks,
+            vec![
+                json!({"type": "start", "messageId": "m"}),
+                json!({"type": "start-step"}),
+                json!({"type": "data-state", "id": "state", "data": {"n": 1}}),
+                json!({"type": "reasoning-start", "id": "r1"}),
+                json!({"type": "reasoning-delta", "id": "r1", "delta": "hm"}),
+                json!({"type": "reasoning-end", "id": "r1"}),
+                json!({"type": "text-start", "id": "a"}),
+                json!({"type": "text-delta", "id": "a", "delta": "hi"}),
+                json!({"type": "text-end", "id": "a"}),
+                json!({"type": "tool-input-start", "toolCallId": "c", "toolName": "go"}),
+                json!({"type": "tool-input-delta", "toolCallId": "c", "inputTextDelta": "{\"x\":"}),
+                json!({"type": "tool-input-delta", "toolCallId": "c", "inputTextDelta": "1}"}),
+                json!({"type": "tool-input-available", "toolCallId": "c", "toolName": "go", "input": {"x": 1}}),
+                json!({"type": "tool-output-available", "toolCallId": "c", "output": "ok"}),
+                json!({"type": "data-custom", "data": {"name": "n", "value": 2}}),
+                json!({"type": "finish-step"}),
+                json!({"type": "finish", "finishReason": "stop"}),
+            ]
+        );
+    }
+
+    #[test]
+    fn interrupts_become_approval_requests_or_data_parts() {
+        let chunks = run(
+            vec![
+                json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"}),
+                json!({"type": "TOOL_CALL_START", "toolCallId": "c", "toolCallName": "pay"}),
+                json!({"type": "TOOL_CALL_END", "toolCallId": "c"}),
+                json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r", "outcome": {"type": "interrupt",
+                    "interrupts": [{"id": "int-c", "toolCallId": "c", "message": "ok?"}, {"id": "i2", "reason": "x"}]}}),
+            ],
+            json!({}),
+        );
+        assert_eq!(
+            chunks[4..],
+            [
+                json!({"type": "tool-approval-request", "approvalId": "int-c", "toolCallId": "c", "reason": "ok?"}),
+                json!({"type": "data-interrupt", "id": "i2", "data": {"id": "i2", "reason": "x"}}),
+                json!({"type": "finish-step"}),
+                json!({"type": "finish", "finishReason": "tool-calls"}),
+            ]
+        );
+        let err = run(
+            vec![json!({"type": "RUN_ERROR", "message": "down", "code": "x"})],
+            json!({}),
+        );
+        assert_eq!(
+            err.last().unwrap(),
+            &json!({"type": "error", "errorText": "down (x)"})
+        );
+    }
+}

@@ -1,0 +1,293 @@
+//! The Vercel AI SDK face: `POST /v1/agents/{agent}/chat` takes what the AI
+//! SDK's `DefaultChatTransport` sends (`id` = thread, `messages:
+//! UIMessage[]`, `trigger`, `messageId`, body extras) and answers with the UI
+//! message stream protocol `v1` (SSE, `x-vercel-ai-ui-message-stream: v1`,
+//! ending with `data: [DONE]`); `GET /v1/agents/{agent}/chat/{id}/stream`
+//! is the transport's reconnect (204 when no run is active, else the active
+//! run's stream from its start, read from the journal).
+//!
+//! A chat request is an ordinary run: [`commands::run`] (or
+//! [`commands::resume`] for approval answers) with this response as the
+//! requester's outbox, so policy, ACLs, journal and fan-out are those of the
+//! AG-UI faces, and a WebSocket viewer of the thread sees the run as AG-UI
+//! events. Only the newest UIMessage reaches the run; the history is the
+//! thread's. The translation is [`crate::protocol::export::ui_stream`].
+
+use super::access::{AccessError, thread_for, visibility_on};
+use super::commands::{self, Requester, ResumeCommand, RunCommand};
+use super::error::{ApiError, ErrorCode};
+use super::extract::{Authenticated, read_body};
+use super::sse::{Next, async_stream, pump, sse_response};
+use super::state::AppState;
+use crate::auth::{Permission, Principal};
+use crate::protocol::export::ai_sdk::{ChatTurn, chat_turn};
+use crate::protocol::export::ui_stream::UiStream;
+use crate::protocol::hooks::RunInput;
+use crate::protocol::sse::encode_data;
+use crate::thread::fanout::{OutboxReceiver, Outgoing, outbox};
+use crate::thread::{Start, Thread};
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::BytesMut;
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+
+/// The header that tells the AI SDK which stream protocol the body speaks.
+pub const STREAM_HEADER: &str = "x-vercel-ai-ui-message-stream";
+
+/// Body fields of a chat request that are not passed on as `forwardedProps`.
+const CHAT_FIELDS: &[&str] = &[
+    "id",
+    "messages",
+    "trigger",
+    "messageId",
+    "tools",
+    "context",
+    "resume",
+];
+
+/// `POST /v1/agents/{agent}/chat`.
+pub async fn chat(
+    State(state): State<Arc<AppState>>,
+    Path(agent_id): Path<String>,
+    Authenticated(who): Authenticated,
+    request: Request,
+) -> Response {
+    match start_chat(&state, &who, &agent_id, request).await {
+        Ok((rx, translator)) => chat_response(&state, rx, translator, None),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Checks the agent (unread body when it is unknown or forbidden), reads the
+/// request and starts the run or resume it asks for.
+async fn start_chat(
+    state: &AppState,
+    who: &Principal,
+    agent_id: &str,
+    request: Request,
+) -> Result<(OutboxReceiver, UiStream), ApiError> {
+    let agent = commands::runnable_agent(state, who, agent_id)?;
+    let traceparent = request
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let body = read_body(request, state.config.server.max_body_bytes).await?;
+    let invalid = |m: String| ApiError::new(ErrorCode::Invalid, m);
+    let body: Map<String, Value> = serde_json::from_slice(&body)
+        .map_err(|e| invalid(format!("the chat request must be a JSON object: {e}")))?;
+    let thread_id = body
+        .get("id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid("'id' (the chat id, used as threadId) must be a string".into()))?
+        .to_owned();
+    let messages = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| invalid("'messages' must be a non-empty array of UIMessages".into()))?;
+    match body.get("trigger").and_then(Value::as_str) {
+        None | Some("submit-message" | "regenerate-message") => {}
+        Some(other) => {
+            return Err(invalid(format!(
+                "'trigger' must be 'submit-message' or 'regenerate-message', not '{other}'"
+            )));
+        }
+    }
+    let last = messages.last().unwrap_or(&Value::Null);
+    // An explicit `resume` (answers to `data-interrupt` parts) wins.
+    let turn = match body.get("resume") {
+        Some(Value::Array(entries)) if !entries.is_empty() => ChatTurn::Approvals(entries.clone()),
+        Some(Value::Array(_)) | Some(Value::Null) | None => {
+            chat_turn(last).map_err(|e| invalid(format!("messages[-1]: {e}")))?
+        }
+        Some(_) => return Err(invalid("'resume' must be an array of ResumeEntry".into())),
+    };
+    let array = |k: &str| -> Result<Vec<Value>, ApiError> {
+        match body.get(k) {
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(Value::Array(a)) => Ok(a.clone()),
+            Some(_) => Err(invalid(format!("'{k}' must be an array"))),
+        }
+    };
+    let extras: Map<String, Value> = body
+        .iter()
+        .filter(|(k, _)| !CHAT_FIELDS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let forwarded_props = (!extras.is_empty()).then_some(Value::Object(extras));
+    let run_id = format!("aisdk-{}", uuid::Uuid::new_v4());
+    // The state deltas of the run apply to: the thread's, as the caller sees it.
+    let state_now = match thread_for(state, who, &thread_id, Permission::View, false).await {
+        Ok(t) => t
+            .snapshot(&visibility_on(state, who, &t))
+            .remove("state")
+            .unwrap_or(json!({})),
+        Err(_) => json!({}),
+    };
+    let (starter, rx) = outbox(state.config.threads.viewer_queue_bytes);
+    let requester = Requester::Feed(starter);
+    let message_id = match turn {
+        ChatTurn::User(message) => {
+            serde_json::from_value::<crate::protocol::input::Message>(message.clone())
+                .map_err(|e| invalid(format!("messages[-1]: {e}")))?;
+            let cmd = RunCommand {
+                agent: agent.clone(),
+                thread_id,
+                run_id,
+                input: RunInput::Incremental {
+                    messages: vec![message],
+                    tools: array("tools")?,
+                    context: array("context")?,
+                    state: None,
+                    forwarded_props,
+                    resume: None,
+                },
+                strategy: None,
+                traceparent,
+            };
+            commands::run(state, who, cmd, requester).await?;
+            None
+        }
+        ChatTurn::Approvals(entries) => {
+            let cmd = ResumeCommand {
+                thread_id,
+                agent_id: Some(agent.id.clone()),
+                run_id,
+                input: RunInput::Incremental {
+                    messages: Vec::new(),
+                    tools: array("tools")?,
+                    context: array("context")?,
+                    state: None,
+                    forwarded_props,
+                    resume: Some(Value::Array(entries)),
+                },
+            };
+            commands::resume(state, who, cmd, requester).await?;
+            // The answer continues the assistant message that asked.
+            (last["role"] == "assistant")
+                .then(|| last["id"].as_str().map(str::to_owned))
+                .flatten()
+        }
+    };
+    tracing::info!(agent = %agent.id, user = %who.subject, tenant = %who.tenant, "run requested over the AI SDK chat face");
+    Ok((rx, UiStream::new(message_id, state_now)))
+}
+
+/// One UI message stream chunk as an SSE frame.
+fn chunk_frame(chunk: &Value, out: &mut BytesMut) {
+    encode_data(chunk.to_string().as_bytes(), None, out);
+}
+
+/// The run's events as a UI message stream: chunks as the events come,
+/// `data: [DONE]` after the terminal event. `skip_to` (reconnect) skips the
+/// thread's events before that run's `RUN_STARTED`.
+fn chat_response(
+    state: &AppState,
+    rx: OutboxReceiver,
+    mut translator: UiStream,
+    guard: Option<ViewerGuard>,
+) -> Response {
+    let keepalive = state.config.server.keepalive;
+    let metrics = crate::metrics::metrics();
+    let events_out = metrics.events_out_counter("ai-sdk");
+    let counted = metrics.connection("ai-sdk");
+    let mut skip_to = guard.as_ref().map(|g| g.run_id.clone());
+    let stream = async_stream(move |tx| async move {
+        let _counted = counted;
+        let _guard = guard;
+        pump(rx, tx.clone(), keepalive, |item, out| {
+            match item {
+                Outgoing::Event(e) => {
+                    if let Some(run) = &skip_to {
+                        if e.event.kind() != &crate::protocol::EventType::RunStarted
+                            || e.event.str_field("runId") != Some(run)
+                        {
+                            return Next::More;
+                        }
+                        skip_to = None;
+                    }
+                    events_out.inc();
+                    for c in translator.event(&e.event) {
+                        chunk_frame(&c, out);
+                    }
+                }
+                Outgoing::Message(m) if skip_to.is_some() => {
+                    // A compacted journal starts with a snapshot: the run's
+                    // start is gone, follow it from here.
+                    if let Ok(v) = serde_json::from_slice::<Value>(&m)
+                        && v["type"] == "snapshot"
+                    {
+                        skip_to = None;
+                        for c in translator.open() {
+                            chunk_frame(&c, out);
+                        }
+                    }
+                }
+                _ => {}
+            }
+            if translator.done() {
+                out.extend_from_slice(b"data: [DONE]\n\n");
+                Next::End
+            } else {
+                Next::More
+            }
+        })
+        .await;
+    });
+    let mut resp = sse_response(stream);
+    resp.headers_mut()
+        .insert(STREAM_HEADER, HeaderValue::from_static("v1"));
+    resp
+}
+
+/// `GET /v1/agents/{agent}/chat/{id}/stream`: the AI SDK's reconnect. 204
+/// when the thread has no active run (or does not exist, or is not visible:
+/// a new chat reconnects before its first message), else the active run's
+/// UI message stream from its start.
+pub async fn reconnect(
+    State(state): State<Arc<AppState>>,
+    Path((agent_id, thread_id)): Path<(String, String)>,
+    Authenticated(who): Authenticated,
+) -> Response {
+    if let Err(e) = commands::runnable_agent(&state, &who, &agent_id) {
+        return e.into_response();
+    }
+    let thread = match thread_for(&state, &who, &thread_id, Permission::View, false).await {
+        Ok(t) => t,
+        Err(AccessError::NotFound) => return StatusCode::NO_CONTENT.into_response(),
+        Err(e) => return e.into_api().into_response(),
+    };
+    thread.refresh().await;
+    let Some(run_id) = thread.open_run() else {
+        return StatusCode::NO_CONTENT.into_response();
+    };
+    let visibility = visibility_on(&state, &who, &thread);
+    let (ob, rx) = outbox(state.config.threads.viewer_queue_bytes);
+    let viewer = state.next_connection_id();
+    // The state before the run is not kept; its first snapshot or the
+    // deltas from `{}` rebuild what the run changes.
+    thread.subscribe(viewer, ob, Start::After(0), visibility);
+    let guard = ViewerGuard {
+        thread,
+        viewer,
+        run_id,
+    };
+    chat_response(&state, rx, UiStream::new(None, json!({})), Some(guard))
+}
+
+/// Unsubscribes a reconnected reader when its stream ends.
+struct ViewerGuard {
+    thread: Arc<Thread>,
+    viewer: u64,
+    run_id: String,
+}
+
+impl Drop for ViewerGuard {
+    fn drop(&mut self) {
+        self.thread.unsubscribe(self.viewer);
+        self.thread.viewer_left();
+    }
+}

@@ -1,0 +1,563 @@
+//! The Vercel AI SDK chat face and the message exports, against the real
+//! libraries: npm `ai` 7.0.173 (`AbstractChat` + `DefaultChatTransport`,
+//! driven by `tests/interop/aisdk_chat.mjs`) on the chat route for the demo
+//! agent and for pydantic-ai agents (a tool-calling one and one whose tool
+//! needs approval), a WebSocket viewer of the same thread, and PyPI
+//! `agentscope` 2.0.11 loading the AgentScope export.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+use std::process::Stdio;
+use tokio::io::AsyncWriteExt;
+
+const DEMO: &str = "[demo]\nenabled = true\ntoken_delay = \"1ms\"\n[[agents]]\nid = \"demo\"\nurl = \"demo:\"\nroles = [\"*\"]\n";
+
+fn chat_url(gw: &Gateway, agent: &str) -> String {
+    gw.url(&format!("/v1/agents/{agent}/chat"))
+}
+
+/// Runs the AI SDK client script; returns what the chat ended with.
+async fn ai_chat(
+    gw: &Gateway,
+    agent: &str,
+    claims: Value,
+    chat: &str,
+    scenario: &str,
+    text: &str,
+) -> Value {
+    let v = node_client(
+        "aisdk_chat.mjs",
+        &[&chat_url(gw, agent), &token(claims), chat, scenario, text],
+    )
+    .await;
+    assert!(
+        v["error"].is_null() && v["errors"] == json!([]),
+        "chat failed: {v}"
+    );
+    assert_eq!(v["status"], "ready", "{v}");
+    v
+}
+
+/// The assistant message the chat built (the last message).
+fn answer(v: &Value) -> &Value {
+    let m = v["messages"].as_array().unwrap().last().unwrap();
+    assert_eq!(m["role"], "assistant", "{v}");
+    m
+}
+
+fn part_types(m: &Value) -> Vec<String> {
+    m["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["type"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn texts(m: &Value) -> String {
+    m["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["type"] == "text")
+        .map(|p| p["text"].as_str().unwrap())
+        .collect::<Vec<_>>()
+        .join("|")
+}
+
+fn tool_part<'a>(m: &'a Value, name: &str) -> &'a Value {
+    m["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["type"] == format!("tool-{name}"))
+        .unwrap_or_else(|| panic!("no tool-{name} part: {m}"))
+}
+
+async fn export(gw: &Gateway, claims: Value, thread: &str, format: &str) -> (u16, Value) {
+    let resp = http()
+        .get(gw.url(&format!("/v1/threads/{thread}/messages?format={format}")))
+        .bearer_auth(token(claims))
+        .send()
+        .await
+        .unwrap();
+    (resp.status().as_u16(), resp.json().await.unwrap())
+}
+
+/// The parts both the live chat and the export hold (text, reasoning, tool
+/// parts' call/state/input/output), to compare them.
+fn comparable(m: &Value) -> Vec<Value> {
+    m["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| {
+            let t = p["type"].as_str().unwrap();
+            if t == "text" || t == "reasoning" {
+                Some(json!({"type": t, "text": p["text"]}))
+            } else if t.starts_with("tool-") {
+                Some(
+                    json!({"type": t, "toolCallId": p["toolCallId"], "state": p["state"],
+                    "input": p["input"], "output": p["output"]}),
+                )
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn demo_agent_through_the_ai_sdk_chat_with_approval_and_a_websocket_viewer() {
+    let gw = Gateway::start(DEMO).await;
+    let olga = json!({"sub": "olga"});
+    // A plain turn: reasoning, a tool call with its result, state, text.
+    let v = ai_chat(&gw, "demo", olga.clone(), "chat-1", "send", "hello there").await;
+    let m = answer(&v);
+    assert_eq!(
+        part_types(m),
+        [
+            "step-start",
+            "data-state",
+            "reasoning",
+            "tool-lookup",
+            "text"
+        ],
+        "{m}"
+    );
+    let lookup = tool_part(m, "lookup");
+    assert_eq!(lookup["state"], "output-available");
+    assert_eq!(lookup["input"], json!({"q": "hello there"}));
+    assert_eq!(lookup["output"], "11 characters, 2 words");
+    assert_eq!(
+        texts(m),
+        "You said \"hello there\". This is the agui-gateway demo agent: every event you see came through the gateway."
+    );
+    let state = m["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["type"] == "data-state")
+        .unwrap();
+    assert_eq!(state["data"], json!({"turns": 1, "topic": "hello there"}));
+    // The export holds the same conversation as the AI SDK built it.
+    let (status, exported) = export(&gw, olga.clone(), "chat-1", "ai-sdk").await;
+    assert_eq!(status, 200, "{exported}");
+    let ui = exported["messages"].as_array().unwrap();
+    assert_eq!(ui.len(), 2);
+    assert_eq!(
+        ui[0]["parts"], v["messages"][0]["parts"],
+        "the user message"
+    );
+    assert_eq!(
+        ui[0]["id"], v["messages"][0]["id"],
+        "the client's message id is kept"
+    );
+    assert_eq!(comparable(&ui[1]), comparable(m));
+
+    // A WebSocket viewer of the thread sees the next runs as AG-UI events.
+    let mut viewer = Ws::connect(&gw, WsAuth::Header(&token(olga.clone())))
+        .await
+        .unwrap();
+    viewer
+        .send(json!({"type": "subscribe", "threadId": "chat-1"}))
+        .await;
+    assert_eq!(viewer.recv().await["type"], "snapshot");
+
+    // An approval: the interrupt is an AI SDK tool approval request; the
+    // client's answer resumes the run, which continues the same message.
+    let v = ai_chat(
+        &gw,
+        "demo",
+        olga.clone(),
+        "chat-1",
+        "approve",
+        "please transfer",
+    )
+    .await;
+    let m = answer(&v);
+    let transfer = tool_part(m, "transfer_funds");
+    assert_eq!(transfer["state"], "output-available", "{m}");
+    assert_eq!(transfer["output"], "transfer executed");
+    assert_eq!(transfer["approval"]["approved"], true);
+    assert!(
+        transfer["approval"]["id"]
+            .as_str()
+            .unwrap()
+            .starts_with("int-")
+    );
+    assert_eq!(
+        texts(m),
+        "This needs your approval first.|Done: the transfer went through."
+    );
+    let first = viewer.recv_until(is_terminal_frame).await;
+    let outcome = &first.last().unwrap()["event"]["outcome"];
+    assert_eq!(outcome["type"], "interrupt");
+    assert_eq!(outcome["interrupts"][0]["id"], transfer["approval"]["id"]);
+    let second = viewer.recv_until(is_terminal_frame).await;
+    let kinds: Vec<&str> = second
+        .iter()
+        .map(|f| f["event"]["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds[0], "RUN_STARTED");
+    assert_eq!(
+        second[0]["event"]["input"]["resume"][0],
+        json!({"interruptId": transfer["approval"]["id"], "status": "resolved", "payload": {"approved": true}})
+    );
+    assert!(kinds.contains(&"TOOL_CALL_RESULT"));
+    assert_eq!(
+        second.last().unwrap()["event"]["outcome"]["type"],
+        "success"
+    );
+
+    // Denied: the agent is told so.
+    let v = ai_chat(&gw, "demo", olga.clone(), "chat-2", "deny", "transfer it").await;
+    let m = answer(&v);
+    assert_eq!(
+        tool_part(m, "transfer_funds")["output"],
+        "transfer declined by user"
+    );
+    assert!(texts(m).ends_with("Understood, I did not make the transfer."));
+}
+
+#[tokio::test]
+async fn pydantic_ai_agents_through_the_ai_sdk_chat() {
+    let (_py, gw) = agent_behind_gateway("pydantic_agent.py", "agent", "pyd", "").await;
+    let v = ai_chat(&gw, "pyd", json!({}), "py-1", "send", "what is life?").await;
+    let m = answer(&v);
+    let lookup = tool_part(m, "lookup");
+    assert_eq!(
+        (&lookup["state"], &lookup["input"], &lookup["output"]),
+        (
+            &json!("output-available"),
+            &json!({"q": "life"}),
+            &json!("42")
+        )
+    );
+    assert_eq!(texts(m), "The answer is 42.");
+    let (_, exported) = export(&gw, json!({}), "py-1", "ai-sdk").await;
+    assert_eq!(comparable(&exported["messages"][1]), comparable(m));
+
+    let (_py2, gw2) = agent_behind_gateway("pydantic_approval_agent.py", "agent", "bank", "").await;
+    let v = ai_chat(&gw2, "bank", json!({}), "pay-1", "approve", "pay acct-9").await;
+    let m = answer(&v);
+    let transfer = tool_part(m, "transfer");
+    assert_eq!(transfer["state"], "output-available", "{m}");
+    assert_eq!(transfer["output"], "sent 500 to acct-9");
+    assert_eq!(texts(m), "Transfer result: sent 500 to acct-9");
+}
+
+#[tokio::test]
+async fn reconnect_replays_the_active_run_and_is_204_otherwise() {
+    let gw = Gateway::start(
+        "[demo]\nenabled = true\ntoken_delay = \"60ms\"\n[[agents]]\nid = \"demo\"\nurl = \"demo:\"\nroles = [\"*\"]\n",
+    )
+    .await;
+    let t = token(json!({"sub": "olga"}));
+    let stream_url = gw.url("/v1/agents/demo/chat/slow-1/stream");
+    let get = |url: String| {
+        let t = t.clone();
+        async move { http().get(url).bearer_auth(t).send().await.unwrap() }
+    };
+    assert_eq!(
+        get(stream_url.clone()).await.status().as_u16(),
+        204,
+        "no such thread yet"
+    );
+    let body = json!({"id": "slow-1", "trigger": "submit-message",
+        "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "a slow question"}]}]});
+    let started = http()
+        .post(chat_url(&gw, "demo"))
+        .bearer_auth(&t)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status().as_u16(), 200);
+    assert_eq!(started.headers()["x-vercel-ai-ui-message-stream"], "v1");
+    assert_eq!(started.headers()["content-type"], "text/event-stream");
+    // A second client reconnects mid-run with the AI SDK's resumeStream().
+    let v = ai_chat(
+        &gw,
+        "demo",
+        json!({"sub": "olga"}),
+        "slow-1",
+        "reconnect",
+        "",
+    )
+    .await;
+    let replayed = answer(&v);
+    let original = started.text().await.unwrap();
+    assert!(original.ends_with("data: [DONE]\n\n"), "{original}");
+    let chunks: Vec<Value> = sse_data(&original)
+        .iter()
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert_eq!(chunks[0]["type"], "start");
+    assert_eq!(
+        chunks.last().unwrap(),
+        &json!({"type": "finish", "finishReason": "stop"})
+    );
+    assert!(
+        texts(replayed).starts_with("You said \"a slow question\""),
+        "{replayed}"
+    );
+    assert_eq!(
+        part_types(replayed),
+        [
+            "step-start",
+            "data-state",
+            "reasoning",
+            "tool-lookup",
+            "text"
+        ]
+    );
+    assert_eq!(
+        get(stream_url).await.status().as_u16(),
+        204,
+        "the run is over"
+    );
+}
+
+async fn post_chat(gw: &Gateway, agent: &str, claims: Value, body: &str) -> (u16, Value) {
+    let resp = http()
+        .post(chat_url(gw, agent))
+        .bearer_auth(token(claims))
+        .header("content-type", "application/json")
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap();
+    (
+        resp.status().as_u16(),
+        resp.json().await.unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test]
+async fn bad_chat_requests_get_json_errors_with_stable_codes() {
+    let gw = Gateway::start(&format!(
+        "{DEMO}[[agents]]\nid = \"staff-only\"\nurl = \"demo:\"\nroles = [\"staff\"]\n"
+    ))
+    .await;
+    let ok = r#"{"id":"t1","messages":[{"id":"u1","role":"user","parts":[{"type":"text","text":"hi"}]}]}"#;
+    let cases = [
+        ("demo", json!({}), "{not json", 400, "invalid"),
+        ("demo", json!({}), r#"{"id":"t1"}"#, 400, "invalid"),
+        (
+            "demo",
+            json!({}),
+            r#"{"id":"t1","messages":[]}"#,
+            400,
+            "invalid",
+        ),
+        (
+            "demo",
+            json!({}),
+            r#"{"id":"bad/id","messages":[{"id":"u","role":"user","parts":[{"type":"text","text":"x"}]}]}"#,
+            400,
+            "invalid",
+        ),
+        (
+            "demo",
+            json!({}),
+            r#"{"id":"t1","messages":[{"id":"u","role":"user","parts":[]}]}"#,
+            400,
+            "invalid",
+        ),
+        (
+            "demo",
+            json!({}),
+            r#"{"id":"t1","trigger":"nope","messages":[{"id":"u","role":"user","parts":[{"type":"text","text":"x"}]}]}"#,
+            400,
+            "invalid",
+        ),
+        ("nope", json!({}), ok, 404, "not_found"),
+        ("staff-only", json!({}), ok, 403, "forbidden"),
+    ];
+    for (agent, claims, body, status, code) in cases {
+        let (s, v) = post_chat(&gw, agent, claims, body).await;
+        assert_eq!(
+            (s, v["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{body}: {v}"
+        );
+    }
+    // Someone else's thread: invisible (not_found); visible but no run: forbidden.
+    let (s, _) = post_chat(
+        &gw,
+        "demo",
+        json!({"sub": "olga"}),
+        &ok.replace("t1", "owned"),
+    )
+    .await;
+    assert_eq!(s, 200);
+    let (s, v) = post_chat(
+        &gw,
+        "demo",
+        json!({"sub": "mal"}),
+        &ok.replace("t1", "owned"),
+    )
+    .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (404, Some("not_found")),
+        "{v}"
+    );
+    let viewer = json!({"sub": "vic", "threads": {"owned": ["view"]}});
+    let (s, v) = post_chat(&gw, "demo", viewer.clone(), &ok.replace("t1", "owned")).await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (403, Some("forbidden")),
+        "{v}"
+    );
+    // Exports: unknown format, invisible thread.
+    let (s, v) = export(&gw, viewer.clone(), "owned", "markdown").await;
+    assert_eq!((s, v["error"]["code"].as_str()), (400, Some("invalid")));
+    let (s, v) = export(&gw, json!({"sub": "mal"}), "owned", "ag-ui").await;
+    assert_eq!((s, v["error"]["code"].as_str()), (404, Some("not_found")));
+    let (s, v) = export(&gw, viewer, "owned", "ag-ui").await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        v["messages"][0],
+        json!({"id": "u1", "role": "user", "content": "hi"})
+    );
+}
+
+/// Loads an AgentScope export with the real `agentscope` package.
+async fn agentscope_load(exported: &Value) -> Value {
+    let mut child = tokio::process::Command::new(python())
+        .arg(repo().join("tests/agents/agentscope_load.py"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(exported.to_string().as_bytes())
+        .await
+        .unwrap();
+    drop(stdin);
+    let out = tokio::time::timeout(std::time::Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("agentscope loader timed out")
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn exports_follow_policy_and_agentscope_loads_them() {
+    let policy = repo().join("config/policies/support-bot.toml");
+    let gw = Gateway::start(&format!(
+        "[policy]\npath = \"{}\"\n[demo]\nenabled = true\ntoken_delay = \"1ms\"\n[[agents]]\nid = \"support\"\nurl = \"demo:\"\n",
+        policy.display()
+    ))
+    .await;
+    let staff = json!({"sub": "sam", "roles": ["staff"]});
+    ai_chat(
+        &gw,
+        "support",
+        staff.clone(),
+        "help",
+        "send",
+        "hi, I am ann@example.com",
+    )
+    .await;
+    ai_chat(
+        &gw,
+        "support",
+        staff.clone(),
+        "help",
+        "send",
+        "transfer please",
+    )
+    .await;
+    let guest = json!({"sub": "gus", "roles": ["guest"], "threads": {"help": ["view"]}});
+
+    // AG-UI: the fold, redacted; a guest sees no reasoning.
+    let (_, mine) = export(&gw, staff.clone(), "help", "ag-ui").await;
+    let (_, theirs) = export(&gw, guest.clone(), "help", "ag-ui").await;
+    let roles = |v: &Value| -> Vec<String> {
+        v["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert!(roles(&mine).contains(&"reasoning".into()));
+    assert!(!roles(&theirs).contains(&"reasoning".into()), "{theirs}");
+    assert!(!mine.to_string().contains("ann@example.com"), "redacted");
+
+    // AI SDK: no reasoning parts for the guest; the pending approval shows.
+    let (_, ui) = export(&gw, guest.clone(), "help", "ai-sdk").await;
+    let all = ui.to_string();
+    assert!(!all.contains("\"reasoning\""), "{ui}");
+    let last = ui["messages"].as_array().unwrap().last().unwrap();
+    assert_eq!(
+        tool_part(last, "transfer_funds")["state"],
+        "approval-requested"
+    );
+
+    // AgentScope: the real package validates every Msg, roles respected.
+    for who in [staff, guest] {
+        let (_, exported) = export(&gw, who.clone(), "help", "agentscope").await;
+        let loaded = agentscope_load(&exported).await;
+        assert!(loaded["error"].is_null(), "agentscope refused it: {loaded}");
+        let msgs = loaded["messages"].as_array().unwrap();
+        let summary: Vec<(String, Vec<String>)> = msgs
+            .iter()
+            .map(|m| {
+                (
+                    m["role"].as_str().unwrap().to_owned(),
+                    m["blocks"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|b| b.as_str().unwrap().to_owned())
+                        .collect(),
+                )
+            })
+            .collect();
+        let thinking = if who["sub"] == "sam" {
+            vec!["thinking"]
+        } else {
+            vec![]
+        };
+        let assistant = |rest: &[&str]| -> Vec<String> {
+            thinking.iter().chain(rest).map(|s| s.to_string()).collect()
+        };
+        assert_eq!(
+            summary,
+            vec![
+                ("user".into(), vec!["text".into()]),
+                (
+                    "assistant".into(),
+                    assistant(&["tool_call", "tool_result", "text"])
+                ),
+                ("user".into(), vec!["text".into()]),
+                ("assistant".into(), assistant(&["text", "tool_call"])),
+            ],
+            "{loaded}"
+        );
+        assert_eq!(msgs[1]["name"], "support");
+        assert_eq!(
+            msgs[3]["dump"]["content"]
+                .as_array()
+                .unwrap()
+                .last()
+                .unwrap()["state"],
+            "asking"
+        );
+    }
+}
