@@ -15,9 +15,10 @@
 
 use super::access::{AccessError, thread_for, visibility_on};
 use super::commands::{self, Requester, ResumeCommand, RunCommand};
+use super::encode::sse::SSE;
 use super::error::{ApiError, ErrorCode};
 use super::extract::{Authenticated, read_body};
-use super::sse::{Next, async_stream, pump, sse_response};
+use super::sse::{Next, async_stream, pump, stream_response};
 use super::state::AppState;
 use crate::auth::{Permission, Principal};
 use crate::protocol::export::ai_sdk::{ChatTurn, chat_turn};
@@ -198,7 +199,9 @@ fn chat_response(
     let stream = async_stream(move |tx| async move {
         let _counted = counted;
         let _guard = guard;
-        pump(rx, tx.clone(), keepalive, |item, out| {
+        // The UI message stream is SSE: the AG-UI SSE encoder gives the
+        // keepalive comment; the frames are this translator's.
+        pump(rx, tx.clone(), &SSE, keepalive, |item, out| {
             match item {
                 Outgoing::Event(e) => {
                     if let Some(run) = &skip_to {
@@ -237,7 +240,7 @@ fn chat_response(
         })
         .await;
     });
-    let mut resp = sse_response(stream);
+    let mut resp = stream_response(&SSE, stream);
     resp.headers_mut()
         .insert(STREAM_HEADER, HeaderValue::from_static("v1"));
     resp
