@@ -190,7 +190,7 @@ async fn demo_agent_through_the_ai_sdk_chat_with_approval_and_a_websocket_viewer
     );
     assert_eq!(
         texts(m),
-        "This needs your approval first.|Done: the transfer went through."
+        "This needs your approval first.|Done: the transfer of 500 to acct-9 went through."
     );
     let first = viewer.recv_until(is_terminal_frame).await;
     let outcome = &first.last().unwrap()["event"]["outcome"];

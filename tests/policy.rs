@@ -381,22 +381,27 @@ async fn rate_limits_runs_meta_and_connections() {
 }
 
 /// `agui_config_reloads_total` from /metrics.
+/// Reload attempts and the last one's success, of the node that has
+/// reloaded least (every node watches the files on its own).
 async fn reloads(gw: &Gateway) -> (u64, u64) {
-    let m = gw.metrics().await;
-    let read = |series: &str| {
-        m.lines()
-            .find_map(|l| l.strip_prefix(&format!("{series} ")))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0)
-    };
-    (
-        read("agui_config_reloads_total{result=\"ok\"}")
-            + read("agui_config_reloads_total{result=\"refused\"}"),
-        read("agui_config_reload_success"),
-    )
+    let mut least = (u64::MAX, u64::MAX);
+    for m in gw.metrics_of_every_node().await {
+        let read = |series: &str| {
+            m.lines()
+                .find_map(|l| l.strip_prefix(&format!("{series} ")))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        let count = read("agui_config_reloads_total{result=\"ok\"}")
+            + read("agui_config_reloads_total{result=\"refused\"}");
+        if count < least.0 {
+            least = (count, read("agui_config_reload_success"));
+        }
+    }
+    least
 }
 
-/// Waits until the gateway has attempted more than `n` reloads.
+/// Waits until every node has attempted more than `n` reloads.
 async fn reload_after(gw: &Gateway, n: u64) -> u64 {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {

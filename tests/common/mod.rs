@@ -488,6 +488,24 @@ impl Gateway {
             .unwrap()
     }
 
+    /// The `/metrics` text of every node (one in single-node mode).
+    pub async fn metrics_of_every_node(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for base in std::iter::once(&self.base).chain(self.peers.iter().map(|(_, b)| b)) {
+            out.push(
+                http()
+                    .get(format!("{base}/metrics"))
+                    .send()
+                    .await
+                    .unwrap()
+                    .text()
+                    .await
+                    .unwrap(),
+            );
+        }
+        out
+    }
+
     /// The run endpoint of `agent`.
     pub fn run_url(&self, agent: &str) -> String {
         self.url(&format!("/v1/agents/{agent}/run"))
