@@ -840,33 +840,3 @@ async fn sigterm_with_a_run_past_the_drain_window_journals_it_cancelled() {
         "{replay:?}"
     );
 }
-
-/// A run's `ack` reaches its requester before any event of the run, however
-/// fast the agent (the in-process demo agent with no delay between tokens).
-#[tokio::test]
-async fn the_ack_of_a_run_comes_before_its_first_event() {
-    let gw = Gateway::start(
-        "[demo]\nenabled = true\ntoken_delay = \"0ms\"\n[[agents]]\nid = \"demo\"\nurl = \"demo:\"\n",
-    )
-    .await;
-    // Several clients at once, so the runtime is busy when acks are queued.
-    let clients = (0..8).map(|k| {
-        let gw = &gw;
-        async move {
-            let mut c = ws(gw, json!({"sub": "alice"})).await;
-            for i in 0..25 {
-                let run = format!("r{k}-{i}");
-                c.send(run_cmd("demo", &format!("fast-{k}-{i}"), &run, "hi"))
-                    .await;
-                let first = c.recv().await;
-                assert_eq!(first["type"], "ack", "run {run}: {first}");
-                assert_eq!(first["id"], format!("cmd-{run}"));
-                let events = c.recv_until(is_terminal_frame).await;
-                assert_eq!(events[0]["event"]["type"], "RUN_STARTED", "{:?}", events[0]);
-                let seqs = seqs(&events);
-                assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
-            }
-        }
-    });
-    futures::future::join_all(clients).await;
-}

@@ -87,8 +87,8 @@ pub enum Requester<'a> {
 pub trait Viewer: Send {
     /// Whether it already watches `thread`.
     fn watches(&self, thread: &Thread) -> bool;
-    /// Starts watching `thread` from its current seq; called before the
-    /// run starts, so the viewer misses none of its events.
+    /// Starts watching `thread` live; called before the run starts, so the
+    /// viewer misses none of its events.
     fn watch(&mut self, thread: &Arc<Thread>, visibility: ViewerVisibility);
     /// Stops watching `thread` again: a refused run leaves no subscription.
     fn unwatch(&mut self, thread: &Thread);

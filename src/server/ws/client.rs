@@ -34,11 +34,6 @@ struct Subscriptions {
     id: u64,
     outbox: Arc<Outbox>,
     threads: HashMap<ThreadKey, Arc<Thread>>,
-    /// A thread a run command made this connection watch, not subscribed
-    /// yet: the subscription starts once the command is answered, from the
-    /// seq the thread had before the run (its events are replayed from the
-    /// journal), so the `ack` always comes before the run's first event.
-    pending: Option<(Arc<Thread>, ViewerVisibility, u64)>,
 }
 
 impl Subscriptions {
@@ -56,13 +51,6 @@ impl Subscriptions {
         }
     }
 
-    /// Starts the subscription a run command deferred (see `pending`).
-    fn start_pending(&mut self) {
-        if let Some((thread, visibility, after)) = self.pending.take() {
-            self.add(thread, Start::After(after), visibility);
-        }
-    }
-
     fn leave_all(&mut self) {
         for (_, thread) in self.threads.drain() {
             thread.unsubscribe(self.id);
@@ -76,21 +64,11 @@ impl Viewer for Subscriptions {
         self.threads.contains_key(&thread.key)
     }
 
-    /// Deferred until the command's answer is queued (see `pending`); from
-    /// the thread's seq now, so nothing of the run is missed.
     fn watch(&mut self, thread: &Arc<Thread>, visibility: ViewerVisibility) {
-        self.threads.insert(thread.key.clone(), thread.clone());
-        self.pending = Some((thread.clone(), visibility, thread.seq()));
+        self.add(thread.clone(), Start::Live, visibility);
     }
 
     fn unwatch(&mut self, thread: &Thread) {
-        if self
-            .pending
-            .as_ref()
-            .is_some_and(|(t, ..)| t.key == thread.key)
-        {
-            self.pending = None;
-        }
         self.threads.remove(&thread.key);
         thread.unsubscribe(self.id);
     }
@@ -103,7 +81,6 @@ impl Client {
             id: state.next_connection_id(),
             outbox: outbox.clone(),
             threads: HashMap::new(),
-            pending: None,
         };
         Client {
             state,
@@ -246,20 +223,18 @@ impl Client {
     async fn run(&mut self, v: &Value) -> Result<(), ApiError> {
         let cmd = run_command(&self.state, &self.principal, v)?;
         let requester = Requester::Viewer(&mut self.subs);
-        let ack = commands::run(&self.state, &self.principal, cmd, requester).await;
-        let answered = ack.map(|ack| self.ack(v.get("id"), ack));
-        self.subs.start_pending();
-        answered
+        let ack = commands::run(&self.state, &self.principal, cmd, requester).await?;
+        self.ack(v.get("id"), ack);
+        Ok(())
     }
 
     /// `resume`: answers to the thread's pending interrupts, as a run.
     async fn resume(&mut self, v: &Value) -> Result<(), ApiError> {
         let cmd = resume_command(v)?;
         let requester = Requester::Viewer(&mut self.subs);
-        let ack = commands::resume(&self.state, &self.principal, cmd, requester).await;
-        let answered = ack.map(|ack| self.ack(v.get("id"), ack));
-        self.subs.start_pending();
-        answered
+        let ack = commands::resume(&self.state, &self.principal, cmd, requester).await?;
+        self.ack(v.get("id"), ack);
+        Ok(())
     }
 
     async fn cancel(&mut self, v: &Value) -> Result<(), ApiError> {
