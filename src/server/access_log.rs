@@ -43,10 +43,7 @@ pub fn layer<S: Clone + Send + Sync + 'static>(router: Router<S>) -> Router<S> {
                         run = tracing::field::Empty,
                     );
                     if crate::telemetry::enabled()
-                        && let Some(parent) = req
-                            .headers()
-                            .get("traceparent")
-                            .and_then(|v| v.to_str().ok())
+                        && let Some(parent) = super::extract::traceparent(req.headers())
                             .filter(|v| crate::upstream::trace::trace_id_of(v).is_some())
                     {
                         use tracing_opentelemetry::OpenTelemetrySpanExt;
