@@ -1,8 +1,9 @@
 //! The Vercel AI SDK chat face and the message exports, against the real
 //! libraries: npm `ai` 7.0.173 (`AbstractChat` + `DefaultChatTransport`,
 //! driven by `tests/interop/aisdk_chat.mjs`) on the chat route for the demo
-//! agent and for pydantic-ai agents (a tool-calling one and one whose tool
-//! needs approval), a WebSocket viewer of the same thread, and PyPI
+//! agent, for pydantic-ai agents (a tool-calling one and one whose tool
+//! needs approval) and for a LangGraph graph that calls `interrupt()`, a
+//! WebSocket viewer of the same thread, and PyPI
 //! `agentscope` 2.0.11 loading the AgentScope export.
 
 mod common;
@@ -247,6 +248,81 @@ async fn pydantic_ai_agents_through_the_ai_sdk_chat() {
     assert_eq!(transfer["state"], "output-available", "{m}");
     assert_eq!(transfer["output"], "sent 500 to acct-9");
     assert_eq!(texts(m), "Transfer result: sent 500 to acct-9");
+}
+
+/// A LangGraph `interrupt()` is not on a tool call: the chat gets it as a
+/// `data-interrupt` part, and the client's answer in the body's `resume`
+/// (docs/ai-sdk.md) resumes the graph through LangGraph's own channel.
+#[tokio::test]
+async fn a_langgraph_interrupt_through_the_ai_sdk_chat_is_answered_and_resumes_the_graph() {
+    let (mut py, gw) = agent_behind_gateway("langgraph_agent.py", "agent", "lg", "").await;
+    let alice = json!({});
+    let v = ai_chat(&gw, "lg", alice.clone(), "mail-1", "answer", "email bob").await;
+    // The interrupt as the chat saw it: one data part, the canonical interrupt.
+    let asked: Vec<&Value> = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["type"] == "data-interrupt")
+        .collect();
+    assert_eq!(asked.len(), 1, "{v}");
+    assert_eq!(asked[0]["data"]["reason"], "confirmation");
+    assert_eq!(asked[0]["data"]["message"], "Send the email to a@b.com?");
+    let interrupt_id = asked[0]["id"].as_str().unwrap().to_owned();
+    assert!(interrupt_id.starts_with("lg-aisdk-"), "{interrupt_id}");
+
+    // The graph got the answer on LangGraph's resume channel.
+    py.proc.expect_line("forwarded ").await; // the first run's
+    let resumed: Value =
+        serde_json::from_str(&py.proc.expect_line("forwarded ").await["forwarded ".len()..])
+            .unwrap();
+    assert_eq!(resumed["command"]["resume"], json!({"approved": true}));
+
+    // A WebSocket viewer joining from the start sees both runs as AG-UI
+    // events: the interrupt, then the resume carrying the chat's answer,
+    // finishing with no new pause.
+    let mut viewer = Ws::connect(&gw, WsAuth::Header(&token(alice.clone())))
+        .await
+        .unwrap();
+    viewer
+        .send(json!({"type": "subscribe", "threadId": "mail-1", "after": 0}))
+        .await;
+    let first = viewer.recv_until(is_terminal_frame).await;
+    let outcome = &first.last().unwrap()["event"]["outcome"];
+    assert_eq!(outcome["type"], "interrupt", "{first:#?}");
+    assert_eq!(outcome["interrupts"][0]["id"], interrupt_id.as_str());
+    let second = viewer.recv_until(is_terminal_frame).await;
+    assert_eq!(
+        second[0]["event"]["input"]["resume"][0],
+        json!({"interruptId": interrupt_id, "status": "resolved", "payload": {"approved": true}})
+    );
+    let finished = &second.last().unwrap()["event"];
+    assert_eq!(finished["type"], "RUN_FINISHED", "{second:#?}");
+    assert_ne!(finished["outcome"]["type"], "interrupt");
+
+    // The graph's answer after the pause is in the thread, in every export.
+    let (status, exported) = export(&gw, alice.clone(), "mail-1", "ai-sdk").await;
+    assert_eq!(status, 200, "{exported}");
+    let said: Vec<String> = exported["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .map(texts)
+        .collect();
+    assert!(said.iter().any(|t| t.contains("Sent.")), "{exported}");
+    let (status, agentscope) = export(&gw, alice, "mail-1", "agentscope").await;
+    assert_eq!(status, 200);
+    let loaded = agentscope_load(&agentscope).await;
+    assert!(loaded["error"].is_null(), "agentscope refused it: {loaded}");
+    let texts: Vec<&str> = loaded["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .filter_map(|m| m["text"].as_str())
+        .collect();
+    assert!(texts.iter().any(|t| t.contains("Sent.")), "{loaded}");
 }
 
 #[tokio::test]

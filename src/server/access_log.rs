@@ -43,7 +43,7 @@ pub fn layer<S: Clone + Send + Sync + 'static>(router: Router<S>) -> Router<S> {
                         run = tracing::field::Empty,
                     );
                     if crate::telemetry::enabled()
-                        && let Some(parent) = super::extract::traceparent(req.headers())
+                        && let Some(parent) = crate::upstream::trace::from_headers(req.headers())
                             .filter(|v| crate::upstream::trace::trace_id_of(v).is_some())
                     {
                         use tracing_opentelemetry::OpenTelemetrySpanExt;

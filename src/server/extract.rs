@@ -45,11 +45,6 @@ pub async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Princ
     })
 }
 
-/// The W3C `traceparent` a client sent, if readable (continued upstream).
-pub fn traceparent(headers: &HeaderMap) -> Option<&str> {
-    headers.get("traceparent")?.to_str().ok()
-}
-
 /// The bearer token of an `Authorization` header.
 pub fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;

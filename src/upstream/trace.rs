@@ -8,8 +8,16 @@
 //! client's trace (continued by the `request` span) with that span as the
 //! agent's parent.
 
+use reqwest::header::HeaderMap;
 use std::fmt::Write;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+/// The W3C `traceparent` a client sent, if readable: the run, chat and
+/// access-log paths all continue it, so they read it here, the one place
+/// that knows the header.
+pub fn from_headers(headers: &HeaderMap) -> Option<&str> {
+    headers.get("traceparent")?.to_str().ok()
+}
 
 /// The `traceparent` of `span`'s OpenTelemetry context, when export is on
 /// and the span has one (it is enabled and valid); the sampled flag is the

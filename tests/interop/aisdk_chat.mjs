@@ -11,6 +11,10 @@
 //               <text> contains "transfer"), let the chat send the answer
 //               automatically and wait for the continued response
 //   deny      — same, denied
+//   answer    — send; answer the first `data-interrupt` part (an interrupt
+//               not on a tool call, e.g. LangGraph's `interrupt()`) with
+//               `{approved: true}` in the request body's `resume`, the way
+//               docs/ai-sdk.md tells a client to, and wait for the answer
 //   reconnect — a fresh chat with this id calls resumeStream()
 import {
   AbstractChat,
@@ -91,6 +95,16 @@ if (scenario === "reconnect") {
         (p) => p.toolCallId === asking.toolCallId && p.state.startsWith("output-"),
       ),
     );
+  }
+  if (scenario === "answer") {
+    const asking = data.find((p) => p.type === "data-interrupt");
+    if (!asking) throw new Error("no data-interrupt part: " + JSON.stringify(data));
+    await chat.sendMessage(undefined, {
+      body: {
+        resume: [{ interruptId: asking.id, status: "resolved", payload: { approved: true } }],
+      },
+    });
+    await settled();
   }
 }
 

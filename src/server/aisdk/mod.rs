@@ -70,7 +70,7 @@ async fn start_chat(
     request: Request,
 ) -> Result<(OutboxReceiver, UiStream), ApiError> {
     let agent = commands::runnable_agent(state, who, agent_id)?;
-    let traceparent = crate::server::extract::traceparent(request.headers()).map(str::to_owned);
+    let traceparent = crate::upstream::trace::from_headers(request.headers()).map(str::to_owned);
     let body = read_body(request, state.config.server.max_body_bytes).await?;
     let invalid = |m: String| ApiError::new(ErrorCode::Invalid, m);
     let body: Map<String, Value> = serde_json::from_slice(&body)
