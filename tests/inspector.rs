@@ -586,3 +586,103 @@ async fn a_pasted_token_is_replaced_on_the_open_connection_and_errors_read_plain
     );
     assert_eq!(seen["socketsB"], 2, "{seen:#}");
 }
+
+/// Browsing as one person: the thread list pages with its cursor and
+/// filters by agent and status (each the query the page sends and the
+/// gateway's answer shown as is), the timeline filters by event type, and a
+/// development token is minted again before it expires and sent on the open
+/// connection (the page's clock is jumped ahead; the gateway's is real).
+#[tokio::test]
+async fn the_thread_list_pages_and_filters_the_timeline_filters_and_a_dev_token_is_refreshed() {
+    let dev = "agui-gateway-development-secret-change-me";
+    let gw = Gateway::start_config(
+        &format!(
+            "[auth]\nalgorithms = [\"HS256\"]\nhs_secret = \"{dev}\"\n[inspector]\nenabled = true\n\
+             [demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
+             [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n\
+             [[agents]]\nid = \"helper\"\nurl = \"demo:\"\n"
+        ),
+        &[],
+    )
+    .await;
+    let minted: Value = http()
+        .post(gw.url("/inspector/dev-token"))
+        .json(&json!({"sub": "erin", "roles": ["admin"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let erin = minted["token"].as_str().unwrap().to_owned();
+    // 52 finished demo threads, 3 helper threads, one waiting for approval:
+    // more than the list's first page of 50.
+    let mut created = Vec::new();
+    for (agent, thread, text) in (0..52)
+        .map(|i| ("demo", format!("d-{i:02}"), "hello"))
+        .chain((0..3).map(|i| ("helper", format!("h-{i}"), "hello")))
+        .chain([("demo", "pay".to_owned(), "please transfer")])
+    {
+        let (status, body) = post_run(&gw.run_url(agent), &erin, &input(&thread, "r1", text)).await;
+        assert_eq!(status, 200, "{body}");
+        created.push(thread);
+    }
+    created.sort();
+
+    let seen = page_script(
+        "inspector_browse.mjs",
+        &[&gw.base, "erin", "d-07", "helper", "interrupted"],
+    )
+    .await;
+    let ids = |v: &Value| -> Vec<String> { serde_json::from_value(v.clone()).unwrap() };
+
+    // Two pages hold every thread once; "more" shows only while there is more.
+    let first = &seen["firstPage"];
+    assert_eq!(first["query"], "", "{seen:#}");
+    assert_eq!(ids(&first["answered"]).len(), 50);
+    assert_eq!(first["shown"], first["answered"]);
+    assert_eq!(seen["moreShown"], true);
+    let next = &seen["nextPage"];
+    assert_eq!(next["query"], "?cursor=50");
+    assert_eq!(ids(&next["answered"]).len(), 6);
+    let mut both = ids(&next["shown"]);
+    both.sort();
+    assert_eq!(both, created, "both pages, each thread once");
+    assert_eq!(seen["moreShownAfter"], false);
+
+    // Filters go to the gateway and the page shows exactly its answer.
+    let by_agent = &seen["byAgent"];
+    assert_eq!(by_agent["query"], "?agent=helper");
+    let mut helpers = ids(&by_agent["shown"]);
+    helpers.sort();
+    assert_eq!(helpers, ["h-0", "h-1", "h-2"]);
+    let by_status = &seen["byStatus"];
+    assert_eq!(by_status["query"], "?status=interrupted");
+    assert_eq!(by_status["shown"], json!(["pay"]));
+
+    // The timeline filter hides every other type, and hides nothing else.
+    let shown = ids(&seen["timelineShown"]);
+    let all = ids(&seen["timelineAll"]);
+    assert!(!shown.is_empty(), "{seen:#}");
+    assert!(shown.iter().all(|t| t == "TEXT_MESSAGE_CONTENT"));
+    assert_eq!(
+        shown.len(),
+        all.iter().filter(|t| *t == "TEXT_MESSAGE_CONTENT").count()
+    );
+    assert!(all.iter().any(|t| t == "RUN_STARTED") && all.iter().any(|t| t == "RUN_FINISHED"));
+
+    // The refresh: a new mint, sent as `auth` on the one socket and accepted.
+    assert!(seen["mintsForRefresh"].as_u64().unwrap() >= 1, "{seen:#}");
+    assert_eq!(seen["refreshAnswer"]["type"], "ack", "{seen:#}");
+    assert_eq!(seen["sockets"], 1, "no reconnect");
+    let refreshed = seen["refreshToken"].as_str().unwrap();
+    let agents = http()
+        .get(gw.url("/v1/agents"))
+        .bearer_auth(refreshed)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(agents.status(), 200, "the refreshed token is a real one");
+    assert_eq!(seen["status"], "live");
+    assert_eq!(seen["errors"], json!([]));
+}
