@@ -270,6 +270,15 @@ async fn a_langgraph_interrupt_through_the_ai_sdk_chat_is_answered_and_resumes_t
     assert_eq!(asked[0]["data"]["message"], "Send the email to a@b.com?");
     let interrupt_id = asked[0]["id"].as_str().unwrap().to_owned();
     assert!(interrupt_id.starts_with("lg-aisdk-"), "{interrupt_id}");
+    // The graph's nodes return whole messages (MESSAGES_SNAPSHOT, no text
+    // events): each reaches the chat once, in the one assistant message the
+    // answer continued.
+    assert_eq!(v["messages"].as_array().unwrap().len(), 2, "{v}");
+    assert_eq!(
+        texts(answer(&v)),
+        "I will send the email once you approve.|Sent.",
+        "{v}"
+    );
 
     // The graph got the answer on LangGraph's resume channel.
     py.proc.expect_line("forwarded ").await; // the first run's

@@ -10,11 +10,19 @@
 //! `error`, or `abort` for a cancelled run). Interrupts that wait on a tool
 //! call become `tool-approval-request` chunks (approval id = interrupt id);
 //! others `data-interrupt` parts.
+//!
+//! Agents that deliver a message whole in `MESSAGES_SNAPSHOT` instead of
+//! streaming it (LangGraph nodes that return an `AIMessage` without a chat
+//! model, say) would otherwise show nothing in the chat: an assistant
+//! message's text that the snapshot is the first to carry becomes one
+//! `text-start`/`text-delta`/`text-end`. "First" means neither known before
+//! the run ([`UiStream::known_messages`], [`UiStream::before_run`]) nor
+//! streamed in it, so history is never sent again.
 
 use super::parse_args;
 use crate::protocol::event::{Event, EventType};
 use serde_json::{Value, json};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// Translates one run's events (see the module docs).
 #[derive(Debug)]
@@ -32,21 +40,58 @@ pub struct UiStream {
     /// Text messages whose `text-start` was sent: it waits for the first
     /// delta, so a text message without content (one that only carries tool
     /// calls) leaves no empty text part.
-    texts: std::collections::HashSet<String>,
+    texts: HashSet<String>,
+    /// Message ids the client has or will have from events: the thread's
+    /// before the run, and those this run streamed. A `MESSAGES_SNAPSHOT`
+    /// sends only the text of assistant messages not in here.
+    known: HashSet<String>,
 }
 
 impl UiStream {
-    /// A translator for one run; `state` is the thread's state as the run
-    /// starts (deltas apply to it).
-    pub fn new(message_id: Option<String>, state: Value) -> UiStream {
+    /// A translator for one run, `{}` its state until told otherwise
+    /// ([`UiStream::before_run_snapshot`], [`UiStream::before_run`]).
+    pub fn new(message_id: Option<String>) -> UiStream {
         UiStream {
             message_id,
-            state,
+            state: json!({}),
             started: false,
             done: false,
             tools: HashMap::new(),
             activities: HashMap::new(),
             texts: Default::default(),
+            known: Default::default(),
+        }
+    }
+
+    /// Learns the thread as it was before the run from a snapshot (the
+    /// gateway's `{messages, state}`): deltas apply to its state, and a
+    /// `MESSAGES_SNAPSHOT` repeating its messages sends nothing.
+    pub fn before_run_snapshot(&mut self, snapshot: &Value) {
+        if let Some(state) = snapshot.get("state") {
+            self.state = state.clone();
+        }
+        self.known_messages(message_ids(snapshot.get("messages")));
+    }
+
+    fn known_messages<'a>(&mut self, ids: impl IntoIterator<Item = &'a str>) {
+        self.known.extend(ids.into_iter().map(str::to_owned));
+    }
+
+    /// Learns from an event before the run (a reconnect replays the thread
+    /// from its start): the messages it names and the state it sets, sending
+    /// nothing.
+    pub fn before_run(&mut self, event: &Event) {
+        let b = event.body();
+        match event.kind() {
+            EventType::StateSnapshot | EventType::StateDelta => {
+                self.apply_state(event);
+            }
+            EventType::MessagesSnapshot => self.known_messages(message_ids(b.get("messages"))),
+            _ => {
+                if let Some(id) = message_of(b) {
+                    self.known.insert(id.to_owned());
+                }
+            }
         }
     }
 
@@ -73,6 +118,9 @@ impl UiStream {
         let b = event.body();
         let s = |k: &str| b.get(k).and_then(Value::as_str).unwrap_or_default();
         let mut out = self.open();
+        if let Some(id) = message_of(b) {
+            self.known.insert(id.to_owned());
+        }
         use EventType::*;
         match event.kind() {
             TextMessageContent => {
@@ -125,22 +173,23 @@ impl UiStream {
                         "output": b.get("content").cloned().unwrap_or(Value::Null)})),
                 }
             }
-            StateSnapshot => {
-                self.state = b.get("snapshot").cloned().unwrap_or(Value::Null);
-                out.push(self.state_part());
-            }
-            StateDelta => {
-                let patched = b
-                    .get("delta")
-                    .cloned()
-                    .and_then(|d| serde_json::from_value::<json_patch::Patch>(d).ok())
-                    .and_then(|ops| {
-                        let mut next = self.state.clone();
-                        json_patch::patch(&mut next, &ops).ok().map(|_| next)
-                    });
-                if let Some(next) = patched {
-                    self.state = next;
+            StateSnapshot | StateDelta => {
+                if self.apply_state(event) {
                     out.push(self.state_part());
+                }
+            }
+            MessagesSnapshot => {
+                let messages = b.get("messages").and_then(Value::as_array);
+                for m in messages.into_iter().flatten() {
+                    let Some(id) = m["id"].as_str() else { continue };
+                    if !self.known.insert(id.to_owned()) || m["role"] != "assistant" {
+                        continue;
+                    }
+                    if let Some(text) = m["content"].as_str().filter(|t| !t.is_empty()) {
+                        out.push(json!({"type": "text-start", "id": id}));
+                        out.push(json!({"type": "text-delta", "id": id, "delta": text}));
+                        out.push(json!({"type": "text-end", "id": id}));
+                    }
                 }
             }
             ActivitySnapshot => {
@@ -217,9 +266,51 @@ impl UiStream {
         out
     }
 
+    /// Applies a `STATE_SNAPSHOT` or `STATE_DELTA`; false when a delta does
+    /// not apply (the client keeps the state it has).
+    fn apply_state(&mut self, event: &Event) -> bool {
+        let b = event.body();
+        if event.kind() == &EventType::StateSnapshot {
+            self.state = b.get("snapshot").cloned().unwrap_or(Value::Null);
+            return true;
+        }
+        let patched = b
+            .get("delta")
+            .cloned()
+            .and_then(|d| serde_json::from_value::<json_patch::Patch>(d).ok())
+            .and_then(|ops| {
+                let mut next = self.state.clone();
+                json_patch::patch(&mut next, &ops).ok().map(|_| next)
+            });
+        match patched {
+            Some(next) => {
+                self.state = next;
+                true
+            }
+            None => false,
+        }
+    }
+
     fn state_part(&self) -> Value {
         json!({"type": "data-state", "id": "state", "data": self.state})
     }
+}
+
+/// The `id`s of an AG-UI `Message[]`.
+fn message_ids(messages: Option<&Value>) -> impl Iterator<Item = &str> {
+    let messages = messages.and_then(Value::as_array);
+    messages
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["id"].as_str())
+}
+
+/// The message a streamed event belongs to: a text or reasoning message's
+/// `messageId`, a tool call's `parentMessageId`, a tool result's message.
+fn message_of(b: &serde_json::Map<String, Value>) -> Option<&str> {
+    b.get("messageId")
+        .or_else(|| b.get("parentMessageId"))
+        .and_then(Value::as_str)
 }
 
 /// A reasoning message's id (`messageId`; pre-1.0 thinking events have none).
@@ -233,8 +324,9 @@ fn reasoning_id(b: &serde_json::Map<String, Value>) -> &str {
 mod tests {
     use super::*;
 
-    fn run(events: Vec<Value>, interrupts_state: Value) -> Vec<Value> {
-        let mut t = UiStream::new(Some("m".into()), interrupts_state);
+    fn run(events: Vec<Value>, state: Value) -> Vec<Value> {
+        let mut t = UiStream::new(Some("m".into()));
+        t.before_run_snapshot(&json!({"state": state}));
         events
             .into_iter()
             .flat_map(|e| t.event(&Event::build(e)))
@@ -315,6 +407,70 @@ mod tests {
         assert_eq!(
             err.last().unwrap(),
             &json!({"type": "error", "errorText": "down (x)"})
+        );
+    }
+
+    #[test]
+    fn a_messages_snapshot_sends_only_the_text_no_event_carried() {
+        let mut t = UiStream::new(None);
+        t.before_run_snapshot(&json!({"state": {"n": 1},
+            "messages": [{"id": "old", "role": "assistant", "content": "before"}]}));
+        let chunks: Vec<Value> = [
+            json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"}),
+            json!({"type": "TEXT_MESSAGE_START", "messageId": "streamed", "role": "assistant"}),
+            json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "streamed", "delta": "live"}),
+            json!({"type": "TEXT_MESSAGE_END", "messageId": "streamed"}),
+            json!({"type": "MESSAGES_SNAPSHOT", "messages": [
+                {"id": "old", "role": "assistant", "content": "before"},
+                {"id": "u", "role": "user", "content": "go"},
+                {"id": "streamed", "role": "assistant", "content": "live"},
+                {"id": "calls", "role": "assistant", "toolCalls": []},
+                {"id": "new", "role": "assistant", "content": "Sent."},
+            ]}),
+            // A second snapshot repeats nothing.
+            json!({"type": "MESSAGES_SNAPSHOT", "messages": [
+                {"id": "new", "role": "assistant", "content": "Sent."},
+            ]}),
+        ]
+        .into_iter()
+        .flat_map(|e| t.event(&Event::build(e)))
+        .collect();
+        assert_eq!(
+            chunks[2..],
+            [
+                json!({"type": "text-start", "id": "streamed"}),
+                json!({"type": "text-delta", "id": "streamed", "delta": "live"}),
+                json!({"type": "text-end", "id": "streamed"}),
+                json!({"type": "text-start", "id": "new"}),
+                json!({"type": "text-delta", "id": "new", "delta": "Sent."}),
+                json!({"type": "text-end", "id": "new"}),
+            ]
+        );
+    }
+
+    #[test]
+    fn events_before_the_run_set_its_state_and_known_messages() {
+        let mut t = UiStream::new(None);
+        for e in [
+            json!({"type": "STATE_SNAPSHOT", "snapshot": {"n": 1}}),
+            json!({"type": "STATE_DELTA", "delta": [{"op": "replace", "path": "/n", "value": 2}]}),
+            json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "a", "delta": "x"}),
+            json!({"type": "MESSAGES_SNAPSHOT", "messages": [{"id": "b", "role": "assistant", "content": "y"}]}),
+        ] {
+            t.before_run(&Event::build(e));
+        }
+        let chunks = t.event(&Event::build(
+            json!({"type": "MESSAGES_SNAPSHOT", "messages": [
+                {"id": "a", "role": "assistant", "content": "x"},
+                {"id": "b", "role": "assistant", "content": "y"},
+            ]}),
+        ));
+        assert_eq!(chunks.len(), 2, "only start and start-step: {chunks:?}");
+        let chunks = t.event(&Event::build(json!({"type": "STATE_DELTA",
+            "delta": [{"op": "add", "path": "/m", "value": 3}]})));
+        assert_eq!(
+            chunks,
+            [json!({"type": "data-state", "id": "state", "data": {"n": 2, "m": 3}})]
         );
     }
 }

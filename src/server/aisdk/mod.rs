@@ -116,12 +116,10 @@ async fn start_chat(
         .collect();
     let forwarded_props = (!extras.is_empty()).then_some(Value::Object(extras));
     let run_id = format!("aisdk-{}", uuid::Uuid::new_v4());
-    // The state deltas of the run apply to: the thread's, as the caller sees it.
-    let state_now = match thread_for(state, who, &thread_id, Permission::View, false).await {
-        Ok(t) => t
-            .snapshot(&visibility_on(state, who, &t))
-            .remove("state")
-            .unwrap_or(json!({})),
+    // The thread as the caller sees it before the run: the run's state
+    // deltas apply to its state, and its messages are not sent again.
+    let before = match thread_for(state, who, &thread_id, Permission::View, false).await {
+        Ok(t) => Value::Object(t.snapshot(&visibility_on(state, who, &t))),
         Err(_) => json!({}),
     };
     let (starter, rx) = outbox(state.config.threads.viewer_queue_bytes);
@@ -170,7 +168,9 @@ async fn start_chat(
         }
     };
     tracing::info!(agent = %agent.id, user = %who.subject, tenant = %who.tenant, "run requested over the AI SDK chat face");
-    Ok((rx, UiStream::new(message_id, state_now)))
+    let mut translator = UiStream::new(message_id);
+    translator.before_run_snapshot(&before);
+    Ok((rx, translator))
 }
 
 /// One UI message stream chunk as an SSE frame.
@@ -204,6 +204,8 @@ fn chat_response(
                         if e.event.kind() != &crate::protocol::EventType::RunStarted
                             || e.event.str_field("runId") != Some(run)
                         {
+                            // History: the state and messages before the run.
+                            translator.before_run(&e.event);
                             return Next::More;
                         }
                         skip_to = None;
@@ -220,6 +222,7 @@ fn chat_response(
                         && v["type"] == "snapshot"
                     {
                         skip_to = None;
+                        translator.before_run_snapshot(&v);
                         for c in translator.open() {
                             chunk_frame(&c, out);
                         }
@@ -266,15 +269,15 @@ pub async fn reconnect(
     let visibility = visibility_on(&state, &who, &thread);
     let (ob, rx) = outbox(state.config.threads.viewer_queue_bytes);
     let viewer = state.next_connection_id();
-    // The state before the run is not kept; its first snapshot or the
-    // deltas from `{}` rebuild what the run changes.
+    // From the start: the events before the run tell the translator the
+    // state and messages the run starts from (`UiStream::before_run`).
     thread.subscribe(viewer, ob, Start::After(0), visibility);
     let guard = ViewerGuard {
         thread,
         viewer,
         run_id,
     };
-    chat_response(&state, rx, UiStream::new(None, json!({})), Some(guard))
+    chat_response(&state, rx, UiStream::new(None), Some(guard))
 }
 
 /// Unsubscribes a reconnected reader when its stream ends.
