@@ -173,11 +173,7 @@ impl UiStream {
                         "output": b.get("content").cloned().unwrap_or(Value::Null)})),
                 }
             }
-            StateSnapshot | StateDelta => {
-                if self.apply_state(event) {
-                    out.push(self.state_part());
-                }
-            }
+            StateSnapshot | StateDelta if self.apply_state(event) => out.push(self.state_part()),
             MessagesSnapshot => {
                 let messages = b.get("messages").and_then(Value::as_array);
                 for m in messages.into_iter().flatten() {
