@@ -51,6 +51,47 @@ async fn page_script(script: &str, args: &[&str]) -> Value {
     seen
 }
 
+/// The public development secret of the shipped config: the only one on
+/// which the page offers to mint tokens.
+const DEV_SECRET: &str = "agui-gateway-development-secret-change-me";
+
+/// A gateway on [`DEV_SECRET`] with the inspector on, plus `extra` config.
+async fn dev_gateway(extra: &str) -> Gateway {
+    Gateway::start_config(
+        &format!(
+            "[auth]\nalgorithms = [\"HS256\"]\nhs_secret = \"{DEV_SECRET}\"\n\
+             [inspector]\nenabled = true\n{extra}"
+        ),
+        &[],
+    )
+    .await
+}
+
+/// A token from the page's development mint, as the page asks for one.
+async fn mint_dev_token(gw: &Gateway, sub: &str) -> String {
+    let minted: Value = http()
+        .post(gw.url("/inspector/dev-token"))
+        .json(&json!({"sub": sub, "roles": ["admin"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    minted["token"].as_str().unwrap().to_owned()
+}
+
+/// The status `GET /v1/agents` answers with `token`: 200 for a real one.
+async fn agents_status(gw: &Gateway, token: &str) -> u16 {
+    let resp = http()
+        .get(gw.url("/v1/agents"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    resp.status().as_u16()
+}
+
 /// `[seq, type]` timeline rows from a page script.
 fn rows(v: &Value) -> Vec<(u64, String)> {
     serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("rows: {e}: {v}"))
@@ -149,14 +190,7 @@ async fn the_page_is_served_with_a_strict_policy_and_only_where_configured() {
 
 #[tokio::test]
 async fn on_the_development_secret_the_page_can_mint_a_development_token() {
-    let dev = "agui-gateway-development-secret-change-me";
-    let gw = Gateway::start_config(
-        &format!(
-            "[auth]\nalgorithms = [\"HS256\"]\nhs_secret = \"{dev}\"\n[inspector]\nenabled = true\n"
-        ),
-        &[],
-    )
-    .await;
+    let gw = dev_gateway("").await;
     let config: Value = http()
         .get(gw.url("/inspector/config.json"))
         .send()
@@ -166,23 +200,12 @@ async fn on_the_development_secret_the_page_can_mint_a_development_token() {
         .await
         .unwrap();
     assert_eq!(config["devTokens"], true);
-    let minted: Value = http()
-        .post(gw.url("/inspector/dev-token"))
-        .json(&json!({"sub": "dana", "roles": ["admin"]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let token = minted["token"].as_str().unwrap();
-    let agents = http()
-        .get(gw.url("/v1/agents"))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(agents.status(), 200, "the minted token works");
+    let token = mint_dev_token(&gw, "dana").await;
+    assert_eq!(
+        agents_status(&gw, &token).await,
+        200,
+        "the minted token works"
+    );
 }
 
 #[tokio::test]
@@ -594,27 +617,13 @@ async fn a_pasted_token_is_replaced_on_the_open_connection_and_errors_read_plain
 /// connection (the page's clock is jumped ahead; the gateway's is real).
 #[tokio::test]
 async fn the_thread_list_pages_and_filters_the_timeline_filters_and_a_dev_token_is_refreshed() {
-    let dev = "agui-gateway-development-secret-change-me";
-    let gw = Gateway::start_config(
-        &format!(
-            "[auth]\nalgorithms = [\"HS256\"]\nhs_secret = \"{dev}\"\n[inspector]\nenabled = true\n\
-             [demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
-             [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n\
-             [[agents]]\nid = \"helper\"\nurl = \"demo:\"\n"
-        ),
-        &[],
+    let gw = dev_gateway(
+        "[demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
+         [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n\
+         [[agents]]\nid = \"helper\"\nurl = \"demo:\"\n",
     )
     .await;
-    let minted: Value = http()
-        .post(gw.url("/inspector/dev-token"))
-        .json(&json!({"sub": "erin", "roles": ["admin"]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let erin = minted["token"].as_str().unwrap().to_owned();
+    let erin = mint_dev_token(&gw, "erin").await;
     // 52 finished demo threads, 3 helper threads, one waiting for approval:
     // more than the list's first page of 50.
     let mut created = Vec::new();
@@ -676,13 +685,11 @@ async fn the_thread_list_pages_and_filters_the_timeline_filters_and_a_dev_token_
     assert_eq!(seen["refreshAnswer"]["type"], "ack", "{seen:#}");
     assert_eq!(seen["sockets"], 1, "no reconnect");
     let refreshed = seen["refreshToken"].as_str().unwrap();
-    let agents = http()
-        .get(gw.url("/v1/agents"))
-        .bearer_auth(refreshed)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(agents.status(), 200, "the refreshed token is a real one");
+    assert_eq!(
+        agents_status(&gw, refreshed).await,
+        200,
+        "the refreshed token is a real one"
+    );
     assert_eq!(seen["status"], "live");
     assert_eq!(seen["errors"], json!([]));
 }
