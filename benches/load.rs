@@ -14,7 +14,15 @@
 //! - catch-up time for `subscribe after=0` on a 10,000-event thread;
 //! - journal appends/s through the SQLite group commit (library, no network).
 //!
+//! `LOAD_ONLY=cluster` compares two nodes on one Redis with one on SQLite;
+//! with `LOAD_PERF=<dir>` it also `perf record`s every gateway during the
+//! concurrent runs (`LOAD_PERF_FREQ`, default 199 Hz; build with
+//! `CARGO_PROFILE_BENCH_DEBUG=true` for symbols).
+//!
 //! Under `cargo test` (no `--bench` argument) it does nothing.
+
+#[path = "support/perf.rs"]
+mod perf;
 
 use agui_gateway::store::sqlite::SqliteStore;
 use agui_gateway::store::{AppendBatch, JournalStore, ThreadKey, ThreadMeta};
@@ -481,9 +489,36 @@ async fn cluster(upstream: std::net::SocketAddr) {
             two.0 / one.0
         );
     }
+    // LOAD_PERF=<dir>: `perf record` each gateway during the concurrent
+    // runs (the SQLite node during its runs, both Redis nodes during theirs).
+    let perf_dir = std::env::var_os("LOAD_PERF").map(std::path::PathBuf::from);
+    let record = |gws: &[(&Gateway, &str)], phase: &str| -> Vec<perf::Perf> {
+        let Some(dir) = &perf_dir else {
+            return Vec::new();
+        };
+        let freq = std::env::var("LOAD_PERF_FREQ").unwrap_or_else(|_| "199".into());
+        gws.iter()
+            .map(|(gw, name)| {
+                let pid = gw.child.id().unwrap();
+                perf::Perf::start(dir, pid, &format!("{name}-{phase}"), &freq)
+            })
+            .collect()
+    };
+    let attached = || async {
+        if perf_dir.is_some() {
+            tokio::time::sleep(Duration::from_millis(500)).await; // perf attached
+        }
+    };
     for (threads, n) in [(50, 1_000), (200, 200)] {
+        let phase = format!("{threads}x{n}");
+        let recording = record(&[(&sqlite, "sqlite")], &phase);
+        attached().await;
         let one = concurrent_runs(&[&sqlite.addr], threads, n, &format!("c1-{threads}")).await;
+        recording.into_iter().for_each(perf::Perf::stop);
+        let recording = record(&[(&a, "redis-a"), (&b, "redis-b")], &phase);
+        attached().await;
         let two = concurrent_runs(&[&a.addr, &b.addr], threads, n, &format!("c2-{threads}")).await;
+        recording.into_iter().for_each(perf::Perf::stop);
         println!(
             "  {threads:>4} concurrent runs × {n} events: SQLite {one:>8.0} events/s | Redis, runs split over A and B {two:>8.0} events/s | ratio {:.2}",
             two / one

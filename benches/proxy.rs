@@ -46,12 +46,16 @@
 //!
 //! Under `cargo test` (no `--bench` argument) it does nothing.
 
+#[path = "support/perf.rs"]
+mod perf;
+
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::response::Response;
 use axum::routing::post;
 use axum::serve::ListenerExt;
 use futures::{SinkExt, StreamExt};
+use perf::Perf;
 use serde_json::{Value, json};
 use std::convert::Infallible;
 use std::path::PathBuf;
@@ -773,35 +777,6 @@ struct Latency {
     max: f64,
 }
 
-/// `perf record` of the gateway while it lives.
-struct Perf(std::process::Child);
-
-impl Perf {
-    fn start(dir: &std::path::Path, pid: u32, name: &str) -> Perf {
-        std::fs::create_dir_all(dir).unwrap();
-        let out = dir.join(format!("gateway-{name}.perf.data"));
-        let freq = std::env::var("PROXY_PERF_FREQ").unwrap_or_else(|_| "199".into());
-        let child = std::process::Command::new("perf")
-            .args(["record", "-F", &freq, "--call-graph", "dwarf,16384", "-p"])
-            .arg(pid.to_string())
-            .arg("-o")
-            .arg(&out)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("perf (Debian: apt-get install linux-perf)");
-        eprintln!("  perf recording gateway {pid} → {}", out.display());
-        Perf(child)
-    }
-
-    fn stop(mut self) {
-        let _ = std::process::Command::new("kill")
-            .args(["-INT", &self.0.id().to_string()])
-            .status();
-        let _ = self.0.wait();
-    }
-}
-
 /// Runs `n`-event runs `REPEAT` times, each on a new thread.
 async fn repeat(client: &Client, target: &Target, n: u64) -> Vec<Seen> {
     let mut out = Vec::new();
@@ -851,7 +826,10 @@ async fn flat(target: &Target, perf: Option<(&std::path::Path, u32, &str)>) -> F
     (f.before_20k, f.s20k_steady) = (rates(&before), steady(&before));
     let s2k = repeat(&client, target, 2_000).await;
     (f.s2k, f.s2k_steady) = (rates(&s2k), steady(&s2k));
-    let recording = perf.map(|(dir, pid, name)| Perf::start(dir, pid, name));
+    let recording = perf.map(|(dir, pid, name)| {
+        let freq = std::env::var("PROXY_PERF_FREQ").unwrap_or_else(|_| "199".into());
+        Perf::start(dir, pid, name, &freq)
+    });
     if recording.is_some() {
         tokio::time::sleep(Duration::from_millis(500)).await; // perf attached
     }
