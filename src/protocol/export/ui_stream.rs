@@ -16,7 +16,7 @@
 //! model, say) would otherwise show nothing in the chat: an assistant
 //! message's text that the snapshot is the first to carry becomes one
 //! `text-start`/`text-delta`/`text-end`. "First" means neither known before
-//! the run ([`UiStream::known_messages`], [`UiStream::before_run`]) nor
+//! the run ([`UiStream::before_run_snapshot`], [`UiStream::before_run`]) nor
 //! streamed in it, so history is never sent again.
 
 use super::parse_args;
