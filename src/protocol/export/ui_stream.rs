@@ -74,7 +74,17 @@ impl UiStream {
     }
 
     fn known_messages<'a>(&mut self, ids: impl IntoIterator<Item = &'a str>) {
-        self.known.extend(ids.into_iter().map(str::to_owned));
+        ids.into_iter().for_each(|id| self.know(Some(id)));
+    }
+
+    /// Notes a message id; per streamed event, so it allocates only for a
+    /// message not seen yet.
+    fn know(&mut self, id: Option<&str>) {
+        if let Some(id) = id
+            && !self.known.contains(id)
+        {
+            self.known.insert(id.to_owned());
+        }
     }
 
     /// Learns from an event before the run (a reconnect replays the thread
@@ -87,11 +97,7 @@ impl UiStream {
                 self.apply_state(event);
             }
             EventType::MessagesSnapshot => self.known_messages(message_ids(b.get("messages"))),
-            _ => {
-                if let Some(id) = message_of(b) {
-                    self.known.insert(id.to_owned());
-                }
-            }
+            _ => self.know(message_of(b)),
         }
     }
 
@@ -118,9 +124,7 @@ impl UiStream {
         let b = event.body();
         let s = |k: &str| b.get(k).and_then(Value::as_str).unwrap_or_default();
         let mut out = self.open();
-        if let Some(id) = message_of(b) {
-            self.known.insert(id.to_owned());
-        }
+        self.know(message_of(b));
         use EventType::*;
         match event.kind() {
             TextMessageContent => {
