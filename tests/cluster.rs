@@ -102,15 +102,7 @@ async fn viewers_on_two_nodes_see_one_journal_live() {
     );
     // Both nodes list the thread with the same last seq.
     for gw in [&a, &b] {
-        let snap: Value = http()
-            .get(gw.url("/v1/threads/shared"))
-            .bearer_auth(&t)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let snap: Value = json_of(http().get(gw.url("/v1/threads/shared")).bearer_auth(&t)).await;
         assert_eq!(snap["seq"], first_run + 10004 + next_a.len() as u64);
     }
 }
@@ -408,15 +400,7 @@ async fn a_killed_nodes_run_is_closed_by_another_node_and_the_thread_runs_again(
     );
     // And a node started now closes nothing that is alive.
     let c = scenario_node(&redis, "c", &py).await;
-    let snap: Value = http()
-        .get(c.url("/v1/threads/lost"))
-        .bearer_auth(&t)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let snap: Value = json_of(http().get(c.url("/v1/threads/lost")).bearer_auth(&t)).await;
     let all = journal(&viewer.recv_until(is_terminal_frame).await);
     assert_eq!(snap["seq"], all.last().unwrap().0, "{snap}");
 }

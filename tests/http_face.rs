@@ -89,15 +89,7 @@ async fn agents_list_shows_only_what_the_caller_may_run() {
     let list = |tok: String| {
         let url = gw.url("/v1/agents");
         async move {
-            let v: Value = http()
-                .get(url)
-                .bearer_auth(tok)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let v: Value = json_of(http().get(url).bearer_auth(tok)).await;
             v["agents"]
                 .as_array()
                 .unwrap()
@@ -447,15 +439,7 @@ async fn check_config_reports_keys_and_token_mints_valid_tokens() {
         .unwrap();
     assert!(out.status.success());
     let tok = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-    let v: Value = http()
-        .get(gw.url("/v1/agents"))
-        .bearer_auth(&tok)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = json_of(http().get(gw.url("/v1/agents")).bearer_auth(&tok)).await;
     assert_eq!(
         v["agents"].as_array().unwrap().len(),
         2,

@@ -69,15 +69,12 @@ async fn dev_gateway(extra: &str) -> Gateway {
 
 /// A token from the page's development mint, as the page asks for one.
 async fn mint_dev_token(gw: &Gateway, sub: &str) -> String {
-    let minted: Value = http()
-        .post(gw.url("/inspector/dev-token"))
-        .json(&json!({"sub": sub, "roles": ["admin"]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let minted: Value = json_of(
+        http()
+            .post(gw.url("/inspector/dev-token"))
+            .json(&json!({"sub": sub, "roles": ["admin"]})),
+    )
+    .await;
     minted["token"].as_str().unwrap().to_owned()
 }
 
@@ -159,14 +156,7 @@ async fn the_page_is_served_with_a_strict_policy_and_only_where_configured() {
         "no inline script or style"
     );
     // With a real secret there is no token minting.
-    let config: Value = http()
-        .get(gw.url("/inspector/config.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let config: Value = json_of(http().get(gw.url("/inspector/config.json"))).await;
     assert_eq!(config["devTokens"], false);
     let mint = http()
         .post(gw.url("/inspector/dev-token"))
@@ -191,14 +181,7 @@ async fn the_page_is_served_with_a_strict_policy_and_only_where_configured() {
 #[tokio::test]
 async fn on_the_development_secret_the_page_can_mint_a_development_token() {
     let gw = dev_gateway("").await;
-    let config: Value = http()
-        .get(gw.url("/inspector/config.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let config: Value = json_of(http().get(gw.url("/inspector/config.json"))).await;
     assert_eq!(config["devTokens"], true);
     let token = mint_dev_token(&gw, "dana").await;
     assert_eq!(

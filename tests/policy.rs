@@ -488,15 +488,12 @@ async fn hot_reload_applies_to_the_next_run_and_keeps_the_last_good_policy() {
     assert_eq!(reload_after(&gw, before).await, 1);
     c.send(call("h4", "r4", "delete_account", json!({}))).await;
     assert_eq!(tool_calls(&types_of_run(&mut c).await), 0, "denied again");
-    let agents: Value = http()
-        .get(gw.url("/v1/agents"))
-        .bearer_auth(token(json!({})))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let agents: Value = json_of(
+        http()
+            .get(gw.url("/v1/agents"))
+            .bearer_auth(token(json!({}))),
+    )
+    .await;
     assert!(
         agents["agents"]
             .as_array()
@@ -537,15 +534,12 @@ async fn a_reload_warns_about_each_changed_key_that_needs_a_restart() {
     assert!(!log.contains(rotated), "a value is never logged");
 
     // The agent route is in force; the secret is still the running one.
-    let agents: Value = http()
-        .get(gw.url("/v1/agents"))
-        .bearer_auth(token(json!({})))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let agents: Value = json_of(
+        http()
+            .get(gw.url("/v1/agents"))
+            .bearer_auth(token(json!({}))),
+    )
+    .await;
     assert!(
         agents["agents"]
             .as_array()

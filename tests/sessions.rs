@@ -96,25 +96,19 @@ async fn viewers_and_runner_see_identical_gapless_seqs_and_late_joiner_snapshot_
     assert_eq!(snap["messages"][0]["content"], "first");
 
     // The same snapshot over HTTP, and the thread in the caller's list.
-    let http_snap: Value = http()
-        .get(gw.url("/v1/threads/shared"))
-        .bearer_auth(token(json!({"sub": "alice"})))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let http_snap: Value = json_of(
+        http()
+            .get(gw.url("/v1/threads/shared"))
+            .bearer_auth(token(json!({"sub": "alice"}))),
+    )
+    .await;
     assert_eq!(http_snap["messages"], snap["messages"]);
-    let list: Value = http()
-        .get(gw.url("/v1/threads"))
-        .bearer_auth(token(json!({"sub": "alice"})))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list: Value = json_of(
+        http()
+            .get(gw.url("/v1/threads"))
+            .bearer_auth(token(json!({"sub": "alice"}))),
+    )
+    .await;
     assert_eq!(list["threads"][0]["threadId"], "shared");
     assert_eq!(list["threads"][0]["status"], "finished");
 }
@@ -331,15 +325,12 @@ async fn tenants_are_isolated_and_grants_are_enforced() {
         status(json!({"sub": "sam", "tenant": "acme", "roles": ["support"]})).await,
         200
     );
-    let list: Value = http()
-        .get(gw.url("/v1/threads"))
-        .bearer_auth(token(json!({"sub": "eve", "tenant": "acme"})))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list: Value = json_of(
+        http()
+            .get(gw.url("/v1/threads"))
+            .bearer_auth(token(json!({"sub": "eve", "tenant": "acme"}))),
+    )
+    .await;
     assert_eq!(list["threads"], json!([]), "eve lists nothing");
 }
 
@@ -816,15 +807,7 @@ async fn sigterm_with_a_run_past_the_drain_window_journals_it_cancelled() {
 
     // The next process on the same journal: the run is over, as cancelled.
     let gw = gw.restart().await;
-    let snap: Value = http()
-        .get(gw.url("/v1/threads/late"))
-        .bearer_auth(&t)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let snap: Value = json_of(http().get(gw.url("/v1/threads/late")).bearer_auth(&t)).await;
     assert_eq!(snap["run"]["status"], "cancelled", "{snap}");
     let mut viewer = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
     viewer

@@ -562,6 +562,12 @@ pub fn http() -> reqwest::Client {
     reqwest::Client::builder().timeout(WAIT).build().unwrap()
 }
 
+/// Sends `request` and reads its body as JSON, whatever the status (tests
+/// assert on the body; a body that is not JSON fails the test here).
+pub async fn json_of(request: reqwest::RequestBuilder) -> Value {
+    request.send().await.unwrap().json().await.unwrap()
+}
+
 /// POSTs a run and returns (status, raw body).
 pub async fn post_run(url: &str, token: &str, body: &Value) -> (u16, String) {
     let resp = http()
