@@ -732,6 +732,98 @@ async fn guests_do_not_see_reasoning_live_on_replay_or_in_snapshots() {
     assert!(roles(&guest_snap).contains(&"assistant".to_owned()));
 }
 
+/// A guest may not see the reasoning of agent `full`; agent `echo`'s is
+/// fine. One thread runs `echo`, then `full`: every event, message and
+/// snapshot is judged by the agent of its own run — for a viewer who
+/// subscribed between the runs, a late joiner, the HTTP snapshot and the
+/// export, on every node (the CI runs this suite on two nodes too, where
+/// the guest and the HTTP reads land on the node that did not run `full`).
+#[tokio::test]
+async fn visibility_follows_the_agent_of_each_events_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("visibility.toml");
+    std::fs::write(
+        &policy,
+        "[[rules]]\nname = \"no-reasoning-of-full\"\nkind = \"visibility\"\nagents = [\"full\"]\nroles = [\"guest\"]\nhide = [\"REASONING_*\"]\n",
+    )
+    .unwrap();
+    let gw = Gateway::start(&format!(
+        "[policy]\npath = \"{}\"\n[demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
+         [[agents]]\nid = \"echo\"\nurl = \"demo:\"\n[[agents]]\nid = \"full\"\nurl = \"demo:\"\n",
+        policy.display()
+    ))
+    .await;
+    let guest_claims = json!({"sub": "gus", "roles": ["guest"], "threads": {"mix": ["view"]}});
+    let staff_claims = json!({"sub": "sam", "roles": ["staff"]});
+    let run = |agent: &str, run_id: &str| {
+        json!({"type": "run", "agent": agent, "threadId": "mix", "runId": run_id,
+               "messages": [{"id": format!("u-{run_id}"), "role": "user", "content": "hi"}]})
+    };
+    let reasoning = |evs: &[Value]| {
+        evs.iter()
+            .filter(|e| e["type"].as_str().unwrap().starts_with("REASONING"))
+            .count()
+    };
+    let mut staff = ws(&gw, staff_claims.clone()).await;
+    staff.send(run("echo", "r1")).await;
+    let echo_run = types_of_run(&mut staff).await;
+    let echo_reasoning = reasoning(&echo_run);
+    assert!(echo_reasoning > 0, "the demo reasons: {echo_run:#?}");
+
+    // A guest subscribes between the runs (the thread's agent is `echo` now).
+    let mut between = ws(&gw, guest_claims.clone()).await;
+    between
+        .send(json!({"type": "subscribe", "threadId": "mix", "after": 0}))
+        .await;
+    let replayed = types_of_run(&mut between).await;
+    assert_eq!(reasoning(&replayed), echo_reasoning, "echo's reasoning is visible");
+
+    staff.send(run("full", "r2")).await;
+    let full_run = types_of_run(&mut staff).await;
+    assert!(reasoning(&full_run) > 0);
+    let live = types_of_run(&mut between).await;
+    assert_eq!(live[0]["type"], "RUN_STARTED");
+    assert_eq!(live[0]["runId"], "r2");
+    assert_eq!(reasoning(&live), 0, "full's reasoning reached a guest live: {live:#?}");
+    assert_eq!(live.len(), full_run.len() - reasoning(&full_run));
+
+    // A late joiner replaying everything: echo's reasoning, not full's.
+    let mut late = ws(&gw, guest_claims.clone()).await;
+    late.send(json!({"type": "subscribe", "threadId": "mix", "after": 0}))
+        .await;
+    let first = types_of_run(&mut late).await;
+    let second = types_of_run(&mut late).await;
+    assert_eq!(reasoning(&first), echo_reasoning);
+    assert_eq!(second[0]["runId"], "r2");
+    assert_eq!(reasoning(&second), 0, "{second:#?}");
+
+    // Snapshots and exports, read twice (on two nodes, once on each): the
+    // guest gets echo's reasoning message only; the run is full's.
+    let get = |path: &str, claims: &Value| {
+        let req = http().get(gw.url(path)).bearer_auth(token(claims.clone()));
+        async move { req.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let reasoning_messages = |v: &Value| {
+        v["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "reasoning")
+            .count()
+    };
+    for _ in 0..2 {
+        let staff_snap = get("/v1/threads/mix", &staff_claims).await;
+        assert_eq!(reasoning_messages(&staff_snap), 2, "{staff_snap}");
+        let snap = get("/v1/threads/mix", &guest_claims).await;
+        assert_eq!(reasoning_messages(&snap), 1, "{snap}");
+        assert_eq!(snap["run"]["agent"], "full", "{snap}");
+        let export = get("/v1/threads/mix/messages?format=ag-ui", &guest_claims).await;
+        assert_eq!(reasoning_messages(&export), 1, "{export}");
+        let staff_export = get("/v1/threads/mix/messages?format=ag-ui", &staff_claims).await;
+        assert_eq!(reasoning_messages(&staff_export), 2, "{staff_export}");
+    }
+}
+
 #[tokio::test]
 async fn event_limits_end_a_runaway_run() {
     let dir = tempfile::tempdir().unwrap();

@@ -137,16 +137,22 @@ impl Scope {
         })
     }
 
-    /// Whether the globs match `who` running `agent` (conditions not evaluated).
-    pub fn applies(&self, who: &Principal, agent: &str) -> bool {
-        any_glob(&self.agents, agent)
-            && any_glob(&self.tenants, &who.tenant)
+    /// Whether the rule applies to `who` whatever the agent: its user,
+    /// role and tenant globs match (agents and conditions not consulted, so
+    /// a caller that cannot name the agent errs on the rule's side).
+    pub fn applies_to_any_agent(&self, who: &Principal) -> bool {
+        any_glob(&self.tenants, &who.tenant)
             && any_glob(&self.users, &who.subject)
             && (self.roles.is_empty()
                 || self
                     .roles
                     .iter()
                     .any(|p| p == "*" || who.roles.iter().any(|r| glob_match(p, r))))
+    }
+
+    /// Whether the globs match `who` running `agent` (conditions not evaluated).
+    pub fn applies(&self, who: &Principal, agent: &str) -> bool {
+        any_glob(&self.agents, agent) && self.applies_to_any_agent(who)
     }
 }
 
@@ -335,6 +341,49 @@ impl From<limits::Refusal> for Refused {
     }
 }
 
+/// The policy in force, swapped whole on reload, with a generation that
+/// tells viewers caching their rules ([`visibility::ViewerRules`]) to ask again.
+pub struct PolicySlot {
+    current: std::sync::RwLock<Arc<Policy>>,
+    generation: std::sync::atomic::AtomicU64,
+}
+
+impl PolicySlot {
+    /// A slot holding `policy`.
+    pub fn new(policy: Policy) -> PolicySlot {
+        PolicySlot {
+            current: std::sync::RwLock::new(Arc::new(policy)),
+            generation: std::sync::atomic::AtomicU64::new(1),
+        }
+    }
+
+    /// Puts `policy` in force; it takes over the live state of the one it
+    /// replaces ([`Policy::carry_state_from`]).
+    pub fn replace(&self, mut policy: Policy) {
+        let mut current = self
+            .current
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        policy.carry_state_from(&current);
+        *current = Arc::new(policy);
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
+    }
+}
+
+impl visibility::PolicySource for PolicySlot {
+    fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn current(&self) -> Arc<Policy> {
+        self.current
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
 impl Policy {
     /// Takes over the live state of `old`, the policy this one replaces on
     /// reload: rate budgets and open-connection counts (see
@@ -344,14 +393,15 @@ impl Policy {
         rate::carry_state(&mut self.rates, &old.rates);
     }
 
-    /// What `who` may see on `thread` of `agent` (`None`: everything).
+    /// What `who` may see on `thread` of the events of runs of `origin`
+    /// (`None`: everything).
     pub fn visibility_for(
         &self,
         who: &Principal,
-        agent: &str,
+        origin: &crate::protocol::authorship::RunAgent,
         thread: &str,
-    ) -> crate::protocol::hooks::ViewerVisibility {
-        let class = visibility::class_of(&self.visibility, who, agent, thread);
+    ) -> Option<Arc<visibility::Hidden>> {
+        let class = visibility::class_of(&self.visibility, who, origin, thread);
         if class.is_empty() {
             return None;
         }

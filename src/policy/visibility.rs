@@ -7,13 +7,15 @@
 //! class* (the set of visibility rules that apply to a viewer) and shared by
 //! every viewer in that class; the per-event check is a set lookup.
 
-use super::{RuleFile, Scope};
+use super::{Policy, RuleFile, Scope};
 use crate::auth::Principal;
 use crate::auth::access::glob_match;
-use crate::protocol::hooks::Visibility;
+use crate::protocol::authorship::RunAgent;
+use crate::protocol::hooks::{ViewerScope, Visibility};
 use crate::protocol::{Event, EventType};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::collections::HashSet;
+use std::sync::Arc;
 
 /// A compiled visibility rule.
 #[derive(Debug)]
@@ -72,29 +74,67 @@ impl Visibility for Hidden {
         }
     }
 
-    fn redact_snapshot(&self, snap: &mut Map<String, Value>) {
-        let no_reasoning = self.hides_type("REASONING_MESSAGE_CONTENT");
-        let no_tools = self.hides_type("TOOL_CALL_START");
-        let no_results = self.hides_type("TOOL_CALL_RESULT");
-        let no_activity = self.hides_type("ACTIVITY_SNAPSHOT");
-        if let Some(Value::Array(messages)) = snap.get_mut("messages") {
-            messages.retain(|m| {
-                let role = m.get("role").and_then(Value::as_str).unwrap_or("");
-                !(no_reasoning && role == "reasoning"
-                    || no_results && role == "tool"
-                    || no_activity && role == "activity")
-            });
-            if no_tools {
-                for m in messages.iter_mut() {
-                    if let Some(o) = m.as_object_mut() {
-                        o.remove("toolCalls");
-                    }
-                }
-            }
+    fn shows_message(&self, message: &mut Value) -> bool {
+        let role = message.get("role").and_then(Value::as_str).unwrap_or("");
+        let hidden = match role {
+            "reasoning" => self.hides_type("REASONING_MESSAGE_CONTENT"),
+            "tool" => self.hides_type("TOOL_CALL_RESULT"),
+            "activity" => self.hides_type("ACTIVITY_SNAPSHOT"),
+            _ => false,
+        };
+        if hidden {
+            return false;
         }
-        if self.hides_type("STATE_SNAPSHOT") {
-            snap.insert("state".into(), Value::Null);
+        if self.hides_type("TOOL_CALL_START")
+            && let Some(o) = message.as_object_mut()
+        {
+            o.remove("toolCalls");
         }
+        true
+    }
+
+    fn hides_state(&self) -> bool {
+        self.hides_type("STATE_SNAPSHOT")
+    }
+}
+
+/// Where a viewer's rules come from: the live, reloadable policy.
+pub trait PolicySource: Send + Sync {
+    /// Bumped on every reload.
+    fn generation(&self) -> u64;
+    /// The policy now in force.
+    fn current(&self) -> Arc<Policy>;
+}
+
+/// One viewer's rules on one thread, by the agent of each event's run
+/// (see [`ViewerScope`]), always from the policy in force.
+pub struct ViewerRules {
+    source: Arc<dyn PolicySource>,
+    who: Principal,
+    thread: String,
+}
+
+impl ViewerRules {
+    /// `who`'s rules on `thread`, read from `source`.
+    pub fn new(source: Arc<dyn PolicySource>, who: &Principal, thread: &str) -> ViewerRules {
+        ViewerRules {
+            source,
+            who: who.clone(),
+            thread: thread.to_owned(),
+        }
+    }
+}
+
+impl ViewerScope for ViewerRules {
+    fn generation(&self) -> u64 {
+        self.source.generation()
+    }
+
+    fn visibility(&self, origin: &RunAgent) -> Option<Arc<dyn Visibility>> {
+        self.source
+            .current()
+            .visibility_for(&self.who, origin, &self.thread)
+            .map(|h| h as Arc<dyn Visibility>)
     }
 }
 
@@ -132,12 +172,24 @@ impl ClassKey {
     }
 }
 
-/// The class key: which of the rules apply to `who` on `agent` (bit per
-/// rule, every rule counted).
-pub fn class_of(rules: &[VisibilityRule], who: &Principal, agent: &str, thread: &str) -> ClassKey {
+/// The class key: which of the rules apply to `who` on events of `origin`
+/// (bit per rule, every rule counted). Between runs only rules without an
+/// agent scope apply; for a run of unknown agent, every rule that applies
+/// to `who` on any agent does, conditions included (fail closed).
+pub fn class_of(
+    rules: &[VisibilityRule],
+    who: &Principal,
+    origin: &RunAgent,
+    thread: &str,
+) -> ClassKey {
     let mut key = ClassKey::default();
     for (i, r) in rules.iter().enumerate() {
-        if r.scope.applies_on(who, agent, thread) {
+        let applies = match origin {
+            RunAgent::Agent(agent) => r.scope.applies_on(who, agent, thread),
+            RunAgent::Outside => r.scope.agents.is_empty() && r.scope.applies_on(who, "", thread),
+            RunAgent::Unknown => r.scope.applies_to_any_agent(who),
+        };
+        if applies {
             key.insert(i);
         }
     }
@@ -148,6 +200,7 @@ pub fn class_of(rules: &[VisibilityRule], who: &Principal, agent: &str, thread: 
 mod tests {
     use crate::auth::Principal;
     use crate::policy::Policy;
+    use crate::protocol::authorship::RunAgent;
     use crate::protocol::Event;
     use serde_json::json;
 
@@ -173,19 +226,19 @@ mod tests {
         // Only the last of 131 rules applies to this viewer.
         let p = many(130, "\"someone-else\"");
         let hidden = p
-            .visibility_for(&who, "a", "t")
+            .visibility_for(&who, &RunAgent::Agent("a".into()), "t")
             .expect("rule 131 applies, so the viewer has a class");
         assert!(hidden.hides(&raw));
         assert!(!hidden.hides(&text));
         // All 131 apply: the union includes the last one, and the first.
         let p = many(130, "\"*\"");
-        let hidden = p.visibility_for(&who, "a", "t").unwrap();
+        let hidden = p.visibility_for(&who, &RunAgent::Agent("a".into()), "t").unwrap();
         assert!(hidden.hides(&raw));
         assert!(hidden.hides(&Event::build(json!({"type": "X_0"}))));
         assert!(hidden.hides(&Event::build(json!({"type": "X_129"}))));
         // Viewers in the same class share one hidden set.
         let again = p
-            .visibility_for(&Principal::for_test("v", &[]), "a", "t")
+            .visibility_for(&Principal::for_test("v", &[]), &RunAgent::Agent("a".into()), "t")
             .unwrap();
         assert!(std::sync::Arc::ptr_eq(&hidden, &again));
     }

@@ -13,6 +13,7 @@
 //! Lookups scan from the newest message, so the usual event (one touching the
 //! message being streamed) costs O(1).
 
+use super::authorship::{Authors, RunAgent};
 use super::event::{Event, EventType};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -46,6 +47,8 @@ impl RunStatus {
 pub struct RunInfo {
     pub run_id: String,
     pub status: RunStatus,
+    /// The run's agent, as its journaled `RUN_STARTED` names it.
+    pub agent: RunAgent,
 }
 
 /// Largest folded state, in serialized bytes. A `STATE_DELTA` that would
@@ -64,6 +67,9 @@ pub struct Fold {
     interrupts: Vec<Value>,
     run: Option<RunInfo>,
     state_bytes: SizeEstimate,
+    /// Which run introduced each message and wrote the state (what a
+    /// viewer's snapshot may show depends on it; not part of the snapshot).
+    authors: Authors,
 }
 
 /// An upper estimate of the state's serialized size (exact after a reload
@@ -129,9 +135,60 @@ impl Fold {
         self.find(id).is_some()
     }
 
-    /// Folds in one event with its journal seq.
-    pub fn apply(&mut self, seq: u64, event: &Event) {
+    /// Which run introduced each message and wrote the state.
+    pub fn authors(&self) -> &Authors {
+        &self.authors
+    }
+
+    /// Folds in one event with its journal seq; answers the run it belongs
+    /// to (see [`RunAgent`]): its `RUN_STARTED`'s agent from there up to
+    /// and including its terminal event, [`RunAgent::Outside`] between runs.
+    pub fn apply(&mut self, seq: u64, event: &Event) -> RunAgent {
         self.seq = seq;
+        let kind = event.kind();
+        let in_run = *kind == EventType::RunStarted
+            || self
+                .run
+                .as_ref()
+                .is_some_and(|r| r.status == RunStatus::Running);
+        let before = self.messages.len();
+        self.fold_in(event);
+        let origin = match (&self.run, in_run) {
+            (Some(run), true) => run.agent.clone(),
+            (None, true) => RunAgent::Unknown,
+            (_, false) => RunAgent::Outside,
+        };
+        self.note_authors(event, before, &origin);
+        origin
+    }
+
+    /// Attributes what `event` added to the conversation or the state.
+    fn note_authors(&mut self, event: &Event, before: usize, origin: &RunAgent) {
+        use EventType::*;
+        match event.kind() {
+            RunStarted | MessagesSnapshot => {
+                self.authors.keep_only(&self.messages);
+                self.authors.note_messages(&self.messages, origin);
+            }
+            StateSnapshot | StateDelta => self.authors.note_state(origin),
+            _ if self.messages.len() != before => {
+                // One message was added: the one the event names (a tool
+                // result may be inserted before the tail, so look it up).
+                let b = event.body();
+                for key in ["messageId", "parentMessageId", "toolCallId"] {
+                    if let Some(id) = b.get(key).and_then(Value::as_str)
+                        && let Some(i) = self.find(id)
+                    {
+                        self.authors
+                            .note_messages(std::slice::from_ref(&self.messages[i]), origin);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn fold_in(&mut self, event: &Event) {
         let b = event.body();
         let s = |k: &str| b.get(k).and_then(Value::as_str);
         use EventType::*;
@@ -140,6 +197,7 @@ impl Fold {
                 self.run = Some(RunInfo {
                     run_id: s("runId").unwrap_or_default().to_owned(),
                     status: RunStatus::Running,
+                    agent: RunAgent::of_run_started(event),
                 });
                 self.interrupts.clear();
                 if let Some(msgs) = b
@@ -490,9 +548,12 @@ impl Fold {
     }
 
     /// Rebuilds a fold from its [`Fold::to_json`] form plus the run info
-    /// (used when a thread is reloaded from a stored snapshot).
+    /// (used when a thread is reloaded from a stored snapshot). The stored
+    /// form may carry `authors` ([`Authors::to_json`]); without it every
+    /// message's origin is unknown (its visibility fails closed).
     pub fn from_json(v: &Value, run: Option<RunInfo>) -> Fold {
         Fold {
+            authors: v.get("authors").map(Authors::from_json).unwrap_or_default(),
             seq: v.get("seq").and_then(Value::as_u64).unwrap_or(0),
             messages: v
                 .get("messages")

@@ -3,6 +3,7 @@
 //! them, and neither needs the other — so policy can sit after threads in
 //! the data path without threads reaching forward into it.
 
+use super::authorship::{Authors, RunAgent};
 use super::{Event, RunAgentInput};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
@@ -101,14 +102,129 @@ pub trait EventFilter: Send {
     fn filter(&mut self, event: Event) -> Result<Vec<Event>, Box<Event>>;
 }
 
-/// What one viewer may see. The policy layer implements it; threads only ask,
-/// so neither module needs the other.
+/// What one viewer may see of the events of one agent's runs. The policy
+/// layer implements it; threads only ask, so neither module needs the other.
 pub trait Visibility: Send + Sync {
     /// True when this viewer must not receive `event`.
     fn hides(&self, event: &Event) -> bool;
-    /// Removes from a snapshot what this viewer may not see.
-    fn redact_snapshot(&self, snapshot: &mut Map<String, Value>);
+    /// False when this viewer may not see the folded `message` at all;
+    /// otherwise removes from it the parts it may not see (tool calls).
+    fn shows_message(&self, message: &mut Value) -> bool;
+    /// True when this viewer may not see the thread's state.
+    fn hides_state(&self) -> bool;
+}
+
+/// What one viewer may see, run by run.
+///
+/// Visibility rules are scoped to agents and a thread's runs may each use
+/// another agent, so a viewer has no single visibility: every event is
+/// judged by the rules of the agent of the run it belongs to
+/// ([`RunAgent`]), whenever and on whichever node it is read. Resolving per
+/// origin (rather than once at subscribe) also follows a policy reload.
+pub trait ViewerScope: Send + Sync {
+    /// Changes whenever [`ViewerScope::visibility`]'s answers may change (a
+    /// policy reload): until then they may be cached ([`SeenBy`]).
+    fn generation(&self) -> u64;
+    /// The rules for events of `origin` (`None`: it sees all of them).
+    fn visibility(&self, origin: &RunAgent) -> Option<Arc<dyn Visibility>>;
 }
 
 /// A viewer's visibility (`None`: sees everything).
-pub type ViewerVisibility = Option<Arc<dyn Visibility>>;
+pub type ViewerVisibility = Option<Arc<dyn ViewerScope>>;
+
+/// How many origins a [`SeenBy`] remembers (a thread's runs use few agents).
+const ORIGINS_KEPT: usize = 8;
+
+/// A viewer's visibility with its latest answers kept, so fan-out asks the
+/// policy once per origin and policy generation, not once per event: the
+/// per-event cost is an atomic load and a pointer comparison.
+pub struct SeenBy {
+    scope: ViewerVisibility,
+    generation: u64,
+    answers: Vec<(RunAgent, Option<Arc<dyn Visibility>>)>,
+}
+
+impl SeenBy {
+    /// The visibility of a viewer with `scope`.
+    pub fn new(scope: ViewerVisibility) -> SeenBy {
+        SeenBy {
+            scope,
+            generation: 0,
+            answers: Vec::new(),
+        }
+    }
+
+    /// The scope itself (to hand the same viewer's rules on).
+    pub fn scope(&self) -> &ViewerVisibility {
+        &self.scope
+    }
+
+    /// The rules for events of `origin` (`None`: all visible).
+    pub fn visibility(&mut self, origin: &RunAgent) -> Option<Arc<dyn Visibility>> {
+        let scope = self.scope.as_ref()?;
+        let generation = scope.generation();
+        if generation != self.generation {
+            self.generation = generation;
+            self.answers.clear();
+        }
+        if let Some((_, v)) = self.answers.iter().find(|(o, _)| same_origin(o, origin)) {
+            return v.clone();
+        }
+        let v = scope.visibility(origin);
+        if self.answers.len() == ORIGINS_KEPT {
+            self.answers.remove(0);
+        }
+        self.answers.push((origin.clone(), v.clone()));
+        v
+    }
+
+    /// True when this viewer must not receive `event` of run `origin`.
+    pub fn hides(&mut self, origin: &RunAgent, event: &Event) -> bool {
+        self.scope.is_some() && self.visibility(origin).is_some_and(|v| v.hides(event))
+    }
+
+    /// Removes from a snapshot what this viewer may not see: each message by
+    /// the rules of the run that introduced it, the state if the rules of
+    /// any run that wrote it hide it.
+    pub fn redact_snapshot(&mut self, snapshot: &mut Map<String, Value>, authors: &Authors) {
+        if self.scope.is_none() {
+            return;
+        }
+        if let Some(Value::Array(messages)) = snapshot.get_mut("messages") {
+            messages.retain_mut(|m| {
+                let id = m.get("id").and_then(Value::as_str);
+                match self.visibility(authors.of_message(id)) {
+                    Some(v) => v.shows_message(m),
+                    None => true,
+                }
+            });
+        }
+        // A state no recorded run wrote (a base from an older gateway) has
+        // an unknown origin.
+        let unknown = [RunAgent::Unknown];
+        let writers = match authors.of_state() {
+            [] if snapshot.get("state").is_some_and(|s| {
+                !s.is_null() && s.as_object().is_none_or(|o| !o.is_empty())
+            }) =>
+            {
+                &unknown[..]
+            }
+            w => w,
+        };
+        let state_hidden = writers
+            .iter()
+            .any(|origin| self.visibility(origin).is_some_and(|v| v.hides_state()));
+        if state_hidden {
+            snapshot.insert("state".into(), Value::Null);
+        }
+    }
+}
+
+/// Equal origins, comparing agent names by pointer first (entries of one
+/// run share their agent's `Arc`).
+fn same_origin(a: &RunAgent, b: &RunAgent) -> bool {
+    match (a, b) {
+        (RunAgent::Agent(x), RunAgent::Agent(y)) => Arc::ptr_eq(x, y) || x == y,
+        _ => a == b,
+    }
+}

@@ -6,8 +6,10 @@
 //! rules. [`input`] is the request side (`RunAgentInput` and what it holds).
 //! [`fold`] summarizes a journal; [`open`] tracks what a run left open;
 //! [`join`] presents any window of a journal as a valid AG-UI stream.
-//! [`hooks`] are the traits policy implements for the run loop.
+//! [`hooks`] are the traits policy implements for the run loop;
+//! [`authorship`] says which agent's run each event and message belongs to.
 
+pub mod authorship;
 pub mod chunks;
 pub mod event;
 pub mod export;

@@ -41,17 +41,13 @@ impl AccessError {
     }
 }
 
-/// What `who` may see on `thread` (its agent's visibility rules).
+/// What `who` may see on `thread`: each event by the rules of its run's agent.
 pub fn visibility_on(
     state: &AppState,
     who: &Principal,
     thread: &Thread,
 ) -> crate::protocol::hooks::ViewerVisibility {
-    state.policy().visibility_for(
-        who,
-        thread.meta().agent.as_deref().unwrap_or(""),
-        &thread.key.thread_id,
-    )
+    state.viewer_rules(who, &thread.key.thread_id)
 }
 
 /// Thread ids: 1–128 of `A-Z a-z 0-9 . _ : -` (spec).

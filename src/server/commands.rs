@@ -266,8 +266,7 @@ async fn launch(
     }
     let thread_id = thread.key.thread_id.clone();
     let run_id = request.run_id.clone();
-    let agent = request.agent.clone();
-    let visibility = || state.policy().visibility_for(who, &agent.id, &thread_id);
+    let visibility = || state.viewer_rules(who, &thread_id);
     let mut newly_watching = None;
     match requester {
         Requester::Feed(outbox) => {

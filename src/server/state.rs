@@ -5,6 +5,7 @@
 
 use crate::auth::Authenticator;
 use crate::config::Config;
+use crate::policy::visibility::PolicySource;
 use crate::thread::Threads;
 use crate::upstream::AgentRegistry;
 use std::sync::Arc;
@@ -17,8 +18,9 @@ pub struct AppState {
     /// Agent routes; swapped whole on reload.
     agents: std::sync::RwLock<Arc<AgentRegistry>>,
     pub threads: Arc<Threads>,
-    /// Operator policy (empty when no file is configured); swapped whole on reload.
-    policy: std::sync::RwLock<Arc<crate::policy::Policy>>,
+    /// Operator policy (empty when no file is configured); swapped whole on
+    /// reload. Shared with viewers, whose rules follow a reload.
+    policy: Arc<crate::policy::PolicySlot>,
     /// Source of connection/viewer ids.
     pub ids: AtomicU64,
     /// One-use SSE join tickets.
@@ -47,7 +49,7 @@ impl AppState {
             auth,
             agents: std::sync::RwLock::new(Arc::new(agents)),
             threads,
-            policy: std::sync::RwLock::new(Arc::new(policy)),
+            policy: Arc::new(crate::policy::PolicySlot::new(policy)),
             ids: Default::default(),
             tickets: crate::auth::ticket::StreamTickets::new(config.server.ticket_ttl),
             counters: None,
@@ -133,26 +135,32 @@ impl AppState {
 
     /// The current policy.
     pub fn policy(&self) -> Arc<crate::policy::Policy> {
-        self.policy
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.policy.current()
+    }
+
+    /// What `who` may see on `thread`, run by run, always by the policy in force.
+    pub fn viewer_rules(
+        &self,
+        who: &crate::auth::Principal,
+        thread: &str,
+    ) -> crate::protocol::hooks::ViewerVisibility {
+        Some(Arc::new(crate::policy::visibility::ViewerRules::new(
+            self.policy.clone(),
+            who,
+            thread,
+        )))
     }
 
     /// Replaces routes and policy at once (hot reload); runs in flight keep
-    /// the ones they started with. The new policy inherits the old one's
-    /// live state (rate budgets, open connections), so a reload resets no quota.
-    pub fn swap(&self, agents: AgentRegistry, mut policy: crate::policy::Policy) {
+    /// the ones they started with (viewers follow the new visibility rules).
+    /// The new policy inherits the old one's live state (rate budgets, open
+    /// connections), so a reload resets no quota.
+    pub fn swap(&self, agents: AgentRegistry, policy: crate::policy::Policy) {
         *self
             .agents
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(agents);
-        let mut current = self
-            .policy
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        policy.carry_state_from(&current);
-        *current = Arc::new(policy);
+        self.policy.replace(policy);
     }
 
     /// A fresh id for a connection or viewer.

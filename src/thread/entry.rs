@@ -1,6 +1,7 @@
 //! A journal entry: one event, its seq, and its transports' frames.
 
 use crate::protocol::Event;
+use crate::protocol::authorship::RunAgent;
 use bytes::Bytes;
 use std::sync::{Arc, OnceLock};
 
@@ -17,6 +18,10 @@ pub struct Entry {
     pub thread_id: Arc<str>,
     pub seq: u64,
     pub event: Event,
+    /// The run the event belongs to, set when the thread folds it in (the
+    /// fold knows which run is open): what each viewer may see of it
+    /// depends on that run's agent. Unset reads as unknown (fails closed).
+    origin: OnceLock<RunAgent>,
     frames: [OnceLock<Bytes>; FRAME_SLOTS],
 }
 
@@ -43,8 +48,21 @@ impl Entry {
             thread_id,
             seq,
             event,
+            origin: OnceLock::new(),
             frames: Default::default(),
         }
+    }
+
+    /// The run this event belongs to ([`RunAgent::Unknown`] until folded).
+    pub fn origin(&self) -> &RunAgent {
+        static UNKNOWN: RunAgent = RunAgent::Unknown;
+        self.origin.get().unwrap_or(&UNKNOWN)
+    }
+
+    /// Records the run this event belongs to (once: a journal entry's run
+    /// never changes).
+    pub(super) fn set_origin(&self, origin: RunAgent) {
+        let _ = self.origin.set(origin);
     }
 
     /// This entry's frame for one transport: built by `encode` the first time

@@ -26,9 +26,10 @@ pub mod run;
 pub use entry::{Entry, FrameSlot};
 pub use registry::{Residency, Threads};
 
+use crate::protocol::authorship::RunAgent;
 use crate::protocol::event::now_millis;
 use crate::protocol::fold::{Fold, RunInfo, RunStatus};
-use crate::protocol::hooks::ViewerVisibility;
+use crate::protocol::hooks::{SeenBy, ViewerVisibility};
 use crate::protocol::{Event, EventType};
 use crate::store::bus::{Publication, PublicationBus};
 use crate::store::lease::{Control, RunLeases};
@@ -65,16 +66,17 @@ pub struct ThreadSettings {
 pub(super) struct Viewer {
     id: u64,
     outbox: Arc<Outbox>,
-    visibility: ViewerVisibility,
+    /// What it may see, by the run each event belongs to.
+    seen: SeenBy,
     /// An HTTP requester reading its run from the journal: it gets that
     /// run's events only (no meta) and leaves after its terminal event.
     run_scope: Option<String>,
 }
 
 impl Viewer {
-    fn hides(&self, event: &Event) -> bool {
-        (self.run_scope.is_some() && *event.kind() == EventType::Meta)
-            || self.visibility.as_ref().is_some_and(|v| v.hides(event))
+    fn hides(&mut self, entry: &Entry) -> bool {
+        (self.run_scope.is_some() && *entry.event.kind() == EventType::Meta)
+            || self.seen.hides(entry.origin(), &entry.event)
     }
 
     /// True when `event` is the last one this viewer wants.
@@ -232,10 +234,9 @@ impl Thread {
     /// The snapshot object (spec `snapshot` frame without `type`), as
     /// `visibility` allows.
     pub fn snapshot(&self, visibility: &ViewerVisibility) -> Map<String, Value> {
-        let mut snap = snapshot_of(&self.key, &self.lock(), false);
-        if let Some(v) = visibility {
-            v.redact_snapshot(&mut snap);
-        }
+        let inner = self.lock();
+        let mut snap = snapshot_of(&self.key, &inner, false);
+        SeenBy::new(visibility.clone()).redact_snapshot(&mut snap, inner.fold.authors());
         snap
     }
 
@@ -251,15 +252,15 @@ impl Thread {
         let mut inner = self.lock();
         inner.viewers.retain(|v| v.id != id);
         inner.catching_up.remove(&id);
-        let viewer = Viewer {
+        let mut viewer = Viewer {
             id,
             outbox,
-            visibility,
+            seen: SeenBy::new(visibility),
             run_scope: None,
         };
         let ok = match start {
             Start::Live => true,
-            Start::Snapshot => push_snapshot(&self.key, &inner, &viewer, false),
+            Start::Snapshot => push_snapshot(&self.key, &inner, &mut viewer, false),
             Start::After(n) if n >= inner.base_seq && n < inner.fold.seq => {
                 // Replay is a catch-up: read from the journal a budget's
                 // worth at a time, then live (memory stays within budget).
@@ -272,7 +273,7 @@ impl Thread {
                 return;
             }
             Start::After(n) if n == inner.fold.seq => true,
-            Start::After(_) => push_snapshot(&self.key, &inner, &viewer, true),
+            Start::After(_) => push_snapshot(&self.key, &inner, &mut viewer, true),
         };
         if ok {
             inner.viewers.push(viewer);
@@ -301,7 +302,7 @@ impl Thread {
     /// viewer comes back with the position to continue from.
     pub(super) fn catch_up_page(
         &self,
-        viewer: Viewer,
+        mut viewer: Viewer,
         after: u64,
         ticket: u64,
         budget: usize,
@@ -315,7 +316,7 @@ impl Thread {
             // Compacted away (compaction waits for catch-ups, so only after a
             // reload): the contract's reset snapshot, then live.
             inner.catching_up.remove(&viewer.id);
-            if push_snapshot(&self.key, &inner, &viewer, true) {
+            if push_snapshot(&self.key, &inner, &mut viewer, true) {
                 inner.viewers.push(viewer);
             }
             return (Vec::new(), None);
@@ -327,7 +328,7 @@ impl Thread {
                 break;
             }
             last = e.seq;
-            if !viewer.hides(&e.event) {
+            if !viewer.hides(e) {
                 bytes += e.cost();
                 page.push(Outgoing::Event(e.clone()));
                 if viewer.ends_with(&e.event) {
@@ -361,7 +362,7 @@ impl Thread {
         let viewer = Viewer {
             id,
             outbox: outbox.clone(),
-            visibility,
+            seen: SeenBy::new(visibility),
             run_scope: Some(run_id.to_owned()),
         };
         let mut inner = self.lock();
@@ -702,12 +703,12 @@ impl Thread {
         ) {
             inner.meta_ids.insert(cid.to_owned(), id.to_owned());
         }
-        inner.fold.apply(entry.seq, &entry.event);
+        entry.set_origin(inner.fold.apply(entry.seq, &entry.event));
         inner.journal.push_back(entry.clone());
         let mut i = 0;
         while i < inner.viewers.len() {
-            let viewer = &inner.viewers[i];
-            if viewer.hides(&entry.event) {
+            let viewer = &mut inner.viewers[i];
+            if viewer.hides(&entry) {
                 i += 1;
                 continue;
             }
@@ -870,11 +871,16 @@ fn fold_record(inner: &Inner) -> Value {
         inner.runs.used_ids().cloned().collect::<Vec<_>>().into(),
     );
     if let Some(run) = inner.fold.run() {
+        let agent = match &run.agent {
+            RunAgent::Agent(a) => Value::String(a.to_string()),
+            _ => Value::Null,
+        };
         v.insert(
             "run".into(),
-            json!({"runId": run.run_id, "status": run.status.as_str()}),
+            json!({"runId": run.run_id, "status": run.status.as_str(), "agent": agent}),
         );
     }
+    v.insert("authors".into(), inner.fold.authors().to_json());
     Value::Object(v)
 }
 
@@ -884,9 +890,16 @@ fn snapshot_of(key: &ThreadKey, inner: &Inner, reset: bool) -> Map<String, Value
     for (k, v) in inner.fold.to_json() {
         m.insert(k, v);
     }
-    let run = inner.fold.run().map(
-        |r| json!({"runId": r.run_id, "agent": inner.meta.agent, "status": r.status.as_str()}),
-    );
+    // The run's own agent, as its journaled `RUN_STARTED` names it (the
+    // metadata's may be another run's on a copy that lags); the metadata's
+    // only for a run journaled before runs were stamped.
+    let run = inner.fold.run().map(|r| {
+        let agent = match &r.agent {
+            RunAgent::Agent(a) => json!(a.as_ref()),
+            _ => json!(inner.meta.agent),
+        };
+        json!({"runId": r.run_id, "agent": agent, "status": r.status.as_str()})
+    });
     m.insert("run".into(), run.unwrap_or(Value::Null));
     if reset {
         m.insert("reset".into(), true.into());
@@ -894,13 +907,13 @@ fn snapshot_of(key: &ThreadKey, inner: &Inner, reset: bool) -> Map<String, Value
     m
 }
 
-fn push_snapshot(key: &ThreadKey, inner: &Inner, viewer: &Viewer, reset: bool) -> bool {
+fn push_snapshot(key: &ThreadKey, inner: &Inner, viewer: &mut Viewer, reset: bool) -> bool {
     let mut m = Map::new();
     m.insert("type".into(), "snapshot".into());
     let mut snap = snapshot_of(key, inner, reset);
-    if let Some(v) = &viewer.visibility {
-        v.redact_snapshot(&mut snap);
-    }
+    viewer
+        .seen
+        .redact_snapshot(&mut snap, inner.fold.authors());
     m.extend(snap);
     let outbox = &viewer.outbox;
     let text = serde_json::to_string(&m).expect("snapshot serializes");

@@ -302,6 +302,10 @@ impl Threads {
                             "error" => RunStatus::Error,
                             _ => RunStatus::Finished,
                         },
+                        agent: r
+                            .get("agent")
+                            .and_then(Value::as_str)
+                            .map_or(RunAgent::Unknown, |a| RunAgent::Agent(a.into())),
                     })
                 });
                 inner.fold = Fold::from_json(&v, run);
@@ -334,7 +338,7 @@ impl Threads {
                         {
                             inner.runs.remember(run_id);
                         }
-                        inner.fold.apply(seq, &entry.event);
+                        entry.set_origin(inner.fold.apply(seq, &entry.event));
                         inner.journal.push_back(entry);
                     }
                     Err(e) => {

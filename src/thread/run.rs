@@ -18,7 +18,8 @@ use super::recent::Recent;
 use super::{Entry, Inner, Thread};
 use crate::protocol::event::run_error;
 use crate::protocol::fold::RunStatus;
-use crate::protocol::hooks::{EventFilter, RunInput, ViewerVisibility};
+use crate::protocol::authorship::stamp_run_started;
+use crate::protocol::hooks::{EventFilter, RunInput, SeenBy, ViewerVisibility};
 use crate::protocol::interrupts::InterruptNormalizer;
 use crate::protocol::open::OpenEntities;
 use crate::protocol::{Event, EventType};
@@ -827,6 +828,9 @@ async fn drive(
                 json!({"type": "RUN_STARTED", "threadId": thread_id, "runId": run_id, "input": journal_input}),
             ),
         };
+        // The journal names the run's agent: every reader of the journal
+        // judges the run's events by that agent's visibility rules.
+        let start = stamp_run_started(&start, &agent.id);
         let mut staged: Staged = vec![(start, agent_start.map(|e| Some(e.clone())))];
         if let Some(history) = &edited_history {
             let snapshot = json!({"type": "MESSAGES_SNAPSHOT", "messages": history});
@@ -848,7 +852,7 @@ async fn drive(
     // over if it lags); `starter` itself is kept to notice the requester leave.
     let mut feed = RequesterFeed {
         outbox: starter.clone(),
-        visibility: starter_visibility,
+        seen: SeenBy::new(starter_visibility),
         run_id: run_id.clone(),
         fence: fence_of(&lease),
         store_failed: false,
@@ -975,7 +979,12 @@ async fn drive(
                     // The requester gets what the journal holds (canonical
                     // interrupts), so a stock client sees `pendingInterrupts`
                     // and resumes as usual.
-                    let journaled = interrupts.apply(&event).unwrap_or(event);
+                    let mut journaled = interrupts.apply(&event).unwrap_or(event);
+                    if *journaled.kind() == EventType::RunStarted {
+                        // A second RUN_STARTED (a lenient verifier passes
+                        // it) must not name another agent than this run's.
+                        journaled = stamp_run_started(&journaled, &agent.id);
+                    }
                     staged.push((journaled, Some(None)));
                 }
                 // 2. Operator rules, last, over exactly what would be journaled.
@@ -1125,7 +1134,8 @@ fn apply_filter(filter: &mut Option<Box<dyn EventFilter>>, staged: Staged) -> (S
 /// takes over when it lags, and nothing follows once the journal failed.
 struct RequesterFeed {
     outbox: Option<Arc<Outbox>>,
-    visibility: ViewerVisibility,
+    /// What the requester may see (of this run's agent).
+    seen: SeenBy,
     run_id: String,
     /// The run lease's fencing token, carried by every append.
     fence: Option<Arc<str>>,
@@ -1213,11 +1223,9 @@ impl RequesterFeed {
                 Some(None) => e.clone(),
                 Some(Some(original)) => Arc::new(Entry::new(e.thread_id.clone(), e.seq, original)),
             };
-            if self
-                .visibility
-                .as_ref()
-                .is_some_and(|v| v.hides(&item.event))
-            {
+            // Judged as the journaled entry's run (the agent's own
+            // RUN_STARTED, sent instead, is not folded).
+            if self.seen.hides(e.origin(), &item.event) {
                 continue;
             }
             match outbox.push_live(Outgoing::Event(item)) {
@@ -1227,7 +1235,7 @@ impl RequesterFeed {
                     let lagging = outbox.clone();
                     thread.requester_lagged(
                         lagging,
-                        self.visibility.clone(),
+                        self.seen.scope().clone(),
                         &self.run_id,
                         e.seq - 1,
                     );
