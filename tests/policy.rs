@@ -776,7 +776,11 @@ async fn visibility_follows_the_agent_of_each_events_run() {
         .send(json!({"type": "subscribe", "threadId": "mix", "after": 0}))
         .await;
     let replayed = types_of_run(&mut between).await;
-    assert_eq!(reasoning(&replayed), echo_reasoning, "echo's reasoning is visible");
+    assert_eq!(
+        reasoning(&replayed),
+        echo_reasoning,
+        "echo's reasoning is visible"
+    );
 
     staff.send(run("full", "r2")).await;
     let full_run = types_of_run(&mut staff).await;
@@ -784,7 +788,11 @@ async fn visibility_follows_the_agent_of_each_events_run() {
     let live = types_of_run(&mut between).await;
     assert_eq!(live[0]["type"], "RUN_STARTED");
     assert_eq!(live[0]["runId"], "r2");
-    assert_eq!(reasoning(&live), 0, "full's reasoning reached a guest live: {live:#?}");
+    assert_eq!(
+        reasoning(&live),
+        0,
+        "full's reasoning reached a guest live: {live:#?}"
+    );
     assert_eq!(live.len(), full_run.len() - reasoning(&full_run));
 
     // A late joiner replaying everything: echo's reasoning, not full's.

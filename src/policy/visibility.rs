@@ -200,8 +200,9 @@ pub fn class_of(
 mod tests {
     use crate::auth::Principal;
     use crate::policy::Policy;
-    use crate::protocol::authorship::RunAgent;
     use crate::protocol::Event;
+    use crate::protocol::authorship::RunAgent;
+    use crate::protocol::hooks::Visibility;
     use serde_json::json;
 
     /// `n` rules that hide an unknown type each (scoped to `users`), then
@@ -232,13 +233,19 @@ mod tests {
         assert!(!hidden.hides(&text));
         // All 131 apply: the union includes the last one, and the first.
         let p = many(130, "\"*\"");
-        let hidden = p.visibility_for(&who, &RunAgent::Agent("a".into()), "t").unwrap();
+        let hidden = p
+            .visibility_for(&who, &RunAgent::Agent("a".into()), "t")
+            .unwrap();
         assert!(hidden.hides(&raw));
         assert!(hidden.hides(&Event::build(json!({"type": "X_0"}))));
         assert!(hidden.hides(&Event::build(json!({"type": "X_129"}))));
         // Viewers in the same class share one hidden set.
         let again = p
-            .visibility_for(&Principal::for_test("v", &[]), &RunAgent::Agent("a".into()), "t")
+            .visibility_for(
+                &Principal::for_test("v", &[]),
+                &RunAgent::Agent("a".into()),
+                "t",
+            )
             .unwrap();
         assert!(std::sync::Arc::ptr_eq(&hidden, &again));
     }

@@ -49,16 +49,21 @@ impl RunAgent {
         }
     }
 
+    /// Stored as the agent's id, `false` outside a run, `null` unknown.
     fn to_json(&self) -> Value {
         match self {
             RunAgent::Agent(a) => Value::String(a.to_string()),
-            RunAgent::Outside | RunAgent::Unknown => Value::Null,
+            RunAgent::Outside => Value::Bool(false),
+            RunAgent::Unknown => Value::Null,
         }
     }
 
     fn from_json(v: &Value) -> RunAgent {
-        v.as_str()
-            .map_or(RunAgent::Unknown, |a| RunAgent::Agent(Arc::from(a)))
+        match v {
+            Value::String(a) => RunAgent::Agent(Arc::from(a.as_str())),
+            Value::Bool(false) => RunAgent::Outside,
+            _ => RunAgent::Unknown,
+        }
     }
 }
 
@@ -183,14 +188,8 @@ mod tests {
         a.note_state(&RunAgent::Agent("full".into()));
         let back = Authors::from_json(&a.to_json());
         assert_eq!(back, a);
-        assert_eq!(
-            back.of_message(Some("m1")),
-            &RunAgent::Agent("echo".into())
-        );
-        assert_eq!(
-            back.of_message(Some("m2")),
-            &RunAgent::Agent("full".into())
-        );
+        assert_eq!(back.of_message(Some("m1")), &RunAgent::Agent("echo".into()));
+        assert_eq!(back.of_message(Some("m2")), &RunAgent::Agent("full".into()));
         assert_eq!(back.of_message(Some("nope")), &RunAgent::Unknown);
         a.keep_only(&msgs[1..]);
         assert_eq!(a.of_message(Some("m1")), &RunAgent::Unknown);

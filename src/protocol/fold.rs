@@ -547,9 +547,17 @@ impl Fold {
         m
     }
 
-    /// Rebuilds a fold from its [`Fold::to_json`] form plus the run info
+    /// The stored form of a compacted base: [`Fold::to_json`] plus what the
+    /// fold knows beyond the snapshot (which run introduced each message).
+    pub fn to_stored_json(&self) -> Map<String, Value> {
+        let mut m = self.to_json();
+        m.insert("authors".into(), self.authors.to_json());
+        m
+    }
+
+    /// Rebuilds a fold from its [`Fold::to_stored_json`] form plus the run info
     /// (used when a thread is reloaded from a stored snapshot). The stored
-    /// form may carry `authors` ([`Authors::to_json`]); without it every
+    /// form may carry `authors`; without it (an older base) every
     /// message's origin is unknown (its visibility fails closed).
     pub fn from_json(v: &Value, run: Option<RunInfo>) -> Fold {
         Fold {
@@ -732,8 +740,70 @@ mod tests {
             json!({"type":"TEXT_MESSAGE_START","messageId":"a"}),
             json!({"type":"STATE_SNAPSHOT","snapshot":{"k":true}}),
         ]);
-        let back = Fold::from_json(&Value::Object(f.to_json()), f.run().cloned());
+        let back = Fold::from_json(&Value::Object(f.to_stored_json()), f.run().cloned());
         assert_eq!(back, f);
+    }
+
+    #[test]
+    fn each_event_and_message_belongs_to_its_own_runs_agent() {
+        use crate::protocol::authorship::stamp_run_started;
+        let mut f = Fold::new();
+        let start = |run: &str, agent: &str| {
+            stamp_run_started(
+                &Event::build(json!({"type":"RUN_STARTED","threadId":"t","runId":run,
+                    "input":{"messages":[{"id":format!("u-{run}"),"role":"user","content":"hi"}]}})),
+                agent,
+            )
+        };
+        let echo = RunAgent::Agent("echo".into());
+        let full = RunAgent::Agent("full".into());
+        let events = [
+            (start("r1", "echo"), echo.clone()),
+            (
+                Event::build(
+                    json!({"type":"REASONING_MESSAGE_START","messageId":"think1","role":"reasoning"}),
+                ),
+                echo.clone(),
+            ),
+            (
+                Event::build(json!({"type":"RUN_FINISHED","threadId":"t","runId":"r1"})),
+                echo.clone(),
+            ),
+            (
+                Event::build(json!({"type":"META","id":"m"})),
+                RunAgent::Outside,
+            ),
+            (start("r2", "full"), full.clone()),
+            (
+                Event::build(
+                    json!({"type":"REASONING_MESSAGE_START","messageId":"think2","role":"reasoning"}),
+                ),
+                full.clone(),
+            ),
+            (
+                Event::build(json!({"type":"STATE_SNAPSHOT","snapshot":{"a":1}})),
+                full.clone(),
+            ),
+            (
+                Event::build(json!({"type":"RUN_ERROR","message":"x"})),
+                full.clone(),
+            ),
+        ];
+        for (seq, (e, origin)) in events.iter().enumerate() {
+            assert_eq!(&f.apply(seq as u64 + 1, e), origin, "event {seq}");
+        }
+        let a = f.authors();
+        assert_eq!(a.of_message(Some("u-r1")), &echo);
+        assert_eq!(a.of_message(Some("think1")), &echo);
+        assert_eq!(a.of_message(Some("u-r2")), &full);
+        assert_eq!(a.of_message(Some("think2")), &full);
+        assert_eq!(a.of_state(), std::slice::from_ref(&full));
+        // A RUN_STARTED the gateway did not stamp (an older journal): unknown.
+        let bare = Event::build(json!({"type":"RUN_STARTED","threadId":"t","runId":"r3"}));
+        assert_eq!(f.apply(9, &bare), RunAgent::Unknown);
+        // The stored base keeps the attribution.
+        let back = Fold::from_json(&Value::Object(f.to_stored_json()), f.run().cloned());
+        assert_eq!(back.authors(), f.authors());
     }
 
     #[test]

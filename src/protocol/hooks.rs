@@ -203,9 +203,9 @@ impl SeenBy {
         // an unknown origin.
         let unknown = [RunAgent::Unknown];
         let writers = match authors.of_state() {
-            [] if snapshot.get("state").is_some_and(|s| {
-                !s.is_null() && s.as_object().is_none_or(|o| !o.is_empty())
-            }) =>
+            [] if snapshot
+                .get("state")
+                .is_some_and(|s| !s.is_null() && s.as_object().is_none_or(|o| !o.is_empty())) =>
             {
                 &unknown[..]
             }

@@ -865,7 +865,7 @@ fn status_after<'a>(current: &str, events: impl Iterator<Item = &'a Event>) -> S
 
 /// What the store keeps as a compacted base: the fold plus run info.
 fn fold_record(inner: &Inner) -> Value {
-    let mut v = inner.fold.to_json();
+    let mut v = inner.fold.to_stored_json();
     v.insert(
         "runIds".into(),
         inner.runs.used_ids().cloned().collect::<Vec<_>>().into(),
@@ -880,7 +880,6 @@ fn fold_record(inner: &Inner) -> Value {
             json!({"runId": run.run_id, "status": run.status.as_str(), "agent": agent}),
         );
     }
-    v.insert("authors".into(), inner.fold.authors().to_json());
     Value::Object(v)
 }
 
@@ -911,9 +910,7 @@ fn push_snapshot(key: &ThreadKey, inner: &Inner, viewer: &mut Viewer, reset: boo
     let mut m = Map::new();
     m.insert("type".into(), "snapshot".into());
     let mut snap = snapshot_of(key, inner, reset);
-    viewer
-        .seen
-        .redact_snapshot(&mut snap, inner.fold.authors());
+    viewer.seen.redact_snapshot(&mut snap, inner.fold.authors());
     m.extend(snap);
     let outbox = &viewer.outbox;
     let text = serde_json::to_string(&m).expect("snapshot serializes");

@@ -16,9 +16,9 @@
 use super::fanout::{Live, Outbox, Outgoing};
 use super::recent::Recent;
 use super::{Entry, Inner, Thread};
+use crate::protocol::authorship::stamp_run_started;
 use crate::protocol::event::run_error;
 use crate::protocol::fold::RunStatus;
-use crate::protocol::authorship::stamp_run_started;
 use crate::protocol::hooks::{EventFilter, RunInput, SeenBy, ViewerVisibility};
 use crate::protocol::interrupts::InterruptNormalizer;
 use crate::protocol::open::OpenEntities;

@@ -12,7 +12,7 @@
 //!
 //! It asserts that folding never panics, that every message in the fold is a
 //! JSON object with a string `id` (the fold's own lookups rely on it), that
-//! `seq` is the last one applied, that `to_json`/`from_json` round-trips, and
+//! `seq` is the last one applied, that `to_stored_json`/`from_json` round-trips, and
 //! that a fold restored from its JSON form halfway through (as a thread
 //! reloaded from a stored snapshot is) ends where the uninterrupted one ends.
 
@@ -50,7 +50,7 @@ fuzz_target!(|data: &[u8]| {
     for (i, e) in events.iter().enumerate() {
         if i == events.len() / 2 {
             restored = Some(
-                Fold::from_json(&Value::Object(fold.to_json()), fold.run().cloned())
+                Fold::from_json(&Value::Object(fold.to_stored_json()), fold.run().cloned())
                     .with_state_cap(STATE_CAP),
             );
         }
@@ -66,7 +66,7 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     assert_eq!(fold.seq, events.len() as u64);
-    let back = Fold::from_json(&Value::Object(fold.to_json()), fold.run().cloned());
+    let back = Fold::from_json(&Value::Object(fold.to_stored_json()), fold.run().cloned());
     assert_eq!(back, fold, "to_json/from_json round trip");
     if let Some(r) = restored {
         assert_eq!(r, fold, "restored halfway, then folded the rest");
