@@ -209,7 +209,8 @@ async fn demo_agent_runs_in_the_stock_client() {
 /// Events the SSE face gives, as the AG-UI protobuf encoding carries them
 /// (docs/protocol.md, "Binary transport"): `null` fields omitted, `META` as
 /// `CUSTOM agui-gateway/meta`, fields the schema lacks dropped (the scripted
-/// agent's one is `vendor_hint`), and `RUN_STARTED.input` decoded with its
+/// agent's `vendor_hint`, the gateway's `agui-gateway` stamp on a journaled
+/// `RUN_STARTED`), and `RUN_STARTED.input` decoded with its
 /// empty lists present (the decoder's defaults).
 fn as_proto_carries(events: &[Value]) -> Vec<Value> {
     fn strip_nulls(v: &Value) -> Value {
@@ -234,6 +235,7 @@ fn as_proto_carries(events: &[Value]) -> Vec<Value> {
             } else {
                 let mut e = strip_nulls(e);
                 e.as_object_mut().unwrap().remove("vendor_hint");
+                e.as_object_mut().unwrap().remove("agui-gateway");
                 if let Some(input) = e.get_mut("input").and_then(Value::as_object_mut) {
                     for list in ["tools", "context", "resume"] {
                         input.entry(list).or_insert(json!([]));
