@@ -19,7 +19,7 @@ use super::{Entry, Inner, Thread};
 use crate::protocol::event::run_error;
 use crate::protocol::fold::RunStatus;
 use crate::protocol::hooks::{EventFilter, RunInput, ViewerVisibility};
-use crate::protocol::interrupts::InterruptNormalizer;
+use crate::protocol::interrupts::{InterruptNormalizer, is_langgraph};
 use crate::protocol::open::OpenEntities;
 use crate::protocol::{Event, EventType};
 use crate::store::StoreError;
@@ -264,8 +264,14 @@ impl Thread {
                 req.input.set_langgraph_command();
             }
         } else if !pending.is_empty() {
+            // A LangGraph frontend answers with `forwardedProps.command.resume`.
+            let hint = if inner.fold.interrupts().iter().any(is_langgraph) {
+                " (to let LangGraph frontends answer the LangGraph way, configure the agent with interrupts = \"agent\")"
+            } else {
+                ""
+            };
             return Err(RunRefused::Conflict(format!(
-                "the thread has pending interrupts ({}); answer them with resume",
+                "the thread has pending interrupts ({}); answer them with resume{hint}",
                 pending.join(", ")
             )));
         }
