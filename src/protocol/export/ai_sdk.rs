@@ -11,7 +11,8 @@
 //! before it. Tool calls become `tool-<name>` parts whose state says how far
 //! they got: `output-available` / `output-error` once a tool message answers
 //! them, `approval-requested` while a pending interrupt waits on them,
-//! `input-available` otherwise.
+//! `input-available` otherwise. Pending interrupts are also `data-interrupt`
+//! parts of the last answer, as the chat stream sends them.
 //!
 //! The assistant message answering a user message is named after it
 //! ([`answer_id`]), so the chat route can name it before the agent said
@@ -122,23 +123,17 @@ pub fn ui_messages(messages: &[Value], interrupts: &[Value]) -> Vec<Value> {
             }
         }
     }
-    // Interrupts that wait on no tool call: data parts of the last answer.
-    let loose: Vec<&Value> = interrupts
-        .iter()
-        .filter(|i| {
-            !i["toolCallId"]
-                .as_str()
-                .is_some_and(|c| calls.iter().any(|(id, ..)| id == c))
-        })
-        .collect();
-    if !loose.is_empty() {
+    // Every pending interrupt is a data part of the last answer, as the
+    // chat stream sends it: how an `ai` 5 app (no approval state) learns
+    // the interrupt and the tool call it waits on.
+    if let Some(first) = interrupts.first() {
         let answer = open.get_or_insert_with(|| Answer {
             id: (asked.take().map(|u| answer_id(&u)))
-                .unwrap_or_else(|| loose[0]["id"].as_str().unwrap_or("interrupt").to_owned()),
+                .unwrap_or_else(|| first["id"].as_str().unwrap_or("interrupt").to_owned()),
             parts: vec![step()],
             step_called_tools: false,
         });
-        for i in loose {
+        for i in interrupts {
             answer
                 .parts
                 .push(json!({"type": "data-interrupt", "id": i["id"], "data": i}));
@@ -363,6 +358,7 @@ mod tests {
                 {"type": "step-start"},
                 {"type": "text", "text": "done", "state": "done"},
                 {"type": "data-activity", "id": "x1", "data": {"activityType": "plan", "content": {"n": 1}}},
+                {"type": "data-interrupt", "id": "int-c2", "data": {"id": "int-c2", "toolCallId": "c2"}},
             ]})
         );
     }
