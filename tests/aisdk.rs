@@ -90,6 +90,14 @@ fn texts(m: &Value) -> String {
         .join("|")
 }
 
+/// The `tool-<name>` part of the chat's answer, which must have its output.
+fn answered_tool<'a>(v: &'a Value, name: &str) -> &'a Value {
+    let m = answer(v);
+    let p = tool_part(m, name);
+    assert_eq!(p["state"], "output-available", "{m}");
+    p
+}
+
 fn tool_part<'a>(m: &'a Value, name: &str) -> &'a Value {
     m["parts"]
         .as_array()
@@ -205,8 +213,7 @@ async fn demo_agent_through_the_ai_sdk_chat_with_approval_and_a_websocket_viewer
     )
     .await;
     let m = answer(&v);
-    let transfer = tool_part(m, "transfer_funds");
-    assert_eq!(transfer["state"], "output-available", "{m}");
+    let transfer = answered_tool(&v, "transfer_funds");
     assert_eq!(transfer["output"], "transfer executed");
     assert_eq!(transfer["approval"]["approved"], true);
     assert!(
@@ -268,27 +275,24 @@ async fn pydantic_ai_agents_through_the_ai_sdk_chat() {
     assert_eq!(comparable(&exported["messages"][1]), comparable(m));
 
     let (_py2, gw2) = agent_behind_gateway("pydantic_approval_agent.py", "agent", "bank", "").await;
-    let v = ai_chat(&gw2, "bank", json!({}), "pay-1", "approve", "pay acct-9").await;
-    let m = answer(&v);
-    let transfer = tool_part(m, "transfer");
-    assert_eq!(transfer["state"], "output-available", "{m}");
-    assert_eq!(transfer["output"], "sent 500 to acct-9");
-    assert_eq!(texts(m), "Transfer result: sent 500 to acct-9");
-    // `ai` 5 answers the same approval with a tool output.
-    let v = ai_chat_with(
-        AI5,
-        &gw2,
-        "bank",
-        json!({}),
-        "pay-5",
-        "approve",
-        "pay acct-9",
-    )
-    .await;
-    let m = answer(&v);
-    let transfer = tool_part(m, "transfer");
-    assert_eq!(transfer["state"], "output-available", "{m}");
-    assert_eq!(transfer["output"], "sent 500 to acct-9");
+    // Approved with `ai` 7's approval response, and `ai` 5's tool output.
+    for (version, chat) in [(AI7, "pay-7"), (AI5, "pay-5")] {
+        let v = ai_chat_with(
+            version,
+            &gw2,
+            "bank",
+            json!({}),
+            chat,
+            "approve",
+            "pay acct-9",
+        )
+        .await;
+        assert_eq!(
+            answered_tool(&v, "transfer")["output"],
+            "sent 500 to acct-9"
+        );
+        assert_eq!(texts(answer(&v)), "Transfer result: sent 500 to acct-9");
+    }
 }
 
 /// A LangGraph `interrupt()` is not on a tool call: the chat gets it as a
@@ -721,8 +725,7 @@ async fn tool_approvals_work_with_ai_sdk_5_6_and_7() {
         )
         .await;
         let m = answer(&v);
-        let transfer = tool_part(m, "transfer_funds");
-        assert_eq!(transfer["state"], "output-available", "{version:?}: {m}");
+        let transfer = answered_tool(&v, "transfer_funds");
         assert_eq!(transfer["output"], "transfer executed", "{version:?}");
         // Every version learnt the interrupt, with its id and tool call.
         let asked: Vec<&Value> = v["data"]

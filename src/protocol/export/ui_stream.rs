@@ -97,9 +97,9 @@ impl UiStream {
     fn users(&mut self, messages: Option<&Value>) {
         let messages = messages.and_then(Value::as_array).into_iter().flatten();
         if let Some(id) = messages
+            .rev()
             .filter(|m| m["role"] == "user")
-            .filter_map(|m| m["id"].as_str())
-            .last()
+            .find_map(|m| m["id"].as_str())
         {
             self.last_user = Some(id.to_owned());
         }
