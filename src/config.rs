@@ -608,7 +608,9 @@ pub struct AgentConfig {
     /// What happens to a run when its last viewer leaves.
     #[serde(default)]
     pub on_disconnect: OnDisconnect,
-    /// Which interrupt shapes to recognise: `auto`, `canonical`, `langgraph-legacy`.
+    /// Which interrupt shapes to recognise: `auto`, `canonical`,
+    /// `langgraph-legacy`, or `agent` (the agent's own, untouched: for
+    /// LangGraph/CopilotKit frontends that resume the LangGraph way).
     #[serde(default)]
     pub interrupts: crate::protocol::interrupts::InterruptStyle,
 }

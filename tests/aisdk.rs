@@ -1,10 +1,11 @@
 //! The Vercel AI SDK chat face and the message exports, against the real
-//! libraries: npm `ai` 7.0.173 (`AbstractChat` + `DefaultChatTransport`,
-//! driven by `tests/interop/aisdk_chat.mjs`) on the chat route for the demo
-//! agent, for pydantic-ai agents (a tool-calling one and one whose tool
-//! needs approval) and for a LangGraph graph that calls `interrupt()`, a
-//! WebSocket viewer of the same thread, and PyPI
-//! `agentscope` 2.0.11 loading the AgentScope export.
+//! libraries: npm `ai` 7.0.173, 6.0.325 and 5.0.277 (`AbstractChat` +
+//! `DefaultChatTransport`, driven by `tests/interop/aisdk_chat.mjs`; each
+//! version's `convertToModelMessages` by `tests/interop/aisdk_convert.mjs`)
+//! on the chat route for the demo agent, for pydantic-ai agents (a
+//! tool-calling one and one whose tool needs approval) and for a LangGraph
+//! graph that calls `interrupt()`, a WebSocket viewer of the same thread,
+//! and PyPI `agentscope` 2.0.11 loading the AgentScope export.
 
 mod common;
 
@@ -19,7 +20,14 @@ fn chat_url(gw: &Gateway, agent: &str) -> String {
     gw.url(&format!("/v1/agents/{agent}/chat"))
 }
 
-/// Runs the AI SDK client script; returns what the chat ended with.
+/// The `ai` 7 client, saying so (it gets tool approval requests).
+const AI7: &[(&str, &str)] = &[("AI_PACKAGE", "ai"), ("AI_SDK_VERSION", "7")];
+/// The `ai` 6 client, saying so.
+const AI6: &[(&str, &str)] = &[("AI_PACKAGE", "ai6"), ("AI_SDK_VERSION", "6")];
+/// The `ai` 5 client, as an app sets it up: nothing says which version.
+const AI5: &[(&str, &str)] = &[("AI_PACKAGE", "ai5")];
+
+/// Runs the AI SDK 7 client script; returns what the chat ended with.
 async fn ai_chat(
     gw: &Gateway,
     agent: &str,
@@ -28,9 +36,23 @@ async fn ai_chat(
     scenario: &str,
     text: &str,
 ) -> Value {
-    let v = node_client(
+    ai_chat_with(AI7, gw, agent, claims, chat, scenario, text).await
+}
+
+/// [`ai_chat`] with the client `version` (package and header) given.
+async fn ai_chat_with(
+    version: &[(&str, &str)],
+    gw: &Gateway,
+    agent: &str,
+    claims: Value,
+    chat: &str,
+    scenario: &str,
+    text: &str,
+) -> Value {
+    let v = node_client_env(
         "aisdk_chat.mjs",
         &[&chat_url(gw, agent), &token(claims), chat, scenario, text],
+        version,
     )
     .await;
     assert!(
@@ -68,6 +90,14 @@ fn texts(m: &Value) -> String {
         .join("|")
 }
 
+/// The `tool-<name>` part of the chat's answer, which must have its output.
+fn answered_tool<'a>(v: &'a Value, name: &str) -> &'a Value {
+    let m = answer(v);
+    let p = tool_part(m, name);
+    assert_eq!(p["state"], "output-available", "{m}");
+    p
+}
+
 fn tool_part<'a>(m: &'a Value, name: &str) -> &'a Value {
     m["parts"]
         .as_array()
@@ -87,8 +117,8 @@ async fn export(gw: &Gateway, claims: Value, thread: &str, format: &str) -> (u16
     (resp.status().as_u16(), resp.json().await.unwrap())
 }
 
-/// The parts both the live chat and the export hold (text, reasoning, tool
-/// parts' call/state/input/output), to compare them.
+/// The parts both the live chat and the export hold (steps, text,
+/// reasoning, tool parts' call/state/input/output), to compare them.
 fn comparable(m: &Value) -> Vec<Value> {
     m["parts"]
         .as_array()
@@ -96,7 +126,9 @@ fn comparable(m: &Value) -> Vec<Value> {
         .iter()
         .filter_map(|p| {
             let t = p["type"].as_str().unwrap();
-            if t == "text" || t == "reasoning" {
+            if t == "step-start" {
+                Some(json!({"type": t}))
+            } else if t == "text" || t == "reasoning" {
                 Some(json!({"type": t, "text": p["text"]}))
             } else if t.starts_with("tool-") {
                 Some(
@@ -124,6 +156,7 @@ async fn demo_agent_through_the_ai_sdk_chat_with_approval_and_a_websocket_viewer
             "data-state",
             "reasoning",
             "tool-lookup",
+            "step-start",
             "text"
         ],
         "{m}"
@@ -156,6 +189,7 @@ async fn demo_agent_through_the_ai_sdk_chat_with_approval_and_a_websocket_viewer
         ui[0]["id"], v["messages"][0]["id"],
         "the client's message id is kept"
     );
+    assert_eq!(ui[1]["id"], m["id"], "the answer's id is the chat's");
     assert_eq!(comparable(&ui[1]), comparable(m));
 
     // A WebSocket viewer of the thread sees the next runs as AG-UI events.
@@ -179,8 +213,7 @@ async fn demo_agent_through_the_ai_sdk_chat_with_approval_and_a_websocket_viewer
     )
     .await;
     let m = answer(&v);
-    let transfer = tool_part(m, "transfer_funds");
-    assert_eq!(transfer["state"], "output-available", "{m}");
+    let transfer = answered_tool(&v, "transfer_funds");
     assert_eq!(transfer["output"], "transfer executed");
     assert_eq!(transfer["approval"]["approved"], true);
     assert!(
@@ -242,12 +275,24 @@ async fn pydantic_ai_agents_through_the_ai_sdk_chat() {
     assert_eq!(comparable(&exported["messages"][1]), comparable(m));
 
     let (_py2, gw2) = agent_behind_gateway("pydantic_approval_agent.py", "agent", "bank", "").await;
-    let v = ai_chat(&gw2, "bank", json!({}), "pay-1", "approve", "pay acct-9").await;
-    let m = answer(&v);
-    let transfer = tool_part(m, "transfer");
-    assert_eq!(transfer["state"], "output-available", "{m}");
-    assert_eq!(transfer["output"], "sent 500 to acct-9");
-    assert_eq!(texts(m), "Transfer result: sent 500 to acct-9");
+    // Approved with `ai` 7's approval response, and `ai` 5's tool output.
+    for (version, chat) in [(AI7, "pay-7"), (AI5, "pay-5")] {
+        let v = ai_chat_with(
+            version,
+            &gw2,
+            "bank",
+            json!({}),
+            chat,
+            "approve",
+            "pay acct-9",
+        )
+        .await;
+        assert_eq!(
+            answered_tool(&v, "transfer")["output"],
+            "sent 500 to acct-9"
+        );
+        assert_eq!(texts(answer(&v)), "Transfer result: sent 500 to acct-9");
+    }
 }
 
 /// A LangGraph `interrupt()` is not on a tool call: the chat gets it as a
@@ -397,9 +442,11 @@ async fn reconnect_replays_the_active_run_and_is_204_otherwise() {
             "data-state",
             "reasoning",
             "tool-lookup",
+            "step-start",
             "text"
         ]
     );
+    assert_eq!(replayed["id"], "u1-answer", "named as the export names it");
     assert_eq!(
         get(stream_url).await.status().as_u16(),
         204,
@@ -645,4 +692,168 @@ async fn exports_follow_policy_and_agentscope_loads_them() {
             "asking"
         );
     }
+}
+
+/// Tool approvals with every major version of the AI SDK: `ai` 5 knows no
+/// approval chunk (one would send the whole chat to error), so by default
+/// an interrupt is a `data-interrupt` part that names the tool call, and
+/// the app answers it the `ai` 5 way, with a tool output; a client that
+/// says it runs 6 or later also gets the SDK's own approval request.
+#[tokio::test]
+async fn tool_approvals_work_with_ai_sdk_5_6_and_7() {
+    let gw = Gateway::start(DEMO).await;
+    let olga = json!({"sub": "olga"});
+    let ai7_unsaid: &[(&str, &str)] = &[("AI_PACKAGE", "ai")];
+    // A plain turn with a tool call: `ai` 5's `sendAutomaticallyWhen:
+    // lastAssistantMessageIsCompleteWithToolCalls` must not send it back
+    // (the answer after the tool result is a step of its own).
+    let v = ai_chat_with(AI5, &gw, "demo", olga.clone(), "plain-5", "send", "hello").await;
+    assert_eq!(v["messages"].as_array().unwrap().len(), 2, "{v}");
+    for (n, (version, native)) in [(AI5, false), (AI6, true), (AI7, true), (ai7_unsaid, false)]
+        .into_iter()
+        .enumerate()
+    {
+        let chat = format!("pay-{n}");
+        let v = ai_chat_with(
+            version,
+            &gw,
+            "demo",
+            olga.clone(),
+            &chat,
+            "approve",
+            "please transfer",
+        )
+        .await;
+        let m = answer(&v);
+        let transfer = answered_tool(&v, "transfer_funds");
+        assert_eq!(transfer["output"], "transfer executed", "{version:?}");
+        // Every version learnt the interrupt, with its id and tool call.
+        let asked: Vec<&Value> = v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["type"] == "data-interrupt")
+            .collect();
+        assert_eq!(asked.len(), 1, "{version:?}: {v}");
+        assert_eq!(asked[0]["data"]["toolCallId"], transfer["toolCallId"]);
+        let interrupt = asked[0]["id"].as_str().unwrap();
+        assert!(interrupt.starts_with("int-"), "{interrupt}");
+        if native {
+            assert_eq!(transfer["approval"]["id"], interrupt, "{version:?}");
+            assert_eq!(transfer["approval"]["approved"], true);
+        } else {
+            assert!(transfer.get("approval").is_none(), "{version:?}: {m}");
+        }
+        assert!(
+            texts(m).starts_with("This needs your approval first.|Done: the transfer"),
+            "{version:?}: {m}"
+        );
+        // The resume the agent got carries the answer.
+        let (_, exported) = export(&gw, olga.clone(), &chat, "ag-ui").await;
+        let said = exported.to_string();
+        assert!(said.contains("transfer executed"), "{exported}");
+    }
+    // Denied the `ai` 5 way: the agent is told so.
+    let v = ai_chat_with(
+        AI5,
+        &gw,
+        "demo",
+        olga.clone(),
+        "pay-no",
+        "deny",
+        "transfer it",
+    )
+    .await;
+    let m = answer(&v);
+    assert_eq!(
+        tool_part(m, "transfer_funds")["output"],
+        "transfer declined by user"
+    );
+    assert!(texts(m).ends_with("Understood, I did not make the transfer."));
+    // A version that is not one.
+    let resp = http()
+        .post(chat_url(&gw, "demo"))
+        .bearer_auth(token(olga))
+        .header("x-ai-sdk-version", "latest")
+        .json(&json!({"id": "v", "messages": [{"id": "u", "role": "user", "parts": [{"type": "text", "text": "x"}]}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 400);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "invalid", "{body}");
+}
+
+/// An app reloading a conversation from the `ai-sdk` export and converting
+/// it with the SDK's own `convertToModelMessages` (5, 6 and 7) gets the
+/// model messages in the order they happened: the tool call, its result,
+/// then what the agent said about it.
+#[tokio::test]
+async fn an_ai_sdk_export_converts_to_model_messages_in_order_with_ai_5_6_and_7() {
+    let gw = Gateway::start(DEMO).await;
+    let olga = json!({"sub": "olga"});
+    // The chat request as the transport sends it; the stream names the answer.
+    let resp = http()
+        .post(chat_url(&gw, "demo"))
+        .bearer_auth(token(olga.clone()))
+        .json(
+            &json!({"id": "conv-1", "trigger": "submit-message", "messages": [
+            {"id": "q1", "role": "user", "parts": [{"type": "text", "text": "hello there"}]}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let stream = resp.text().await.unwrap();
+    let start: Value = serde_json::from_str(sse_data(&stream)[0].as_str()).unwrap();
+    assert_eq!(start["type"], "start", "{stream}");
+    let (_, exported) = export(&gw, olga, "conv-1", "ai-sdk").await;
+    let converted = node_client("aisdk_convert.mjs", &[&exported.to_string()]).await;
+    for version in ["ai5", "ai6", "ai7"] {
+        let model = &converted[version];
+        assert!(model.is_array(), "{version} refused the export: {model}");
+        // (role, content part types) per model message.
+        let shape: Vec<(String, Vec<String>)> = model
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                let parts = m["content"].as_array().unwrap();
+                (
+                    m["role"].as_str().unwrap().to_owned(),
+                    parts
+                        .iter()
+                        .map(|p| p["type"].as_str().unwrap().to_owned())
+                        .collect(),
+                )
+            })
+            .collect();
+        let s = |role: &str, parts: &[&str]| {
+            (
+                role.to_owned(),
+                parts.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+            )
+        };
+        assert_eq!(
+            shape,
+            [
+                s("user", &["text"]),
+                s("assistant", &["reasoning", "tool-call"]),
+                s("tool", &["tool-result"]),
+                s("assistant", &["text"]),
+            ],
+            "{version}: {model}"
+        );
+        assert!(
+            model[3]["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("You said \"hello there\""),
+            "{version}: {model}"
+        );
+    }
+    // The answer has the same id live and in the export.
+    assert_eq!(
+        exported["messages"][1]["id"], start["messageId"],
+        "{stream}"
+    );
 }

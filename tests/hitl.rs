@@ -207,6 +207,82 @@ async fn langgraph_legacy_interrupt_is_canonical_and_resumes_the_graph() {
     assert_eq!(last_event(&frames)["type"], "RUN_FINISHED");
 }
 
+/// LangGraph/CopilotKit frontends answer an `interrupt()` the LangGraph way:
+/// a new message plus `forwardedProps.command.resume`, no `resume` entries.
+/// With canonical outcomes (the default) the stock `@ag-ui/client` holds
+/// the interrupt the gateway made of `on_interrupt` and refuses that run;
+/// with `interrupts = "agent"` it sees what the graph sent, as it would
+/// directly, and the graph resumes.
+#[tokio::test]
+async fn langgraph_frontends_resume_the_langgraph_way_with_agent_interrupts() {
+    let mut py = PyAgent::start("langgraph_agent.py").await;
+    let url = py.url("agent");
+    let config =
+        |mode: &str| format!("[[agents]]\nid = \"lg\"\nurl = \"{url}\"\ninterrupts = \"{mode}\"\n");
+    let t = token(json!({}));
+
+    // Canonical: the client holds the gateway's interrupt and refuses.
+    let gw = Gateway::start(&config("auto")).await;
+    let v = node_client("langgraph_resume.mjs", &[&gw.run_url("lg"), &t, "lg-canon"]).await;
+    assert!(v["first"]["error"].is_null(), "{v:#}");
+    assert_eq!(
+        v["first"]["pendingInterrupts"][0]["id"], "lg-lg-canon-1-1",
+        "{v:#}"
+    );
+    let refused = v["second"]["error"].as_str().unwrap_or_default();
+    assert!(refused.contains("lg-lg-canon-1-1"), "{v:#}");
+    assert_eq!(v["second"]["events"], json!([]), "never sent: {v:#}");
+    py.proc.expect_line("forwarded ").await; // only the first run reached it
+    // A client that sends it anyway is told why, and what to configure.
+    let (status, body) = post_run(
+        &gw.run_url("lg"),
+        &t,
+        &json!({"threadId": "lg-canon", "runId": "lg-canon-3", "tools": [], "context": [],
+                "messages": [{"id": "u2", "role": "user", "content": "yes"}],
+                "forwardedProps": {"command": {"resume": {"approved": true}}}}),
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    let message = serde_json::from_str::<Value>(&body).unwrap()["error"]["message"].clone();
+    assert!(
+        message.as_str().unwrap().contains("interrupts = \"agent\""),
+        "{body}"
+    );
+
+    // Agent: the graph's own interrupt passes untouched; the LangGraph way
+    // resumes it.
+    let gw = Gateway::start(&config("agent")).await;
+    let v = node_client("langgraph_resume.mjs", &[&gw.run_url("lg"), &t, "lg-own"]).await;
+    let first = &v["first"];
+    assert!(first["error"].is_null(), "{v:#}");
+    assert_eq!(first["pendingInterrupts"], json!([]), "{v:#}");
+    let kinds: Vec<&str> = first["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(kinds.contains(&"CUSTOM:on_interrupt"), "{kinds:?}");
+    assert!(v["second"]["error"].is_null(), "{v:#}");
+    py.proc.expect_line("forwarded ").await; // the first run's
+    let resumed: Value =
+        serde_json::from_str(&py.proc.expect_line("forwarded ").await["forwarded ".len()..])
+            .unwrap();
+    assert_eq!(resumed["command"]["resume"], json!({"approved": true}));
+    let said: Vec<&Value> = v["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["content"])
+        .collect();
+    assert!(said.contains(&&json!("Sent.")), "the graph resumed: {v:#}");
+    // The thread holds no interrupt the agent did not send, and the answer.
+    let snap = json_of(http().get(gw.url("/v1/threads/lg-own")).bearer_auth(&t)).await;
+    assert_eq!(snap["interrupts"], json!([]), "{snap:#}");
+    assert_eq!(snap["run"]["status"], "finished", "{snap:#}");
+    assert!(snap.to_string().contains("Sent."), "{snap:#}");
+}
+
 #[tokio::test]
 async fn draft_shape_interrupt_is_normalized_and_answered() {
     let (_py, gw) = agent_behind_gateway("scripted_agent.py", "draft-interrupt", "draft", "").await;

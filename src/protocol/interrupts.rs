@@ -13,6 +13,14 @@
 //! `metadata`), and interrupts converted from LangGraph's form are marked in
 //! `metadata["agui-gateway"].source` so a resume can also answer the way that
 //! agent understands (`forwardedProps.command.resume`).
+//!
+//! An outcome the agent never sent changes what a client does, though: the
+//! stock `@ag-ui/client` then holds `pendingInterrupts` and refuses any run
+//! that does not answer them with `resume` — so a LangGraph/CopilotKit
+//! frontend, which answers with a new message plus
+//! `forwardedProps.command.resume`, works against the agent directly and
+//! fails behind the gateway. Such an agent is configured
+//! [`InterruptStyle::Agent`]: its interrupts pass through as it sent them.
 
 use super::event::{Event, EventType};
 use serde::Deserialize;
@@ -27,10 +35,22 @@ pub enum InterruptStyle {
     /// All three shapes.
     #[default]
     Auto,
-    /// Only canonical 1.0; nothing is rewritten.
+    /// Only canonical 1.0; nothing is rewritten (what `agent` does).
     Canonical,
     /// Canonical, plus LangGraph's `CUSTOM on_interrupt`.
     LanggraphLegacy,
+    /// The agent's own interrupts, untouched: nothing is rewritten, and
+    /// only an outcome the agent itself sent in the canonical form pauses
+    /// the thread. For LangGraph/CopilotKit frontends that resume the
+    /// LangGraph way (a message plus `forwardedProps.command.resume`).
+    Agent,
+}
+
+impl InterruptStyle {
+    /// Whether the agent's interrupts are rewritten into canonical ones.
+    fn rewrites(self) -> bool {
+        !matches!(self, InterruptStyle::Canonical | InterruptStyle::Agent)
+    }
 }
 
 /// Marker source for interrupts converted from LangGraph's custom event.
@@ -57,8 +77,7 @@ impl InterruptNormalizer {
     pub fn apply(&mut self, event: &Event) -> Option<Event> {
         match event.kind() {
             EventType::Custom
-                if self.style != InterruptStyle::Canonical
-                    && event.str_field("name") == Some("on_interrupt") =>
+                if self.style.rewrites() && event.str_field("name") == Some("on_interrupt") =>
             {
                 let value = match event.get("value") {
                     Some(Value::String(s)) => {
@@ -232,17 +251,13 @@ mod tests {
         assert_eq!(i["message"], "Send it?");
         assert_eq!(i["metadata"]["value"]["action"], "send_email");
         assert!(is_langgraph(i));
-        assert_eq!(
-            run(
-                InterruptStyle::Canonical,
-                &[
-                    json!({"type":"CUSTOM","name":"on_interrupt","value":"{}"}),
-                    json!({"type":"RUN_FINISHED","threadId":"t","runId":"r"})
-                ]
-            )[1]
-            .get("outcome"),
-            None
-        );
+        for untouched in [InterruptStyle::Canonical, InterruptStyle::Agent] {
+            let events = [
+                json!({"type":"CUSTOM","name":"on_interrupt","value":"{}"}),
+                json!({"type":"RUN_FINISHED","threadId":"t","runId":"r"}),
+            ];
+            assert_eq!(run(untouched, &events), events, "{untouched:?}");
+        }
     }
 
     #[test]

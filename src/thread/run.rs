@@ -20,7 +20,7 @@ use crate::protocol::authorship::stamp_run_started;
 use crate::protocol::event::run_error;
 use crate::protocol::fold::RunStatus;
 use crate::protocol::hooks::{EventFilter, RunInput, SeenBy, ViewerVisibility};
-use crate::protocol::interrupts::InterruptNormalizer;
+use crate::protocol::interrupts::{InterruptNormalizer, is_langgraph};
 use crate::protocol::open::OpenEntities;
 use crate::protocol::{Event, EventType};
 use crate::store::StoreError;
@@ -265,8 +265,14 @@ impl Thread {
                 req.input.set_langgraph_command();
             }
         } else if !pending.is_empty() {
+            // A LangGraph frontend answers with `forwardedProps.command.resume`.
+            let hint = if inner.fold.interrupts().iter().any(is_langgraph) {
+                " (to let LangGraph frontends answer the LangGraph way, configure the agent with interrupts = \"agent\")"
+            } else {
+                ""
+            };
             return Err(RunRefused::Conflict(format!(
-                "the thread has pending interrupts ({}); answer them with resume",
+                "the thread has pending interrupts ({}); answer them with resume{hint}",
                 pending.join(", ")
             )));
         }

@@ -5,10 +5,18 @@
 // line: the chat's messages, status, error, and the data parts it saw.
 //
 // usage: node aisdk_chat.mjs <chat api url> <token> <chatId> <scenario> <text>
+// environment:
+//   AI_PACKAGE     — which `ai` to load: `ai5`, `ai6` (npm aliases of ai@5
+//                    and ai@6 in package.json) or `ai` (7, the default)
+//   AI_SDK_VERSION — sent as the `x-ai-sdk-version` header when set (how a
+//                    client of `ai` 6+ asks for tool approval requests)
 // scenario:
 //   send      — sendMessage(text) and wait until the chat is ready
-//   approve   — send; answer the first tool approval request (approved when
-//               <text> contains "transfer"), let the chat send the answer
+//   approve   — send; answer the first interrupt on a tool call: with
+//               `addToolApprovalResponse` when the chat shows an approval
+//               request (`ai` 6+), else — the `ai` 5 way — with
+//               `addToolOutput({approved: true})` on the tool call the
+//               `data-interrupt` part names; let the chat send the answer
 //               automatically and wait for the continued response
 //   deny      — same, denied
 //   answer    — send; answer the first `data-interrupt` part (an interrupt
@@ -16,13 +24,17 @@
 //               `{approved: true}` in the request body's `resume`, the way
 //               docs/ai-sdk.md tells a client to, and wait for the answer
 //   reconnect — a fresh chat with this id calls resumeStream()
-import {
+const pkg = process.env.AI_PACKAGE || "ai";
+const {
   AbstractChat,
   DefaultChatTransport,
   lastAssistantMessageIsCompleteWithApprovalResponses,
-} from "ai";
+  lastAssistantMessageIsCompleteWithToolCalls,
+} = await import(pkg);
 
 const [api, token, chatId, scenario, text] = process.argv.slice(2);
+const headers = { Authorization: `Bearer ${token}` };
+if (process.env.AI_SDK_VERSION) headers["x-ai-sdk-version"] = process.env.AI_SDK_VERSION;
 
 class State {
   constructor() {
@@ -56,11 +68,12 @@ const data = [];
 const errors = [];
 const chat = new HeadlessChat({
   id: chatId,
-  transport: new DefaultChatTransport({
-    api,
-    headers: { Authorization: `Bearer ${token}` },
-  }),
-  sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses,
+  transport: new DefaultChatTransport({ api, headers }),
+  // What an app of each version sets: tool outputs the client added (all
+  // versions), approval responses (6+).
+  sendAutomaticallyWhen: (o) =>
+    lastAssistantMessageIsCompleteWithToolCalls(o) ||
+    (lastAssistantMessageIsCompleteWithApprovalResponses?.(o) ?? false),
   onData: (part) => data.push(part),
   onError: (e) => errors.push(String(e && e.message ? e.message : e)),
 });
@@ -84,12 +97,22 @@ if (scenario === "reconnect") {
   await chat.sendMessage({ text });
   await settled();
   if (scenario === "approve" || scenario === "deny") {
-    const asking = toolParts().find((p) => p.state === "approval-requested");
-    if (!asking) throw new Error("no approval request: " + JSON.stringify(chat.messages));
-    await chat.addToolApprovalResponse({
-      id: asking.approval.id,
-      approved: scenario === "approve",
-    });
+    const approved = scenario === "approve";
+    let asking = toolParts().find((p) => p.state === "approval-requested");
+    if (asking) {
+      await chat.addToolApprovalResponse({ id: asking.approval.id, approved });
+    } else {
+      const interrupt = data.find((p) => p.type === "data-interrupt" && p.data.toolCallId);
+      if (!interrupt) throw new Error("no interrupt on a tool call: " + JSON.stringify(chat.messages));
+      asking = toolParts().find((p) => p.toolCallId === interrupt.data.toolCallId);
+      if (!asking || asking.state !== "input-available")
+        throw new Error("no tool call waiting: " + JSON.stringify(chat.messages));
+      await chat.addToolOutput({
+        tool: asking.type.slice("tool-".length),
+        toolCallId: asking.toolCallId,
+        output: { approved },
+      });
+    }
     await settled(() =>
       toolParts().some(
         (p) => p.toolCallId === asking.toolCallId && p.state.startsWith("output-"),

@@ -1,20 +1,43 @@
-//! AG-UI messages ↔ Vercel AI SDK `UIMessage` (package `ai` 7.x).
+//! AG-UI messages ↔ Vercel AI SDK `UIMessage` (packages `ai` 5, 6 and 7).
 //!
 //! Export: user messages stay user messages (text parts, file parts for
 //! media); system and developer messages become `system`; every run of
 //! consecutive assistant, reasoning, tool and activity messages becomes ONE
 //! assistant `UIMessage` (the AI SDK's shape: one message per response, its
-//! steps as parts), opening with a `step-start` part. Tool calls become
-//! `tool-<name>` parts whose state says how far they got: `output-available`
-//! / `output-error` once a tool message answers them, `approval-requested`
-//! while a pending interrupt waits on them, `input-available` otherwise.
+//! steps as parts). Each step (one model call: what the agent said and the
+//! tools it called, whose results follow) opens with a `step-start` part —
+//! the SDK's `convertToModelMessages` splits a message at those, and
+//! without them an answer written after a tool result would be placed
+//! before it. Tool calls become `tool-<name>` parts whose state says how far
+//! they got: `output-available` / `output-error` once a tool message answers
+//! them, `approval-requested` while a pending interrupt waits on them,
+//! `input-available` otherwise. Pending interrupts are also `data-interrupt`
+//! parts of the last answer, as the chat stream sends them.
+//!
+//! The assistant message answering a user message is named after it
+//! ([`answer_id`]), so the chat route can name it before the agent said
+//! anything and the live chat and the export agree on its id.
 //!
 //! Import (the chat route): the newest `UIMessage` of a chat request becomes
-//! the AG-UI user message of the run, or — for an assistant message whose
-//! tool parts carry approval answers — the run's `resume` entries.
+//! the AG-UI user message of the run, or — for an assistant message that
+//! answers pending interrupts (approval responses of `ai` 6+, or tool
+//! outputs the client added, as `ai` 5 answers) — the run's `resume` entries.
 
 use super::{content_text, interrupt_for_call, media, parse_args, tool_calls};
 use serde_json::{Map, Value, json};
+
+/// The id of the assistant `UIMessage` answering user message `user_id`.
+pub fn answer_id(user_id: &str) -> String {
+    format!("{user_id}-answer")
+}
+
+/// The assistant `UIMessage` being built by [`ui_messages`].
+struct Answer {
+    id: String,
+    parts: Vec<Value>,
+    /// The current step called tools: what the agent says next is a new step.
+    step_called_tools: bool,
+}
 
 /// The conversation `messages` (AG-UI, as folded) as AI SDK `UIMessage`s;
 /// `interrupts` are the thread's pending ones.
@@ -22,19 +45,22 @@ pub fn ui_messages(messages: &[Value], interrupts: &[Value]) -> Vec<Value> {
     let calls = tool_calls(messages);
     let results: Vec<&Value> = messages.iter().filter(|m| m["role"] == "tool").collect();
     let mut out: Vec<Value> = Vec::new();
-    // The assistant message being built and its parts.
-    let mut open: Option<(String, Vec<Value>)> = None;
-    let close = |open: &mut Option<(String, Vec<Value>)>, out: &mut Vec<Value>| {
-        if let Some((id, parts)) = open.take() {
-            out.push(json!({"id": id, "role": "assistant", "parts": parts}));
+    let mut open: Option<Answer> = None;
+    // The user message the next assistant message answers (named after it).
+    let mut asked: Option<String> = None;
+    let close = |open: &mut Option<Answer>, out: &mut Vec<Value>| {
+        if let Some(a) = open.take() {
+            out.push(json!({"id": a.id, "role": "assistant", "parts": a.parts}));
         }
     };
+    let step = || json!({"type": "step-start"});
     for m in messages {
         let id = m["id"].as_str().unwrap_or_default().to_owned();
         match m["role"].as_str().unwrap_or_default() {
             "user" => {
                 close(&mut open, &mut out);
                 out.push(json!({"id": id, "role": "user", "parts": user_parts(&m["content"])}));
+                asked = Some(id);
             }
             role @ ("system" | "developer") => {
                 close(&mut open, &mut out);
@@ -46,9 +72,16 @@ pub fn ui_messages(messages: &[Value], interrupts: &[Value]) -> Vec<Value> {
                 out.push(msg);
             }
             role => {
-                let parts = &mut open
-                    .get_or_insert_with(|| (id.clone(), vec![json!({"type": "step-start"})]))
-                    .1;
+                let answer = open.get_or_insert_with(|| Answer {
+                    id: asked.take().map(|u| answer_id(&u)).unwrap_or(id.clone()),
+                    parts: vec![step()],
+                    step_called_tools: false,
+                });
+                if matches!(role, "reasoning" | "assistant") && answer.step_called_tools {
+                    answer.parts.push(step());
+                    answer.step_called_tools = false;
+                }
+                let parts = &mut answer.parts;
                 match role {
                     "reasoning" => {
                         let mut p = json!({"type": "reasoning",
@@ -70,6 +103,7 @@ pub fn ui_messages(messages: &[Value], interrupts: &[Value]) -> Vec<Value> {
                             .flatten()
                         {
                             parts.push(tool_part(c, &results, interrupts));
+                            answer.step_called_tools = true;
                         }
                     }
                     "tool" => {
@@ -89,24 +123,20 @@ pub fn ui_messages(messages: &[Value], interrupts: &[Value]) -> Vec<Value> {
             }
         }
     }
-    // Interrupts that wait on no tool call: data parts of the last answer.
-    let loose: Vec<&Value> = interrupts
-        .iter()
-        .filter(|i| {
-            !i["toolCallId"]
-                .as_str()
-                .is_some_and(|c| calls.iter().any(|(id, ..)| id == c))
-        })
-        .collect();
-    if !loose.is_empty() {
-        let parts = &mut open
-            .get_or_insert_with(|| {
-                let id = loose[0]["id"].as_str().unwrap_or("interrupt").to_owned();
-                (id, vec![json!({"type": "step-start"})])
-            })
-            .1;
-        for i in loose {
-            parts.push(json!({"type": "data-interrupt", "id": i["id"], "data": i}));
+    // Every pending interrupt is a data part of the last answer, as the
+    // chat stream sends it: how an `ai` 5 app (no approval state) learns
+    // the interrupt and the tool call it waits on.
+    if let Some(first) = interrupts.first() {
+        let answer = open.get_or_insert_with(|| Answer {
+            id: (asked.take().map(|u| answer_id(&u)))
+                .unwrap_or_else(|| first["id"].as_str().unwrap_or("interrupt").to_owned()),
+            parts: vec![step()],
+            step_called_tools: false,
+        });
+        for i in interrupts {
+            answer
+                .parts
+                .push(json!({"type": "data-interrupt", "id": i["id"], "data": i}));
         }
     }
     close(&mut open, &mut out);
@@ -178,8 +208,9 @@ pub enum ChatTurn {
     Approvals(Vec<Value>),
 }
 
-/// Reads the newest `UIMessage` of a chat request.
-pub fn chat_turn(message: &Value) -> Result<ChatTurn, String> {
+/// Reads the newest `UIMessage` of a chat request; `pending` are the
+/// thread's pending interrupts (which tool outputs answer one).
+pub fn chat_turn(message: &Value, pending: &[Value]) -> Result<ChatTurn, String> {
     let id = message["id"]
         .as_str()
         .filter(|s| !s.is_empty())
@@ -190,9 +221,9 @@ pub fn chat_turn(message: &Value) -> Result<ChatTurn, String> {
     match message["role"].as_str() {
         Some("user") => Ok(ChatTurn::User(user_message(id, parts)?)),
         Some("assistant") => {
-            let answers = approvals(parts);
+            let answers = approvals(parts, pending);
             if answers.is_empty() {
-                Err("the last message is an assistant message without approval answers; send a user message".into())
+                Err("the last message is an assistant message answering no pending interrupt (no approval response, no tool output for a call an interrupt waits on); send a user message".into())
             } else {
                 Ok(ChatTurn::Approvals(answers))
             }
@@ -261,21 +292,31 @@ fn file_part(p: &Value) -> Option<Value> {
     Some(Value::Object(part))
 }
 
-/// Resume entries for the approval answers among an assistant message's
-/// tool parts (`state: "approval-responded"`): the approval id is the
-/// interrupt id, the answer `{approved, reason?}` its payload.
-fn approvals(parts: &[Value]) -> Vec<Value> {
+/// Resume entries for the answers among an assistant message's tool parts:
+/// - `state: "approval-responded"` (`ai` 6+, `addToolApprovalResponse`):
+///   the approval id is the interrupt id, `{approved, reason?}` its payload;
+/// - `state: "output-available"` on a call a `pending` interrupt waits on
+///   (`ai` 5 has no approvals: its apps answer with `addToolResult`): the
+///   output is the payload. Outputs of calls no pending interrupt waits on
+///   are the agent's own results, already in the thread.
+fn approvals(parts: &[Value], pending: &[Value]) -> Vec<Value> {
     parts
         .iter()
-        .filter(|p| p["state"] == "approval-responded")
-        .filter_map(|p| {
-            let approval = p.get("approval")?;
-            let id = approval["id"].as_str()?;
-            let mut payload = json!({"approved": approval["approved"].as_bool()?});
-            if let Some(reason) = approval["reason"].as_str() {
-                payload["reason"] = reason.into();
+        .filter_map(|p| match p["state"].as_str()? {
+            "approval-responded" => {
+                let approval = p.get("approval")?;
+                let id = approval["id"].as_str()?;
+                let mut payload = json!({"approved": approval["approved"].as_bool()?});
+                if let Some(reason) = approval["reason"].as_str() {
+                    payload["reason"] = reason.into();
+                }
+                Some(json!({"interruptId": id, "status": "resolved", "payload": payload}))
             }
-            Some(json!({"interruptId": id, "status": "resolved", "payload": payload}))
+            "output-available" => {
+                let id = interrupt_for_call(pending, p["toolCallId"].as_str()?)?;
+                Some(json!({"interruptId": id, "status": "resolved", "payload": p["output"]}))
+            }
+            _ => None,
         })
         .collect()
 }
@@ -307,14 +348,17 @@ mod tests {
         );
         assert_eq!(
             ui[1],
-            json!({"id": "r1", "role": "assistant", "parts": [
+            json!({"id": "u1-answer", "role": "assistant", "parts": [
                 {"type": "step-start"},
                 {"type": "reasoning", "text": "think", "state": "done"},
                 {"type": "tool-lookup", "toolCallId": "c1", "state": "output-available", "input": {"q": 1}, "output": "found"},
                 {"type": "tool-transfer", "toolCallId": "c2", "state": "approval-requested", "input": {}, "approval": {"id": "int-c2"}},
                 {"type": "tool-fail", "toolCallId": "c3", "state": "output-error", "input": "oops", "errorText": "boom"},
+                // What the agent says after the tools ran is the next step.
+                {"type": "step-start"},
                 {"type": "text", "text": "done", "state": "done"},
                 {"type": "data-activity", "id": "x1", "data": {"activityType": "plan", "content": {"n": 1}}},
+                {"type": "data-interrupt", "id": "int-c2", "data": {"id": "int-c2", "toolCallId": "c2"}},
             ]})
         );
     }
@@ -341,7 +385,7 @@ mod tests {
             json!({"type": "file", "mediaType": "application/pdf", "url": "https://x/y.pdf"})
         );
         assert_eq!(parts[3]["filename"], "a.wav");
-        let back = chat_turn(&json!({"id": "u", "role": "user", "parts": parts})).unwrap();
+        let back = chat_turn(&json!({"id": "u", "role": "user", "parts": parts}), &[]).unwrap();
         let ChatTurn::User(m) = back else {
             panic!("user")
         };
@@ -357,19 +401,33 @@ mod tests {
     fn chat_turns() {
         let user = json!({"id": "m1", "role": "user", "parts": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]});
         assert_eq!(
-            chat_turn(&user).unwrap(),
+            chat_turn(&user, &[]).unwrap(),
             ChatTurn::User(json!({"id": "m1", "role": "user", "content": "ab"}))
         );
         let answer = json!({"id": "a", "role": "assistant", "parts": [
             {"type": "tool-transfer", "toolCallId": "c", "state": "approval-responded",
              "input": {}, "approval": {"id": "int-c", "approved": false, "reason": "no"}}]});
         assert_eq!(
-            chat_turn(&answer).unwrap(),
+            chat_turn(&answer, &[]).unwrap(),
             ChatTurn::Approvals(vec![json!({"interruptId": "int-c", "status": "resolved",
                 "payload": {"approved": false, "reason": "no"}})])
         );
-        assert!(chat_turn(&json!({"id": "a", "role": "assistant", "parts": []})).is_err());
-        assert!(chat_turn(&json!({"role": "user", "parts": []})).is_err());
-        assert!(chat_turn(&json!({"id": "x", "role": "user", "parts": []})).is_err());
+        assert!(chat_turn(&json!({"id": "a", "role": "assistant", "parts": []}), &[]).is_err());
+        assert!(chat_turn(&json!({"role": "user", "parts": []}), &[]).is_err());
+        assert!(chat_turn(&json!({"id": "x", "role": "user", "parts": []}), &[]).is_err());
+        // `ai` 5: a tool output the client added answers the interrupt
+        // waiting on that call; the agent's own results answer nothing.
+        let pending = [json!({"id": "int-c", "toolCallId": "c"})];
+        let added = json!({"id": "a", "role": "assistant", "parts": [
+            {"type": "tool-lookup", "toolCallId": "l", "state": "output-available", "input": {}, "output": "42"},
+            {"type": "data-interrupt", "id": "int-c", "data": pending[0]},
+            {"type": "tool-transfer", "toolCallId": "c", "state": "output-available",
+             "input": {}, "output": {"approved": true}}]});
+        assert_eq!(
+            chat_turn(&added, &pending).unwrap(),
+            ChatTurn::Approvals(vec![json!({"interruptId": "int-c", "status": "resolved",
+                "payload": {"approved": true}})])
+        );
+        assert!(chat_turn(&added, &[]).is_err(), "nothing pending");
     }
 }

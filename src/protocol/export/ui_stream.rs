@@ -1,5 +1,5 @@
 //! AG-UI events → AI SDK UI message stream chunks (protocol `v1`, as read
-//! by `ai` 7.x's `readUIMessageStream` / `Chat`), one event at a time.
+//! by the `Chat` of `ai` 5, 6 and 7), one event at a time.
 //!
 //! One AG-UI run is one assistant response: `start` + `start-step` at
 //! `RUN_STARTED`, then text, reasoning and tool chunks as the events come
@@ -7,9 +7,19 @@
 //! agents send before tool calls, makes no part),
 //! `data-*` parts for what has no AI SDK counterpart (state, activity,
 //! custom and meta events), and at the end `finish-step` + `finish` (or
-//! `error`, or `abort` for a cancelled run). Interrupts that wait on a tool
-//! call become `tool-approval-request` chunks (approval id = interrupt id);
-//! others `data-interrupt` parts.
+//! `error`, or `abort` for a cancelled run). What the agent says after
+//! calling tools is a new step (`finish-step` + `start-step`), as the SDK's
+//! own agents stream it and as the export cuts it
+//! ([`super::ai_sdk::ui_messages`]). The response's message id is the
+//! export's ([`super::ai_sdk::answer_id`] of the user message it answers).
+//!
+//! Every interrupt becomes a `data-interrupt` part (id = interrupt id, data
+//! = the interrupt): the one chunk every version accepts — `ai` 5 fails the
+//! whole chat on a chunk type it does not know, and has no approvals. A
+//! client that says it runs `ai` 6 or later
+//! ([`UiStream::with_approval_requests`]) also gets a
+//! `tool-approval-request` (approval id = interrupt id) for each interrupt
+//! that waits on a tool call of the run.
 //!
 //! Agents that deliver a message whole in `MESSAGES_SNAPSHOT` instead of
 //! streaming it (LangGraph nodes that return an `AIMessage` without a chat
@@ -19,6 +29,7 @@
 //! the run ([`UiStream::before_run_snapshot`], [`UiStream::before_run`]) nor
 //! streamed in it, so history is never sent again.
 
+use super::ai_sdk::answer_id;
 use super::parse_args;
 use crate::protocol::event::{Event, EventType};
 use serde_json::{Value, json};
@@ -45,6 +56,13 @@ pub struct UiStream {
     /// before the run, and those this run streamed. A `MESSAGES_SNAPSHOT`
     /// sends only the text of assistant messages not in here.
     known: HashSet<String>,
+    /// Send `tool-approval-request` chunks (the client runs `ai` 6+).
+    approval_requests: bool,
+    /// The message whose tool calls the current step made, if it made any:
+    /// anything the agent says in another message is the next step.
+    step_tools: Option<String>,
+    /// The newest user message known, which the response answers.
+    last_user: Option<String>,
 }
 
 impl UiStream {
@@ -60,6 +78,30 @@ impl UiStream {
             activities: HashMap::new(),
             texts: Default::default(),
             known: Default::default(),
+            approval_requests: false,
+            step_tools: None,
+            last_user: None,
+        }
+    }
+
+    /// Also sends `tool-approval-request` chunks, which only `ai` 6 and
+    /// later accept (see the module docs).
+    pub fn with_approval_requests(mut self, yes: bool) -> UiStream {
+        self.approval_requests = yes;
+        self
+    }
+
+    /// Notes the user messages among AG-UI `messages`: the newest is the one
+    /// the response answers (its id names the response when the chat route
+    /// did not).
+    fn users(&mut self, messages: Option<&Value>) {
+        let messages = messages.and_then(Value::as_array).into_iter().flatten();
+        if let Some(id) = messages
+            .rev()
+            .filter(|m| m["role"] == "user")
+            .find_map(|m| m["id"].as_str())
+        {
+            self.last_user = Some(id.to_owned());
         }
     }
 
@@ -70,6 +112,7 @@ impl UiStream {
         if let Some(state) = snapshot.get("state") {
             self.state = state.clone();
         }
+        self.users(snapshot.get("messages"));
         self.known_messages(message_ids(snapshot.get("messages")));
     }
 
@@ -96,7 +139,11 @@ impl UiStream {
             EventType::StateSnapshot | EventType::StateDelta => {
                 self.apply_state(event);
             }
-            EventType::MessagesSnapshot => self.known_messages(message_ids(b.get("messages"))),
+            EventType::MessagesSnapshot => {
+                self.users(b.get("messages"));
+                self.known_messages(message_ids(b.get("messages")))
+            }
+            EventType::RunStarted => self.users(event.get("input").and_then(|i| i.get("messages"))),
             _ => self.know(message_of(b)),
         }
     }
@@ -113,23 +160,44 @@ impl UiStream {
         }
         self.started = true;
         let mut start = json!({"type": "start"});
-        if let Some(id) = &self.message_id {
-            start["messageId"] = id.as_str().into();
+        let id = (self.message_id.clone()).or_else(|| self.last_user.as_deref().map(answer_id));
+        if let Some(id) = id {
+            start["messageId"] = id.into();
         }
         vec![start, json!({"type": "start-step"})]
+    }
+
+    /// Before the agent says something in `message`: a new step when the
+    /// current one called tools from another message.
+    fn says(&mut self, message: &str, out: &mut Vec<Value>) {
+        if self
+            .step_tools
+            .as_deref()
+            .is_some_and(|tools| tools != message)
+        {
+            self.step_tools = None;
+            out.push(json!({"type": "finish-step"}));
+            out.push(json!({"type": "start-step"}));
+        }
     }
 
     /// The chunks for one event (none for events the AI SDK has no use for).
     pub fn event(&mut self, event: &Event) -> Vec<Value> {
         let b = event.body();
         let s = |k: &str| b.get(k).and_then(Value::as_str).unwrap_or_default();
+        if event.kind() == &EventType::RunStarted && !self.started {
+            // The user message it answers names the response.
+            self.users(event.get("input").and_then(|i| i.get("messages")));
+        }
         let mut out = self.open();
         self.know(message_of(b));
         use EventType::*;
         match event.kind() {
             TextMessageContent => {
                 let id = s("messageId");
-                if self.texts.insert(id.to_owned()) {
+                if !self.texts.contains(id) {
+                    self.says(id, &mut out);
+                    self.texts.insert(id.to_owned());
                     out.push(json!({"type": "text-start", "id": id}));
                 }
                 out.push(json!({"type": "text-delta", "id": id, "delta": s("delta")}));
@@ -138,6 +206,7 @@ impl UiStream {
                 out.push(json!({"type": "text-end", "id": s("messageId")}));
             }
             ReasoningMessageStart | ThinkingTextMessageStart => {
+                self.says(reasoning_id(b), &mut out);
                 out.push(json!({"type": "reasoning-start", "id": reasoning_id(b)}))
             }
             ReasoningMessageContent | ThinkingTextMessageContent => out.push(
@@ -148,6 +217,14 @@ impl UiStream {
             }
             ToolCallStart => {
                 let (id, name) = (s("toolCallId"), s("toolCallName"));
+                // A call without a parent message is a message of its own
+                // (as the fold makes it).
+                let message = b
+                    .get("parentMessageId")
+                    .and_then(Value::as_str)
+                    .unwrap_or(id);
+                self.says(message, &mut out);
+                self.step_tools = Some(message.to_owned());
                 self.tools
                     .insert(id.to_owned(), (name.to_owned(), String::new()));
                 out.push(json!({"type": "tool-input-start", "toolCallId": id, "toolName": name}));
@@ -186,6 +263,7 @@ impl UiStream {
                         continue;
                     }
                     if let Some(text) = m["content"].as_str().filter(|t| !t.is_empty()) {
+                        self.says(id, &mut out);
                         out.push(json!({"type": "text-start", "id": id}));
                         out.push(json!({"type": "text-delta", "id": id, "delta": text}));
                         out.push(json!({"type": "text-end", "id": id}));
@@ -225,17 +303,21 @@ impl UiStream {
                     .unwrap_or_default();
                 let mut approvals = false;
                 for i in &interrupts {
+                    out.push(json!({"type": "data-interrupt", "id": i["id"], "data": i}));
                     match i["toolCallId"].as_str() {
                         Some(call) if self.tools.contains_key(call) => {
                             approvals = true;
-                            let mut req = json!({"type": "tool-approval-request",
-                                "approvalId": i["id"], "toolCallId": call});
-                            if let Some(reason) = i["message"].as_str().or(i["reason"].as_str()) {
-                                req["reason"] = reason.into();
+                            if self.approval_requests {
+                                let mut req = json!({"type": "tool-approval-request",
+                                    "approvalId": i["id"], "toolCallId": call});
+                                if let Some(reason) = i["message"].as_str().or(i["reason"].as_str())
+                                {
+                                    req["reason"] = reason.into();
+                                }
+                                out.push(req);
                             }
-                            out.push(req);
                         }
-                        _ => out.push(json!({"type": "data-interrupt", "id": i["id"], "data": i})),
+                        _ => {}
                     }
                 }
                 out.push(json!({"type": "finish-step"}));
@@ -380,20 +462,35 @@ mod tests {
     }
 
     #[test]
-    fn interrupts_become_approval_requests_or_data_parts() {
-        let chunks = run(
-            vec![
-                json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"}),
-                json!({"type": "TOOL_CALL_START", "toolCallId": "c", "toolCallName": "pay"}),
-                json!({"type": "TOOL_CALL_END", "toolCallId": "c"}),
-                json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r", "outcome": {"type": "interrupt",
-                    "interrupts": [{"id": "int-c", "toolCallId": "c", "message": "ok?"}, {"id": "i2", "reason": "x"}]}}),
-            ],
-            json!({}),
+    fn interrupts_are_data_parts_and_approval_requests_for_ai_6_and_later() {
+        let events = [
+            json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"}),
+            json!({"type": "TOOL_CALL_START", "toolCallId": "c", "toolCallName": "pay"}),
+            json!({"type": "TOOL_CALL_END", "toolCallId": "c"}),
+            json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r", "outcome": {"type": "interrupt",
+                "interrupts": [{"id": "int-c", "toolCallId": "c", "message": "ok?"}, {"id": "i2", "reason": "x"}]}}),
+        ];
+        let translate = |approvals: bool| -> Vec<Value> {
+            let mut t = UiStream::new(Some("m".into())).with_approval_requests(approvals);
+            events
+                .iter()
+                .flat_map(|e| t.event(&Event::build(e.clone())))
+                .collect()
+        };
+        // What every version accepts (`ai` 5 knows no approval chunk).
+        assert_eq!(
+            translate(false)[4..],
+            [
+                json!({"type": "data-interrupt", "id": "int-c", "data": {"id": "int-c", "toolCallId": "c", "message": "ok?"}}),
+                json!({"type": "data-interrupt", "id": "i2", "data": {"id": "i2", "reason": "x"}}),
+                json!({"type": "finish-step"}),
+                json!({"type": "finish", "finishReason": "tool-calls"}),
+            ]
         );
         assert_eq!(
-            chunks[4..],
+            translate(true)[4..],
             [
+                json!({"type": "data-interrupt", "id": "int-c", "data": {"id": "int-c", "toolCallId": "c", "message": "ok?"}}),
                 json!({"type": "tool-approval-request", "approvalId": "int-c", "toolCallId": "c", "reason": "ok?"}),
                 json!({"type": "data-interrupt", "id": "i2", "data": {"id": "i2", "reason": "x"}}),
                 json!({"type": "finish-step"}),
@@ -407,6 +504,53 @@ mod tests {
         assert_eq!(
             err.last().unwrap(),
             &json!({"type": "error", "errorText": "down (x)"})
+        );
+    }
+
+    #[test]
+    fn what_follows_tool_calls_is_a_new_step_of_the_answer_to_the_user_message() {
+        let mut t = UiStream::new(None);
+        let chunks: Vec<Value> = [
+            json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r",
+                "input": {"messages": [{"id": "u7", "role": "user", "content": "go"}]}}),
+            json!({"type": "TEXT_MESSAGE_START", "messageId": "a1", "role": "assistant"}),
+            json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "a1", "delta": "looking"}),
+            json!({"type": "TEXT_MESSAGE_END", "messageId": "a1"}),
+            // Two calls of one message: one step.
+            json!({"type": "TOOL_CALL_START", "toolCallId": "c1", "toolCallName": "f", "parentMessageId": "a1"}),
+            json!({"type": "TOOL_CALL_START", "toolCallId": "c2", "toolCallName": "f", "parentMessageId": "a1"}),
+            json!({"type": "TOOL_CALL_RESULT", "messageId": "t1", "toolCallId": "c1", "content": "1"}),
+            json!({"type": "TOOL_CALL_RESULT", "messageId": "t2", "toolCallId": "c2", "content": "2"}),
+            json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "a2", "delta": "done"}),
+            json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r"}),
+        ]
+        .into_iter()
+        .flat_map(|e| t.event(&Event::build(e)))
+        .collect();
+        let kinds: Vec<&str> = chunks.iter().map(|c| c["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "start",
+                "start-step",
+                "text-start",
+                "text-delta",
+                "text-end",
+                "tool-input-start",
+                "tool-input-start",
+                "tool-output-available",
+                "tool-output-available",
+                "finish-step",
+                "start-step",
+                "text-start",
+                "text-delta",
+                "finish-step",
+                "finish"
+            ]
+        );
+        assert_eq!(
+            chunks[0],
+            json!({"type": "start", "messageId": "u7-answer"})
         );
     }
 

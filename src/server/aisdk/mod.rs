@@ -12,6 +12,12 @@
 //! AG-UI faces, and a WebSocket viewer of the thread sees the run as AG-UI
 //! events. Only the newest UIMessage reaches the run; the history is the
 //! thread's. The translation is [`crate::protocol::export::ui_stream`].
+//!
+//! `ai` 5, 6 and 7 speak the same protocol `v1` but not the same chunks: 5
+//! refuses `tool-approval-request` (the whole chat goes to error), and the
+//! transport sends nothing that tells the versions apart. So the stream is
+//! what every version accepts unless the client says, with the
+//! [`VERSION_HEADER`] header, that it runs 6 or later.
 
 use super::access::{AccessError, thread_for, visibility_on};
 use super::commands::{self, Requester, ResumeCommand, RunCommand};
@@ -21,7 +27,7 @@ use super::extract::{Authenticated, read_body};
 use super::sse::{Next, async_stream, pump, stream_response};
 use super::state::AppState;
 use crate::auth::{Permission, Principal};
-use crate::protocol::export::ai_sdk::{ChatTurn, chat_turn};
+use crate::protocol::export::ai_sdk::{ChatTurn, answer_id, chat_turn};
 use crate::protocol::export::ui_stream::UiStream;
 use crate::protocol::hooks::RunInput;
 use crate::protocol::sse::encode_data;
@@ -36,6 +42,30 @@ use std::sync::Arc;
 
 /// The header that tells the AI SDK which stream protocol the body speaks.
 pub const STREAM_HEADER: &str = "x-vercel-ai-ui-message-stream";
+
+/// The request header in which a client names the major version of `ai` it
+/// runs (`5`, `6`, `7`…); 6 and later also get `tool-approval-request`.
+pub const VERSION_HEADER: &str = "x-ai-sdk-version";
+
+/// Whether the client accepts `tool-approval-request` chunks, from
+/// [`VERSION_HEADER`] (absent: no, the chunks every version accepts).
+fn approval_requests(headers: &axum::http::HeaderMap) -> Result<bool, ApiError> {
+    let Some(v) = headers.get(VERSION_HEADER) else {
+        return Ok(false);
+    };
+    let major = v
+        .to_str()
+        .ok()
+        .and_then(|s| s.trim().split('.').next()?.parse::<u32>().ok())
+        .filter(|m| *m >= 5)
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::Invalid,
+                format!("'{VERSION_HEADER}' must be the major version of the AI SDK (`ai`) the client runs: 5, 6, 7…"),
+            )
+        })?;
+    Ok(major >= 6)
+}
 
 /// Body fields of a chat request that are not passed on as `forwardedProps`.
 const CHAT_FIELDS: &[&str] = &[
@@ -70,6 +100,7 @@ async fn start_chat(
     request: Request,
 ) -> Result<(OutboxReceiver, UiStream), ApiError> {
     let agent = commands::runnable_agent(state, who, agent_id)?;
+    let approvals = approval_requests(request.headers())?;
     let traceparent = crate::upstream::trace::from_headers(request.headers()).map(str::to_owned);
     let body = read_body(request, state.config.server.max_body_bytes).await?;
     let invalid = |m: String| ApiError::new(ErrorCode::Invalid, m);
@@ -94,11 +125,21 @@ async fn start_chat(
         }
     }
     let last = messages.last().unwrap_or(&Value::Null);
+    // The thread as the caller sees it before the run: the run's state
+    // deltas apply to its state, its messages are not sent again, and its
+    // pending interrupts are what tool outputs in the request may answer.
+    let before = match thread_for(state, who, &thread_id, Permission::View, false).await {
+        Ok(t) => Value::Object(t.snapshot(&visibility_on(state, who, &t))),
+        Err(_) => json!({}),
+    };
+    let pending = before["interrupts"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice);
     // An explicit `resume` (answers to `data-interrupt` parts) wins.
     let turn = match body.get("resume") {
         Some(Value::Array(entries)) if !entries.is_empty() => ChatTurn::Approvals(entries.clone()),
         Some(Value::Array(_)) | Some(Value::Null) | None => {
-            chat_turn(last).map_err(|e| invalid(format!("messages[-1]: {e}")))?
+            chat_turn(last, pending).map_err(|e| invalid(format!("messages[-1]: {e}")))?
         }
         Some(_) => return Err(invalid("'resume' must be an array of ResumeEntry".into())),
     };
@@ -116,16 +157,12 @@ async fn start_chat(
         .collect();
     let forwarded_props = (!extras.is_empty()).then_some(Value::Object(extras));
     let run_id = format!("aisdk-{}", uuid::Uuid::new_v4());
-    // The thread as the caller sees it before the run: the run's state
-    // deltas apply to its state, and its messages are not sent again.
-    let before = match thread_for(state, who, &thread_id, Permission::View, false).await {
-        Ok(t) => Value::Object(t.snapshot(&visibility_on(state, who, &t))),
-        Err(_) => json!({}),
-    };
     let (starter, rx) = outbox(state.config.threads.viewer_queue_bytes);
     let requester = Requester::Feed(starter);
     let message_id = match turn {
         ChatTurn::User(message) => {
+            // The answer is named after the question, as in the export.
+            let answer = message["id"].as_str().map(answer_id);
             serde_json::from_value::<crate::protocol::input::Message>(message.clone())
                 .map_err(|e| invalid(format!("messages[-1]: {e}")))?;
             let cmd = RunCommand {
@@ -144,7 +181,7 @@ async fn start_chat(
                 traceparent,
             };
             commands::run(state, who, cmd, requester).await?;
-            None
+            answer
         }
         ChatTurn::Approvals(entries) => {
             let cmd = ResumeCommand {
@@ -168,7 +205,7 @@ async fn start_chat(
         }
     };
     tracing::info!(agent = %agent.id, user = %who.subject, tenant = %who.tenant, "run requested over the AI SDK chat face");
-    let mut translator = UiStream::new(message_id);
+    let mut translator = UiStream::new(message_id).with_approval_requests(approvals);
     translator.before_run_snapshot(&before);
     Ok((rx, translator))
 }
@@ -253,10 +290,15 @@ pub async fn reconnect(
     State(state): State<Arc<AppState>>,
     Path((agent_id, thread_id)): Path<(String, String)>,
     Authenticated(who): Authenticated,
+    headers: axum::http::HeaderMap,
 ) -> Response {
     if let Err(e) = commands::runnable_agent(&state, &who, &agent_id) {
         return e.into_response();
     }
+    let approvals = match approval_requests(&headers) {
+        Ok(a) => a,
+        Err(e) => return e.into_response(),
+    };
     let thread = match thread_for(&state, &who, &thread_id, Permission::View, false).await {
         Ok(t) => t,
         Err(AccessError::NotFound) => return StatusCode::NO_CONTENT.into_response(),
@@ -277,7 +319,8 @@ pub async fn reconnect(
         viewer,
         run_id,
     };
-    chat_response(&state, rx, UiStream::new(None), Some(guard))
+    let translator = UiStream::new(None).with_approval_requests(approvals);
+    chat_response(&state, rx, translator, Some(guard))
 }
 
 /// Unsubscribes a reconnected reader when its stream ends.
