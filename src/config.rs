@@ -817,12 +817,8 @@ impl Config {
             );
         }
         let endpoint = &self.tracing.otlp_endpoint;
-        let is_url = endpoint.starts_with("http://") || endpoint.starts_with("https://");
-        if !endpoint.is_empty() && !is_url {
-            bad(
-                "tracing.otlp_endpoint".into(),
-                format!("'{endpoint}' is not an http:// or https:// URL"),
-            );
+        if !endpoint.is_empty() {
+            check_http_url(endpoint, &mut |e| bad("tracing.otlp_endpoint".into(), e));
         }
         if self.tracing.service_name.trim().is_empty() {
             bad("tracing.service_name".into(), "must not be empty".into());
@@ -863,13 +859,8 @@ impl Config {
                 bad("store.lease_ttl".into(), "must be at least 1s".into());
             }
         }
-        if let Some(u) = &self.meta.webhook_url
-            && !reqwest::Url::parse(u).is_ok_and(|u| matches!(u.scheme(), "http" | "https"))
-        {
-            bad(
-                "meta.webhook_url".into(),
-                format!("'{u}' is not an http(s) URL"),
-            );
+        if let Some(u) = &self.meta.webhook_url {
+            check_http_url(u, &mut |e| bad("meta.webhook_url".into(), e));
         }
         for (name, value) in &self.meta.webhook_headers {
             if let Err(var) = expand_env(value) {
@@ -953,10 +944,8 @@ impl Config {
                 bad(key.into(), format!("{} does not exist", p.display()));
             }
         }
-        if let Some(u) = &a.jwks_url
-            && reqwest::Url::parse(u).is_err()
-        {
-            bad("auth.jwks_url".into(), format!("'{u}' is not a URL"));
+        if let Some(u) = &a.jwks_url {
+            check_http_url(u, &mut |e| bad("auth.jwks_url".into(), e));
         }
         if a.jwks_min_refresh > a.jwks_max_refresh {
             bad(
@@ -987,10 +976,7 @@ impl Config {
                     bad(k("url"), "'demo:' needs [demo] enabled = true".into());
                 }
             } else {
-                match reqwest::Url::parse(&agent.url) {
-                    Ok(u) if matches!(u.scheme(), "http" | "https") => {}
-                    _ => bad(k("url"), format!("'{}' is not an http(s) URL", agent.url)),
-                }
+                check_http_url(&agent.url, &mut |e| bad(k("url"), e));
             }
             for (name, value) in &agent.headers {
                 if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
@@ -1127,6 +1113,18 @@ pub mod duration {
 /// The JSON Schema of the configuration file (draft 2020-12), generated
 /// from these types: `agui-gateway config-schema` prints it, and
 /// `config/schema.json` is a copy a test keeps current.
+/// Reports (through `bad`) why `raw` is not an http(s) URL that every HTTP
+/// client reads with the same host ([`crate::protocol::url_host`]): the
+/// gateway checks it with one parser, and the exporter or client library
+/// that fetches it may use another.
+fn check_http_url(raw: &str, bad: &mut impl FnMut(String)) {
+    match crate::protocol::url_host::parse(raw) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+        Ok(_) => bad(format!("'{raw}' is not an http(s) URL")),
+        Err(e) => bad(format!("'{}' {e}", raw.escape_default())),
+    }
+}
+
 pub fn json_schema() -> serde_json::Value {
     let mut schema = serde_json::to_value(schemars::schema_for!(Config)).expect("schema is JSON");
     // A section's default is the sum of its keys' defaults, each shown on

@@ -6,7 +6,8 @@
 //! rules. [`input`] is the request side (`RunAgentInput` and what it holds).
 //! [`fold`] summarizes a journal; [`open`] tracks what a run left open;
 //! [`join`] presents any window of a journal as a valid AG-UI stream.
-//! [`hooks`] are the traits policy implements for the run loop.
+//! [`hooks`] are the traits policy implements for the run loop. [`url_host`]
+//! reads a URL only in the form every HTTP client reads alike.
 
 pub mod chunks;
 pub mod event;
@@ -18,6 +19,7 @@ pub mod interrupts;
 pub mod join;
 pub mod open;
 pub mod sse;
+pub mod url_host;
 pub mod verify;
 
 pub use event::{Event, EventError, EventType};
