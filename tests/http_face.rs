@@ -668,6 +668,52 @@ async fn the_access_log_names_each_request_and_never_a_token_or_content() {
     }
 }
 
+/// Issue 19: a thread id with a newline wrote a forged line into the log,
+/// NUL and bidi overrides went in raw. In text and JSON logs alike, every
+/// event stays one line and the id is still readable, escaped.
+#[tokio::test]
+async fn client_strings_never_forge_or_disguise_a_log_line() {
+    for format in ["text", "json"] {
+        let gw = Gateway::start_with_env(DEMO, &[("AGUI_GATEWAY_LOG_FORMAT", format)]).await;
+        let tok = token(json!({"sub": "eve"}));
+        let forged = "FORGED-7731 admin signed in";
+        let thread = format!(
+            "t-{format}\n2026-11-25T00:00:00.000000Z  INFO agui_gateway: {forged}\r\u{0}\u{202e}\u{85}"
+        );
+        // Refused (not a valid thread id), and logged all the same.
+        let (status, body) = post_run(&gw.run_url("demo"), &tok, &input(&thread, "r1", "hi")).await;
+        assert_eq!(status, 400, "{body}");
+        gw.proc.expect_stderr(forged).await;
+        let log = gw.proc.stderr();
+        for line in log.lines() {
+            assert!(
+                !line.starts_with("2026-11-25T00:00:00"),
+                "{format}: a forged line: {line:?}"
+            );
+            if format == "json" {
+                serde_json::from_str::<Value>(line)
+                    .unwrap_or_else(|e| panic!("not one JSON object per line ({e}): {line:?}"));
+            }
+        }
+        for raw in ['\r', '\0', '\u{202e}', '\u{85}'] {
+            assert!(!log.contains(raw), "{format}: {raw:?} reached the log raw");
+        }
+        if format == "text" {
+            assert!(
+                log.contains("thread=t-text\\n2026-11-25T00:00:00.000000Z  INFO agui_gateway: FORGED-7731 admin signed in\\r\\u0000\\u202e\\u0085"),
+                "the id is logged escaped: {log}"
+            );
+        } else {
+            // JSON readers get the very string the client sent.
+            let logged = log
+                .lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .any(|v| v["span"]["thread"] == thread.as_str());
+            assert!(logged, "the thread id round-trips in JSON: {log}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn an_online_backup_restores_the_journal() {
     let gw = Gateway::start(DEMO).await;
