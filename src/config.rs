@@ -132,6 +132,13 @@ pub struct ServerConfig {
     /// Most client connections at once (all transports); past it new ones
     /// are refused (HTTP 503 `unavailable`) until one closes. 0: no cap.
     pub max_connections: usize,
+    /// How long a connection may take to send a complete request head, from
+    /// being accepted (TLS handshake included) and again from going idle
+    /// after a response; past it the connection is closed. Slow or silent
+    /// clients (slowloris) so never hold a descriptor for longer.
+    #[serde(with = "duration")]
+    #[schemars(with = "duration::Text")]
+    pub header_read_timeout: Duration,
     /// HTTPS/WSS on the listener; unset: plain HTTP (terminate TLS in front).
     pub tls: Option<TlsConfig>,
 }
@@ -179,6 +186,7 @@ impl Default for ServerConfig {
             drain_timeout: Duration::from_secs(30),
             ticket_ttl: Duration::from_secs(30),
             max_connections: 0,
+            header_read_timeout: Duration::from_secs(10),
             tls: None,
         }
     }
@@ -795,6 +803,12 @@ impl Config {
             bad(
                 "server.listen".into(),
                 format!("'{}' is not an ip:port address", self.server.listen),
+            );
+        }
+        if self.server.header_read_timeout < Duration::from_millis(100) {
+            bad(
+                "server.header_read_timeout".into(),
+                "must be at least 100ms".into(),
             );
         }
         if self.server.max_body_bytes < 1024 {

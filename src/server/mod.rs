@@ -5,7 +5,8 @@
 //! (the conversation in other frameworks' shapes) — and serves it. The route modules never import each
 //! other: what they share sits below them — [`commands`] (run, resume,
 //! cancel, meta, once for both transports), [`extract`] (authentication and
-//! bodies as axum extractors), [`access`], [`error`], [`state`].
+//! bodies as axum extractors), [`access`], [`error`], [`state`]. [`serve`]
+//! runs the connections (with [`admission`]'s cap and [`tls`]).
 
 pub mod access;
 pub mod access_log;
@@ -22,6 +23,7 @@ pub mod http;
 pub mod inspector;
 pub mod preflight;
 pub mod reload;
+pub mod serve;
 pub mod sideband;
 pub mod sse;
 pub mod state;
@@ -32,7 +34,6 @@ pub mod ws;
 
 pub use state::AppState;
 
-use admission::Admission;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::serve::ListenerExt;
@@ -119,10 +120,11 @@ pub async fn start(state: Arc<AppState>) -> std::io::Result<Running> {
     let addr = listener.local_addr()?;
     let grace = state.config.server.shutdown_grace;
     let cap = state.config.server.max_connections;
+    let header_timeout = state.config.server.header_read_timeout;
     let bound = match &state.config.server.tls {
-        Some(tls) => {
-            Bound::Tls(tls::TlsListener::new(listener, tls).map_err(std::io::Error::other)?)
-        }
+        Some(tls) => Bound::Tls(
+            tls::TlsListener::new(listener, tls, header_timeout).map_err(std::io::Error::other)?,
+        ),
         None => Bound::Plain(listener),
     };
     let app = router(state);
@@ -136,12 +138,7 @@ pub async fn start(state: Arc<AppState>) -> std::io::Result<Running> {
             match bound {
                 Bound::Tls(listener) => {
                     let listener = admission::AdmissionListener::new(listener, cap);
-                    axum::serve(
-                        listener,
-                        app.into_make_service_with_connect_info::<Admission>(),
-                    )
-                    .with_graceful_shutdown(stopped)
-                    .await
+                    serve::serve(listener, app, header_timeout, stopped).await
                 }
                 Bound::Plain(listener) => {
                     // No Nagle: an event is a small write that must leave
@@ -153,12 +150,7 @@ pub async fn start(state: Arc<AppState>) -> std::io::Result<Running> {
                         }
                     });
                     let listener = admission::AdmissionListener::new(listener, cap);
-                    axum::serve(
-                        listener,
-                        app.into_make_service_with_connect_info::<Admission>(),
-                    )
-                    .with_graceful_shutdown(stopped)
-                    .await
+                    serve::serve(listener, app, header_timeout, stopped).await
                 }
             }
         };
