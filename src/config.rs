@@ -161,6 +161,10 @@ pub struct CorsConfig {
     /// e.g. `https://*.example.com`, `http://localhost:*`; `"*"` any).
     /// Empty: no CORS headers, so browsers refuse cross-origin calls.
     pub allowed_origins: Vec<String>,
+    /// Request headers those pages may send (case-insensitive; `"*"`: any
+    /// the preflight asks for). The default is what the gateway reads plus
+    /// the W3C trace context and baggage that browser OpenTelemetry adds.
+    pub allowed_headers: Vec<String>,
     /// How long browsers may cache a preflight answer.
     #[serde(with = "duration")]
     #[schemars(with = "duration::Text")]
@@ -171,6 +175,18 @@ impl Default for CorsConfig {
     fn default() -> Self {
         CorsConfig {
             allowed_origins: Vec::new(),
+            allowed_headers: [
+                "authorization",
+                "content-type",
+                "accept",
+                "last-event-id",
+                "x-request-id",
+                "traceparent",
+                "tracestate",
+                "baggage",
+            ]
+            .map(String::from)
+            .to_vec(),
             max_age: Duration::from_secs(600),
         }
     }
@@ -804,6 +820,14 @@ impl Config {
                 "server.listen".into(),
                 format!("'{}' is not an ip:port address", self.server.listen),
             );
+        }
+        for (i, h) in self.cors.allowed_headers.iter().enumerate() {
+            if h != "*" && reqwest::header::HeaderName::from_bytes(h.as_bytes()).is_err() {
+                bad(
+                    format!("cors.allowed_headers[{i}]"),
+                    format!("'{}' is not a header name", h.escape_default()),
+                );
+            }
         }
         if self.server.header_read_timeout < Duration::from_millis(100) {
             bad(

@@ -47,7 +47,7 @@ use tokio::net::TcpListener;
 /// All routes, with JSON errors for unknown paths and methods, and CORS for
 /// the configured browser origins.
 pub fn router(state: Arc<AppState>) -> Router {
-    let cors = cors::layer(&state.config.cors);
+    let cors = Arc::new(cors::Cors::new(&state.config.cors));
     let mut router = Router::new()
         .route("/v1/agents", get(http::list_agents))
         .route("/v1/agents/{agent}/run", post(http::run_agent))
@@ -77,7 +77,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         // Whatever answers with an error (a framework rejection, a wrong
         // method, a failed upgrade) answers with the documented JSON shape.
         .layer(axum::middleware::map_response(error::json_errors))
-        .layer(cors)
+        .layer(axum::middleware::from_fn_with_state(cors, cors::gate))
         .layer(axum::middleware::from_fn(admission::gate));
     access_log::layer(router).with_state(state)
 }
