@@ -235,8 +235,21 @@ fn check_part(rule: &LimitRule, part: &Value) -> Result<(), Refusal> {
 }
 
 fn check_url(rule: &LimitRule, raw: &str) -> Result<(), Refusal> {
-    // Read as every HTTP client reads it, or refused: the agent fetching it
-    // must not see another host than the one checked here.
+    // An internal host as WHATWG reads it is named as such, whatever else
+    // is wrong with the URL (`https://2130706433/` is 127.0.0.1).
+    if let Some(host) = reqwest::Url::parse(raw)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_owned))
+        .filter(|h| is_internal_host(h))
+    {
+        return Err(refuse(
+            rule,
+            false,
+            format!("URL host '{host}' is internal (SSRF guard)"),
+        ));
+    }
+    // Then read as every HTTP client reads it, or refused: the agent
+    // fetching it must not see another host than the one checked here.
     let url = crate::protocol::url_host::parse(raw)
         .map_err(|e| refuse(rule, false, format!("source URL {e}")))?;
     if let Some(schemes) = &rule.url_schemes
@@ -782,6 +795,9 @@ allow_file_sources = false
             ("https://[::1]/x", "SSRF"),
             ("https://2130706433/x", "SSRF"),
             ("https://0x7f000001/x", "SSRF"),
+            // WHATWG reads cdn.example.com, Python clients 169.254.169.254.
+            ("https://cdn.example.com\\@169.254.169.254/x", "backslash"),
+            ("https://169.254.169.254@cdn.example.com/x", "userinfo"),
         ] {
             let e = check(json!([{"type": "image", "source": {"type": "url", "value": url, "mimeType": "image/png"}}])).unwrap_err();
             assert!(e.message.contains(why), "{url}: {e:?}");
