@@ -132,6 +132,13 @@ pub struct ServerConfig {
     /// Most client connections at once (all transports); past it new ones
     /// are refused (HTTP 503 `unavailable`) until one closes. 0: no cap.
     pub max_connections: usize,
+    /// How long a connection may take to send a complete request head, from
+    /// being accepted (TLS handshake included) and again from going idle
+    /// after a response; past it the connection is closed. Slow or silent
+    /// clients (slowloris) so never hold a descriptor for longer.
+    #[serde(with = "duration")]
+    #[schemars(with = "duration::Text")]
+    pub header_read_timeout: Duration,
     /// HTTPS/WSS on the listener; unset: plain HTTP (terminate TLS in front).
     pub tls: Option<TlsConfig>,
 }
@@ -154,6 +161,10 @@ pub struct CorsConfig {
     /// e.g. `https://*.example.com`, `http://localhost:*`; `"*"` any).
     /// Empty: no CORS headers, so browsers refuse cross-origin calls.
     pub allowed_origins: Vec<String>,
+    /// Request headers those pages may send (case-insensitive; `"*"`: any
+    /// the preflight asks for). The default is what the gateway reads plus
+    /// the W3C trace context and baggage that browser OpenTelemetry adds.
+    pub allowed_headers: Vec<String>,
     /// How long browsers may cache a preflight answer.
     #[serde(with = "duration")]
     #[schemars(with = "duration::Text")]
@@ -164,6 +175,19 @@ impl Default for CorsConfig {
     fn default() -> Self {
         CorsConfig {
             allowed_origins: Vec::new(),
+            allowed_headers: [
+                "authorization",
+                "content-type",
+                "accept",
+                "last-event-id",
+                "x-request-id",
+                "traceparent",
+                "tracestate",
+                "baggage",
+                "x-ai-sdk-version",
+            ]
+            .map(String::from)
+            .to_vec(),
             max_age: Duration::from_secs(600),
         }
     }
@@ -179,6 +203,7 @@ impl Default for ServerConfig {
             drain_timeout: Duration::from_secs(30),
             ticket_ttl: Duration::from_secs(30),
             max_connections: 0,
+            header_read_timeout: Duration::from_secs(10),
             tls: None,
         }
     }
@@ -799,6 +824,20 @@ impl Config {
                 format!("'{}' is not an ip:port address", self.server.listen),
             );
         }
+        for (i, h) in self.cors.allowed_headers.iter().enumerate() {
+            if h != "*" && reqwest::header::HeaderName::from_bytes(h.as_bytes()).is_err() {
+                bad(
+                    format!("cors.allowed_headers[{i}]"),
+                    format!("'{}' is not a header name", h.escape_default()),
+                );
+            }
+        }
+        if self.server.header_read_timeout < Duration::from_millis(100) {
+            bad(
+                "server.header_read_timeout".into(),
+                "must be at least 100ms".into(),
+            );
+        }
         if self.server.max_body_bytes < 1024 {
             bad(
                 "server.max_body_bytes".into(),
@@ -819,12 +858,8 @@ impl Config {
             );
         }
         let endpoint = &self.tracing.otlp_endpoint;
-        let is_url = endpoint.starts_with("http://") || endpoint.starts_with("https://");
-        if !endpoint.is_empty() && !is_url {
-            bad(
-                "tracing.otlp_endpoint".into(),
-                format!("'{endpoint}' is not an http:// or https:// URL"),
-            );
+        if !endpoint.is_empty() {
+            check_http_url(endpoint, &mut |e| bad("tracing.otlp_endpoint".into(), e));
         }
         if self.tracing.service_name.trim().is_empty() {
             bad("tracing.service_name".into(), "must not be empty".into());
@@ -865,13 +900,8 @@ impl Config {
                 bad("store.lease_ttl".into(), "must be at least 1s".into());
             }
         }
-        if let Some(u) = &self.meta.webhook_url
-            && !reqwest::Url::parse(u).is_ok_and(|u| matches!(u.scheme(), "http" | "https"))
-        {
-            bad(
-                "meta.webhook_url".into(),
-                format!("'{u}' is not an http(s) URL"),
-            );
+        if let Some(u) = &self.meta.webhook_url {
+            check_http_url(u, &mut |e| bad("meta.webhook_url".into(), e));
         }
         for (name, value) in &self.meta.webhook_headers {
             if let Err(var) = expand_env(value) {
@@ -955,10 +985,8 @@ impl Config {
                 bad(key.into(), format!("{} does not exist", p.display()));
             }
         }
-        if let Some(u) = &a.jwks_url
-            && reqwest::Url::parse(u).is_err()
-        {
-            bad("auth.jwks_url".into(), format!("'{u}' is not a URL"));
+        if let Some(u) = &a.jwks_url {
+            check_http_url(u, &mut |e| bad("auth.jwks_url".into(), e));
         }
         if a.jwks_min_refresh > a.jwks_max_refresh {
             bad(
@@ -989,10 +1017,7 @@ impl Config {
                     bad(k("url"), "'demo:' needs [demo] enabled = true".into());
                 }
             } else {
-                match reqwest::Url::parse(&agent.url) {
-                    Ok(u) if matches!(u.scheme(), "http" | "https") => {}
-                    _ => bad(k("url"), format!("'{}' is not an http(s) URL", agent.url)),
-                }
+                check_http_url(&agent.url, &mut |e| bad(k("url"), e));
             }
             for (name, value) in &agent.headers {
                 if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
@@ -1129,6 +1154,18 @@ pub mod duration {
 /// The JSON Schema of the configuration file (draft 2020-12), generated
 /// from these types: `agui-gateway config-schema` prints it, and
 /// `config/schema.json` is a copy a test keeps current.
+/// Reports (through `bad`) why `raw` is not an http(s) URL that every HTTP
+/// client reads with the same host ([`crate::protocol::url_host`]): the
+/// gateway checks it with one parser, and the exporter or client library
+/// that fetches it may use another.
+fn check_http_url(raw: &str, bad: &mut impl FnMut(String)) {
+    match crate::protocol::url_host::parse(raw) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+        Ok(_) => bad(format!("'{raw}' is not an http(s) URL")),
+        Err(e) => bad(format!("'{}' {e}", raw.escape_default())),
+    }
+}
+
 pub fn json_schema() -> serde_json::Value {
     let mut schema = serde_json::to_value(schemars::schema_for!(Config)).expect("schema is JSON");
     // A section's default is the sum of its keys' defaults, each shown on

@@ -7,7 +7,8 @@
 //! the box.
 //!
 //! [`metrics`] is a leaf every layer counts into (Prometheus at `/metrics`);
-//! [`telemetry`] exports the gateway's spans over OTLP when configured.
+//! [`telemetry`] exports the gateway's spans over OTLP when configured;
+//! [`log_line`] keeps each log event on one line whatever clients sent.
 //!
 //! [`config`] is plain settings data and imports no sibling but [`protocol`];
 //! what acts on it lives with its user ([`auth`] grants and keys, [`policy`]
@@ -16,6 +17,7 @@
 pub mod auth;
 pub mod config;
 pub mod demo;
+pub mod log_line;
 pub mod metrics;
 pub mod policy;
 pub mod protocol;

@@ -33,7 +33,12 @@ struct Cli {
     #[arg(long, global = true, env = "AGUI_GATEWAY_CONFIG")]
     config: Option<PathBuf>,
     /// Log format: `text` or `json`.
-    #[arg(long, global = true, default_value = "text")]
+    #[arg(
+        long,
+        global = true,
+        env = "AGUI_GATEWAY_LOG_FORMAT",
+        default_value = "text"
+    )]
     log_format: String,
     #[command(subcommand)]
     command: Option<Command>,
@@ -297,9 +302,14 @@ fn init_logging(
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Colours only for a person at a terminal: log files and journald get
     // plain text.
+    let colours = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    // Through the escaping writer: client strings in a line never end it.
     let fmt = tracing_subscriber::fmt::layer()
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
+        .with_ansi(colours)
+        .with_writer(agui_gateway::log_line::Escaping::new(
+            std::io::stderr,
+            colours,
+        ));
     let fmt: Boxed = if format == "json" {
         fmt.json().boxed()
     } else {

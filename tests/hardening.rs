@@ -104,7 +104,7 @@ async fn cors_preflights_are_answered_for_allowed_origins_only() {
             .header("Access-Control-Request-Method", "POST")
             .header(
                 "Access-Control-Request-Headers",
-                "authorization,content-type",
+                "authorization,content-type,traceparent,tracestate,baggage",
             )
             .send()
     };
@@ -117,7 +117,16 @@ async fn cors_preflights_are_answered_for_allowed_origins_only() {
             .to_str()
             .unwrap()
             .to_lowercase();
-        assert!(allowed.contains("authorization") && allowed.contains("content-type"));
+        for wanted in [
+            "authorization",
+            "content-type",
+            // Browser OpenTelemetry adds these to every fetch (issue 19).
+            "traceparent",
+            "tracestate",
+            "baggage",
+        ] {
+            assert!(allowed.contains(wanted), "{wanted} in {allowed}");
+        }
         assert!(
             h["access-control-allow-methods"]
                 .to_str()
@@ -126,12 +135,31 @@ async fn cors_preflights_are_answered_for_allowed_origins_only() {
         );
     }
     let refused = preflight("https://evil.example.net").await.unwrap();
+    let cors_headers: Vec<_> = refused
+        .headers()
+        .keys()
+        .filter(|k| k.as_str().starts_with("access-control-"))
+        .collect();
     assert!(
-        refused
+        cors_headers.is_empty(),
+        "a refused origin gets no CORS headers at all: {cors_headers:?}"
+    );
+    assert_eq!(refused.status(), 403);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "forbidden", "{body}");
+    // Nor does its real request.
+    let resp = http()
+        .get(gw.url("/healthz"))
+        .header("Origin", "https://evil.example.net")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(
+        !resp
             .headers()
-            .get("access-control-allow-origin")
-            .is_none(),
-        "a refused origin gets no CORS headers"
+            .keys()
+            .any(|k| k.as_str().starts_with("access-control-"))
     );
     // The real request from an allowed page can read even an error answer.
     let resp = http()
@@ -156,6 +184,97 @@ async fn cors_preflights_are_answered_for_allowed_origins_only() {
         .await
         .unwrap();
     assert!(resp.headers().get("access-control-allow-origin").is_none());
+}
+
+/// The allowed request headers are the operator's: an app header once
+/// listed, anything with `"*"`; one not listed is not echoed.
+#[tokio::test]
+async fn cors_allowed_headers_are_configurable() {
+    let asks = |gw: &Gateway, headers: &'static str| {
+        http()
+            .request(reqwest::Method::OPTIONS, gw.run_url("demo"))
+            .header("Origin", "https://app.example.com")
+            .header("Access-Control-Request-Method", "POST")
+            .header("Access-Control-Request-Headers", headers)
+            .send()
+    };
+    let listed = Gateway::start(
+        "[cors]\nallowed_origins = [\"https://app.example.com\"]\nallowed_headers = [\"authorization\", \"content-type\", \"x-app-version\"]\n",
+    )
+    .await;
+    let resp = asks(&listed, "authorization,x-app-version").await.unwrap();
+    assert!(resp.status().is_success());
+    let allowed = resp.headers()["access-control-allow-headers"]
+        .to_str()
+        .unwrap()
+        .to_lowercase();
+    assert!(allowed.contains("x-app-version"), "{allowed}");
+    assert!(
+        !allowed.contains("traceparent"),
+        "a list replaces the default: {allowed}"
+    );
+    let any = Gateway::start(
+        "[cors]\nallowed_origins = [\"https://app.example.com\"]\nallowed_headers = [\"*\"]\n",
+    )
+    .await;
+    let resp = asks(&any, "authorization,x-tenant-hint").await.unwrap();
+    assert_eq!(
+        resp.headers()["access-control-allow-headers"]
+            .to_str()
+            .unwrap()
+            .to_lowercase(),
+        "authorization,x-tenant-hint"
+    );
+    // A name that is not a header name is a configuration error.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("g.toml");
+    std::fs::write(
+        &cfg,
+        format!("[auth]\nhs_secret = \"{SECRET}\"\n[cors]\nallowed_headers = [\"bad header\"]\n"),
+    )
+    .unwrap();
+    let out = std::process::Command::new(gateway_bin())
+        .args(["--config", cfg.to_str().unwrap(), "check-config"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cors.allowed_headers[0]"), "{err}");
+}
+
+/// A real browser: a page on another origin (`http://localhost:<port>`, the
+/// gateway being reached as `127.0.0.1`) fetches a run with OpenTelemetry's
+/// headers; the preflight passes, the run streams, and the agent is called in
+/// the page's trace.
+#[tokio::test]
+async fn a_traced_browser_page_on_another_origin_runs_an_agent() {
+    let (py, gw) = agent_behind_gateway(
+        "scripted_agent.py",
+        "echo",
+        "echo",
+        "[cors]\nallowed_origins = [\"http://localhost:*\"]\n",
+    )
+    .await;
+    let _py = py;
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let seen = node_client(
+        "cors_fetch.mjs",
+        &[
+            &gw.url("/healthz").replace("127.0.0.1", "localhost"),
+            &gw.run_url("echo"),
+            &token(json!({})),
+            &format!("00-{trace}-00f067aa0ba902b7-01"),
+        ],
+    )
+    .await;
+    assert_eq!(seen["status"], 200, "{seen:#}");
+    let events = sse_events(seen["body"].as_str().unwrap());
+    assert_eq!(events.last().unwrap()["type"], "RUN_FINISHED", "{seen:#}");
+    let upstream = events[1]["value"]["traceparent"].as_str().unwrap();
+    assert!(
+        upstream.starts_with(&format!("00-{trace}-")),
+        "the page's trace continues upstream: {upstream}"
+    );
 }
 
 // 2. Canonical interrupts reach the HTTP requester.

@@ -668,6 +668,52 @@ async fn the_access_log_names_each_request_and_never_a_token_or_content() {
     }
 }
 
+/// Issue 19: a thread id with a newline wrote a forged line into the log,
+/// NUL and bidi overrides went in raw. In text and JSON logs alike, every
+/// event stays one line and the id is still readable, escaped.
+#[tokio::test]
+async fn client_strings_never_forge_or_disguise_a_log_line() {
+    for format in ["text", "json"] {
+        let gw = Gateway::start_with_env(DEMO, &[("AGUI_GATEWAY_LOG_FORMAT", format)]).await;
+        let tok = token(json!({"sub": "eve"}));
+        let forged = "FORGED-7731 admin signed in";
+        let thread = format!(
+            "t-{format}\n2026-11-25T00:00:00.000000Z  INFO agui_gateway: {forged}\r\u{0}\u{202e}\u{85}"
+        );
+        // Refused (not a valid thread id), and logged all the same.
+        let (status, body) = post_run(&gw.run_url("demo"), &tok, &input(&thread, "r1", "hi")).await;
+        assert_eq!(status, 400, "{body}");
+        gw.proc.expect_stderr(forged).await;
+        let log = gw.proc.stderr();
+        for line in log.lines() {
+            assert!(
+                !line.starts_with("2026-11-25T00:00:00"),
+                "{format}: a forged line: {line:?}"
+            );
+            if format == "json" {
+                serde_json::from_str::<Value>(line)
+                    .unwrap_or_else(|e| panic!("not one JSON object per line ({e}): {line:?}"));
+            }
+        }
+        for raw in ['\r', '\0', '\u{202e}', '\u{85}'] {
+            assert!(!log.contains(raw), "{format}: {raw:?} reached the log raw");
+        }
+        if format == "text" {
+            assert!(
+                log.contains("thread=t-text\\n2026-11-25T00:00:00.000000Z  INFO agui_gateway: FORGED-7731 admin signed in\\r\\u0000\\u202e\\u0085"),
+                "the id is logged escaped: {log}"
+            );
+        } else {
+            // JSON readers get the very string the client sent.
+            let logged = log
+                .lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .any(|v| v["span"]["thread"] == thread.as_str());
+            assert!(logged, "the thread id round-trips in JSON: {log}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn an_online_backup_restores_the_journal() {
     let gw = Gateway::start(DEMO).await;
@@ -795,6 +841,35 @@ fn trusting(pem: &[u8]) -> reqwest::Client {
         .unwrap()
 }
 
+/// A TLS client that never finishes its handshake is dropped at
+/// `server.header_read_timeout`, like a slow request head.
+#[tokio::test]
+async fn a_silent_tls_client_is_dropped_at_the_header_deadline() {
+    use std::time::{Duration, Instant};
+    use tokio::io::AsyncReadExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key, _) = certificate(dir.path(), "silent");
+    let gw = Gateway::start_with_env(
+        &format!(
+            "[server.tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+            cert.display(),
+            key.display()
+        ),
+        &[("AGUI_GATEWAY__SERVER__HEADER_READ_TIMEOUT", "1s")],
+    )
+    .await;
+    let addr = gw.base.trim_start_matches("https://").to_owned();
+    let mut silent = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let opened = Instant::now();
+    let read = tokio::time::timeout(WAIT, silent.read(&mut [0u8; 64])).await;
+    assert!(matches!(read, Ok(Ok(0) | Err(_))), "closed: {read:?}");
+    let lived = opened.elapsed();
+    assert!(
+        (Duration::from_millis(900)..Duration::from_secs(5)).contains(&lived),
+        "dropped at the deadline: {lived:?}"
+    );
+}
+
 #[tokio::test]
 async fn tls_on_the_listener_and_a_renewed_certificate_without_restart() {
     let dir = tempfile::tempdir().unwrap();
@@ -862,6 +937,111 @@ async fn tls_on_the_listener_and_a_renewed_certificate_without_restart() {
             .await
             .is_err(),
         "the old certificate is no longer served"
+    );
+}
+
+/// Issue 19: connections sending their request head a byte at a time
+/// (slowloris) were held forever, one descriptor each; near the fd limit the
+/// node stopped accepting and `/healthz` timed out. Now each is closed once
+/// `server.header_read_timeout` passes, and liveness keeps answering while
+/// more of them than the node has descriptors keep coming.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_header_connections_are_closed_and_health_keeps_answering() {
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    if single_node_only("one process's file descriptors") {
+        return;
+    }
+    let gw = Gateway::start_with_env(
+        "",
+        &[
+            ("AGUI_TEST_FD_LIMIT", "256"),
+            ("AGUI_GATEWAY__SERVER__HEADER_READ_TIMEOUT", "1s"),
+        ],
+    )
+    .await;
+    let addr = gw.base.trim_start_matches("http://").to_owned();
+    let attack_until = Instant::now() + Duration::from_secs(6);
+    // More slow clients than the process has descriptors; each reconnects
+    // as soon as it is closed, until the attack ends.
+    let mut attackers = tokio::task::JoinSet::new();
+    for _ in 0..320 {
+        let addr = addr.clone();
+        attackers.spawn(async move {
+            let mut lives = Vec::new();
+            while Instant::now() < attack_until {
+                let Ok(mut tcp) = tokio::net::TcpStream::connect(&addr).await else {
+                    continue;
+                };
+                let opened = Instant::now();
+                let head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+                let mut sent = 0;
+                let mut buf = [0u8; 1024];
+                let mut drip = tokio::time::interval(Duration::from_millis(250));
+                let closed = loop {
+                    tokio::select! {
+                        read = tcp.read(&mut buf) => match read {
+                            Ok(0) | Err(_) => break true,
+                            Ok(_) => continue,
+                        },
+                        _ = drip.tick() => {
+                            let byte = head.get(sent).copied().unwrap_or(b'a');
+                            sent += 1;
+                            if tcp.write_all(&[byte]).await.is_err() {
+                                break true;
+                            }
+                            if opened.elapsed() > Duration::from_secs(15) {
+                                break false;
+                            }
+                        }
+                    }
+                };
+                lives.push((opened.elapsed(), closed));
+            }
+            lives
+        });
+    }
+    // Liveness, each time on a fresh connection (a pooled one would skip
+    // the accept queue the attack fills).
+    let probe = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(8))
+        .build()
+        .unwrap();
+    let mut slowest = Duration::ZERO;
+    let mut probes = 0;
+    while Instant::now() < attack_until {
+        let asked = Instant::now();
+        let health = probe.get(gw.url("/healthz")).send().await;
+        let status = health.map(|r| r.status().as_u16());
+        assert_eq!(
+            status.as_ref().ok(),
+            Some(&200),
+            "/healthz under slowloris: {status:?}"
+        );
+        slowest = slowest.max(asked.elapsed());
+        probes += 1;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let mut lives = Vec::new();
+    while let Some(done) = attackers.join_next().await {
+        lives.extend(done.unwrap());
+    }
+    let longest = lives.iter().map(|(life, _)| *life).max().unwrap();
+    let shortest = lives.iter().map(|(life, _)| *life).min().unwrap();
+    eprintln!(
+        "{} slow connections, lived {shortest:?}..{longest:?}; {probes} health probes, slowest {slowest:?}",
+        lives.len()
+    );
+    assert!(
+        lives.iter().all(|(_, closed)| *closed),
+        "slow connections were still open after 15 s"
+    );
+    // Measured from when this busy client saw its connect complete, so a
+    // little under the 1 s timeout; a refusal would be immediate.
+    assert!(
+        shortest >= Duration::from_millis(500),
+        "closed by the timeout, not refused: {shortest:?}"
     );
 }
 

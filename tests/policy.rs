@@ -224,6 +224,12 @@ async fn multimodal_policy_refuses_ssrf_and_oversize_inline_data() {
         "https://[::1]/x.png",
         "https://2130706433/x.png",
         "https://0x7f000001/x.png",
+        // Parsers that disagree on the host: WHATWG reads cdn.example.com,
+        // Python's httpx and urllib read 169.254.169.254 (issue 19).
+        "https://cdn.example.com\\@169.254.169.254/x.png",
+        "https://cdn.example.com@169.254.169.254/x.png",
+        "https://cdn.example.com\t@169.254.169.254/x.png",
+        "https://cdn.example.com%2F@169.254.169.254/x.png",
     ] {
         let (status, body) = run(json!({"type": "image", "source": {"type": "url", "value": url, "mimeType": "image/png"}})).await;
         assert_eq!(status, 403, "{url}: {body}");
@@ -241,6 +247,92 @@ async fn multimodal_policy_refuses_ssrf_and_oversize_inline_data() {
     assert_eq!(status, 413, "{body}");
     let (status, _) = run(json!({"type": "document", "source": {"type": "url", "value": "https://cdn.example.com/a.pdf", "mimeType": "application/pdf"}})).await;
     assert_eq!(status, 403);
+}
+
+/// URLs that are hard to read: every one the gateway accepts is read with
+/// the same host by the Python clients an agent fetches with (`urllib`,
+/// `httpx`), and the one of issue 19 is refused.
+#[tokio::test]
+async fn every_url_the_gateway_accepts_has_the_host_python_clients_fetch() {
+    let urls = [
+        "https://cdn.example.com/cat.png",
+        "https://CDN.example.com:8443/a?b=c@d#e",
+        "https://a.example./x",
+        "https://[2001:db8:0:0::1]/x",
+        "https://xn--bcher-kva.example/x",
+        "http://93.184.216.34/x",
+        "https://cdn.example.com/p@th",
+        "https://cdn.example.com\\@169.254.169.254/x",
+        "https://cdn.example.com\\.169.254.169.254/x",
+        "https://cdn.example.com@169.254.169.254/x",
+        "https://cdn.example.com:443@169.254.169.254/x",
+        "https://cdn.example.com?@169.254.169.254/x",
+        "https://cdn.example.com#@169.254.169.254/x",
+        "https://cdn.example.com\t@169.254.169.254/x",
+        "https://cdn.example.com\n@169.254.169.254/x",
+        "https://cdn.example.com%40169.254.169.254/x",
+        "https://169.254.169%2e254/x",
+        "https://2852039166/x",
+        "https://0xa9.0xfe.0xa9.0xfe/x",
+        "https://169.254.43518/x",
+        "https://b\u{fc}cher.example/x",
+        "https://169\u{3002}254\u{3002}169\u{3002}254/x",
+        "https:cdn.example.com/x",
+        "https:/cdn.example.com/x",
+    ];
+    // Each URL's host as urllib and httpx read it (IPs in canonical form,
+    // names in ASCII), or an error.
+    let script = r#"
+import ipaddress, json, sys, urllib.parse, httpx
+def canon(h):
+    if h is None: return None
+    h = h.strip("[]")
+    try: return str(ipaddress.ip_address(h))
+    except ValueError: return h.lower()
+out = []
+for u in json.load(sys.stdin):
+    row = {}
+    try: row["urllib"] = canon(urllib.parse.urlsplit(u).hostname)
+    except Exception as e: row["urllib"] = "error: %s" % e
+    try: row["httpx"] = canon(httpx.URL(u).raw_host.decode("ascii"))
+    except Exception as e: row["httpx"] = "error: %s" % e
+    out.append(row)
+print(json.dumps(out))
+"#;
+    let mut child = std::process::Command::new(python())
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(serde_json::to_string(&urls).unwrap().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let python: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let mut accepted = 0;
+    for (url, py) in urls.iter().zip(&python) {
+        let Ok(ours) = agui_gateway::protocol::url_host::parse(url) else {
+            continue;
+        };
+        accepted += 1;
+        let host = ours.host_str().unwrap().trim_matches(['[', ']']);
+        let host = match host.parse::<std::net::IpAddr>() {
+            Ok(ip) => ip.to_string(),
+            Err(_) => host.to_ascii_lowercase(),
+        };
+        assert_eq!(py["urllib"], host, "{url:?}: urllib reads another host");
+        assert_eq!(py["httpx"], host, "{url:?}: httpx reads another host");
+    }
+    assert_eq!(accepted, 7, "the plain URLs are accepted");
+    // The bypass of issue 19: the Python clients go to the metadata address.
+    assert_eq!(python[7]["urllib"], "169.254.169.254");
+    assert_eq!(python[7]["httpx"], "169.254.169.254");
 }
 
 fn rand_id() -> String {

@@ -2,8 +2,10 @@
 //!
 //! Request side: message and tool counts; for every image/audio/video/document
 //! part (AG-UI 1.0) and legacy `binary` part: allowed MIME types, inline
-//! (`data`) bytes after base64 decoding, URL sources only with allowed schemes
-//! and hosts and never to `localhost` or to an address that is not globally
+//! (`data`) bytes after base64 decoding, URL sources only in a form every HTTP
+//! client reads with the same host ([`crate::protocol::url_host`]: no `\`,
+//! no userinfo, no encoded or Unicode host), with allowed schemes and hosts
+//! and never to `localhost` or to an address that is not globally
 //! reachable (the IANA special-purpose registries, multicast, embedded IPv4;
 //! see [`is_internal_ip`]) written as an IP literal in any form (dotted,
 //! decimal, hex, octal, shorthand, IPv6), and `file` sources only when
@@ -233,8 +235,23 @@ fn check_part(rule: &LimitRule, part: &Value) -> Result<(), Refusal> {
 }
 
 fn check_url(rule: &LimitRule, raw: &str) -> Result<(), Refusal> {
-    let url = reqwest::Url::parse(raw)
-        .map_err(|_| refuse(rule, false, "source URL does not parse".into()))?;
+    // An internal host as WHATWG reads it is named as such, whatever else
+    // is wrong with the URL (`https://2130706433/` is 127.0.0.1).
+    if let Some(host) = reqwest::Url::parse(raw)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_owned))
+        .filter(|h| is_internal_host(h))
+    {
+        return Err(refuse(
+            rule,
+            false,
+            format!("URL host '{host}' is internal (SSRF guard)"),
+        ));
+    }
+    // Then read as every HTTP client reads it, or refused: the agent
+    // fetching it must not see another host than the one checked here.
+    let url = crate::protocol::url_host::parse(raw)
+        .map_err(|e| refuse(rule, false, format!("source URL {e}")))?;
     if let Some(schemes) = &rule.url_schemes
         && !schemes.iter().any(|s| s.eq_ignore_ascii_case(url.scheme()))
     {
@@ -778,6 +795,9 @@ allow_file_sources = false
             ("https://[::1]/x", "SSRF"),
             ("https://2130706433/x", "SSRF"),
             ("https://0x7f000001/x", "SSRF"),
+            // WHATWG reads cdn.example.com, Python clients 169.254.169.254.
+            ("https://cdn.example.com\\@169.254.169.254/x", "backslash"),
+            ("https://169.254.169.254@cdn.example.com/x", "userinfo"),
         ] {
             let e = check(json!([{"type": "image", "source": {"type": "url", "value": url, "mimeType": "image/png"}}])).unwrap_err();
             assert!(e.message.contains(why), "{url}: {e:?}");

@@ -7,7 +7,8 @@
 //! [`fold`] summarizes a journal; [`open`] tracks what a run left open;
 //! [`join`] presents any window of a journal as a valid AG-UI stream.
 //! [`hooks`] are the traits policy implements for the run loop;
-//! [`authorship`] says which agent's run each event and message belongs to.
+//! [`authorship`] says which agent's run each event and message belongs to;
+//! [`url_host`] reads a URL only in the form every HTTP client reads alike.
 
 pub mod authorship;
 pub mod chunks;
@@ -20,6 +21,7 @@ pub mod interrupts;
 pub mod join;
 pub mod open;
 pub mod sse;
+pub mod url_host;
 pub mod verify;
 
 pub use event::{Event, EventError, EventType};

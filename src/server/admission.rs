@@ -8,10 +8,10 @@
 
 use super::error::{ApiError, ErrorCode};
 use axum::extract::Request;
-use axum::extract::connect_info::{ConnectInfo, Connected};
+use axum::extract::connect_info::ConnectInfo;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::serve::{IncomingStream, Listener};
+use axum::serve::Listener;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -24,6 +24,13 @@ pub struct Admitted<Io> {
     /// Held for the connection's whole life; dropping it frees the slot.
     _slot: Option<OwnedSemaphorePermit>,
     refused: bool,
+}
+
+impl<Io> Admitted<Io> {
+    /// Whether this connection came past the cap.
+    pub fn refused(&self) -> bool {
+        self.refused
+    }
 }
 
 impl<Io: AsyncRead + Unpin> AsyncRead for Admitted<Io> {
@@ -110,18 +117,11 @@ impl<L: Listener> Listener for AdmissionListener<L> {
     }
 }
 
-/// Whether a connection came past the cap (per-connection request data).
+/// Whether a connection came past the cap: per-connection request data,
+/// put on each request as `ConnectInfo` by [`super::serve`].
 #[derive(Debug, Clone, Copy)]
 pub struct Admission {
     pub refused: bool,
-}
-
-impl<L: Listener> Connected<IncomingStream<'_, AdmissionListener<L>>> for Admission {
-    fn connect_info(stream: IncomingStream<'_, AdmissionListener<L>>) -> Self {
-        Admission {
-            refused: stream.io().refused,
-        }
-    }
 }
 
 /// Answers every request of a connection past the cap with 503 (but

@@ -5,7 +5,8 @@
 //! (the conversation in other frameworks' shapes) — and serves it. The route modules never import each
 //! other: what they share sits below them — [`commands`] (run, resume,
 //! cancel, meta, once for both transports), [`extract`] (authentication and
-//! bodies as axum extractors), [`access`], [`error`], [`state`].
+//! bodies as axum extractors), [`access`], [`error`], [`state`]. [`serve`]
+//! runs the connections (with [`admission`]'s cap and [`tls`]).
 
 pub mod access;
 pub mod access_log;
@@ -22,6 +23,7 @@ pub mod http;
 pub mod inspector;
 pub mod preflight;
 pub mod reload;
+pub mod serve;
 pub mod sideband;
 pub mod sse;
 pub mod state;
@@ -32,7 +34,6 @@ pub mod ws;
 
 pub use state::AppState;
 
-use admission::Admission;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::serve::ListenerExt;
@@ -46,7 +47,7 @@ use tokio::net::TcpListener;
 /// All routes, with JSON errors for unknown paths and methods, and CORS for
 /// the configured browser origins.
 pub fn router(state: Arc<AppState>) -> Router {
-    let cors = cors::layer(&state.config.cors);
+    let cors = Arc::new(cors::Cors::new(&state.config.cors));
     let mut router = Router::new()
         .route("/v1/agents", get(http::list_agents))
         .route("/v1/agents/{agent}/run", post(http::run_agent))
@@ -76,7 +77,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         // Whatever answers with an error (a framework rejection, a wrong
         // method, a failed upgrade) answers with the documented JSON shape.
         .layer(axum::middleware::map_response(error::json_errors))
-        .layer(cors)
+        .layer(axum::middleware::from_fn_with_state(cors, cors::gate))
         .layer(axum::middleware::from_fn(admission::gate));
     access_log::layer(router).with_state(state)
 }
@@ -119,10 +120,11 @@ pub async fn start(state: Arc<AppState>) -> std::io::Result<Running> {
     let addr = listener.local_addr()?;
     let grace = state.config.server.shutdown_grace;
     let cap = state.config.server.max_connections;
+    let header_timeout = state.config.server.header_read_timeout;
     let bound = match &state.config.server.tls {
-        Some(tls) => {
-            Bound::Tls(tls::TlsListener::new(listener, tls).map_err(std::io::Error::other)?)
-        }
+        Some(tls) => Bound::Tls(
+            tls::TlsListener::new(listener, tls, header_timeout).map_err(std::io::Error::other)?,
+        ),
         None => Bound::Plain(listener),
     };
     let app = router(state);
@@ -136,12 +138,7 @@ pub async fn start(state: Arc<AppState>) -> std::io::Result<Running> {
             match bound {
                 Bound::Tls(listener) => {
                     let listener = admission::AdmissionListener::new(listener, cap);
-                    axum::serve(
-                        listener,
-                        app.into_make_service_with_connect_info::<Admission>(),
-                    )
-                    .with_graceful_shutdown(stopped)
-                    .await
+                    serve::serve(listener, app, header_timeout, stopped).await
                 }
                 Bound::Plain(listener) => {
                     // No Nagle: an event is a small write that must leave
@@ -153,12 +150,7 @@ pub async fn start(state: Arc<AppState>) -> std::io::Result<Running> {
                         }
                     });
                     let listener = admission::AdmissionListener::new(listener, cap);
-                    axum::serve(
-                        listener,
-                        app.into_make_service_with_connect_info::<Admission>(),
-                    )
-                    .with_graceful_shutdown(stopped)
-                    .await
+                    serve::serve(listener, app, header_timeout, stopped).await
                 }
             }
         };

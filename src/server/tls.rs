@@ -4,8 +4,10 @@
 //! (certbot, cert-manager) is served without a restart; a pair that does not
 //! load is logged and the previous one stays in service.
 //!
-//! Handshakes run in their own tasks (with a deadline), so a slow or silent
-//! client never holds up accepting the next connection.
+//! Handshakes run in their own tasks, so a slow or silent client never holds
+//! up accepting the next connection, and must finish within
+//! `server.header_read_timeout` (the deadline of a request head, see
+//! [`super::serve`]), so it never holds a descriptor for long either.
 
 use crate::config::TlsConfig;
 use rustls::server::{ClientHello, ResolvesServerCert};
@@ -21,8 +23,6 @@ use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
-/// How long a client may take to finish its handshake.
-const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
 /// How often the certificate files are checked for changes.
 const RELOAD_CHECK: Duration = Duration::from_secs(2);
 
@@ -79,8 +79,13 @@ pub struct TlsListener {
 
 impl TlsListener {
     /// Serves TLS on `tcp` with the certificate of `tls` (fails if it does
-    /// not load now), watching its files for changes.
-    pub fn new(tcp: TcpListener, tls: &TlsConfig) -> Result<TlsListener, String> {
+    /// not load now), watching its files for changes; a handshake not done
+    /// within `deadline` is dropped.
+    pub fn new(
+        tcp: TcpListener,
+        tls: &TlsConfig,
+        deadline: Duration,
+    ) -> Result<TlsListener, String> {
         let local = tcp.local_addr().map_err(|e| e.to_string())?;
         let current = Arc::new(Current(RwLock::new(load(&tls.cert, &tls.key)?)));
         let mut config = rustls::ServerConfig::builder()
@@ -90,7 +95,7 @@ impl TlsListener {
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         let acceptor = TlsAcceptor::from(Arc::new(config));
         let (tx, ready) = mpsc::channel(64);
-        tokio::spawn(accept_loop(tcp, acceptor, tx.clone()));
+        tokio::spawn(accept_loop(tcp, acceptor, deadline, tx.clone()));
         tokio::spawn(reload_loop(
             tls.cert.clone(),
             tls.key.clone(),
@@ -122,6 +127,7 @@ impl axum::serve::Listener for TlsListener {
 async fn accept_loop(
     tcp: TcpListener,
     acceptor: TlsAcceptor,
+    deadline: Duration,
     ready: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
 ) {
     loop {
@@ -140,7 +146,7 @@ async fn accept_loop(
         let acceptor = acceptor.clone();
         let ready = ready.clone();
         tokio::spawn(async move {
-            match tokio::time::timeout(HANDSHAKE_DEADLINE, acceptor.accept(stream)).await {
+            match tokio::time::timeout(deadline, acceptor.accept(stream)).await {
                 Ok(Ok(tls)) => {
                     let _ = ready.send((tls, addr)).await;
                 }

@@ -50,7 +50,8 @@ impl Agent {
         } else {
             cfg.url.clone()
         };
-        let url = reqwest::Url::parse(&url).map_err(|e| format!("agent {}: url: {e}", cfg.id))?;
+        let url = crate::protocol::url_host::parse(&url)
+            .map_err(|e| format!("agent {}: url {e}", cfg.id))?;
         let mut headers = HeaderMap::new();
         for (name, value) in &cfg.headers {
             let value = expand_env(value)

@@ -327,6 +327,13 @@ impl Gateway {
         Self::start_with_env(extra, &[("AGUI_TEST_FILE_LIMIT_KIB", &limit)]).await
     }
 
+    /// Like [`Gateway::start`], in a process that may hold at most `fds`
+    /// open file descriptors (`ulimit -n`): a node near its fd limit.
+    pub async fn start_with_fd_limit(extra: &str, fds: u64) -> Gateway {
+        let limit = fds.to_string();
+        Self::start_with_env(extra, &[("AGUI_TEST_FD_LIMIT", &limit)]).await
+    }
+
     /// Starts the gateway with `config` (which must hold `[auth]`) after a
     /// `[server]` section on an ephemeral port.
     pub async fn start_config(config: &str, env: &[(&str, &str)]) -> Gateway {
@@ -418,16 +425,23 @@ impl Gateway {
 
     async fn spawn(config_path: &Path, env: &[(&str, &str)]) -> (Proc, String) {
         let binary = gateway_bin();
-        let mut cmd = match env.iter().find(|(k, _)| *k == "AGUI_TEST_FILE_LIMIT_KIB") {
-            // bash: `ulimit -f` counts KiB; an ignored signal stays ignored across exec.
-            Some((_, kib)) => {
-                let mut c = Command::new("bash");
-                c.arg("-c")
-                    .arg(format!("ulimit -f {kib}; trap '' XFSZ; exec \"$0\" \"$@\""))
-                    .arg(binary);
-                c
-            }
-            None => Command::new(binary),
+        let limit = |key: &str| env.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
+        let mut limits = String::new();
+        // bash: `ulimit -f` counts KiB; an ignored signal stays ignored across exec.
+        if let Some(kib) = limit("AGUI_TEST_FILE_LIMIT_KIB") {
+            limits.push_str(&format!("ulimit -f {kib}; trap '' XFSZ; "));
+        }
+        if let Some(fds) = limit("AGUI_TEST_FD_LIMIT") {
+            limits.push_str(&format!("ulimit -n {fds}; "));
+        }
+        let mut cmd = if limits.is_empty() {
+            Command::new(binary)
+        } else {
+            let mut c = Command::new("bash");
+            c.arg("-c")
+                .arg(format!("{limits}exec \"$0\" \"$@\""))
+                .arg(binary);
+            c
         };
         cmd.arg("--config").arg(config_path).arg("serve");
         cmd.env("AGUI_GATEWAY_LOG", "info,agui_gateway=debug");
