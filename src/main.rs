@@ -65,7 +65,8 @@ enum Command {
         /// whole seconds.
         #[arg(long, default_value = "1h", value_parser = agui_gateway::config::duration::parse)]
         ttl: Duration,
-        /// Thread grants as JSON, e.g. '{"team-7-*":["view","meta"]}'.
+        /// Thread grants as JSON, e.g. '{"team-7-*":["view","meta"]}'. On the
+        /// public development secret the default is every thread of the tenant.
         #[arg(long)]
         threads: Option<String>,
     },
@@ -158,6 +159,10 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            // On the public development secret, tokens share every thread
+            // of their tenant unless `--threads` says otherwise.
+            let dev = config.auth.hs_secret.as_deref() == Some(agui_gateway::config::DEV_SECRET);
+            let threads = threads.or_else(|| dev.then(agui_gateway::auth::dev_thread_grants));
             let req = MintRequest {
                 subject: sub,
                 roles: roles.into_iter().filter(|r| !r.is_empty()).collect(),
