@@ -570,7 +570,9 @@ async fn bare_binary_runs_without_a_config_file() {
 /// The ```sh blocks of the README's "Quick start" section, in order.
 fn quick_start_blocks() -> Vec<String> {
     let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
-    let start = readme.find("## Quick start\n").expect("a Quick start section");
+    let start = readme
+        .find("## Quick start\n")
+        .expect("a Quick start section");
     let section = &readme[start..];
     let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
     let mut blocks = Vec::new();
@@ -626,14 +628,19 @@ async fn the_quick_start_commands_work_as_pasted() {
     let script = rest
         .iter()
         .flat_map(|b| {
-            let again = b.contains("\"hello\"").then(|| b.lines().skip(1).collect::<Vec<_>>().join("\n"));
+            let again = b
+                .contains("\"hello\"")
+                .then(|| b.lines().skip(1).collect::<Vec<_>>().join("\n"));
             [b.to_string(), again.unwrap_or_default()]
         })
         .collect::<Vec<_>>()
         .join("\n")
         .replace("cargo run --release -q --", &binary)
         .replace("http://127.0.0.1:8080", &base);
-    assert!(script.contains("$INTERRUPT") && script.contains("resume"), "{script}");
+    assert!(
+        script.contains("$INTERRUPT") && script.contains("resume"),
+        "{script}"
+    );
     let out = tokio::process::Command::new("bash")
         .args(["-euo", "pipefail", "-c", &script])
         .current_dir(repo())
@@ -709,7 +716,9 @@ async fn the_system_packages_step_tells_a_user_without_root_what_to_install() {
     // A PATH with the system's own tools but no redis-server (and no sudo).
     let bin = dir.path().join("bin");
     std::fs::create_dir(&bin).unwrap();
-    for tool in ["bash", "env", "id", "cat", "openssl", "node", "npm", "python3", "haproxy"] {
+    for tool in [
+        "bash", "env", "id", "cat", "openssl", "node", "npm", "python3", "haproxy",
+    ] {
         if let Some(found) = ["/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin"]
             .iter()
             .map(|d| std::path::Path::new(d).join(tool))
@@ -746,7 +755,10 @@ async fn the_system_packages_step_tells_a_user_without_root_what_to_install() {
             && stderr.contains("sudo apt-get install -y redis-server"),
         "{stderr}"
     );
-    assert!(!stderr.contains("apt-get: ") && !stderr.contains("E: "), "{stderr}");
+    assert!(
+        !stderr.contains("apt-get: ") && !stderr.contains("E: "),
+        "{stderr}"
+    );
     // Installed by hand: the step finds everything and is done.
     symlink(
         ["/usr/bin/redis-server", "/usr/local/bin/redis-server"]

@@ -711,7 +711,10 @@ async fn in_a_narrow_window_the_page_fits_shows_only_sign_in_first_and_the_timel
     );
     let layout = &seen["layout"];
     let width = layout["width"].as_i64().unwrap();
-    assert_eq!(layout["scrollWidth"], width, "no sideways scrolling: {layout:#}");
+    assert_eq!(
+        layout["scrollWidth"], width,
+        "no sideways scrolling: {layout:#}"
+    );
     for part in ["aside", "thread", "conversation", "timeline", "feedback"] {
         let b = &layout[part];
         assert!(
@@ -726,7 +729,10 @@ async fn in_a_narrow_window_the_page_fits_shows_only_sign_in_first_and_the_timel
         "{layout:#}"
     );
     let followed = &seen["followed"];
-    assert_eq!(followed["scrollable"], true, "enough rows to scroll: {seen:#}");
+    assert_eq!(
+        followed["scrollable"], true,
+        "enough rows to scroll: {seen:#}"
+    );
     assert!(
         followed["fromBottom"].as_i64().unwrap() <= 2,
         "the newest row is in view: {seen:#}"
@@ -755,7 +761,10 @@ async fn two_people_on_development_tokens_share_a_thread_and_see_its_answer_live
     assert_eq!(seen["errors"], json!([]), "no page errors: {seen:#}");
     for who in ["ann", "ben"] {
         let listed = seen[format!("{who}Listed")].as_str().unwrap();
-        assert!(listed.starts_with("demo · interrupted · "), "{who}: {seen:#}");
+        assert!(
+            listed.starts_with("demo · interrupted · "),
+            "{who}: {seen:#}"
+        );
         let after = seen[format!("{who}ListedAfter")].as_str().unwrap();
         assert!(after.starts_with("demo · finished · "), "{who}: {seen:#}");
         let answers = &seen[format!("{who}Answers")];
@@ -763,7 +772,8 @@ async fn two_people_on_development_tokens_share_a_thread_and_see_its_answer_live
         assert_eq!(answers[0]["status"], "approved", "{who}: {seen:#}");
         let text = answers[0]["text"].as_str().unwrap();
         assert!(
-            text.contains("Approve transfer_funds(") && text.contains("→ approved — amount: 30, to: bob"),
+            text.contains("Approve transfer_funds(")
+                && text.contains("→ approved — amount: 30, to: bob"),
             "{who}: what was asked and what was answered: {text}"
         );
         assert_eq!(seen[format!("{who}Interrupts")], 0, "{who}: {seen:#}");

@@ -152,8 +152,13 @@ fn recipient(words: &[&str]) -> Option<(usize, String)> {
 
 /// A word without the sentence's punctuation or quotes around it.
 fn clean(word: &str) -> String {
-    word.trim_matches(|c: char| matches!(c, '.' | ',' | ';' | ':' | '!' | '?' | '(' | ')' | '"' | '\''))
-        .to_owned()
+    word.trim_matches(|c: char| {
+        matches!(
+            c,
+            '.' | ',' | ';' | ':' | '!' | '?' | '(' | ')' | '"' | '\''
+        )
+    })
+    .to_owned()
 }
 
 /// An account-like name: 1–64 of `A-Z a-z 0-9 . _ @ -`.
@@ -236,7 +241,10 @@ mod tests {
     fn pending_proposals_are_bounded_and_answered_once() {
         let pending = Pending::default();
         for i in 0..=REMEMBERED {
-            pending.remember(&format!("int-{i}"), Transfer::asked_in(&format!("transfer {i}")));
+            pending.remember(
+                &format!("int-{i}"),
+                Transfer::asked_in(&format!("transfer {i}")),
+            );
         }
         assert_eq!(pending.answered("int-0"), None, "the oldest was forgotten");
         let last = format!("int-{REMEMBERED}");

@@ -50,7 +50,6 @@ try {
     runStart: await page.isVisible("#run-start"),
     thread: await page.isVisible("#thread"),
   };
-  if (shots) await page.screenshot({ path: `${shots}/inspector-signin-600.png`, fullPage: true });
 
   await page.fill("#dev-sub", "nia");
   await page.click("#dev-mint-button");
@@ -65,7 +64,7 @@ try {
   await page.waitForSelector('.tl-row[data-type="RUN_FINISHED"]', { state: "attached", timeout: WAIT });
   out.followed = await timeline(page);
   out.layout = await layout(page);
-  if (shots) await page.screenshot({ path: `${shots}/inspector-thread-600.png`, fullPage: true });
+  if (shots) await page.screenshot({ path: `${shots}/inspector-narrow.png`, fullPage: true });
 
   // Scrolled up to read: the next run's rows must not yank the view down.
   await page.$eval("#timeline tbody", (b) => { b.scrollTop = 0; });

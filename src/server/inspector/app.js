@@ -52,6 +52,8 @@ const app = {
   // Thread-list reads in flight (a live refresh waits for none).
   threadsReading: 0,
   threadsTimer: null,
+  // A live refresh was asked for while a read was in flight.
+  threadsStale: false,
   refreshTimer: null,
   countdownTimer: null,
 };
@@ -260,6 +262,10 @@ async function loadThreads(fresh, limit = null, quiet = false) {
     if (!quiet) notice(`Threads — ${describeError(e)}`, 'error');
   } finally {
     app.threadsReading -= 1;
+    if (app.threadsReading === 0 && app.threadsStale) {
+      app.threadsStale = false;
+      refreshThreads();
+    }
   }
 }
 
@@ -269,7 +275,12 @@ async function loadThreads(fresh, limit = null, quiet = false) {
  *  a run on the open thread starts or ends. Quiet: a failure here is the
  *  connection's, shown by its status. */
 function refreshThreads() {
-  if (!app.token || app.threadsReading > 0) return;
+  if (!app.token) return;
+  // One read at a time: asked for meanwhile, it follows the one in flight.
+  if (app.threadsReading > 0) {
+    app.threadsStale = true;
+    return;
+  }
   const shown = $('#threads').children.length;
   const limit = Math.min(THREADS_MAX_LIMIT, Math.max(THREADS_PAGE, shown));
   loadThreads(true, limit === THREADS_PAGE ? null : limit, true);
