@@ -537,19 +537,20 @@ async fn bare_binary_runs_without_a_config_file() {
     gw.expect_stderr("public development secret of the compiled-in default configuration")
         .await;
 
-    let mut mint = tokio::process::Command::new(env!("CARGO_BIN_EXE_agui-gateway"));
-    env(&mut mint);
-    let out = mint
-        .args(["token", "--sub", "alice"])
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let tok = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let mint = |sub: &'static str| {
+        let mut mint = tokio::process::Command::new(env!("CARGO_BIN_EXE_agui-gateway"));
+        env(&mut mint);
+        async move {
+            let out = mint.args(["token", "--sub", sub]).output().await.unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).unwrap().trim().to_owned()
+        }
+    };
+    let tok = mint("alice").await;
 
     let (status, body) = post_run(
         &format!("{base}/v1/agents/demo/run"),
@@ -563,6 +564,9 @@ async fn bare_binary_runs_without_a_config_file() {
         home.join(".local/state/agui-gateway/agui-gateway.db")
             .exists()
     );
+    // A second person's development token sees alice's thread.
+    let (status, snapshot) = get_json(&format!("{base}/v1/threads/t1"), &mint("bob").await).await;
+    assert_eq!(status, 200, "{snapshot}");
 }
 
 // 9. The README's quick start, pasted as a newcomer would.
