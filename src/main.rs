@@ -70,7 +70,8 @@ enum Command {
         /// whole seconds.
         #[arg(long, default_value = "1h", value_parser = agui_gateway::config::duration::parse)]
         ttl: Duration,
-        /// Thread grants as JSON, e.g. '{"team-7-*":["view","meta"]}'.
+        /// Thread grants as JSON, e.g. '{"team-7-*":["view","meta"]}'. On the
+        /// public development secret the default is every thread of the tenant.
         #[arg(long)]
         threads: Option<String>,
     },
@@ -163,6 +164,10 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            // On the public development secret, tokens share every thread
+            // of their tenant unless `--threads` says otherwise.
+            let dev = config.auth.hs_secret.as_deref() == Some(agui_gateway::config::DEV_SECRET);
+            let threads = threads.or_else(|| dev.then(agui_gateway::auth::dev_thread_grants));
             let req = MintRequest {
                 subject: sub,
                 roles: roles.into_iter().filter(|r| !r.is_empty()).collect(),
@@ -330,6 +335,28 @@ fn init_logging(
     Ok(telemetry)
 }
 
+/// The start-up warning of a gateway on the public development secret,
+/// naming where the secret came from: the file read, or — when no file was
+/// found — the compiled-in configuration, which a newcomer would otherwise
+/// look for on disk in vain.
+fn dev_secret_warning(config: &Config) -> Option<String> {
+    if config.auth.hs_secret.as_deref() != Some(agui_gateway::config::DEV_SECRET) {
+        return None;
+    }
+    let whence = if config.embedded {
+        format!(
+            "of the compiled-in default configuration (no {DEFAULT_PATH} here and no --config, so \
+             the copy built into the binary runs)"
+        )
+    } else {
+        format!("in {}", config.origin())
+    };
+    Some(format!(
+        "auth.hs_secret is the public development secret {whence}: anyone can mint tokens. \
+         Set AGUI_GATEWAY__AUTH__HS_SECRET before exposing this gateway."
+    ))
+}
+
 async fn serve(config: Config, policy: Policy) -> Result<(), String> {
     // Everything check-config checks, before any port is bound.
     let checked = preflight::check(&config).map_err(|problems| {
@@ -348,10 +375,8 @@ async fn serve(config: Config, policy: Policy) -> Result<(), String> {
     } else {
         None
     };
-    if config.auth.hs_secret.as_deref() == Some(agui_gateway::config::DEV_SECRET) {
-        tracing::warn!(
-            "auth.hs_secret is the public development secret from config/gateway.toml: anyone can mint tokens. Set AGUI_GATEWAY__AUTH__HS_SECRET before exposing this gateway."
-        );
+    if let Some(warning) = dev_secret_warning(&config) {
+        tracing::warn!("{warning}");
     }
     let auth = checked.auth;
     if config.embedded {

@@ -652,21 +652,24 @@ async fn bare_binary_runs_without_a_config_file() {
     let line = gw.expect_line("agui-gateway listening on ").await;
     let base = line["agui-gateway listening on ".len()..].trim().to_owned();
     gw.expect_stderr("compiled-in default configuration").await;
-    gw.expect_stderr("public development secret").await;
+    // The warning names what runs: there is no file to go and look for.
+    gw.expect_stderr("public development secret of the compiled-in default configuration")
+        .await;
 
-    let mut mint = tokio::process::Command::new(env!("CARGO_BIN_EXE_agui-gateway"));
-    env(&mut mint);
-    let out = mint
-        .args(["token", "--sub", "alice"])
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let tok = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let mint = |sub: &'static str| {
+        let mut mint = tokio::process::Command::new(env!("CARGO_BIN_EXE_agui-gateway"));
+        env(&mut mint);
+        async move {
+            let out = mint.args(["token", "--sub", sub]).output().await.unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).unwrap().trim().to_owned()
+        }
+    };
+    let tok = mint("alice").await;
 
     let (status, body) = post_run(
         &format!("{base}/v1/agents/demo/run"),
@@ -679,6 +682,220 @@ async fn bare_binary_runs_without_a_config_file() {
     assert!(
         home.join(".local/state/agui-gateway/agui-gateway.db")
             .exists()
+    );
+    // A second person's development token sees alice's thread.
+    let (status, snapshot) = get_json(&format!("{base}/v1/threads/t1"), &mint("bob").await).await;
+    assert_eq!(status, 200, "{snapshot}");
+}
+
+// 9. The README's quick start, pasted as a newcomer would.
+
+/// The ```sh blocks of the README's "Quick start" section, in order.
+fn quick_start_blocks() -> Vec<String> {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let start = readme
+        .find("## Quick start\n")
+        .expect("a Quick start section");
+    let section = &readme[start..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
+    let mut blocks = Vec::new();
+    let mut block: Option<String> = None;
+    for line in section.lines() {
+        match (&mut block, line) {
+            (None, "```sh") => block = Some(String::new()),
+            (Some(_), "```") => blocks.push(block.take().unwrap()),
+            (Some(b), line) => {
+                b.push_str(line);
+                b.push('\n');
+            }
+            (None, _) => {}
+        }
+    }
+    blocks
+}
+
+/// Every command of the quick start after the gateway is up, pasted into
+/// one shell against `cargo run --release`'s configuration (the repository's
+/// `config/gateway.toml`, its journal moved to a scratch folder): the token,
+/// the first run, the transfer the demo proposes as asked, and the answer
+/// that resumes it with the interrupt id the shell kept. The gateway's
+/// warning names the file whose development secret it runs on.
+#[tokio::test]
+async fn the_quick_start_commands_work_as_pasted() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = repo().join("config/gateway.toml");
+    let mut cmd = tokio::process::Command::new(gateway_bin());
+    cmd.arg("--config")
+        .arg(&config)
+        .current_dir(repo())
+        .env("AGUI_GATEWAY__SERVER__LISTEN", "127.0.0.1:0")
+        .env("AGUI_GATEWAY__STORE__PATH", dir.path().join("quick.db"))
+        .env("AGUI_GATEWAY__DEMO__TOKEN_DELAY", "0ms");
+    let mut gw = Proc::spawn(cmd);
+    let line = gw.expect_line("agui-gateway listening on ").await;
+    let base = line["agui-gateway listening on ".len()..].trim().to_owned();
+    gw.expect_stderr(&format!(
+        "public development secret in {}",
+        config.display()
+    ))
+    .await;
+
+    let blocks = quick_start_blocks();
+    let (serve, rest): (Vec<_>, Vec<_>) = blocks
+        .iter()
+        .partition(|b| matches!(b.trim(), "cargo run --release" | "bash .ci/run"));
+    assert_eq!(serve.len(), 2, "{blocks:#?}");
+    // What the quick start runs, with this test's binary and address; the
+    // hello run twice, as a newcomer pastes it again.
+    let binary = gateway_bin().display().to_string();
+    let script = rest
+        .iter()
+        .flat_map(|b| {
+            let again = b
+                .contains("\"hello\"")
+                .then(|| b.lines().skip(1).collect::<Vec<_>>().join("\n"));
+            [b.to_string(), again.unwrap_or_default()]
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace("cargo run --release -q --", &binary)
+        .replace("http://127.0.0.1:8080", &base);
+    assert!(
+        script.contains("$INTERRUPT") && script.contains("resume"),
+        "{script}"
+    );
+    let out = tokio::process::Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &script])
+        .current_dir(repo())
+        .output()
+        .await
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    );
+    assert!(out.status.success(), "{script}\n{stdout}\n{stderr}");
+    // The hello runs, then the answer; the transfer streamed to stderr.
+    let runs = |text: &str| -> Vec<Vec<Value>> {
+        let mut runs: Vec<Vec<Value>> = Vec::new();
+        for e in sse_events(text) {
+            if e["type"] == "RUN_STARTED" {
+                runs.push(Vec::new());
+            }
+            runs.last_mut().expect("RUN_STARTED first").push(e);
+        }
+        runs
+    };
+    let said = |run: &[Value]| -> String {
+        run.iter()
+            .filter(|e| e["type"] == "TEXT_MESSAGE_CONTENT")
+            .map(|e| e["delta"].as_str().unwrap())
+            .collect()
+    };
+    let answered = runs(&stdout);
+    assert_eq!(answered.len(), 3, "{stdout}");
+    for hello in &answered[..2] {
+        assert_eq!(hello.last().unwrap()["outcome"]["type"], "success");
+        // An HTTP run carries only what the client sent: no state from the
+        // thread, so the second paste is the demo's first turn again.
+        let turns = hello.iter().find(|e| e["type"] == "STATE_DELTA").unwrap();
+        assert_eq!(turns["delta"][0]["value"], 1, "{hello:?}");
+    }
+    let asked = runs(&stderr);
+    assert_eq!(asked.len(), 1, "{stderr}");
+    let outcome = &asked[0].last().unwrap()["outcome"];
+    assert_eq!(outcome["type"], "interrupt", "{stderr}");
+    assert_eq!(
+        outcome["interrupts"][0]["metadata"],
+        json!({"amount": 25, "to": "bob"}),
+        "the demo proposes what was asked"
+    );
+    // The answer named the interrupt the shell kept: its tool call got the result.
+    let resumed = &answered[2];
+    let result = resumed
+        .iter()
+        .find(|e| e["type"] == "TOOL_CALL_RESULT")
+        .expect("a tool result");
+    assert_eq!(result["toolCallId"], outcome["interrupts"][0]["toolCallId"]);
+    assert_eq!(result["content"], "transfer executed");
+    assert_eq!(
+        said(resumed),
+        "Done: the transfer of 25 to bob went through."
+    );
+    assert_eq!(resumed.last().unwrap()["outcome"]["type"], "success");
+}
+
+/// `.ci/run`'s system-packages step, run by a user who is not root with a
+/// package missing: it stops at once, naming the package and how to install
+/// it, instead of failing inside apt-get; with everything there it installs
+/// nothing and needs no root.
+#[tokio::test]
+async fn the_system_packages_step_tells_a_user_without_root_what_to_install() {
+    use std::os::unix::fs::{PermissionsExt, symlink};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = dir.path().join("system-packages");
+    std::fs::copy(repo().join(".ci/system-packages"), &script).unwrap();
+    // A PATH with the system's own tools but no redis-server (and no sudo).
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    for tool in [
+        "bash", "env", "id", "cat", "openssl", "node", "npm", "python3", "haproxy",
+    ] {
+        if let Some(found) = ["/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin"]
+            .iter()
+            .map(|d| std::path::Path::new(d).join(tool))
+            .find(|p| p.exists())
+        {
+            symlink(found, bin.join(tool)).unwrap();
+        }
+    }
+    let run = || {
+        let uid = std::process::Command::new("id").arg("-u").output().unwrap();
+        let mut cmd = if String::from_utf8_lossy(&uid.stdout).trim() == "0" {
+            // Root here: the step runs as `nobody`, as a user would.
+            let mut c = std::process::Command::new("/usr/bin/setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
+            c.arg(bin.join("bash"));
+            c
+        } else {
+            std::process::Command::new(bin.join("bash"))
+        };
+        cmd.arg(&script)
+            .env_clear()
+            .env("PATH", &bin)
+            .env("HOME", dir.path())
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+    let out = run();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with("missing system packages: redis-server")
+            && stderr.contains("needs root")
+            && stderr.contains("sudo apt-get install -y redis-server"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("apt-get: ") && !stderr.contains("E: "),
+        "{stderr}"
+    );
+    // Installed by hand: the step finds everything and is done.
+    symlink(
+        ["/usr/bin/redis-server", "/usr/local/bin/redis-server"]
+            .iter()
+            .find(|p| std::path::Path::new(p).exists())
+            .expect("redis-server is installed"),
+        bin.join("redis-server"),
+    )
+    .unwrap();
+    let out = run();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }
 

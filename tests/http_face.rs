@@ -69,6 +69,8 @@ async fn demo_interrupt_then_resume_over_http() {
     assert_eq!(outcome["type"], "interrupt");
     let interrupt = &outcome["interrupts"][0];
     assert_eq!(interrupt["reason"], "tool_call");
+    // It proposes what was asked for.
+    assert_eq!(interrupt["metadata"], json!({"amount": 500, "to": "bob"}));
     let mut resume = input("t1", "r2", "");
     resume["messages"] = json!([]);
     resume["resume"] = json!([{"interruptId": interrupt["id"], "status": "resolved", "payload": {"approved": true}}]);
@@ -80,7 +82,55 @@ async fn demo_interrupt_then_resume_over_http() {
         .expect("tool result");
     assert_eq!(result["toolCallId"], interrupt["toolCallId"]);
     assert_eq!(result["content"], "transfer executed");
+    let said: String = events
+        .iter()
+        .filter(|e| e["type"] == "TEXT_MESSAGE_CONTENT")
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(said, "Done: the transfer of 500 to bob went through.");
     assert_eq!(events.last().unwrap()["outcome"]["type"], "success");
+}
+
+/// The README's quick-start promise: an HTTP run carries the client's full
+/// history. The agent gets exactly the messages (and state) the request
+/// sends; the gateway adds nothing from the thread's journal, which still
+/// holds both turns for its viewers.
+#[tokio::test]
+async fn an_http_run_carries_the_clients_history_and_nothing_from_the_journal() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = Gateway::start(&format!(
+        "[[agents]]\nid = \"echo\"\nurl = \"{}\"\n",
+        py.url("echo")
+    ))
+    .await;
+    let tok = token(json!({}));
+    let seen = |body: &str| -> Value {
+        let events = sse_events(body);
+        let echo = events.iter().find(|e| e["name"] == "echo").expect("echo");
+        echo["value"]["input"].clone()
+    };
+    let (status, body) = post_run(&gw.run_url("echo"), &tok, &input("h1", "r1", "first")).await;
+    assert_eq!(status, 200, "{body}");
+    let mut second = input("h1", "r2", "second");
+    second["messages"][0]["id"] = "u2".into();
+    let (status, body) = post_run(&gw.run_url("echo"), &tok, &second).await;
+    assert_eq!(status, 200, "{body}");
+    let got = seen(&body);
+    assert_eq!(
+        got["messages"],
+        json!([{"id": "u2", "role": "user", "content": "second"}]),
+        "only what the client sent: {got:#}"
+    );
+    assert!(got.get("state").is_none_or(Value::is_null), "{got:#}");
+    let snapshot = json_of(http().get(gw.url("/v1/threads/h1")).bearer_auth(&tok)).await;
+    let users: Vec<&Value> = snapshot["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| &m["content"])
+        .collect();
+    assert_eq!(users, [&json!("first"), &json!("second")]);
 }
 
 #[tokio::test]

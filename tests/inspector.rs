@@ -234,8 +234,8 @@ async fn two_people_watch_steer_and_reload_one_thread_in_a_real_browser() {
     // one the agent executed, as Ann sees it.
     assert_eq!(
         seen["benProposed"],
-        json!({"amount": "500", "to": "acct-9"}),
-        "pre-filled from the interrupt: {seen:#}"
+        json!({"amount": "25", "to": "bob"}),
+        "pre-filled with what Ann asked for: {seen:#}"
     );
     assert_eq!(
         seen["annRunFinished"], 2,
@@ -246,12 +246,12 @@ async fn two_people_watch_steer_and_reload_one_thread_in_a_real_browser() {
         "{seen:#}"
     );
     assert_eq!(
-        seen["annReply"], "Done: the transfer of 25 to acct-9 went through.",
+        seen["annReply"], "Done: the transfer of 30 to bob went through.",
         "{seen:#}"
     );
     let state = seen["annState"].as_str().unwrap();
     assert!(
-        state.contains("approved") && state.contains("amount: 25"),
+        state.contains("approved") && state.contains("amount: 30"),
         "{seen:#}"
     );
     assert!(
@@ -675,4 +675,117 @@ async fn the_thread_list_pages_and_filters_the_timeline_filters_and_a_dev_token_
     );
     assert_eq!(seen["status"], "live");
     assert_eq!(seen["errors"], json!([]));
+}
+
+/// First contact in a narrow window (600 px, a phone or a split screen):
+/// before sign-in only the sign-in form shows (no "Start run" that could
+/// only answer "unavailable"); signed in, nothing sticks out sideways and
+/// the thread gets the window's width; the timeline follows new events
+/// until the person scrolls up to read. `UPDATE_SCREENSHOTS=1` writes the
+/// page as seen to docs/.
+#[tokio::test]
+async fn in_a_narrow_window_the_page_fits_shows_only_sign_in_first_and_the_timeline_follows() {
+    let gw = dev_gateway(
+        "[demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
+         [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n",
+    )
+    .await;
+    let shots = std::env::var("UPDATE_SCREENSHOTS")
+        .ok()
+        .map(|_| repo().join("docs").display().to_string());
+    let mut args = vec![gw.base.as_str()];
+    if let Some(dir) = &shots {
+        args.push(dir);
+    }
+    let seen = page_script("inspector_narrow.mjs", &args).await;
+    assert_eq!(seen["errors"], json!([]), "no page errors: {seen:#}");
+    assert_eq!(
+        seen["beforeSignIn"],
+        json!({"signin": true, "app": false, "runStart": false, "thread": false}),
+        "{seen:#}"
+    );
+    assert_eq!(
+        seen["afterSignIn"],
+        json!({"signin": false, "app": true}),
+        "{seen:#}"
+    );
+    let layout = &seen["layout"];
+    let width = layout["width"].as_i64().unwrap();
+    assert_eq!(
+        layout["scrollWidth"], width,
+        "no sideways scrolling: {layout:#}"
+    );
+    for part in ["aside", "thread", "conversation", "timeline", "feedback"] {
+        let b = &layout[part];
+        assert!(
+            b["left"].as_i64().unwrap() >= 0 && b["right"].as_i64().unwrap() <= width,
+            "{part} inside the window: {layout:#}"
+        );
+    }
+    // One column: the thread below the agents and threads, as wide as they are.
+    assert!(
+        layout["thread"]["top"].as_i64() > layout["aside"]["top"].as_i64()
+            && layout["thread"]["width"] == layout["aside"]["width"],
+        "{layout:#}"
+    );
+    let followed = &seen["followed"];
+    assert_eq!(
+        followed["scrollable"], true,
+        "enough rows to scroll: {seen:#}"
+    );
+    assert!(
+        followed["fromBottom"].as_i64().unwrap() <= 2,
+        "the newest row is in view: {seen:#}"
+    );
+    let reading = &seen["readingUp"];
+    assert_eq!(
+        reading["scrollTop"], 0,
+        "scrolled up, the view stays put: {seen:#}"
+    );
+    assert!(reading["rows"].as_u64() > followed["rows"].as_u64());
+}
+
+/// Two people try a development gateway together, each signed in with a
+/// token from the page's own mint: the thread one starts shows up in the
+/// other's list by itself (development tokens share the tenant's threads;
+/// the list is live), both lists follow its status, and the answer to its
+/// interrupt shows in both conversations.
+#[tokio::test]
+async fn two_people_on_development_tokens_share_a_thread_and_see_its_answer_live() {
+    let gw = dev_gateway(
+        "[demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
+         [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n",
+    )
+    .await;
+    let seen = page_script("inspector_share.mjs", &[&gw.base, "pair-1"]).await;
+    assert_eq!(seen["errors"], json!([]), "no page errors: {seen:#}");
+    for who in ["ann", "ben"] {
+        let listed = seen[format!("{who}Listed")].as_str().unwrap();
+        assert!(
+            listed.starts_with("demo · interrupted · "),
+            "{who}: {seen:#}"
+        );
+        let after = seen[format!("{who}ListedAfter")].as_str().unwrap();
+        assert!(after.starts_with("demo · finished · "), "{who}: {seen:#}");
+        let answers = &seen[format!("{who}Answers")];
+        assert_eq!(answers.as_array().unwrap().len(), 1, "{who}: {seen:#}");
+        assert_eq!(answers[0]["status"], "approved", "{who}: {seen:#}");
+        let text = answers[0]["text"].as_str().unwrap();
+        assert!(
+            text.contains("Approve transfer_funds(")
+                && text.contains("→ approved — amount: 30, to: bob"),
+            "{who}: what was asked and what was answered: {text}"
+        );
+        assert_eq!(seen[format!("{who}Interrupts")], 0, "{who}: {seen:#}");
+    }
+    // The demo proposed what Ann asked for; Ben's edit is what it did.
+    assert_eq!(
+        seen["benProposed"],
+        json!({"amount": "25", "to": "bob"}),
+        "{seen:#}"
+    );
+    assert_eq!(
+        seen["annReply"], "Done: the transfer of 30 to bob went through.",
+        "{seen:#}"
+    );
 }

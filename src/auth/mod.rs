@@ -235,6 +235,17 @@ fn header_alg(token: &str) -> Option<String> {
     v.get("alg")?.as_str().map(str::to_owned)
 }
 
+/// The `threads` claim of a development token: every permission on every
+/// thread of the token's tenant. Development tokens are the ones minted on
+/// the public development secret (the inspector's mint, `agui-gateway token`
+/// while the config uses that secret), where anyone can sign any claim
+/// anyway; sharing is what two people trying the gateway together expect.
+/// Tenants stay apart (a grant, like every grant, is within the tenant), and
+/// tokens on a real secret or key get nothing from this.
+pub fn dev_thread_grants() -> Value {
+    serde_json::json!({"*": ["view", "run", "resume", "cancel", "meta"]})
+}
+
 /// Options for [`mint`], the dev-token helper behind `agui-gateway token`.
 #[derive(Debug, Clone)]
 pub struct MintRequest {

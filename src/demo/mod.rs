@@ -7,7 +7,10 @@
 //! send: reasoning, a server-side tool call with its result, `STATE_SNAPSHOT`
 //! and `STATE_DELTA`, streamed text. Ask it to "transfer", "delete" or
 //! "approve" something and it stops with an interrupt
-//! (`outcome.type = "interrupt"`); send the answer in `resume` and it carries on.
+//! (`outcome.type = "interrupt"`) proposing the transfer the message asked
+//! for ([`transfer`]); send the answer in `resume` and it carries on.
+
+pub mod transfer;
 
 use crate::config::DemoConfig;
 use crate::protocol::event::now_millis;
@@ -22,14 +25,20 @@ use axum::routing::post;
 use bytes::BytesMut;
 use serde_json::{Value, json};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
+use transfer::{Pending, Transfer};
 
 /// Starts the demo agent; returns the address it listens on.
 pub async fn start(cfg: &DemoConfig) -> std::io::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(&cfg.listen).await?;
     let addr = listener.local_addr()?;
     let delay = cfg.token_delay;
-    let app = Router::new().route("/agent", post(move |body: Bytes| run(body, delay)));
+    let pending = Arc::new(Pending::default());
+    let app = Router::new().route(
+        "/agent",
+        post(move |body: Bytes| run(body, delay, pending.clone())),
+    );
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!("demo agent stopped: {e}");
@@ -39,12 +48,12 @@ pub async fn start(cfg: &DemoConfig) -> std::io::Result<SocketAddr> {
     Ok(addr)
 }
 
-async fn run(body: Bytes, delay: Duration) -> Response {
+async fn run(body: Bytes, delay: Duration, pending: Arc<Pending>) -> Response {
     let input = match RunAgentInput::from_json(&body) {
         Ok(i) => i,
         Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
     };
-    let script = script(&input);
+    let script = script(&input, &pending);
     let frames = futures::stream::unfold(script.into_iter(), move |mut steps| async move {
         let (pause, mut event) = steps.next()?;
         if pause {
@@ -87,15 +96,28 @@ fn last_user_text(input: &RunAgentInput) -> String {
         .unwrap_or_default()
 }
 
+/// The arguments of tool call `id` in the run's history, when the client
+/// sent it (a WebSocket run always has it: the gateway adds the thread's
+/// history; an HTTP run has what the client sent).
+fn proposed_in_history(input: &RunAgentInput, id: &str) -> Option<Transfer> {
+    input.messages.iter().rev().find_map(|m| match m {
+        Message::Assistant(a) => a
+            .tool_calls
+            .iter()
+            .flatten()
+            .find(|c| c.id == id)
+            .and_then(|c| serde_json::from_str(&c.function.arguments).ok())
+            .and_then(|args: Value| Transfer::from_json(&args)),
+        _ => None,
+    })
+}
+
 /// Words that make the demo ask for approval first.
 const NEEDS_APPROVAL: &[&str] = &["transfer", "delete", "approve"];
 
-/// The transfer the demo proposes; whoever approves may change both.
-const PROPOSED_AMOUNT: u64 = 500;
-const PROPOSED_TO: &str = "acct-9";
-
-/// A run as (pause-before?, event) steps; events get their timestamp when sent.
-fn script(input: &RunAgentInput) -> Vec<(bool, Value)> {
+/// A run as (pause-before?, event) steps; events get their timestamp when
+/// sent. `pending`: the proposals this agent is waiting to hear about.
+fn script(input: &RunAgentInput, pending: &Pending) -> Vec<(bool, Value)> {
     let ids = Ids::new(&input.run_id);
     let mut s = Script::default();
     s.emit(json!({"type":"RUN_STARTED","threadId":input.thread_id,"runId":input.run_id,"protocolVersion":"1.0"}));
@@ -108,19 +130,25 @@ fn script(input: &RunAgentInput) -> Vec<(bool, Value)> {
             .filter(|_| answer.status == ResumeStatus::Resolved);
         let field = |name: &str| payload.and_then(|p| p.get(name));
         let approved = field("approved").and_then(Value::as_bool).unwrap_or(false);
-        // The answer may edit what was proposed: the transfer made is the answered one.
-        let amount = field("amount")
-            .filter(|a| a.is_number())
-            .cloned()
-            .unwrap_or(PROPOSED_AMOUNT.into());
-        let to = field("to")
-            .and_then(Value::as_str)
-            .filter(|t| !t.is_empty())
-            .unwrap_or(PROPOSED_TO);
         let call_id = answer
             .interrupt_id
             .strip_prefix("int-")
             .unwrap_or(&answer.interrupt_id);
+        // What was proposed: as the history shows it, else as remembered
+        // (an answer without history), else the defaults (an agent restarted).
+        let remembered = pending.answered(&answer.interrupt_id);
+        let proposed = proposed_in_history(input, call_id)
+            .or(remembered)
+            .unwrap_or_default();
+        // The answer may edit what was proposed: the transfer made is the answered one.
+        let amount = field("amount")
+            .filter(|a| a.is_number())
+            .cloned()
+            .unwrap_or(proposed.amount.into());
+        let to = field("to")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+            .unwrap_or(proposed.to.as_str());
         let result = if approved {
             "transfer executed"
         } else {
@@ -167,7 +195,10 @@ fn script(input: &RunAgentInput) -> Vec<(bool, Value)> {
         let msg_id = ids.make("ask");
         s.text(&msg_id, "This needs your approval first.");
         let call_id = ids.make("call");
-        let proposal = json!({"amount": PROPOSED_AMOUNT, "to": PROPOSED_TO});
+        let interrupt_id = format!("int-{call_id}");
+        let asked = Transfer::asked_in(&question);
+        let proposal = asked.to_json();
+        pending.remember(&interrupt_id, asked);
         let args = proposal.to_string();
         s.emit(json!({"type":"TOOL_CALL_START","toolCallId":call_id,"toolCallName":"transfer_funds","parentMessageId":msg_id}));
         s.pause(json!({"type":"TOOL_CALL_ARGS","toolCallId":call_id,"delta":args}));
@@ -176,7 +207,7 @@ fn script(input: &RunAgentInput) -> Vec<(bool, Value)> {
             json!({"type":"RUN_FINISHED","threadId":input.thread_id,"runId":input.run_id,"outcome":{
                 "type":"interrupt",
                 "interrupts":[{
-                    "id": format!("int-{call_id}"),
+                    "id": interrupt_id,
                     "reason":"tool_call",
                     "message": format!("Approve transfer_funds({args})?"),
                     "toolCallId": call_id,
@@ -286,7 +317,7 @@ mod tests {
 
     #[test]
     fn plain_run_has_every_kind_of_event_and_verifies() {
-        let kinds = verified(&script(&input("hello there", None)));
+        let kinds = verified(&script(&input("hello there", None), &Pending::default()));
         for k in [
             "REASONING_MESSAGE_CONTENT",
             "TOOL_CALL_ARGS",
@@ -302,7 +333,8 @@ mod tests {
 
     #[test]
     fn approval_words_interrupt_and_resume_continues() {
-        let steps = script(&input("please transfer 500", None));
+        let pending = Pending::default();
+        let steps = script(&input("please transfer 500", None), &pending);
         verified(&steps);
         let last = steps.last().unwrap().1.clone();
         assert_eq!(last["outcome"]["type"], "interrupt");
@@ -311,10 +343,13 @@ mod tests {
             .unwrap()
             .to_owned();
         let call = last["outcome"]["interrupts"][0]["toolCallId"].clone();
-        let resumed = script(&input(
-            "",
-            Some(json!([{"interruptId": id, "status":"resolved","payload":{"approved":true}}])),
-        ));
+        let resumed = script(
+            &input(
+                "",
+                Some(json!([{"interruptId": id, "status":"resolved","payload":{"approved":true}}])),
+            ),
+            &pending,
+        );
         verified(&resumed);
         let result = resumed
             .iter()
@@ -326,7 +361,8 @@ mod tests {
 
     #[test]
     fn the_interrupt_proposes_values_and_the_answer_may_edit_them() {
-        let steps = script(&input("please transfer 500", None));
+        let pending = Pending::default();
+        let steps = script(&input("please transfer 500", None), &pending);
         let interrupt = steps.last().unwrap().1["outcome"]["interrupts"][0].clone();
         assert_eq!(
             interrupt["metadata"],
@@ -340,12 +376,15 @@ mod tests {
             ),
             (Some("number"), Some("string"))
         );
-        let resumed = script(&input(
-            "",
-            Some(
-                json!([{"interruptId": interrupt["id"], "status":"resolved","payload":{"approved":true,"amount":25}}]),
+        let resumed = script(
+            &input(
+                "",
+                Some(
+                    json!([{"interruptId": interrupt["id"], "status":"resolved","payload":{"approved":true,"amount":25}}]),
+                ),
             ),
-        ));
+            &pending,
+        );
         verified(&resumed);
         let delta = resumed
             .iter()
@@ -361,5 +400,53 @@ mod tests {
             .map(|(_, e)| e["delta"].as_str().unwrap())
             .collect();
         assert_eq!(text, "Done: the transfer of 25 to acct-9 went through.");
+    }
+
+    /// The text the resumed run streams.
+    fn reply(steps: &[(bool, Value)]) -> String {
+        steps
+            .iter()
+            .filter(|(_, e)| e["type"] == "TEXT_MESSAGE_CONTENT")
+            .map(|(_, e)| e["delta"].as_str().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn it_proposes_what_was_asked_and_makes_that_transfer_when_approved() {
+        let pending = Pending::default();
+        let steps = script(&input("please transfer 25 EUR to bob", None), &pending);
+        let interrupt = steps.last().unwrap().1["outcome"]["interrupts"][0].clone();
+        assert_eq!(interrupt["metadata"], json!({"amount": 25, "to": "bob"}));
+        assert_eq!(
+            interrupt["message"],
+            r#"Approve transfer_funds({"amount":25,"to":"bob"})?"#
+        );
+        let approve = json!([{"interruptId": interrupt["id"], "status":"resolved","payload":{"approved":true}}]);
+        // An answer with no history (a curl with only `resume`): remembered.
+        let resumed = script(&input("", Some(approve.clone())), &pending);
+        assert_eq!(
+            reply(&resumed),
+            "Done: the transfer of 25 to bob went through."
+        );
+        // An answer carrying the history, to an agent that remembers nothing
+        // (restarted, or another node's): read from the tool call.
+        let mut with_history = json!({"threadId":"t","runId":"r2","messages":[
+            {"id":"u","role":"user","content":"please transfer 25 EUR to bob"},
+            {"id":"a","role":"assistant","toolCalls":[{"id": interrupt["toolCallId"], "type":"function",
+              "function":{"name":"transfer_funds","arguments":"{\"amount\":25,\"to\":\"bob\"}"}}]}
+        ]});
+        with_history["resume"] = approve.clone();
+        let with_history = RunAgentInput::from_json(with_history.to_string().as_bytes()).unwrap();
+        let resumed = script(&with_history, &Pending::default());
+        assert_eq!(
+            reply(&resumed),
+            "Done: the transfer of 25 to bob went through."
+        );
+        // Neither: the defaults, as before.
+        let resumed = script(&input("", Some(approve)), &Pending::default());
+        assert_eq!(
+            reply(&resumed),
+            "Done: the transfer of 500 to acct-9 went through."
+        );
     }
 }

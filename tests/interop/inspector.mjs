@@ -66,7 +66,7 @@ try {
   const field = (name) => ben.page.$eval(`.interrupt [data-field="${name}"]`, (e) => e.value);
   out.benProposed = { amount: await field("amount"), to: await field("to") };
   if (shots) await ben.page.screenshot({ path: `${shots}/inspector-interrupt.png`, fullPage: true });
-  await ben.page.fill('.interrupt [data-field="amount"]', "25");
+  await ben.page.fill('.interrupt [data-field="amount"]', "30");
   await ben.page.click(".interrupt .approve");
   await until(ann.page, () => document.querySelectorAll('.tl-row[data-type="RUN_FINISHED"]').length >= 2);
   await until(ben.page, () => document.querySelectorAll('.tl-row[data-type="RUN_FINISHED"]').length >= 1);

@@ -25,6 +25,14 @@ const TOKEN_KEY = 'agui-inspector.token';
 const DEV_KEY = 'agui-inspector.dev';
 /** A pasted token's countdown shows this long before it expires. */
 const EXPIRY_WARNING_MS = 5 * 60_000;
+/** The gateway's thread-list page size, and the most one read may ask for. */
+const THREADS_PAGE = 50;
+const THREADS_MAX_LIMIT = 500;
+/** How often the thread list is re-read while the page is visible. */
+const THREADS_REFRESH_MS = 3_000;
+/** How close to its bottom a scrolling box counts as "at the bottom" (so
+ *  it follows new content): a few pixels of rounding at any zoom. */
+const FOLLOW_SLACK_PX = 4;
 
 const app = {
   token: sessionStorage.getItem(TOKEN_KEY),
@@ -39,6 +47,13 @@ const app = {
   pending: new Map(),
   thread: null,
   threadsCursor: null,
+  // Bumped by every thread-list read; an answer to an older one is dropped.
+  threadsGeneration: 0,
+  // Thread-list reads in flight (a live refresh waits for none).
+  threadsReading: 0,
+  threadsTimer: null,
+  // A live refresh was asked for while a read was in flight.
+  threadsStale: false,
   refreshTimer: null,
   countdownTimer: null,
 };
@@ -92,6 +107,7 @@ function signIn(token, dev) {
   connect();
   loadAgents();
   loadThreads(true);
+  app.threadsTimer ??= setInterval(() => { if (!document.hidden) refreshThreads(); }, THREADS_REFRESH_MS);
 }
 
 /** Makes `token` the one every later frame and request uses. */
@@ -225,34 +241,70 @@ async function loadAgents() {
   }
 }
 
-async function loadThreads(fresh) {
-  if (fresh) app.threadsCursor = null;
+/** Reads the thread list: `fresh` from its first page (a click, a filter),
+ *  else the next page ("more"). A person's read always wins over a live
+ *  refresh still in flight (its answer is dropped). */
+async function loadThreads(fresh, limit = null, quiet = false) {
+  const generation = ++app.threadsGeneration;
   const query = new URLSearchParams();
   if ($('#filter-agent').value) query.set('agent', $('#filter-agent').value);
   if ($('#filter-status').value) query.set('status', $('#filter-status').value);
-  if (app.threadsCursor) query.set('cursor', app.threadsCursor);
+  if (!fresh && app.threadsCursor) query.set('cursor', app.threadsCursor);
+  if (limit) query.set('limit', String(limit));
+  app.threadsReading += 1;
   try {
     const { threads, nextCursor } = await api(`/v1/threads?${query}`);
-    const list = $('#threads');
-    if (fresh) list.replaceChildren();
-    for (const t of threads) {
-      const when = new Date(t.updatedMs).toLocaleTimeString();
-      const viewers = t.viewers === undefined ? '' : ` · ${t.viewers} watching`;
-      const item = el(
-        'li',
-        { class: 'thread-item', 'data-thread': t.threadId },
-        el('strong', { text: t.threadId }),
-        el('small', { text: `${t.agent || 'no agent'} · ${t.status} · ${when}${viewers}` }),
-      );
-      item.addEventListener('click', () => openThread(t.threadId));
-      if (app.thread?.id === t.threadId) item.classList.add('active');
-      list.append(item);
-    }
+    if (generation !== app.threadsGeneration) return;
+    showThreads(threads, !fresh);
     app.threadsCursor = nextCursor;
     $('#threads-more').hidden = nextCursor === null || nextCursor === undefined;
   } catch (e) {
-    notice(`Threads — ${describeError(e)}`, 'error');
+    if (!quiet) notice(`Threads — ${describeError(e)}`, 'error');
+  } finally {
+    app.threadsReading -= 1;
+    if (app.threadsReading === 0 && app.threadsStale) {
+      app.threadsStale = false;
+      refreshThreads();
+    }
   }
+}
+
+/** The live list: the public contract has no subscription to the thread
+ *  list, so the page re-reads what it shows (as many threads as are listed,
+ *  from the first) every few seconds while it is visible, and at once when
+ *  a run on the open thread starts or ends. Quiet: a failure here is the
+ *  connection's, shown by its status. */
+function refreshThreads() {
+  if (!app.token) return;
+  // One read at a time: asked for meanwhile, it follows the one in flight.
+  if (app.threadsReading > 0) {
+    app.threadsStale = true;
+    return;
+  }
+  const shown = $('#threads').children.length;
+  const limit = Math.min(THREADS_MAX_LIMIT, Math.max(THREADS_PAGE, shown));
+  loadThreads(true, limit === THREADS_PAGE ? null : limit, true);
+}
+
+/** Shows `threads` (after the ones listed when `append`), reusing the item
+ *  of a thread already listed: a click aimed at it still lands on it. */
+function showThreads(threads, append) {
+  const list = $('#threads');
+  const items = new Map([...list.children].map((item) => [item.dataset.thread, item]));
+  const shown = append ? [...list.children] : [];
+  for (const t of threads) {
+    const when = new Date(t.updatedMs).toLocaleTimeString();
+    const viewers = t.viewers === undefined ? '' : ` · ${t.viewers} watching`;
+    let item = items.get(t.threadId);
+    if (!item) {
+      item = el('li', { class: 'thread-item', 'data-thread': t.threadId }, el('strong', { text: t.threadId }), el('small'));
+      item.addEventListener('click', () => openThread(t.threadId));
+    }
+    item.querySelector('small').textContent = `${t.agent || 'no agent'} · ${t.status} · ${when}${viewers}`;
+    item.classList.toggle('active', app.thread?.id === t.threadId);
+    if (!shown.includes(item)) shown.push(item);
+  }
+  list.replaceChildren(...shown);
 }
 
 // ---------- WebSocket ----------
@@ -367,8 +419,11 @@ function newThreadView(id) {
     snapshot(frame) {
       if (frame.reset) notice(`Reset: the journal no longer holds what followed seq ${this.lastSeq ?? 0}; showing the snapshot at seq ${frame.seq}.`, 'gap');
       this.lastSeq = frame.seq;
-      this.resetConversation();
-      for (const message of frame.messages || []) this.renderMessage(message);
+      const conversation = $('#conversation');
+      following(conversation, () => {
+        this.resetConversation();
+        for (const message of frame.messages || []) this.renderMessage(message);
+      });
       this.state = frame.state ?? {};
       renderState(this.state);
       this.run = frame.run;
@@ -386,6 +441,8 @@ function newThreadView(id) {
       this.lastSeq = frame.seq;
       timelineRow(frame.seq, event.type, event.timestamp || Date.now(), JSON.stringify(event).length, gap);
       this.apply(event);
+      // The thread's status in the list changes with its runs.
+      if (['RUN_STARTED', 'RUN_FINISHED', 'RUN_ERROR'].includes(event.type)) refreshThreads();
     },
 
     setRun(status, runId) {
@@ -402,9 +459,16 @@ function newThreadView(id) {
 
     apply(e) {
       const conversation = $('#conversation');
+      following(conversation, () => this.applyTo(conversation, e));
+    },
+
+    applyTo(conversation, e) {
       switch (e.type) {
         case 'RUN_STARTED':
           this.setRun('running', e.runId);
+          // A run that answers interrupts: everyone watching sees the
+          // answer where the question was, before the form goes away.
+          if (Array.isArray(e.input?.resume)) for (const entry of e.input.resume) this.renderAnswer(entry);
           this.interrupts = [];
           renderInterrupts(this);
           for (const message of e.input?.messages || []) this.renderMessage(message);
@@ -489,7 +553,23 @@ function newThreadView(id) {
           // Everything else (RAW, REASONING_START/END, future types) is in
           // the timeline; the conversation shows what a person reads.
       }
-      conversation.scrollTop = conversation.scrollHeight;
+    },
+
+    /** One answer of a resume run, as a line in the conversation: what was
+     *  asked (the pending interrupt it answers, when this page saw it) and
+     *  what was answered. */
+    renderAnswer(entry) {
+      const asked = this.interrupts.find((i) => i.id === entry.interruptId);
+      const payload = isObject(entry.payload) ? entry.payload : {};
+      const verdict = entry.status === 'cancelled' ? 'cancelled'
+        : payload.approved === false ? 'rejected'
+          : payload.approved === true ? 'approved' : 'answered';
+      const fields = Object.entries(payload).filter(([name]) => name !== 'approved')
+        .map(([name, value]) => `${name}: ${json(value)}`);
+      const question = asked?.message || asked?.reason || entry.interruptId || 'an interrupt';
+      const answer = `${verdict}${fields.length ? ` — ${fields.join(', ')}` : ''}`;
+      this.place(undefined).append(el('div', { class: 'answer', 'data-interrupt': entry.interruptId || '', 'data-status': verdict },
+        el('span', { class: 'role', text: 'answer' }), `${question}\n→ ${answer}`));
     },
 
     /** Re-reads the thread's snapshot over HTTP, for a delta that did not apply. */
@@ -929,7 +1009,17 @@ function timelineRow(seq, type, time, bytes, gap) {
     el('td', { text: String(seq) }), el('td', { text: type }),
     el('td', { text: new Date(time).toLocaleTimeString() }), el('td', { text: String(bytes) }));
   row.hidden = filter.value !== '' && filter.value !== type;
-  $('#timeline tbody').append(row);
+  const body = $('#timeline tbody');
+  following(body, () => body.append(row));
+}
+
+/** Runs `change` on scrolling box `box` and keeps its newest content in
+ *  view, as a log viewer does — unless the person scrolled up to read, who
+ *  is left where they are. */
+function following(box, change) {
+  const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight <= FOLLOW_SLACK_PX;
+  change();
+  if (atBottom) box.scrollTop = box.scrollHeight;
 }
 
 function notice(text, kind = '', where = null) {

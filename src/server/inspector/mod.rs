@@ -8,7 +8,10 @@
 //! One addition, for development only: when the gateway runs on the public
 //! development secret (`auth.hs_secret` from the shipped config), the page
 //! offers a "mint dev token" form backed by `POST {path}/dev-token`. With
-//! any real secret or key that route does not exist.
+//! any real secret or key that route does not exist. Its tokens carry a
+//! grant on every thread of their tenant ([`crate::auth::dev_thread_grants`]),
+//! so two people trying the page together see each other's threads; real
+//! tokens get only what their issuer and `[[grants]]` give them.
 
 use super::error::{ApiError, ErrorCode};
 use super::state::AppState;
@@ -106,7 +109,8 @@ async fn page_config(State(state): State<Arc<AppState>>) -> Response {
 }
 
 /// `POST {path}/dev-token` `{sub, roles?, tenant?}`: a one-hour token signed
-/// with the development secret (the route exists only with that secret).
+/// with the development secret (the route exists only with that secret),
+/// sharing every thread of its tenant.
 async fn dev_token(State(state): State<Arc<AppState>>, body: axum::body::Bytes) -> Response {
     let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let sub = v.get("sub").and_then(Value::as_str).unwrap_or("").trim();
@@ -128,7 +132,7 @@ async fn dev_token(State(state): State<Arc<AppState>>, body: axum::body::Bytes) 
         roles,
         tenant: v.get("tenant").and_then(Value::as_str).map(str::to_owned),
         ttl_secs: 3600,
-        threads: None,
+        threads: Some(crate::auth::dev_thread_grants()),
     };
     match crate::auth::mint(&state.config.auth, &request) {
         Ok(token) => axum::Json(json!({"token": token, "expiresIn": 3600})).into_response(),
