@@ -1215,3 +1215,31 @@ async fn agent_scoped_visibility_holds_on_another_node_before_the_first_event() 
     assert_eq!(reasoning(&guest_saw), 0, "{guest_saw:?}");
     assert_eq!(guest_saw.len(), staff_saw.len() - reasoning(&staff_saw));
 }
+
+/// Issue 19 item 10 on two nodes: a run sent on the previous run's terminal
+/// event, through the node that ran it or the other one, is never refused
+/// although every run compacts the journal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_sent_on_the_previous_runs_end_is_taken_on_either_node_when_that_run_compacted() {
+    let redis = RedisServer::start().await;
+    let py = PyAgent::start("scripted_agent.py").await;
+    let config = |name: &str| {
+        format!(
+            "{}[threads]\nmax_events = 2\n[[agents]]\nid = \"ok\"\nurl = \"{}\"\n",
+            redis.store_config(name),
+            py.url("ok")
+        )
+    };
+    let a = Gateway::start(&config("a")).await;
+    let b = Gateway::start(&config("b")).await;
+    let t = token(json!({"sub": "alice"}));
+    let (status, body) = post_run(&a.run_url("ok"), &t, &input("b2b", "first", "hi")).await;
+    assert_eq!(status, 200, "{body}");
+    let seen = sse_events(&body).len() as u64;
+    let mut conns = [
+        subscribe(&a, &t, "b2b", seen).await,
+        subscribe(&b, &t, "b2b", seen).await,
+    ];
+    let refused = back_to_back_runs(&mut conns, ("ok", "b2b"), 15).await;
+    assert!(refused.is_empty(), "refused: {refused:?}");
+}

@@ -733,8 +733,10 @@ impl Thread {
             }
         }
         if kind.is_terminal() {
-            // Another node's run ended: a run queued here may start now.
-            self.start_queued(inner);
+            // The run is over the moment its end is published: this node's
+            // slot is free before any viewer can answer it, and a run
+            // queued here (behind this node's run or another's) may start.
+            self.terminal_published(inner);
         }
     }
 
@@ -808,32 +810,46 @@ impl Thread {
         // Handed to the store under the lock, like appends: in seq order.
         let ack = {
             let mut inner = self.lock();
-            let due = force || inner.journal.len() > self.settings.max_events;
-            // Lagging viewers still read the journal: compact later.
-            let busy =
-                inner.inflight > 0 || !inner.arrived.is_empty() || !inner.catching_up.is_empty();
-            if !due || inner.journal.is_empty() || busy {
-                return;
+            match self.compaction(&mut inner, force) {
+                Some(ack) => ack,
+                None => return,
             }
-            let base = inner.fold.seq;
-            inner.journal.clear();
-            inner.base_seq = base;
-            let snapshot =
-                Bytes::from(serde_json::to_vec(&fold_record(&inner)).expect("fold serializes"));
-            self.store.append(AppendBatch {
-                key: self.key.clone(),
-                meta: inner.meta.clone(),
-                events: Vec::new(),
-                compact: Some((base, snapshot)),
-                fence: None,
-                run_boundary: false,
-                idempotency: None,
-                closes_failed_run: false,
-            })
         };
         if let Ok(Err(e)) = ack.await {
             tracing::error!(thread = %self.key.thread_id, "journal compaction failed: {e}");
         }
+    }
+
+    /// Hands the compaction of the journal into the fold to the store when
+    /// it is due (`force`: idle; else longer than `max_events`) and nothing
+    /// is under way that still reads the journal; `None` when not done.
+    /// Only between runs (no run active or starting here), so the base is a
+    /// whole-run boundary.
+    fn compaction(&self, inner: &mut Inner, force: bool) -> Option<crate::store::AppendAck> {
+        let due = force || inner.journal.len() > self.settings.max_events;
+        // Lagging viewers still read the journal: compact later.
+        let busy = inner.inflight > 0
+            || !inner.arrived.is_empty()
+            || !inner.catching_up.is_empty()
+            || inner.runs.has_active();
+        if !due || inner.journal.is_empty() || busy {
+            return None;
+        }
+        let base = inner.fold.seq;
+        inner.journal.clear();
+        inner.base_seq = base;
+        let snapshot =
+            Bytes::from(serde_json::to_vec(&fold_record(inner)).expect("fold serializes"));
+        Some(self.store.append(AppendBatch {
+            key: self.key.clone(),
+            meta: inner.meta.clone(),
+            events: Vec::new(),
+            compact: Some((base, snapshot)),
+            fence: None,
+            run_boundary: false,
+            idempotency: None,
+            closes_failed_run: false,
+        }))
     }
 }
 

@@ -125,6 +125,11 @@ impl RunSlot {
         self.used_ids.keys()
     }
 
+    /// A run is active here (or its lease is being asked for).
+    pub(super) fn has_active(&self) -> bool {
+        self.active.is_some()
+    }
+
     /// No run active or waiting.
     pub(super) fn is_idle(&self) -> bool {
         self.active.is_none() && self.queue.is_empty()
@@ -412,6 +417,40 @@ impl Thread {
                 me.start_queued(&mut inner);
             }
         });
+    }
+
+    /// A terminal event was just published (under the lock, before any
+    /// viewer can have it). When it ends the run active on this node, the
+    /// run's slot and lease are given back now — not when its task has
+    /// finished its bookkeeping — so a run sent on that terminal event is
+    /// never refused as `conflict`; a journal past `max_events` is
+    /// compacted in the same step, so the base is this run's end and the
+    /// next run's events come after it. Then a queued run may start.
+    pub(super) fn terminal_published(&self, inner: &mut Inner) {
+        let ended = inner.runs.active.as_ref().is_some_and(|active| {
+            active.lease.is_some()
+                && inner
+                    .fold
+                    .run()
+                    .is_some_and(|r| r.run_id == active.run_id && r.status != RunStatus::Running)
+        });
+        if ended && let Some(run) = inner.runs.active.take() {
+            if inner.runs.resume_claimed.as_deref() == Some(&run.run_id) {
+                inner.runs.resume_claimed = None;
+            }
+            if let Some(lease) = &run.lease {
+                self.leases.release(&self.key, lease);
+            }
+            if let Some(ack) = self.compaction(inner, false) {
+                let thread_id = self.key.thread_id.clone();
+                tokio::spawn(async move {
+                    if let Ok(Err(e)) = ack.await {
+                        tracing::error!(thread = %thread_id, "journal compaction failed: {e}");
+                    }
+                });
+            }
+        }
+        self.start_queued(inner);
     }
 
     /// Another node released this thread's lease: a run queued here may
@@ -1027,8 +1066,10 @@ async fn drive(
     if feed.store_failed && thread.shared() {
         close_after_outage(&thread, &run_id, &lease).await;
     }
-    thread.maybe_compact().await;
+    // Usually a no-op: the slot went with the terminal event's publication
+    // ([`Thread::terminal_published`]); not when the run ended unjournaled.
     thread.run_ended(&run_id);
+    thread.maybe_compact().await;
 }
 
 /// The metrics class of a run's terminal event.
