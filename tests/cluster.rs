@@ -1243,3 +1243,68 @@ async fn a_run_sent_on_the_previous_runs_end_is_taken_on_either_node_when_that_r
     let refused = back_to_back_runs(&mut conns, ("ok", "b2b"), 15).await;
     assert!(refused.is_empty(), "refused: {refused:?}");
 }
+
+/// Issue 19 item 9: a run queued behind another asked for the lease once
+/// when that run ended; if Redis answered that request with an error it
+/// never started (and a later run could take its turn). Here Redis refuses
+/// `SET` (an ACL), so taking a lease fails while the running run's appends
+/// and its end still work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_run_starts_once_the_store_answers_again_or_ends_with_run_error() {
+    let redis = RedisServer::start().await;
+    let py = PyAgent::start("scripted_agent.py").await;
+    let agents = format!(
+        "[[agents]]\nid = \"gated\"\nurl = \"{}\"\ntimeouts = {{ idle = \"1h\" }}\n\
+         [[agents]]\nid = \"queued\"\nurl = \"{}\"\nstrategy = \"enqueue\"\n",
+        py.url("gated"),
+        py.url("ok")
+    );
+    let a = Gateway::start(&format!(
+        "{}lease_ttl = \"2s\"\n{agents}",
+        redis.store_config("a")
+    ))
+    .await;
+    let t = token(json!({"sub": "alice"}));
+    let leases_fail = |fail: bool| {
+        let rule = if fail { "-set" } else { "+set" };
+        assert_eq!(redis.cli(&["ACL", "SETUSER", "default", rule]).trim(), "OK");
+    };
+
+    // The store recovers: the queued run asks again and starts.
+    let mut runner = run_until(&a, &t, ("gated", "q1", "r1"), "TEXT_MESSAGE_CONTENT").await;
+    leases_fail(true);
+    let mut requester = Ws::connect(&a, WsAuth::Header(&t)).await.unwrap();
+    requester.send(run_frame("queued", "q1", "r2")).await;
+    let ack = answer(&mut requester, "r2").await;
+    assert_eq!(ack["queued"], 1, "{ack}");
+    http().post(py.url("release")).send().await.unwrap();
+    runner.recv_until(is_terminal_frame).await;
+    a.proc.expect_stderr("queued run waits: the store").await;
+    leases_fail(false);
+    let frames = requester
+        .recv_until(|f| is_terminal_frame(f) && f["event"]["runId"] == "r2")
+        .await;
+    assert_eq!(frames.last().unwrap()["event"]["type"], "RUN_FINISHED");
+
+    // The store keeps failing past the lease time to live: the queued run
+    // ends with RUN_ERROR, never silently.
+    let mut runner = run_until(&a, &t, ("gated", "q2", "r3"), "TEXT_MESSAGE_CONTENT").await;
+    leases_fail(true);
+    let queued = tokio::spawn({
+        let (url, t) = (a.run_url("queued"), t.clone());
+        async move { post_run(&url, &t, &input("q2", "r4", "next")).await }
+    });
+    while !a.metrics().await.contains("agui_active_runs 2") {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    http().post(py.url("release")).send().await.unwrap();
+    runner.recv_until(is_terminal_frame).await;
+    let (status, body) = tokio::time::timeout(WAIT, queued)
+        .await
+        .expect("the queued run's requester is answered")
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_run_error(&sse_events(&body), "unavailable");
+    a.proc.expect_stderr("queued run refused").await;
+    leases_fail(false);
+}

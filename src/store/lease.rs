@@ -94,6 +94,13 @@ pub trait RunLeases: Send + Sync + 'static {
 
     /// True when other nodes may run this store's threads.
     fn shared(&self) -> bool;
+
+    /// How long a run queued on this node keeps asking for a lease the store
+    /// fails to answer before it is refused: as long as a lease lives (a
+    /// run whose lease cannot be renewed that long stops too).
+    fn patience(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(10)
+    }
 }
 
 /// The leases of a single process: its run slots already exclude each

@@ -94,11 +94,18 @@ pub(super) struct RunSlot {
     /// The runIds this thread has accepted (the latest [`RUN_IDS_KEPT`]): a
     /// reused id would make two replies fold into one, so it is refused.
     used_ids: Recent<()>,
+    /// Since when the store has failed the first queued run's lease
+    /// requests, and the wait before the next one (see [`Thread::start_queued`]).
+    start_failing: Option<(std::time::Instant, std::time::Duration)>,
 }
 
 /// How often a run queued behind another node's run asks for the lease
 /// again, should the notice of its release be missed.
 const QUEUED_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The first wait before a queued run asks again for a lease the store
+/// failed to answer; doubled on each failure up to [`QUEUED_RETRY`].
+const QUEUED_ERROR_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// How many of a thread's latest runIds are remembered for the reuse check.
 pub const RUN_IDS_KEPT: usize = 4096;
@@ -110,6 +117,7 @@ impl Default for RunSlot {
             queue: VecDeque::new(),
             resume_claimed: None,
             used_ids: Recent::new(RUN_IDS_KEPT),
+            start_failing: None,
         }
     }
 }
@@ -380,6 +388,9 @@ impl Thread {
                     .active
                     .as_ref()
                     .is_some_and(|a| a.run_id == req.run_id && a.lease.is_none());
+                if acquired.is_ok() && reserved {
+                    inner.runs.start_failing = None;
+                }
                 let stale = match acquired {
                     Ok(Acquired::Granted(lease)) if reserved => {
                         me.launch(&mut inner, req, lease);
@@ -403,7 +414,32 @@ impl Thread {
                     }
                     Ok(Acquired::Stale) => true,
                     Err(e) => {
-                        tracing::warn!(thread = %me.key.thread_id, run = %req.run_id, "queued run waits: the store is unreachable: {e}");
+                        // The store failed to answer (a lost connection, a
+                        // failover): ask again soon, keeping this run first
+                        // in line, so no later run overtakes it once the
+                        // store answers; past the leases' patience the run
+                        // is refused, never left waiting unseen.
+                        let now = std::time::Instant::now();
+                        let (since, wait) = *inner
+                            .runs
+                            .start_failing
+                            .get_or_insert((now, QUEUED_ERROR_RETRY));
+                        if since.elapsed() >= me.leases.patience() {
+                            inner.runs.start_failing = None;
+                            inner.runs.active = None;
+                            tracing::error!(tenant = %me.key.tenant, thread = %me.key.thread_id, run = %req.run_id, "queued run refused: the store failed every lease request for {:?}: {e}", since.elapsed());
+                            me.refuse_queued(&mut inner, req);
+                            me.start_queued(&mut inner);
+                            return;
+                        }
+                        tracing::warn!(thread = %me.key.thread_id, run = %req.run_id, "queued run waits: the store failed the lease request; asking again in {wait:?}: {e}");
+                        inner.runs.start_failing = Some((since, (wait * 2).min(QUEUED_RETRY)));
+                        let retry = me.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(wait).await;
+                            let mut inner = retry.lock();
+                            retry.start_queued(&mut inner);
+                        });
                         false
                     }
                 };
@@ -451,6 +487,27 @@ impl Thread {
             }
         }
         self.start_queued(inner);
+    }
+
+    /// Ends a queued run that will not start (the store kept failing its
+    /// lease requests): it was never journaled, so its HTTP requester is
+    /// told directly with `RUN_ERROR unavailable` (and the refusal is logged
+    /// as an error).
+    fn refuse_queued(&self, inner: &mut Inner, req: RunRequest) {
+        if inner.runs.resume_claimed.as_deref() == Some(&req.run_id) {
+            inner.runs.resume_claimed = None;
+        }
+        let error = run_error(
+            "unavailable",
+            "the queued run could not start: the store shared with the other gateway nodes kept failing; retry",
+        );
+        if let Some(outbox) = &req.starter {
+            outbox.push_replay(Outgoing::Event(Arc::new(Entry::new(
+                self.id.clone(),
+                0,
+                error,
+            ))));
+        }
     }
 
     /// Another node released this thread's lease: a run queued here may

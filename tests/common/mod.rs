@@ -219,6 +219,17 @@ impl RedisServer {
         std::fs::read(self._dir.path().join("dump.rdb")).unwrap()
     }
 
+    /// Runs one `redis-cli` command against the server; its output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// Kills the server (SIGKILL) and waits until it is gone.
     pub async fn kill(&mut self) {
         self.proc.child.kill().await.unwrap();

@@ -205,4 +205,8 @@ impl RunLeases for RedisStore {
     fn shared(&self) -> bool {
         true
     }
+
+    fn patience(&self) -> std::time::Duration {
+        self.lease_ttl
+    }
 }
