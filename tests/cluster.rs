@@ -1308,3 +1308,135 @@ async fn a_queued_run_starts_once_the_store_answers_again_or_ends_with_run_error
     a.proc.expect_stderr("queued run refused").await;
     leases_fail(false);
 }
+
+/// How the store loses history in [`a_journal_that_goes_back`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Loss {
+    Flushall,
+    RestartEmpty,
+    OlderSnapshot,
+}
+
+/// Issue 19 item 8: Redis loses acknowledged history while two nodes hold a
+/// thread (viewers on both, a run streaming on A with an HTTP requester).
+/// Before, nothing noticed: readiness stayed 200, nodes disagreed, viewers
+/// got the new journal spliced onto the old one with no reset, runs through
+/// a holding node got `conflict`, and the streaming run never ended. Now:
+/// logged, not ready for a lease's time to live, the run ends with
+/// `RUN_ERROR journal_lost`, viewers get a `reset` snapshot of what the
+/// store holds, and the thread goes on from there on every node.
+async fn a_journal_that_goes_back(loss: Loss) {
+    let mut redis = RedisServer::start().await;
+    let py = PyAgent::start("scripted_agent.py").await;
+    let a = scenario_node(&redis, "a", &py).await;
+    let b = scenario_node(&redis, "b", &py).await;
+    let t = token(json!({"sub": "alice"}));
+    let run_input = |run: &str| {
+        let mut body = input("back", run, "hello");
+        body["messages"][0]["id"] = format!("u-{run}").into();
+        body
+    };
+
+    // History the store keeps (the older snapshot holds it) ...
+    let (status, body) = post_run(&a.run_url("ok"), &t, &run_input("r1")).await;
+    assert_eq!(status, 200, "{body}");
+    let kept = sse_events(&body).len() as u64;
+    let snapshot = (loss == Loss::OlderSnapshot).then(|| redis.snapshot_bytes());
+    // ... and history it loses.
+    let (status, body) = post_run(&a.run_url("ok"), &t, &run_input("r2")).await;
+    assert_eq!(status, 200, "{body}");
+    let seen = kept + sse_events(&body).len() as u64;
+    let mut on_a = subscribe(&a, &t, "back", seen).await;
+    let mut on_b = subscribe(&b, &t, "back", seen).await;
+    let streaming = tokio::spawn({
+        let (url, t, body) = (a.run_url("gated"), t.clone(), run_input("r3"));
+        async move { post_run(&url, &t, &body).await }
+    });
+    for viewer in [&mut on_a, &mut on_b] {
+        viewer
+            .recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_CONTENT")
+            .await;
+    }
+
+    match loss {
+        Loss::Flushall => assert_eq!(redis.cli(&["FLUSHALL"]).trim(), "OK"),
+        Loss::RestartEmpty => {
+            redis.kill().await;
+            redis.start_again().await;
+        }
+        Loss::OlderSnapshot => {
+            redis.kill().await;
+            std::fs::write(redis.data_dir().join("dump.rdb"), snapshot.unwrap()).unwrap();
+            redis.start_again().await;
+        }
+    }
+    let holds = if loss == Loss::OlderSnapshot { kept } else { 0 };
+
+    // Said loudly; not ready until reconciled, then ready again.
+    a.proc.expect_stderr("JOURNAL LOST HISTORY").await;
+    until_ready_is(&a, 503).await;
+    until_ready_is(&a, 200).await;
+    // The run that was streaming ends, with a stable code.
+    let (status, body) = tokio::time::timeout(WAIT, streaming)
+        .await
+        .expect("the streaming run's requester gets an end")
+        .unwrap();
+    assert_eq!(status, 200);
+    assert_run_error(&sse_events(&body), "journal_lost");
+    // Viewers on both nodes: a reset snapshot of what the store holds.
+    for viewer in [&mut on_a, &mut on_b] {
+        let frames = viewer.recv_until(|f| f["type"] == "snapshot").await;
+        let reset = frames.last().unwrap();
+        assert_eq!(reset["reset"], true, "{reset}");
+        assert_eq!(reset["seq"], holds, "{reset}");
+    }
+    // A viewer resuming from its old position is reset too, not left silent.
+    let mut resuming = Ws::connect(&b, WsAuth::Header(&t)).await.unwrap();
+    resuming
+        .send(json!({"type": "subscribe", "id": "s", "threadId": "back", "after": seen}))
+        .await;
+    let frames = resuming.recv_until(|f| f["type"] == "snapshot").await;
+    assert_eq!(frames.last().unwrap()["reset"], true);
+    assert_eq!(frames.last().unwrap()["seq"], holds);
+
+    // The thread goes on from what the store holds, through the node that
+    // held it (no conflict), and a meta event posted there reaches viewers.
+    let (status, body) = post_run(&a.run_url("ok"), &t, &run_input("r4")).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = post_json(
+        a.url("/v1/threads/back/meta"),
+        &t,
+        json!({"metaType": "thumbs_up", "payload": {}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    for viewer in [&mut on_a, &mut on_b, &mut resuming] {
+        let frames = viewer.recv_until(|f| f["event"]["type"] == "META").await;
+        let seqs = seqs(&frames);
+        assert_eq!(
+            seqs,
+            (holds + 1..=holds + seqs.len() as u64).collect::<Vec<_>>(),
+            "continues after the reset, gapless"
+        );
+    }
+    // And the nodes agree.
+    let on_a: Value = json_of(http().get(a.url("/v1/threads/back")).bearer_auth(&t)).await;
+    let on_b: Value = json_of(http().get(b.url("/v1/threads/back")).bearer_auth(&t)).await;
+    assert_eq!(on_a["seq"], on_b["seq"]);
+    assert_eq!(on_a["messages"], on_b["messages"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flushed_journal_is_detected_and_viewers_reset() {
+    a_journal_that_goes_back(Loss::Flushall).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_lost_by_an_empty_restart_is_detected_and_viewers_reset() {
+    a_journal_that_goes_back(Loss::RestartEmpty).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_restored_from_an_older_snapshot_is_detected_and_viewers_reset() {
+    a_journal_that_goes_back(Loss::OlderSnapshot).await;
+}

@@ -55,8 +55,12 @@ pub enum Control {
     Released { key: ThreadKey },
     /// This node's link to the other nodes was re-established: their
     /// announcements in between may be lost, so every thread in memory
-    /// reads back what it missed from the store.
+    /// reads back what it missed from the store. (Also after the store was
+    /// found to have lost history: the read-backs find the threads affected.)
     Resync,
+    /// The store lost history of `key` that this node had seen (see
+    /// [`super::StoreError::JournalLost`]): its copy is reloaded.
+    JournalLost { key: ThreadKey },
 }
 
 /// Cluster-wide run coordination.

@@ -19,6 +19,7 @@
 
 pub mod entry;
 pub mod fanout;
+mod journal_lost;
 pub mod recent;
 pub mod registry;
 pub mod run;
@@ -116,6 +117,9 @@ struct Inner {
     /// they catch up (see [`fanout::CatchUp`]); compaction waits for them.
     /// Viewer id → the ticket of its current catch-up ([`CatchUp::ticket`]).
     catching_up: std::collections::HashMap<u64, u64>,
+    /// The run stopped here because the store lost the history it wrote to
+    /// ([`Thread::journal_lost`]), so its requester is told `journal_lost`.
+    lost_run: Option<String>,
 }
 
 /// One conversation.
@@ -132,6 +136,8 @@ pub struct Thread {
     settings: ThreadSettings,
     /// This thread, for catch-ups queued in viewers' outboxes.
     me: std::sync::Weak<Thread>,
+    /// A reload after the store lost history is under way ([`Thread::journal_lost`]).
+    reloading: tokio::sync::Mutex<()>,
     inner: Mutex<Inner>,
 }
 
@@ -173,6 +179,7 @@ impl Thread {
             leases,
             settings,
             me: me.clone(),
+            reloading: Default::default(),
             inner: Mutex::new(Inner {
                 meta,
                 fold: Fold::new(),
@@ -189,6 +196,7 @@ impl Thread {
                 meta_ids: recent::Recent::new(META_IDS_KEPT),
                 catching_up: Default::default(),
                 broken: None,
+                lost_run: None,
             }),
         })
     }
@@ -311,9 +319,10 @@ impl Thread {
             // Unsubscribed, subscribed anew, or gone meanwhile.
             return (Vec::new(), None);
         }
-        if after < inner.base_seq {
+        if after < inner.base_seq || after > inner.fold.seq {
             // Compacted away (compaction waits for catch-ups, so only after a
-            // reload): the contract's reset snapshot, then live.
+            // reload), or past the end of a journal reloaded after the store
+            // lost history: the contract's reset snapshot, then live.
             inner.catching_up.remove(&viewer.id);
             if push_snapshot(&self.key, &inner, &viewer, true) {
                 inner.viewers.push(viewer);
@@ -552,6 +561,13 @@ impl Thread {
                 Ok(entries)
             }
             Err(StoreError::Duplicate(id)) => Err(StoreError::Duplicate(id)),
+            Err(StoreError::JournalLost) => {
+                // Nothing was written; this copy is reloaded (not under the lock).
+                if let Some(me) = self.me.upgrade() {
+                    tokio::spawn(async move { me.journal_lost().await });
+                }
+                Err(StoreError::JournalLost)
+            }
             Err(StoreError::Fenced) => {
                 // Another node closed the run: its events reach this copy
                 // through the bus; this copy itself is sound.
@@ -658,8 +674,10 @@ impl Thread {
 
     /// Reads what this copy lacks from the store and publishes it: after a
     /// gap on the bus, a lost subscription, or before deciding on a run
-    /// when the stored journal moved on.
-    pub async fn read_back(&self) {
+    /// when the stored journal moved on. A journal that lost history this
+    /// copy holds reloads it ([`Thread::journal_lost`]). False when the store
+    /// could not be read.
+    pub async fn read_back(&self) -> bool {
         let store = self.store.clone();
         let key = self.key.clone();
         let next = self.lock().next_seq;
@@ -672,13 +690,21 @@ impl Thread {
                 if let Some(agent) = stored.meta.agent {
                     self.lock().meta.agent = Some(agent);
                 }
+                true
             }
-            Ok(Ok(None)) => {}
-            _ => tracing::warn!(
-                thread = %self.key.thread_id,
-                next,
-                "missing events could not be read back from the store; retried at the next event"
-            ),
+            Ok(Ok(_)) => true,
+            Ok(Err(StoreError::JournalLost)) => {
+                Box::pin(self.journal_lost()).await;
+                true
+            }
+            _ => {
+                tracing::warn!(
+                    thread = %self.key.thread_id,
+                    next,
+                    "missing events could not be read back from the store; retried at the next event"
+                );
+                false
+            }
         }
     }
 

@@ -138,6 +138,14 @@ impl RunSlot {
         self.active.is_some()
     }
 
+    /// Stops the run launched here as if its lease were lost (its task ends
+    /// it); its id, if there is one.
+    pub(super) fn stop_launched(&self) -> Option<String> {
+        let active = self.active.as_ref()?;
+        active.lease.as_ref()?.lost.cancel();
+        Some(active.run_id.clone())
+    }
+
     /// No run active or waiting.
     pub(super) fn is_idle(&self) -> bool {
         self.active.is_none() && self.queue.is_empty()
@@ -993,8 +1001,16 @@ async fn drive(
         };
         match step {
             Step::LeaseLost => {
-                tracing::warn!(thread = %thread_id, run = %run_id, "run lease lost: stopping the run");
-                feed.journal_failed(&thread, &StoreError::Fenced);
+                // Lost because the store lost the journal (its lease went
+                // with it)? Checking reloads the thread if so.
+                thread.read_back().await;
+                let why = if thread.lost_its_journal(&run_id) {
+                    StoreError::JournalLost
+                } else {
+                    StoreError::Fenced
+                };
+                tracing::warn!(thread = %thread_id, run = %run_id, "run lease lost: stopping the run ({why})");
+                feed.journal_failed(&thread, &why);
                 break;
             }
             Step::StarterGone => {
@@ -1277,9 +1293,13 @@ impl RequesterFeed {
     /// A lost lease (fenced) ends it with `gateway_node_lost`, as the node
     /// that closes the run journals it.
     fn journal_failed(&mut self, thread: &Thread, why: &StoreError) {
-        self.store_failed |= !matches!(why, StoreError::Fenced);
+        self.store_failed |= !matches!(why, StoreError::Fenced | StoreError::JournalLost);
         if let Some(outbox) = self.outbox.take() {
             let error = match why {
+                StoreError::JournalLost => run_error(
+                    "journal_lost",
+                    "the journal store lost this run's events (restarted empty, flushed, or restored from an older snapshot); the run was stopped",
+                ),
                 StoreError::Fenced => run_error(
                     "gateway_node_lost",
                     "the gateway node running this run lost its lease; the run was stopped",

@@ -219,6 +219,11 @@ impl RedisServer {
         std::fs::read(self._dir.path().join("dump.rdb")).unwrap()
     }
 
+    /// Where the server keeps its files (`dump.rdb`).
+    pub fn data_dir(&self) -> &Path {
+        self._dir.path()
+    }
+
     /// Runs one `redis-cli` command against the server; its output.
     pub fn cli(&self, args: &[&str]) -> String {
         let out = std::process::Command::new("redis-cli")
