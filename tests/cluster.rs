@@ -1372,8 +1372,7 @@ async fn a_journal_that_goes_back(loss: Loss) {
     }
     let holds = if loss == Loss::OlderSnapshot { kept } else { 0 };
 
-    // Said loudly; not ready until reconciled, then ready again.
-    a.proc.expect_stderr("JOURNAL LOST HISTORY").await;
+    // Not ready until reconciled, then ready again.
     until_ready_is(&a, 503).await;
     until_ready_is(&a, 200).await;
     // The run that was streaming ends, with a stable code.
@@ -1389,6 +1388,10 @@ async fn a_journal_that_goes_back(loss: Loss) {
         let reset = frames.last().unwrap();
         assert_eq!(reset["reset"], true, "{reset}");
         assert_eq!(reset["seq"], holds, "{reset}");
+    }
+    // Said loudly, on both nodes.
+    for node in [&a, &b] {
+        node.proc.expect_stderr("JOURNAL LOST HISTORY").await;
     }
     // A viewer resuming from its old position is reset too, not left silent.
     let mut resuming = Ws::connect(&b, WsAuth::Header(&t)).await.unwrap();
