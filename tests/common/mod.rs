@@ -842,7 +842,10 @@ pub async fn back_to_back_runs(
     let mut refused = Vec::new();
     for i in 0..runs {
         let run = format!("b2b-{i}");
-        let sender = (i / 2) % conns.len();
+        // Two runs in a row through each connection, in turn.
+        let count = conns.len();
+        let sender_of = |run: usize| (run / 2) % count;
+        let sender = sender_of(i);
         conns[sender]
             .send(json!({"type": "run", "id": run, "agent": agent, "threadId": thread,
                          "runId": run, "messages": [{"id": format!("u-{run}"), "role": "user", "content": "again"}]}))
@@ -858,7 +861,7 @@ pub async fn back_to_back_runs(
             continue;
         }
         // The next sender last, so it sends the moment it has the end.
-        let next = ((i + 1) / 2) % conns.len();
+        let next = sender_of(i + 1);
         let order = (0..conns.len()).filter(|c| *c != next).chain([next]);
         for c in order {
             let frames = conns[c]

@@ -134,3 +134,36 @@ end
 redis.call('SETNX', KEYS[1], ARGV[1])
 return ARGV[1]
 "#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_journal_under_another_epoch_or_behind_what_was_seen_is_lost() {
+        let journals = Journals::default();
+        journals.watch("t/a");
+        // Nothing known yet: anything is learned.
+        assert_eq!(journals.expected("t/a"), (String::new(), 0));
+        assert!(journals.observe("t/a", Some("e1"), 5, true).is_ok());
+        assert_eq!(journals.expected("t/a"), ("e1".into(), 5));
+        // A publication older than what a read-back learned is no loss ...
+        assert!(journals.observe("t/a", Some("e1"), 3, false).is_ok());
+        assert_eq!(journals.expected("t/a"), ("e1".into(), 5));
+        // ... but a store ending before it is (restored from a snapshot),
+        assert!(journals.observe("t/a", Some("e1"), 4, true).is_err());
+        // as is another epoch (a new journal) or none (flushed).
+        assert!(journals.observe("t/a", Some("e2"), 9, false).is_err());
+        assert!(journals.observe("t/a", None, 0, true).is_err());
+        // A whole load is what the node knows from then on.
+        journals.loaded("t/a", Some("e2".into()), 1);
+        assert!(journals.observe("t/a", Some("e2"), 1, true).is_ok());
+        assert!(!journals.recently_lost(std::time::Duration::from_secs(60)));
+        journals.lost("thread a", "a test");
+        assert!(journals.recently_lost(std::time::Duration::from_secs(60)));
+        // Threads not held are not tracked (bounded by what the node holds).
+        journals.unwatch("t/a");
+        assert!(journals.observe("t/a", Some("e3"), 0, true).is_ok());
+        assert_eq!(journals.expected("t/a"), (String::new(), 0));
+    }
+}
