@@ -861,6 +861,10 @@ fn build_input(thread_id: &str, inner: &Inner, req: &RunRequest) -> PreparedInpu
 /// Most events appended in one batch.
 const MAX_BATCH: usize = 256;
 
+/// How long a run whose lease was lost waits to learn whether the store
+/// lost its journal (see [`Thread::journal_lost`]) before it ends as fenced.
+const LOSS_CHECK: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Batches a run may have in the journal's hands at once.
 const PIPELINE: usize = 4;
 
@@ -1002,8 +1006,9 @@ async fn drive(
         match step {
             Step::LeaseLost => {
                 // Lost because the store lost the journal (its lease went
-                // with it)? Checking reloads the thread if so.
-                thread.read_back().await;
+                // with it)? Checking reloads the thread if so; a store that
+                // does not answer (the usual reason) is not waited for long.
+                let _ = tokio::time::timeout(LOSS_CHECK, thread.read_back()).await;
                 let why = if thread.lost_its_journal(&run_id) {
                     StoreError::JournalLost
                 } else {
