@@ -1297,6 +1297,8 @@ async fn a_queued_run_starts_once_the_store_answers_again_or_ends_with_run_error
     while !a.metrics().await.contains("agui_active_runs 2") {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+    requester.send(run_frame("queued", "q2", "r5")).await;
+    assert_eq!(answer(&mut requester, "r5").await["queued"], 2);
     http().post(py.url("release")).send().await.unwrap();
     runner.recv_until(is_terminal_frame).await;
     let (status, body) = tokio::time::timeout(WAIT, queued)
@@ -1305,6 +1307,11 @@ async fn a_queued_run_starts_once_the_store_answers_again_or_ends_with_run_error
         .unwrap();
     assert_eq!(status, 200, "{body}");
     assert_run_error(&sse_events(&body), "unavailable");
+    // The WebSocket requester of the run queued behind it is told too.
+    let frames = requester.recv_until(|f| f["type"] == "error").await;
+    let refused = frames.last().unwrap();
+    assert_eq!(refused["code"], "unavailable", "{refused}");
+    assert_eq!(refused["runId"], "r5", "{refused}");
     a.proc.expect_stderr("queued run refused").await;
     leases_fail(false);
 }

@@ -44,6 +44,10 @@ pub struct RunRequest {
     pub starter: Option<Arc<Outbox>>,
     /// What the HTTP requester may see.
     pub starter_visibility: ViewerVisibility,
+    /// A WebSocket requester's connection: it sees the run as a viewer, and
+    /// is told here (an `error` frame naming the run) if the run, queued,
+    /// can never start.
+    pub requester_connection: Option<Arc<Outbox>>,
     /// Operator rules on the run's events, if any.
     pub filter: Option<Box<dyn EventFilter>>,
     /// Extra upstream request headers (the verified identity, when configured).
@@ -499,8 +503,9 @@ impl Thread {
 
     /// Ends a queued run that will not start (the store kept failing its
     /// lease requests): it was never journaled, so its HTTP requester is
-    /// told directly with `RUN_ERROR unavailable` (and the refusal is logged
-    /// as an error).
+    /// told directly with `RUN_ERROR unavailable`, a WebSocket requester
+    /// with an `error` frame naming the run (and the refusal is logged as an
+    /// error).
     fn refuse_queued(&self, inner: &mut Inner, req: RunRequest) {
         if inner.runs.resume_claimed.as_deref() == Some(&req.run_id) {
             inner.runs.resume_claimed = None;
@@ -515,6 +520,16 @@ impl Thread {
                 0,
                 error,
             ))));
+        }
+        if let Some(connection) = &req.requester_connection {
+            let frame = json!({
+                "type": "error",
+                "code": "unavailable",
+                "threadId": self.key.thread_id,
+                "runId": req.run_id,
+                "message": "the queued run could not start: the store shared with the other gateway nodes kept failing; retry",
+            });
+            connection.push(Outgoing::Message(Bytes::from(frame.to_string())));
         }
     }
 
@@ -1446,6 +1461,7 @@ mod tests {
                 resume: None,
             },
             starter: None,
+            requester_connection: None,
             starter_visibility: None,
             filter,
             upstream_headers: Default::default(),
