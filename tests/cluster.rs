@@ -1215,3 +1215,238 @@ async fn agent_scoped_visibility_holds_on_another_node_before_the_first_event() 
     assert_eq!(reasoning(&guest_saw), 0, "{guest_saw:?}");
     assert_eq!(guest_saw.len(), staff_saw.len() - reasoning(&staff_saw));
 }
+
+/// Issue 19 item 10 on two nodes: a run sent on the previous run's terminal
+/// event, through the node that ran it or the other one, is never refused
+/// although every run compacts the journal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_sent_on_the_previous_runs_end_is_taken_on_either_node_when_that_run_compacted() {
+    let redis = RedisServer::start().await;
+    let py = PyAgent::start("scripted_agent.py").await;
+    let config = |name: &str| {
+        format!(
+            "{}[threads]\nmax_events = 2\n[[agents]]\nid = \"ok\"\nurl = \"{}\"\n",
+            redis.store_config(name),
+            py.url("ok")
+        )
+    };
+    let a = Gateway::start(&config("a")).await;
+    let b = Gateway::start(&config("b")).await;
+    let t = token(json!({"sub": "alice"}));
+    let (status, body) = post_run(&a.run_url("ok"), &t, &input("b2b", "first", "hi")).await;
+    assert_eq!(status, 200, "{body}");
+    let seen = sse_events(&body).len() as u64;
+    let mut conns = [
+        subscribe(&a, &t, "b2b", seen).await,
+        subscribe(&b, &t, "b2b", seen).await,
+    ];
+    let refused = back_to_back_runs(&mut conns, ("ok", "b2b"), 15).await;
+    assert!(refused.is_empty(), "refused: {refused:?}");
+}
+
+/// Issue 19 item 9: a run queued behind another asked for the lease once
+/// when that run ended; if Redis answered that request with an error it
+/// never started (and a later run could take its turn). Here Redis refuses
+/// `SET` (an ACL), so taking a lease fails while the running run's appends
+/// and its end still work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_run_starts_once_the_store_answers_again_or_ends_with_run_error() {
+    let redis = RedisServer::start().await;
+    let py = PyAgent::start("scripted_agent.py").await;
+    let agents = format!(
+        "[[agents]]\nid = \"gated\"\nurl = \"{}\"\ntimeouts = {{ idle = \"1h\" }}\n\
+         [[agents]]\nid = \"queued\"\nurl = \"{}\"\nstrategy = \"enqueue\"\n",
+        py.url("gated"),
+        py.url("ok")
+    );
+    let a = Gateway::start(&format!(
+        "{}lease_ttl = \"2s\"\n{agents}",
+        redis.store_config("a")
+    ))
+    .await;
+    let t = token(json!({"sub": "alice"}));
+    let leases_fail = |fail: bool| {
+        let rule = if fail { "-set" } else { "+set" };
+        assert_eq!(redis.cli(&["ACL", "SETUSER", "default", rule]).trim(), "OK");
+    };
+
+    // The store recovers: the queued run asks again and starts.
+    let mut runner = run_until(&a, &t, ("gated", "q1", "r1"), "TEXT_MESSAGE_CONTENT").await;
+    leases_fail(true);
+    let mut requester = Ws::connect(&a, WsAuth::Header(&t)).await.unwrap();
+    requester.send(run_frame("queued", "q1", "r2")).await;
+    let ack = answer(&mut requester, "r2").await;
+    assert_eq!(ack["queued"], 1, "{ack}");
+    http().post(py.url("release")).send().await.unwrap();
+    runner.recv_until(is_terminal_frame).await;
+    a.proc.expect_stderr("queued run waits: the store").await;
+    leases_fail(false);
+    let frames = requester
+        .recv_until(|f| is_terminal_frame(f) && f["event"]["runId"] == "r2")
+        .await;
+    assert_eq!(frames.last().unwrap()["event"]["type"], "RUN_FINISHED");
+
+    // The store keeps failing past the lease time to live: the queued run
+    // ends with RUN_ERROR, never silently.
+    let mut runner = run_until(&a, &t, ("gated", "q2", "r3"), "TEXT_MESSAGE_CONTENT").await;
+    leases_fail(true);
+    let queued = tokio::spawn({
+        let (url, t) = (a.run_url("queued"), t.clone());
+        async move { post_run(&url, &t, &input("q2", "r4", "next")).await }
+    });
+    while !a.metrics().await.contains("agui_active_runs 2") {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    requester.send(run_frame("queued", "q2", "r5")).await;
+    assert_eq!(answer(&mut requester, "r5").await["queued"], 2);
+    http().post(py.url("release")).send().await.unwrap();
+    runner.recv_until(is_terminal_frame).await;
+    let (status, body) = tokio::time::timeout(WAIT, queued)
+        .await
+        .expect("the queued run's requester is answered")
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_run_error(&sse_events(&body), "unavailable");
+    // The WebSocket requester of the run queued behind it is told too.
+    let frames = requester.recv_until(|f| f["type"] == "error").await;
+    let refused = frames.last().unwrap();
+    assert_eq!(refused["code"], "unavailable", "{refused}");
+    assert_eq!(refused["runId"], "r5", "{refused}");
+    a.proc.expect_stderr("queued run refused").await;
+    leases_fail(false);
+}
+
+/// How the store loses history in [`a_journal_that_goes_back`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Loss {
+    Flushall,
+    RestartEmpty,
+    OlderSnapshot,
+}
+
+/// Issue 19 item 8: Redis loses acknowledged history while two nodes hold a
+/// thread (viewers on both, a run streaming on A with an HTTP requester).
+/// Before, nothing noticed: readiness stayed 200, nodes disagreed, viewers
+/// got the new journal spliced onto the old one with no reset, runs through
+/// a holding node got `conflict`, and the streaming run never ended. Now:
+/// logged, not ready for a lease's time to live, the run ends with
+/// `RUN_ERROR journal_lost`, viewers get a `reset` snapshot of what the
+/// store holds, and the thread goes on from there on every node.
+async fn a_journal_that_goes_back(loss: Loss) {
+    let mut redis = RedisServer::start().await;
+    let py = PyAgent::start("scripted_agent.py").await;
+    let a = scenario_node(&redis, "a", &py).await;
+    let b = scenario_node(&redis, "b", &py).await;
+    let t = token(json!({"sub": "alice"}));
+    let run_input = |run: &str| {
+        let mut body = input("back", run, "hello");
+        body["messages"][0]["id"] = format!("u-{run}").into();
+        body
+    };
+
+    // History the store keeps (the older snapshot holds it) ...
+    let (status, body) = post_run(&a.run_url("ok"), &t, &run_input("r1")).await;
+    assert_eq!(status, 200, "{body}");
+    let kept = sse_events(&body).len() as u64;
+    let snapshot = (loss == Loss::OlderSnapshot).then(|| redis.snapshot_bytes());
+    // ... and history it loses.
+    let (status, body) = post_run(&a.run_url("ok"), &t, &run_input("r2")).await;
+    assert_eq!(status, 200, "{body}");
+    let seen = kept + sse_events(&body).len() as u64;
+    let mut on_a = subscribe(&a, &t, "back", seen).await;
+    let mut on_b = subscribe(&b, &t, "back", seen).await;
+    let streaming = tokio::spawn({
+        let (url, t, body) = (a.run_url("gated"), t.clone(), run_input("r3"));
+        async move { post_run(&url, &t, &body).await }
+    });
+    for viewer in [&mut on_a, &mut on_b] {
+        viewer
+            .recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_CONTENT")
+            .await;
+    }
+
+    match loss {
+        Loss::Flushall => assert_eq!(redis.cli(&["FLUSHALL"]).trim(), "OK"),
+        Loss::RestartEmpty => {
+            redis.kill().await;
+            redis.start_again().await;
+        }
+        Loss::OlderSnapshot => {
+            redis.kill().await;
+            std::fs::write(redis.data_dir().join("dump.rdb"), snapshot.unwrap()).unwrap();
+            redis.start_again().await;
+        }
+    }
+    let holds = if loss == Loss::OlderSnapshot { kept } else { 0 };
+
+    // Not ready until reconciled, then ready again.
+    until_ready_is(&a, 503).await;
+    until_ready_is(&a, 200).await;
+    // The run that was streaming ends, with a stable code.
+    let (status, body) = tokio::time::timeout(WAIT, streaming)
+        .await
+        .expect("the streaming run's requester gets an end")
+        .unwrap();
+    assert_eq!(status, 200);
+    assert_run_error(&sse_events(&body), "journal_lost");
+    // Viewers on both nodes: a reset snapshot of what the store holds.
+    for viewer in [&mut on_a, &mut on_b] {
+        let frames = viewer.recv_until(|f| f["type"] == "snapshot").await;
+        let reset = frames.last().unwrap();
+        assert_eq!(reset["reset"], true, "{reset}");
+        assert_eq!(reset["seq"], holds, "{reset}");
+    }
+    // Said loudly, on both nodes.
+    for node in [&a, &b] {
+        node.proc.expect_stderr("JOURNAL LOST HISTORY").await;
+    }
+    // A viewer resuming from its old position is reset too, not left silent.
+    let mut resuming = Ws::connect(&b, WsAuth::Header(&t)).await.unwrap();
+    resuming
+        .send(json!({"type": "subscribe", "id": "s", "threadId": "back", "after": seen}))
+        .await;
+    let frames = resuming.recv_until(|f| f["type"] == "snapshot").await;
+    assert_eq!(frames.last().unwrap()["reset"], true);
+    assert_eq!(frames.last().unwrap()["seq"], holds);
+
+    // The thread goes on from what the store holds, through the node that
+    // held it (no conflict), and a meta event posted there reaches viewers.
+    let (status, body) = post_run(&a.run_url("ok"), &t, &run_input("r4")).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = post_json(
+        a.url("/v1/threads/back/meta"),
+        &t,
+        json!({"metaType": "thumbs_up", "payload": {}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    for viewer in [&mut on_a, &mut on_b, &mut resuming] {
+        let frames = viewer.recv_until(|f| f["event"]["type"] == "META").await;
+        let seqs = seqs(&frames);
+        assert_eq!(
+            seqs,
+            (holds + 1..=holds + seqs.len() as u64).collect::<Vec<_>>(),
+            "continues after the reset, gapless"
+        );
+    }
+    // And the nodes agree.
+    let on_a: Value = json_of(http().get(a.url("/v1/threads/back")).bearer_auth(&t)).await;
+    let on_b: Value = json_of(http().get(b.url("/v1/threads/back")).bearer_auth(&t)).await;
+    assert_eq!(on_a["seq"], on_b["seq"]);
+    assert_eq!(on_a["messages"], on_b["messages"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flushed_journal_is_detected_and_viewers_reset() {
+    a_journal_that_goes_back(Loss::Flushall).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_lost_by_an_empty_restart_is_detected_and_viewers_reset() {
+    a_journal_that_goes_back(Loss::RestartEmpty).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_restored_from_an_older_snapshot_is_detected_and_viewers_reset() {
+    a_journal_that_goes_back(Loss::OlderSnapshot).await;
+}

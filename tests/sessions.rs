@@ -426,6 +426,28 @@ async fn run_strategies_reject_enqueue_interrupt() {
     );
 }
 
+/// Issue 19 item 10: the slot of a run that compacted the journal was
+/// given back only after the compaction, so a run sent on its terminal
+/// event got `conflict` (4–10 of 15 on a long-running gateway).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_sent_on_the_previous_runs_end_is_taken_when_that_run_compacted() {
+    // Every run leaves more than `max_events` behind: each one compacts.
+    let gw = Gateway::start(
+        "[demo]\nenabled = true\ntoken_delay = \"1ms\"\n[threads]\nmax_events = 2\n\
+         [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n",
+    )
+    .await;
+    let mut conns = [ws(&gw, json!({})).await];
+    let refused = back_to_back_runs(&mut conns, ("demo", "b2b"), 15).await;
+    assert!(refused.is_empty(), "refused: {refused:?}");
+    // The runs did compact: an old position gets the reset snapshot.
+    let mut late = ws(&gw, json!({})).await;
+    late.send(json!({"type": "subscribe", "id": "s", "threadId": "b2b", "after": 1}))
+        .await;
+    let frames = late.recv_until(|f| f["type"] == "snapshot").await;
+    assert_eq!(frames.last().unwrap()["reset"], true, "{frames:?}");
+}
+
 #[tokio::test]
 async fn http_face_runs_are_journaled_and_seen_live() {
     let gw = Gateway::start(DEMO).await;

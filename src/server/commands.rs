@@ -92,6 +92,11 @@ pub trait Viewer: Send {
     fn watch(&mut self, thread: &Arc<Thread>, visibility: ViewerVisibility);
     /// Stops watching `thread` again: a refused run leaves no subscription.
     fn unwatch(&mut self, thread: &Thread);
+    /// Where the connection can be told about its run later (a queued run
+    /// that can never start).
+    fn connection(&self) -> Option<Arc<Outbox>> {
+        None
+    }
 }
 
 /// Starts (or queues) a run. Policy first, so a refused run creates no
@@ -240,6 +245,7 @@ fn run_request(
         run_id,
         input,
         starter: None,
+        requester_connection: None,
         starter_visibility: None,
         filter: prepared.filter,
         upstream_headers: prepared.upstream_headers,
@@ -274,6 +280,7 @@ async fn launch(
             request.starter = Some(outbox);
         }
         Requester::Viewer(viewer) => {
+            request.requester_connection = viewer.connection();
             if !viewer.watches(thread) {
                 viewer.watch(thread, visibility());
                 newly_watching = Some(viewer);

@@ -55,8 +55,12 @@ pub enum Control {
     Released { key: ThreadKey },
     /// This node's link to the other nodes was re-established: their
     /// announcements in between may be lost, so every thread in memory
-    /// reads back what it missed from the store.
+    /// reads back what it missed from the store. (Also after the store was
+    /// found to have lost history: the read-backs find the threads affected.)
     Resync,
+    /// The store lost history of `key` that this node had seen (see
+    /// [`super::StoreError::JournalLost`]): its copy is reloaded.
+    JournalLost { key: ThreadKey },
 }
 
 /// Cluster-wide run coordination.
@@ -94,6 +98,13 @@ pub trait RunLeases: Send + Sync + 'static {
 
     /// True when other nodes may run this store's threads.
     fn shared(&self) -> bool;
+
+    /// How long a run queued on this node keeps asking for a lease the store
+    /// fails to answer before it is refused: as long as a lease lives (a
+    /// run whose lease cannot be renewed that long stops too).
+    fn patience(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(10)
+    }
 }
 
 /// The leases of a single process: its run slots already exclude each

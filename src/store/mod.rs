@@ -118,6 +118,13 @@ pub enum StoreError {
     /// through another node): the id of that event. Nothing changed.
     #[error("journal store: already stored as event {0}")]
     Duplicate(String),
+    /// The stored journal is not the one this node has seen: it lost
+    /// history (a shared store restarted empty, flushed, or restored from
+    /// an older snapshot — its epoch changed, or it ends before what this
+    /// node published). Nothing changed; the thread's copy is reloaded from
+    /// what the store holds now.
+    #[error("journal store: the stored journal lost history this node had seen")]
+    JournalLost,
 }
 
 impl StoreError {

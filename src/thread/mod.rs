@@ -19,6 +19,7 @@
 
 pub mod entry;
 pub mod fanout;
+mod journal_lost;
 pub mod recent;
 pub mod registry;
 pub mod run;
@@ -118,6 +119,9 @@ struct Inner {
     /// they catch up (see [`fanout::CatchUp`]); compaction waits for them.
     /// Viewer id → the ticket of its current catch-up ([`CatchUp::ticket`]).
     catching_up: std::collections::HashMap<u64, u64>,
+    /// The run stopped here because the store lost the history it wrote to
+    /// ([`Thread::journal_lost`]), so its requester is told `journal_lost`.
+    lost_run: Option<String>,
 }
 
 /// One conversation.
@@ -134,6 +138,8 @@ pub struct Thread {
     settings: ThreadSettings,
     /// This thread, for catch-ups queued in viewers' outboxes.
     me: std::sync::Weak<Thread>,
+    /// A reload after the store lost history is under way ([`Thread::journal_lost`]).
+    reloading: tokio::sync::Mutex<()>,
     inner: Mutex<Inner>,
 }
 
@@ -175,6 +181,7 @@ impl Thread {
             leases,
             settings,
             me: me.clone(),
+            reloading: Default::default(),
             inner: Mutex::new(Inner {
                 meta,
                 fold: Fold::new(),
@@ -191,6 +198,7 @@ impl Thread {
                 meta_ids: recent::Recent::new(META_IDS_KEPT),
                 catching_up: Default::default(),
                 broken: None,
+                lost_run: None,
             }),
         })
     }
@@ -312,9 +320,10 @@ impl Thread {
             // Unsubscribed, subscribed anew, or gone meanwhile.
             return (Vec::new(), None);
         }
-        if after < inner.base_seq {
+        if after < inner.base_seq || after > inner.fold.seq {
             // Compacted away (compaction waits for catch-ups, so only after a
-            // reload): the contract's reset snapshot, then live.
+            // reload), or past the end of a journal reloaded after the store
+            // lost history: the contract's reset snapshot, then live.
             inner.catching_up.remove(&viewer.id);
             if push_snapshot(&self.key, &inner, &mut viewer, true) {
                 inner.viewers.push(viewer);
@@ -553,6 +562,13 @@ impl Thread {
                 Ok(entries)
             }
             Err(StoreError::Duplicate(id)) => Err(StoreError::Duplicate(id)),
+            Err(StoreError::JournalLost) => {
+                // Nothing was written; this copy is reloaded (not under the lock).
+                if let Some(me) = self.me.upgrade() {
+                    tokio::spawn(async move { me.journal_lost().await });
+                }
+                Err(StoreError::JournalLost)
+            }
             Err(StoreError::Fenced) => {
                 // Another node closed the run: its events reach this copy
                 // through the bus; this copy itself is sound.
@@ -659,8 +675,10 @@ impl Thread {
 
     /// Reads what this copy lacks from the store and publishes it: after a
     /// gap on the bus, a lost subscription, or before deciding on a run
-    /// when the stored journal moved on.
-    pub async fn read_back(&self) {
+    /// when the stored journal moved on. A journal that lost history this
+    /// copy holds reloads it ([`Thread::journal_lost`]). False when the store
+    /// could not be read.
+    pub async fn read_back(&self) -> bool {
         let store = self.store.clone();
         let key = self.key.clone();
         let next = self.lock().next_seq;
@@ -673,13 +691,21 @@ impl Thread {
                 if let Some(agent) = stored.meta.agent {
                     self.lock().meta.agent = Some(agent);
                 }
+                true
             }
-            Ok(Ok(None)) => {}
-            _ => tracing::warn!(
-                thread = %self.key.thread_id,
-                next,
-                "missing events could not be read back from the store; retried at the next event"
-            ),
+            Ok(Ok(_)) => true,
+            Ok(Err(StoreError::JournalLost)) => {
+                Box::pin(self.journal_lost()).await;
+                true
+            }
+            _ => {
+                tracing::warn!(
+                    thread = %self.key.thread_id,
+                    next,
+                    "missing events could not be read back from the store; retried at the next event"
+                );
+                false
+            }
         }
     }
 
@@ -734,8 +760,10 @@ impl Thread {
             }
         }
         if kind.is_terminal() {
-            // Another node's run ended: a run queued here may start now.
-            self.start_queued(inner);
+            // The run is over the moment its end is published: this node's
+            // slot is free before any viewer can answer it, and a run
+            // queued here (behind this node's run or another's) may start.
+            self.terminal_published(inner);
         }
     }
 
@@ -809,32 +837,46 @@ impl Thread {
         // Handed to the store under the lock, like appends: in seq order.
         let ack = {
             let mut inner = self.lock();
-            let due = force || inner.journal.len() > self.settings.max_events;
-            // Lagging viewers still read the journal: compact later.
-            let busy =
-                inner.inflight > 0 || !inner.arrived.is_empty() || !inner.catching_up.is_empty();
-            if !due || inner.journal.is_empty() || busy {
-                return;
+            match self.compaction(&mut inner, force) {
+                Some(ack) => ack,
+                None => return,
             }
-            let base = inner.fold.seq;
-            inner.journal.clear();
-            inner.base_seq = base;
-            let snapshot =
-                Bytes::from(serde_json::to_vec(&fold_record(&inner)).expect("fold serializes"));
-            self.store.append(AppendBatch {
-                key: self.key.clone(),
-                meta: inner.meta.clone(),
-                events: Vec::new(),
-                compact: Some((base, snapshot)),
-                fence: None,
-                run_boundary: false,
-                idempotency: None,
-                closes_failed_run: false,
-            })
         };
         if let Ok(Err(e)) = ack.await {
             tracing::error!(thread = %self.key.thread_id, "journal compaction failed: {e}");
         }
+    }
+
+    /// Hands the compaction of the journal into the fold to the store when
+    /// it is due (`force`: idle; else longer than `max_events`) and nothing
+    /// is under way that still reads the journal; `None` when not done.
+    /// Only between runs (no run active or starting here), so the base is a
+    /// whole-run boundary.
+    fn compaction(&self, inner: &mut Inner, force: bool) -> Option<crate::store::AppendAck> {
+        let due = force || inner.journal.len() > self.settings.max_events;
+        // Lagging viewers still read the journal: compact later.
+        let busy = inner.inflight > 0
+            || !inner.arrived.is_empty()
+            || !inner.catching_up.is_empty()
+            || inner.runs.has_active();
+        if !due || inner.journal.is_empty() || busy {
+            return None;
+        }
+        let base = inner.fold.seq;
+        inner.journal.clear();
+        inner.base_seq = base;
+        let snapshot =
+            Bytes::from(serde_json::to_vec(&fold_record(inner)).expect("fold serializes"));
+        Some(self.store.append(AppendBatch {
+            key: self.key.clone(),
+            meta: inner.meta.clone(),
+            events: Vec::new(),
+            compact: Some((base, snapshot)),
+            fence: None,
+            run_boundary: false,
+            idempotency: None,
+            closes_failed_run: false,
+        }))
     }
 }
 

@@ -116,12 +116,15 @@ impl Threads {
                             thread.lease_released();
                         }
                     }
+                    Control::JournalLost { key } => {
+                        if let Some(thread) = threads.map.get(&key).map(|t| t.clone()) {
+                            thread.journal_lost().await;
+                        }
+                    }
                     Control::Resync => {
                         let resident: Vec<Arc<Thread>> =
                             threads.map.iter().map(|t| t.value().clone()).collect();
-                        for thread in resident {
-                            thread.read_back().await;
-                        }
+                        tokio::spawn(read_back_all(resident));
                     }
                 }
             }
@@ -288,67 +291,7 @@ impl Threads {
             self.settings.clone(),
             stored.meta.clone(),
         );
-        {
-            let mut inner = thread.lock();
-            if let Some((base_seq, snapshot)) = &stored.base {
-                let v: Value = serde_json::from_slice(snapshot).unwrap_or_default();
-                let run = v.get("run").and_then(|r| {
-                    Some(RunInfo {
-                        run_id: r.get("runId")?.as_str()?.to_owned(),
-                        status: match r.get("status")?.as_str()? {
-                            "running" => RunStatus::Running,
-                            "interrupted" => RunStatus::Interrupted,
-                            "cancelled" => RunStatus::Cancelled,
-                            "error" => RunStatus::Error,
-                            _ => RunStatus::Finished,
-                        },
-                        agent: r
-                            .get("agent")
-                            .and_then(Value::as_str)
-                            .map_or(RunAgent::Unknown, |a| RunAgent::Agent(a.into())),
-                    })
-                });
-                inner.fold = Fold::from_json(&v, run);
-                for id in v
-                    .get("runIds")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                {
-                    if let Some(id) = id.as_str() {
-                        inner.runs.remember(id);
-                    }
-                }
-                inner.base_seq = *base_seq;
-                inner.fold.seq = *base_seq;
-            }
-            for (seq, json) in stored.events {
-                match Event::parse(json) {
-                    Ok(event) => {
-                        let entry = Arc::new(Entry::new(thread.id.clone(), seq, event));
-                        if let (EventType::Meta, Some(cid), Some(id)) = (
-                            entry.event.kind(),
-                            entry.event.str_field("clientEventId"),
-                            entry.event.str_field("id"),
-                        ) {
-                            inner.meta_ids.insert(cid.to_owned(), id.to_owned());
-                        }
-                        if *entry.event.kind() == EventType::RunStarted
-                            && let Some(run_id) = entry.event.str_field("runId")
-                        {
-                            inner.runs.remember(run_id);
-                        }
-                        entry.set_origin(inner.fold.apply(seq, &entry.event));
-                        inner.journal.push_back(entry);
-                    }
-                    Err(e) => {
-                        tracing::error!(thread = %key.thread_id, seq, "unreadable journal event skipped: {e}")
-                    }
-                }
-            }
-            inner.next_seq = inner.fold.seq.max(stored.meta.last_seq) + 1;
-            inner.next_assign = inner.next_seq;
-        }
+        thread.lock().fill(&thread.id, Some(stored));
         let thread = self.insert_watched(key, thread);
         // What another node announced between the load and now was not
         // delivered (the thread was not in the map yet): read it back.
@@ -471,6 +414,29 @@ impl Threads {
             }
         }
         Ok(closed)
+    }
+}
+
+/// Reads back what each of `threads` missed (after the link to the other
+/// nodes was down, or the store lost history), asking again with backoff
+/// while the store fails — just after Redis is back the first commands may
+/// fail — so no copy stays behind (or on a lost journal) until its next
+/// event.
+async fn read_back_all(mut threads: Vec<Arc<Thread>>) {
+    let mut backoff = std::time::Duration::from_millis(100);
+    for _ in 0..8 {
+        let mut failed = Vec::new();
+        for thread in threads {
+            if !thread.read_back().await {
+                failed.push(thread);
+            }
+        }
+        if failed.is_empty() {
+            return;
+        }
+        threads = failed;
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(std::time::Duration::from_secs(2));
     }
 }
 

@@ -45,6 +45,10 @@ pub struct RunRequest {
     pub starter: Option<Arc<Outbox>>,
     /// What the HTTP requester may see.
     pub starter_visibility: ViewerVisibility,
+    /// A WebSocket requester's connection: it sees the run as a viewer, and
+    /// is told here (an `error` frame naming the run) if the run, queued,
+    /// can never start.
+    pub requester_connection: Option<Arc<Outbox>>,
     /// Operator rules on the run's events, if any.
     pub filter: Option<Box<dyn EventFilter>>,
     /// Extra upstream request headers (the verified identity, when configured).
@@ -95,11 +99,18 @@ pub(super) struct RunSlot {
     /// The runIds this thread has accepted (the latest [`RUN_IDS_KEPT`]): a
     /// reused id would make two replies fold into one, so it is refused.
     used_ids: Recent<()>,
+    /// Since when the store has failed the first queued run's lease
+    /// requests, and the wait before the next one (see [`Thread::start_queued`]).
+    start_failing: Option<(std::time::Instant, std::time::Duration)>,
 }
 
 /// How often a run queued behind another node's run asks for the lease
 /// again, should the notice of its release be missed.
 const QUEUED_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The first wait before a queued run asks again for a lease the store
+/// failed to answer; doubled on each failure up to [`QUEUED_RETRY`].
+const QUEUED_ERROR_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// How many of a thread's latest runIds are remembered for the reuse check.
 pub const RUN_IDS_KEPT: usize = 4096;
@@ -111,6 +122,7 @@ impl Default for RunSlot {
             queue: VecDeque::new(),
             resume_claimed: None,
             used_ids: Recent::new(RUN_IDS_KEPT),
+            start_failing: None,
         }
     }
 }
@@ -124,6 +136,19 @@ impl RunSlot {
     /// The runIds remembered (kept in the compacted base), oldest first.
     pub(super) fn used_ids(&self) -> impl Iterator<Item = &String> {
         self.used_ids.keys()
+    }
+
+    /// A run is active here (or its lease is being asked for).
+    pub(super) fn has_active(&self) -> bool {
+        self.active.is_some()
+    }
+
+    /// Stops the run launched here as if its lease were lost (its task ends
+    /// it); its id, if there is one.
+    pub(super) fn stop_launched(&self) -> Option<String> {
+        let active = self.active.as_ref()?;
+        active.lease.as_ref()?.lost.cancel();
+        Some(active.run_id.clone())
     }
 
     /// No run active or waiting.
@@ -382,6 +407,9 @@ impl Thread {
                     .active
                     .as_ref()
                     .is_some_and(|a| a.run_id == req.run_id && a.lease.is_none());
+                if acquired.is_ok() && reserved {
+                    inner.runs.start_failing = None;
+                }
                 let stale = match acquired {
                     Ok(Acquired::Granted(lease)) if reserved => {
                         me.launch(&mut inner, req, lease);
@@ -405,7 +433,32 @@ impl Thread {
                     }
                     Ok(Acquired::Stale) => true,
                     Err(e) => {
-                        tracing::warn!(thread = %me.key.thread_id, run = %req.run_id, "queued run waits: the store is unreachable: {e}");
+                        // The store failed to answer (a lost connection, a
+                        // failover): ask again soon, keeping this run first
+                        // in line, so no later run overtakes it once the
+                        // store answers; past the leases' patience the run
+                        // is refused, never left waiting unseen.
+                        let now = std::time::Instant::now();
+                        let (since, wait) = *inner
+                            .runs
+                            .start_failing
+                            .get_or_insert((now, QUEUED_ERROR_RETRY));
+                        if since.elapsed() >= me.leases.patience() {
+                            inner.runs.start_failing = None;
+                            inner.runs.active = None;
+                            tracing::error!(tenant = %me.key.tenant, thread = %me.key.thread_id, run = %req.run_id, "queued run refused: the store failed every lease request for {:?}: {e}", since.elapsed());
+                            me.refuse_queued(&mut inner, req);
+                            me.start_queued(&mut inner);
+                            return;
+                        }
+                        tracing::warn!(thread = %me.key.thread_id, run = %req.run_id, "queued run waits: the store failed the lease request; asking again in {wait:?}: {e}");
+                        inner.runs.start_failing = Some((since, (wait * 2).min(QUEUED_RETRY)));
+                        let retry = me.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(wait).await;
+                            let mut inner = retry.lock();
+                            retry.start_queued(&mut inner);
+                        });
                         false
                     }
                 };
@@ -419,6 +472,72 @@ impl Thread {
                 me.start_queued(&mut inner);
             }
         });
+    }
+
+    /// A terminal event was just published (under the lock, before any
+    /// viewer can have it). When it ends the run active on this node, the
+    /// run's slot and lease are given back now — not when its task has
+    /// finished its bookkeeping — so a run sent on that terminal event is
+    /// never refused as `conflict`; a journal past `max_events` is
+    /// compacted in the same step, so the base is this run's end and the
+    /// next run's events come after it. Then a queued run may start.
+    pub(super) fn terminal_published(&self, inner: &mut Inner) {
+        let ended = inner.runs.active.as_ref().is_some_and(|active| {
+            active.lease.is_some()
+                && inner
+                    .fold
+                    .run()
+                    .is_some_and(|r| r.run_id == active.run_id && r.status != RunStatus::Running)
+        });
+        if ended && let Some(run) = inner.runs.active.take() {
+            if inner.runs.resume_claimed.as_deref() == Some(&run.run_id) {
+                inner.runs.resume_claimed = None;
+            }
+            if let Some(lease) = &run.lease {
+                self.leases.release(&self.key, lease);
+            }
+            if let Some(ack) = self.compaction(inner, false) {
+                let thread_id = self.key.thread_id.clone();
+                tokio::spawn(async move {
+                    if let Ok(Err(e)) = ack.await {
+                        tracing::error!(thread = %thread_id, "journal compaction failed: {e}");
+                    }
+                });
+            }
+        }
+        self.start_queued(inner);
+    }
+
+    /// Ends a queued run that will not start (the store kept failing its
+    /// lease requests): it was never journaled, so its HTTP requester is
+    /// told directly with `RUN_ERROR unavailable`, a WebSocket requester
+    /// with an `error` frame naming the run (and the refusal is logged as an
+    /// error).
+    fn refuse_queued(&self, inner: &mut Inner, req: RunRequest) {
+        if inner.runs.resume_claimed.as_deref() == Some(&req.run_id) {
+            inner.runs.resume_claimed = None;
+        }
+        let error = run_error(
+            "unavailable",
+            "the queued run could not start: the store shared with the other gateway nodes kept failing; retry",
+        );
+        if let Some(outbox) = &req.starter {
+            outbox.push_replay(Outgoing::Event(Arc::new(Entry::new(
+                self.id.clone(),
+                0,
+                error,
+            ))));
+        }
+        if let Some(connection) = &req.requester_connection {
+            let frame = json!({
+                "type": "error",
+                "code": "unavailable",
+                "threadId": self.key.thread_id,
+                "runId": req.run_id,
+                "message": "the queued run could not start: the store shared with the other gateway nodes kept failing; retry",
+            });
+            connection.push(Outgoing::Message(Bytes::from(frame.to_string())));
+        }
     }
 
     /// Another node released this thread's lease: a run queued here may
@@ -764,6 +883,10 @@ fn build_input(thread_id: &str, inner: &Inner, req: &RunRequest) -> PreparedInpu
 /// Most events appended in one batch.
 const MAX_BATCH: usize = 256;
 
+/// How long a run whose lease was lost waits to learn whether the store
+/// lost its journal (see [`Thread::journal_lost`]) before it ends as fenced.
+const LOSS_CHECK: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Batches a run may have in the journal's hands at once.
 const PIPELINE: usize = 4;
 
@@ -907,8 +1030,17 @@ async fn drive(
         };
         match step {
             Step::LeaseLost => {
-                tracing::warn!(thread = %thread_id, run = %run_id, "run lease lost: stopping the run");
-                feed.journal_failed(&thread, &StoreError::Fenced);
+                // Lost because the store lost the journal (its lease went
+                // with it)? Checking reloads the thread if so; a store that
+                // does not answer (the usual reason) is not waited for long.
+                let _ = tokio::time::timeout(LOSS_CHECK, thread.read_back()).await;
+                let why = if thread.lost_its_journal(&run_id) {
+                    StoreError::JournalLost
+                } else {
+                    StoreError::Fenced
+                };
+                tracing::warn!(thread = %thread_id, run = %run_id, "run lease lost: stopping the run ({why})");
+                feed.journal_failed(&thread, &why);
                 break;
             }
             Step::StarterGone => {
@@ -1042,8 +1174,10 @@ async fn drive(
     if feed.store_failed && thread.shared() {
         close_after_outage(&thread, &run_id, &lease).await;
     }
-    thread.maybe_compact().await;
+    // Usually a no-op: the slot went with the terminal event's publication
+    // ([`Thread::terminal_published`]); not when the run ended unjournaled.
     thread.run_ended(&run_id);
+    thread.maybe_compact().await;
 }
 
 /// The metrics class of a run's terminal event.
@@ -1195,9 +1329,13 @@ impl RequesterFeed {
     /// A lost lease (fenced) ends it with `gateway_node_lost`, as the node
     /// that closes the run journals it.
     fn journal_failed(&mut self, thread: &Thread, why: &StoreError) {
-        self.store_failed |= !matches!(why, StoreError::Fenced);
+        self.store_failed |= !matches!(why, StoreError::Fenced | StoreError::JournalLost);
         if let Some(outbox) = self.outbox.take() {
             let error = match why {
+                StoreError::JournalLost => run_error(
+                    "journal_lost",
+                    "the journal store lost this run's events (restarted empty, flushed, or restored from an older snapshot); the run was stopped",
+                ),
                 StoreError::Fenced => run_error(
                     "gateway_node_lost",
                     "the gateway node running this run lost its lease; the run was stopped",
@@ -1337,6 +1475,7 @@ mod tests {
                 resume: None,
             },
             starter: None,
+            requester_connection: None,
             starter_visibility: None,
             filter,
             upstream_headers: Default::default(),

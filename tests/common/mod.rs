@@ -219,6 +219,22 @@ impl RedisServer {
         std::fs::read(self._dir.path().join("dump.rdb")).unwrap()
     }
 
+    /// Where the server keeps its files (`dump.rdb`).
+    pub fn data_dir(&self) -> &Path {
+        self._dir.path()
+    }
+
+    /// Runs one `redis-cli` command against the server; its output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// Kills the server (SIGKILL) and waits until it is gone.
     pub async fn kill(&mut self) {
         self.proc.child.kill().await.unwrap();
@@ -823,4 +839,54 @@ pub fn seqs(frames: &[Value]) -> Vec<u64> {
         .filter(|f| f["type"] == "event")
         .map(|f| f["seq"].as_u64().unwrap())
         .collect()
+}
+
+/// Runs `runs` runs of `agent` on `thread` back to back, each sent the
+/// moment the previous run's terminal event reaches the connection that
+/// sends it: run `i` goes through `conns[(i / 2) % conns.len()]` (so, with
+/// two connections on two nodes, a run follows one on its own node and one
+/// on the other). Every connection watches the thread and reads every run
+/// to its end. Returns the commands' refusals (empty when every run was
+/// taken).
+pub async fn back_to_back_runs(
+    conns: &mut [Ws],
+    (agent, thread): (&str, &str),
+    runs: usize,
+) -> Vec<Value> {
+    let mut refused = Vec::new();
+    for i in 0..runs {
+        let run = format!("b2b-{i}");
+        // Two runs in a row through each connection, in turn.
+        let count = conns.len();
+        let sender_of = |run: usize| (run / 2) % count;
+        let sender = sender_of(i);
+        conns[sender]
+            .send(json!({"type": "run", "id": run, "agent": agent, "threadId": thread,
+                         "runId": run, "messages": [{"id": format!("u-{run}"), "role": "user", "content": "again"}]}))
+            .await;
+        // The answer, then this run's terminal event on every connection
+        // (the sender's comes after its answer; others may see it first).
+        let frames = conns[sender]
+            .recv_until(|f| f["id"] == run.as_str() || f.get("close").is_some())
+            .await;
+        let answer = frames.last().unwrap().clone();
+        if answer["type"] != "ack" {
+            refused.push(answer);
+            continue;
+        }
+        // The next sender last, so it sends the moment it has the end.
+        let next = sender_of(i + 1);
+        let order = (0..conns.len()).filter(|c| *c != next).chain([next]);
+        for c in order {
+            let frames = conns[c]
+                .recv_until(|f| is_terminal_frame(f) && f["event"]["runId"] == run.as_str())
+                .await;
+            assert!(
+                frames.last().is_some_and(is_terminal_frame),
+                "{:?}",
+                frames.last()
+            );
+        }
+    }
+    refused
 }

@@ -72,6 +72,10 @@ impl Viewer for Subscriptions {
         self.threads.remove(&thread.key);
         thread.unsubscribe(self.id);
     }
+
+    fn connection(&self) -> Option<Arc<Outbox>> {
+        Some(self.outbox.clone())
+    }
 }
 
 impl Client {

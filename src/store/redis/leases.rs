@@ -1,5 +1,6 @@
 //! Run leases on Redis ([`RunLeases`]) and the node's heartbeat.
 
+use super::epochs::IDENTITY;
 use super::listener::control_payload;
 use super::scripts::{ACQUIRE, RELEASE, RENEW};
 
@@ -23,12 +24,40 @@ pub(super) async fn heartbeat(
     held: Arc<DashMap<String, HeldLease>>,
     (ttl, nodes, instance): (std::time::Duration, String, String),
     healthy: Arc<AtomicBool>,
+    (identity_key, journals, controls): (String, Arc<Journals>, mpsc::UnboundedSender<Control>),
 ) {
     let script = Script::new(RENEW);
+    let identity_script = Script::new(IDENTITY);
+    // The store's identity as last seen: a flushed or emptied store has lost
+    // it (a new one is written), and every journal this node holds is then
+    // checked against the store (see [`super::epochs`]).
+    let mut identity: Option<String> = None;
     let mut tick = tokio::time::interval(ttl / 3);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        let candidate = uuid::Uuid::new_v4().to_string();
+        match identity_script
+            .key(&identity_key)
+            .arg(&candidate)
+            .invoke_async::<String>(&mut conn)
+            .await
+        {
+            Ok(now) => {
+                if identity.as_ref().is_some_and(|before| *before != now) {
+                    journals.lost(
+                        "the whole store",
+                        &format!(
+                            "its identity changed from {} to {now} (flushed, or restarted empty)",
+                            identity.as_deref().unwrap_or_default()
+                        ),
+                    );
+                    let _ = controls.send(Control::Resync);
+                }
+                identity = Some(now);
+            }
+            Err(e) => tracing::debug!("reading the store's identity failed (redis): {e}"),
+        }
         let leases: Vec<(String, Arc<str>)> = held
             .iter()
             .map(|l| (l.key().clone(), l.value.clone()))
@@ -99,6 +128,7 @@ impl RunLeases for RedisStore {
                 .arg(crate::protocol::event::now_millis())
                 .arg(&keys.member)
                 .arg(agent)
+                .arg(uuid::Uuid::new_v4().to_string())
                 .invoke_async(&mut conn)
                 .await
                 .map_err(StoreError::failed)?;
@@ -204,5 +234,9 @@ impl RunLeases for RedisStore {
 
     fn shared(&self) -> bool {
         true
+    }
+
+    fn patience(&self) -> std::time::Duration {
+        self.lease_ttl
     }
 }

@@ -15,7 +15,7 @@ pub(super) async fn listen_loop(
         mpsc::UnboundedSender<Publication>,
         mpsc::UnboundedSender<Control>,
     ),
-    (watched, sink): (Arc<DashMap<String, usize>>, SharedSink),
+    (watched, sink, journals): (Arc<DashMap<String, usize>>, SharedSink, Arc<Journals>),
     healthy: Arc<AtomicBool>,
     subscribed: oneshot::Sender<()>,
 ) {
@@ -63,8 +63,25 @@ pub(super) async fn listen_loop(
                         continue;
                     }
                     match parse_publication(payload) {
-                        Some((from, _)) if from == instance => {}
-                        Some((_, publication)) => {
+                        Some((from, ..)) if from == instance => {}
+                        Some((_, epoch, publication)) => {
+                            // Written to a journal of another epoch than
+                            // the one this node holds: the store lost it.
+                            let member = member_of(&publication.key);
+                            let last = publication.events.last().map_or(0, |(seq, _)| *seq);
+                            if let Err(why) = journals.observe(&member, Some(&epoch), last, false) {
+                                journals.lost(
+                                    &format!(
+                                        "thread {:?} of tenant {:?}",
+                                        publication.key.thread_id, publication.key.tenant
+                                    ),
+                                    &format!("another node wrote to it: {why}"),
+                                );
+                                let _ = controls.send(Control::JournalLost {
+                                    key: publication.key,
+                                });
+                                continue;
+                            }
                             if out.send(publication).is_err() {
                                 return; // nobody listens any more
                             }
@@ -96,7 +113,7 @@ pub(super) fn control_payload(control: &Control) -> Option<String> {
     match control {
         Control::Cancel { key, run_id } => Some(format!("cancel\n{}\n{run_id}", member_of(key))),
         Control::Released { key } => Some(format!("released\n{}\n", member_of(key))),
-        Control::Resync => None,
+        Control::Resync | Control::JournalLost { .. } => None,
     }
 }
 
@@ -115,12 +132,14 @@ pub(super) fn parse_control(payload: &[u8]) -> Option<Control> {
     }
 }
 
-/// `instance \n member \n first seq \n` then `<len>:<json>` per event.
-pub(super) fn parse_publication(payload: &[u8]) -> Option<(String, Publication)> {
-    let mut parts = payload.splitn(4, |b| *b == b'\n');
+/// `instance \n member \n first seq \n epoch \n` then `<len>:<json>` per
+/// event; the instance, the journal's epoch, and the publication.
+pub(super) fn parse_publication(payload: &[u8]) -> Option<(String, String, Publication)> {
+    let mut parts = payload.splitn(5, |b| *b == b'\n');
     let node = std::str::from_utf8(parts.next()?).ok()?.to_owned();
     let key = key_of_member(std::str::from_utf8(parts.next()?).ok()?)?;
     let first: u64 = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
+    let epoch = std::str::from_utf8(parts.next()?).ok()?.to_owned();
     let mut rest = parts.next()?;
     let mut events = Vec::new();
     while !rest.is_empty() {
@@ -130,5 +149,5 @@ pub(super) fn parse_publication(payload: &[u8]) -> Option<(String, Publication)>
         events.push((first + events.len() as u64, Bytes::copy_from_slice(json)));
         rest = &rest[colon + 1 + len..];
     }
-    Some((node, Publication { key, events }))
+    Some((node, epoch, Publication { key, events }))
 }

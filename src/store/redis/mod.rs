@@ -4,14 +4,15 @@
 //! - `…:ev`, a stream whose entry ids are the seqs (`<seq>-0`), field `e`
 //!   the event JSON exactly as journaled;
 //! - `…:meta`, a hash: creator, agent, status, created/updated ms, last seq,
-//!   and the compacted base (seq + fold snapshot) once there is one;
+//!   the journal's epoch ([`epochs`]), and the compacted base (seq + fold
+//!   snapshot) once there is one;
 //! - `…:lease`, the run lease while a run is active ([`super::lease`]);
 //! - `…:cid:<key>`, a META idempotency key (a day);
 //! - the channel `prefix:pub:<tenant/thread>`, where appends are published.
 //!
 //! Per tenant a sorted set of thread ids by update time (listing); one set of
 //! running threads (node-loss detection); the live nodes (`prefix:nodes`,
-//! heartbeats); rate budgets (`prefix:rate:…`) and connection counts
+//! heartbeats); the store's identity (`prefix:store`, see [`epochs`]); rate budgets (`prefix:rate:…`) and connection counts
 //! (`prefix:conns:…`); the channel `prefix:ctl` for requests between nodes.
 //!
 //! An append is one Lua script (`scripts::APPEND`), so it is atomic: it
@@ -45,11 +46,13 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 mod counters;
+mod epochs;
 mod leases;
 mod listener;
 mod scripts;
 mod writer;
 
+use epochs::Journals;
 use leases::{HeldLease, heartbeat};
 use listener::listen_loop;
 use writer::write_loop;
@@ -100,6 +103,9 @@ pub struct RedisStore {
     /// [`subscription_loop`] (a later unsubscribe can never overtake an
     /// earlier subscribe of the same channel).
     subscriptions: mpsc::UnboundedSender<Subscription>,
+    /// What this node has seen of the journals it holds, to notice the store
+    /// losing it ([`epochs`]).
+    journals: Arc<Journals>,
 }
 
 /// The listening connection's subscribe side, replaced on every reconnect.
@@ -189,12 +195,18 @@ impl RedisStore {
             lease_ttl,
             watched: Arc::new(DashMap::new()),
             subscriptions,
+            journals: Arc::new(Journals::default()),
         });
         tokio::spawn(heartbeat(
             conn.clone(),
             store.held.clone(),
             (lease_ttl, format!("{prefix}:nodes"), store.instance.clone()),
             store.healthy.clone(),
+            (
+                format!("{prefix}:store"),
+                store.journals.clone(),
+                control_tx.clone(),
+            ),
         ));
         let writer_task = tokio::spawn(write_loop(
             conn,
@@ -202,6 +214,7 @@ impl RedisStore {
             store.healthy.clone(),
             prefix.to_owned(),
             store.instance.clone(),
+            store.journals.clone(),
         ));
         *store
             .writer_task
@@ -212,7 +225,7 @@ impl RedisStore {
             client,
             (prefix.to_owned(), store.instance.clone()),
             (pub_tx, control_tx),
-            (store.watched.clone(), sink),
+            (store.watched.clone(), sink, store.journals.clone()),
             store.healthy.clone(),
             subscribed,
         ));
@@ -221,6 +234,69 @@ impl RedisStore {
             .await
             .map_err(|_| StoreError::failed("redis subscription failed"))?;
         Ok(store)
+    }
+
+    /// Reads a thread's metadata and its events after `after`; `check`:
+    /// against what this node knows of the journal, else learning it anew.
+    fn read(
+        &self,
+        key: &ThreadKey,
+        after: u64,
+        check: bool,
+    ) -> Result<Option<StoredThread>, StoreError> {
+        let keys = Keys::of(&self.prefix, key);
+        let mut conn = self.conn.clone();
+        let hash: HashMap<String, Vec<u8>> = self.block_on(conn.hgetall(&keys.meta))?;
+        let meta = meta_from_hash(&hash);
+        let epoch = hash
+            .get("epoch")
+            .map(|e| String::from_utf8_lossy(e).into_owned());
+        let last = meta.as_ref().map_or(0, |m| m.last_seq);
+        if check {
+            if let Err(why) = self
+                .journals
+                .observe(&keys.member, epoch.as_deref(), last, true)
+            {
+                self.journals.lost(
+                    &format!("thread {:?} of tenant {:?}", key.thread_id, key.tenant),
+                    &why,
+                );
+                return Err(StoreError::JournalLost);
+            }
+        } else {
+            self.journals.loaded(&keys.member, epoch, last);
+        }
+        let Some(meta) = meta else {
+            return Ok(None);
+        };
+        let base = match (hash.get("base_seq"), hash.get("base")) {
+            (Some(seq), Some(snapshot)) => std::str::from_utf8(seq)
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+                .map(|seq| (seq, Bytes::from(snapshot.clone()))),
+            _ => None,
+        };
+        let after = base.as_ref().map_or(0, |(s, _)| *s).max(after);
+        let reply: ::redis::streams::StreamRangeReply =
+            self.block_on(conn.xrange(&keys.events, format!("{}-0", after + 1), "+"))?;
+        let mut events = Vec::with_capacity(reply.ids.len());
+        for entry in reply.ids {
+            let seq = entry
+                .id
+                .split_once('-')
+                .and_then(|(s, _)| s.parse::<u64>().ok())
+                .ok_or_else(|| StoreError::failed(format!("bad stream id {}", entry.id)))?;
+            let json = match entry.map.get("e") {
+                Some(RedisValue::BulkString(b)) => Bytes::from(b.clone()),
+                _ => {
+                    return Err(StoreError::failed(format!(
+                        "stream entry {seq} has no event"
+                    )));
+                }
+            };
+            events.push((seq, json));
+        }
+        Ok(Some(StoredThread { meta, base, events }))
     }
 
     fn block_on<T>(
@@ -349,45 +425,15 @@ impl JournalStore for RedisStore {
         })
     }
 
+    /// A whole load: what it finds is what this node knows from now on.
     fn load(&self, key: &ThreadKey) -> Result<Option<StoredThread>, StoreError> {
-        self.load_after(key, 0)
+        self.read(key, 0, false)
     }
 
+    /// A catch-up: the stored journal must still be the one this node knows
+    /// ([`StoreError::JournalLost`] otherwise, see [`epochs`]).
     fn load_after(&self, key: &ThreadKey, after: u64) -> Result<Option<StoredThread>, StoreError> {
-        let keys = Keys::of(&self.prefix, key);
-        let mut conn = self.conn.clone();
-        let hash: HashMap<String, Vec<u8>> = self.block_on(conn.hgetall(&keys.meta))?;
-        let Some(meta) = meta_from_hash(&hash) else {
-            return Ok(None);
-        };
-        let base = match (hash.get("base_seq"), hash.get("base")) {
-            (Some(seq), Some(snapshot)) => std::str::from_utf8(seq)
-                .ok()
-                .and_then(|s| s.parse::<u64>().ok())
-                .map(|seq| (seq, Bytes::from(snapshot.clone()))),
-            _ => None,
-        };
-        let after = base.as_ref().map_or(0, |(s, _)| *s).max(after);
-        let reply: ::redis::streams::StreamRangeReply =
-            self.block_on(conn.xrange(&keys.events, format!("{}-0", after + 1), "+"))?;
-        let mut events = Vec::with_capacity(reply.ids.len());
-        for entry in reply.ids {
-            let seq = entry
-                .id
-                .split_once('-')
-                .and_then(|(s, _)| s.parse::<u64>().ok())
-                .ok_or_else(|| StoreError::failed(format!("bad stream id {}", entry.id)))?;
-            let json = match entry.map.get("e") {
-                Some(RedisValue::BulkString(b)) => Bytes::from(b.clone()),
-                _ => {
-                    return Err(StoreError::failed(format!(
-                        "stream entry {seq} has no event"
-                    )));
-                }
-            };
-            events.push((seq, json));
-        }
-        Ok(Some(StoredThread { meta, base, events }))
+        self.read(key, after, true)
     }
 
     fn list(&self, tenant: &str) -> Result<Vec<(ThreadKey, ThreadMeta)>, StoreError> {
@@ -424,8 +470,11 @@ impl JournalStore for RedisStore {
             .ok_or_else(|| StoreError::failed(format!("PING answered {pong}")))
     }
 
+    /// False while Redis is unreachable or refusing writes, and for a
+    /// lease's time to live after it was found to have lost history: the
+    /// runs that wrote into the lost history stop within that time.
     fn healthy(&self) -> bool {
-        self.healthy.load(Ordering::Acquire)
+        self.healthy.load(Ordering::Acquire) && !self.journals.recently_lost(self.lease_ttl)
     }
 }
 
@@ -436,13 +485,18 @@ impl PublicationBus for RedisStore {
     /// Counted: the first holder of a channel subscribes, later ones wait
     /// until that subscribe was carried out.
     fn watch(&self, key: &ThreadKey) -> BoxFuture<'static, Result<(), StoreError>> {
-        let channel = Keys::of(&self.prefix, key).channel;
+        let Keys {
+            channel, member, ..
+        } = Keys::of(&self.prefix, key);
         let (done, answer) = oneshot::channel();
         {
             // Requests are queued under the channel's entry lock, so they
             // reach Redis in the order the counts changed.
             let mut holders = self.watched.entry(channel.clone()).or_insert(0);
             *holders += 1;
+            if *holders == 1 {
+                self.journals.watch(&member);
+            }
             let request = if *holders == 1 {
                 Subscription::Subscribe(channel, done)
             } else {
@@ -459,11 +513,14 @@ impl PublicationBus for RedisStore {
 
     /// Counted: the last holder's unwatch unsubscribes.
     fn unwatch(&self, key: &ThreadKey) {
-        let channel = Keys::of(&self.prefix, key).channel;
+        let Keys {
+            channel, member, ..
+        } = Keys::of(&self.prefix, key);
         if let dashmap::Entry::Occupied(mut holders) = self.watched.entry(channel.clone()) {
             *holders.get_mut() -= 1;
             if *holders.get() == 0 {
                 holders.remove();
+                self.journals.unwatch(&member);
                 let _ = self.subscriptions.send(Subscription::Unsubscribe(channel));
             }
         }
@@ -495,9 +552,10 @@ mod tests {
             assert_eq!(member.matches('/').count(), 1, "{member}");
             assert!(!member.contains('{') && !member.contains('}'));
             assert_eq!(key_of_member(&member), Some(key.clone()));
-            let payload = format!("n1\n{member}\n7\n2:{{}}11:{{\"a\":\"b:c\"}}");
-            let (node, p) = parse_publication(payload.as_bytes()).unwrap();
+            let payload = format!("n1\n{member}\n7\nep\n2:{{}}11:{{\"a\":\"b:c\"}}");
+            let (node, epoch, p) = parse_publication(payload.as_bytes()).unwrap();
             assert_eq!(node, "n1");
+            assert_eq!(epoch, "ep");
             assert_eq!(p.key, key);
             assert_eq!(
                 p.events,
@@ -508,7 +566,7 @@ mod tests {
             );
         }
         assert!(
-            parse_publication(b"n1\nt/x\n1\n99:{}").is_none(),
+            parse_publication(b"n1\nt/x\n1\nep\n99:{}").is_none(),
             "truncated"
         );
     }

@@ -3,36 +3,50 @@
 //! count a connection) is one script call.
 
 /// The append script. KEYS: events stream, meta hash, tenant index, running
-/// set, run lease, idempotency key. ARGV: the writing process's instance id, member, channel, (unused), event count,
-/// creator, agent, status, created ms, updated ms, run boundary (`1`/`0`),
-/// base seq ('' = none), base snapshot, fence ('' = none), control channel,
-/// the META event id under the idempotency key ('' = none), then the events.
+/// set, run lease, idempotency key. ARGV: the writing process's instance id,
+/// member, channel, (unused), event count, creator, agent, status, created
+/// ms, updated ms, run boundary (`1`/`0`), base seq ('' = none), base
+/// snapshot, fence ('' = none), control channel, the META event id under the
+/// idempotency key ('' = none), the journal's epoch the writer knows ('' =
+/// none known), the last seq it knows durable, a new epoch (for a journal
+/// that has none yet), then the events.
+/// First the journal must be the one the writer knows ([`super::epochs`]):
+/// same epoch, not ending before what it has seen; otherwise `{4, epoch}`
+/// (the stored epoch, '' if none) and nothing changes.
 /// A META event whose idempotency key is taken is not appended: `{3, id}`
 /// answers with the first one's id (keys live a day: retries come within
 /// seconds). The events get the seqs after the stored last one. A
 /// fenced batch that ends its run also releases the run's lease, in the same
 /// step (the thread takes a new run the moment its last one is over). A
 /// compacted base is stored only when it is newer than the stored one and
-/// not past the journal's end.
-/// Returns `{1, first seq}`, or `{2, 0}` when the fence is not the current
-/// lease.
+/// not past the journal's end. The publication names the journal's epoch.
+/// Returns `{1, first seq, epoch}`, or `{2, 0, ''}` when the fence is not
+/// the current lease.
 pub(super) const APPEND: &str = r#"
+local epoch = redis.call('HGET', KEYS[2], 'epoch')
+local last = tonumber(redis.call('HGET', KEYS[2], 'last_seq') or '0')
+if ARGV[17] ~= '' and (epoch ~= ARGV[17] or last < tonumber(ARGV[18])) then
+  return {4, epoch or '', ''}
+end
 if ARGV[14] ~= '' and redis.call('GET', KEYS[5]) ~= ARGV[14] then
-  return {2, 0}
+  return {2, 0, ''}
 end
 if ARGV[16] ~= '' then
   local prior = redis.call('GET', KEYS[6])
   if prior then
-    return {3, prior}
+    return {3, prior, ''}
   end
   redis.call('SET', KEYS[6], ARGV[16], 'EX', 86400)
 end
+if not epoch then
+  epoch = ARGV[19]
+  redis.call('HSET', KEYS[2], 'epoch', epoch)
+end
 local n = tonumber(ARGV[5])
-local last = tonumber(redis.call('HGET', KEYS[2], 'last_seq') or '0')
 local first = last + 1
-local payload = {ARGV[1], '\n', ARGV[2], '\n', tostring(first), '\n'}
+local payload = {ARGV[1], '\n', ARGV[2], '\n', tostring(first), '\n', epoch, '\n'}
 for i = 1, n do
-  local json = ARGV[16 + i]
+  local json = ARGV[19 + i]
   redis.call('XADD', KEYS[1], (first + i - 1) .. '-0', 'e', json)
   payload[#payload + 1] = #json .. ':' .. json
 end
@@ -62,12 +76,13 @@ end
 if n > 0 then
   redis.call('PUBLISH', ARGV[3], table.concat(payload))
 end
-return {1, first}
+return {1, first, epoch}
 "#;
 
 /// Takes a run lease. KEYS: lease, meta hash, tenant index. ARGV: lease
 /// value, time to live (ms), the last seq the caller has seen, creator,
-/// now (ms), member, the run's agent ('' = leave as is). A new thread is
+/// now (ms), member, the run's agent ('' = leave as is), the epoch of a
+/// new journal ([`super::epochs`]). A new thread is
 /// recorded at once (so a viewer on any node finds it as soon as its first
 /// run is accepted), and so is the run's agent (whose visibility rules
 /// apply to what a node loading the thread from now on shows its viewers).
@@ -84,7 +99,7 @@ if last ~= tonumber(ARGV[3]) then
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if redis.call('HSETNX', KEYS[2], 'creator', ARGV[4]) == 1 then
-  redis.call('HSET', KEYS[2], 'created_ms', ARGV[5], 'updated_ms', ARGV[5], 'last_seq', 0, 'status', 'idle')
+  redis.call('HSET', KEYS[2], 'created_ms', ARGV[5], 'updated_ms', ARGV[5], 'last_seq', 0, 'status', 'idle', 'epoch', ARGV[8])
   redis.call('ZADD', KEYS[3], ARGV[5], ARGV[6])
 end
 if ARGV[7] ~= '' then

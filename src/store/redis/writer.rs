@@ -15,6 +15,7 @@ pub(super) async fn write_loop(
     healthy: Arc<AtomicBool>,
     prefix: String,
     instance: String,
+    journals: Arc<Journals>,
 ) {
     let script = Script::new(APPEND);
     // Runs (by fence) one of whose batches failed: their later batches are
@@ -47,8 +48,8 @@ pub(super) async fn write_loop(
         if group.is_empty() {
             continue;
         }
-        let pipe = append_pipeline(&script, &group, &prefix, &instance);
-        let mut results: ::redis::RedisResult<Vec<(i64, RedisValue)>> =
+        let pipe = append_pipeline(&script, &group, &prefix, &instance, &journals);
+        let mut results: ::redis::RedisResult<Vec<(i64, RedisValue, String)>> =
             pipe.query_async(&mut conn).await;
         if results
             .as_ref()
@@ -64,9 +65,29 @@ pub(super) async fn write_loop(
         match results {
             Ok(results) => {
                 healthy.store(true, Ordering::Release);
-                for ((_, ack), (ok, answer)) in group.into_iter().zip(results) {
+                for ((batch, ack), (ok, answer, epoch)) in group.into_iter().zip(results) {
                     let result = match (ok, answer) {
-                        (1, RedisValue::Int(first)) => Ok(first as u64),
+                        (1, RedisValue::Int(first)) => {
+                            let last = first as u64 + batch.events.len() as u64 - 1;
+                            // Checked by the script: this is the journal known.
+                            let _ =
+                                journals.observe(&member_of(&batch.key), Some(&epoch), last, false);
+                            Ok(first as u64)
+                        }
+                        (4, stored) => {
+                            let stored = match stored {
+                                RedisValue::BulkString(e) if !e.is_empty() => {
+                                    String::from_utf8_lossy(&e).into_owned()
+                                }
+                                _ => "gone".to_owned(),
+                            };
+                            let (known, seen) = journals.expected(&member_of(&batch.key));
+                            journals.lost(
+                                &format!("thread {:?} of tenant {:?}", batch.key.thread_id, batch.key.tenant),
+                                &format!("an append found epoch {stored} (known: {known}, seen up to seq {seen})"),
+                            );
+                            Err(StoreError::JournalLost)
+                        }
                         (3, RedisValue::BulkString(id)) => Err(StoreError::Duplicate(
                             String::from_utf8_lossy(&id).into_owned(),
                         )),
@@ -100,6 +121,7 @@ pub(super) fn append_pipeline(
     group: &[(AppendBatch, Ack)],
     prefix: &str,
     instance: &str,
+    journals: &Journals,
 ) -> ::redis::Pipeline {
     let mut pipe = ::redis::pipe();
     for (batch, _) in group {
@@ -136,6 +158,11 @@ pub(super) fn append_pipeline(
             .arg(batch.fence.as_deref().unwrap_or(""))
             .arg(format!("{prefix}:ctl"))
             .arg(batch.idempotency.as_ref().map_or("", |(_, id)| id.as_str()));
+        let (epoch, seen) = journals.expected(&keys.member);
+        invocation
+            .arg(epoch)
+            .arg(seen)
+            .arg(uuid::Uuid::new_v4().to_string());
         for (_, json) in &batch.events {
             invocation.arg(&json[..]);
         }

@@ -1,0 +1,169 @@
+//! Journal epochs: how a node notices that Redis lost history it had seen.
+//!
+//! Redis acknowledges a write once it is in memory; a restart without
+//! persistence, a `FLUSHALL`, or a restore from an older snapshot takes
+//! acknowledged events back. Nodes holding a thread would then disagree with
+//! the store and with each other, splice a new conversation onto an old one
+//! for their viewers, and refuse runs forever (the store's last seq never
+//! matches theirs). As Centrifugo does for its streams, each thread's journal
+//! has an epoch — a random id written with its first event — that a fresh
+//! journal never shares; and a node remembers, per thread it holds, the
+//! highest seq it knows durable. The store must never be below that, and
+//! never under another epoch: the append script refuses a batch otherwise,
+//! read-backs and other nodes' publications are checked, and the store as a
+//! whole has an identity (`prefix:store`) the heartbeat checks, which a
+//! flush or an empty restart loses. On a mismatch the thread's copy is
+//! reloaded ([`super::StoreError::JournalLost`]) and the node reports not
+//! ready for a lease's time to live: the runs that wrote into the lost
+//! history (on any node) stop within it.
+
+use super::*;
+
+/// What this node knows of one thread's journal.
+#[derive(Debug, Default)]
+struct Known {
+    /// `None` until learned (a journal written before epochs existed has
+    /// none until its next write).
+    epoch: Option<String>,
+    /// The highest seq this node knows durable.
+    last: u64,
+}
+
+/// The journals of the threads this node holds (bounded by them: an entry
+/// lives from the thread's first watch to its last unwatch).
+#[derive(Debug, Default)]
+pub(super) struct Journals {
+    known: DashMap<String, Known>,
+    /// When history was last found lost.
+    lost_at: Mutex<Option<std::time::Instant>>,
+}
+
+impl Journals {
+    /// Starts tracking `member` (its first holder).
+    pub(super) fn watch(&self, member: &str) {
+        self.known.entry(member.to_owned()).or_default();
+    }
+
+    /// Stops tracking `member` (its last holder left).
+    pub(super) fn unwatch(&self, member: &str) {
+        self.known.remove(member);
+    }
+
+    /// The epoch and last seq an append must find (`""` when none is known:
+    /// nothing to check).
+    pub(super) fn expected(&self, member: &str) -> (String, u64) {
+        self.known
+            .get(member)
+            .and_then(|k| Some((k.epoch.clone()?, k.last)))
+            .unwrap_or_default()
+    }
+
+    /// A whole load: from now on this is what the node knows.
+    pub(super) fn loaded(&self, member: &str, epoch: Option<String>, last: u64) {
+        if let Some(mut k) = self.known.get_mut(member) {
+            *k = Known { epoch, last };
+        }
+    }
+
+    /// Checks what the store says of `member` against what this node knows,
+    /// and learns it: `Err` (with why) when the epoch changed, or — with
+    /// `check_last` — the store ends before the known last seq. (A
+    /// publication's seqs may be older than a read-back already learned, so
+    /// only its epoch is checked.)
+    pub(super) fn observe(
+        &self,
+        member: &str,
+        epoch: Option<&str>,
+        last: u64,
+        check_last: bool,
+    ) -> Result<(), String> {
+        let Some(mut k) = self.known.get_mut(member) else {
+            return Ok(());
+        };
+        if let Some(known) = &k.epoch {
+            if epoch != Some(known.as_str()) {
+                return Err(format!(
+                    "its epoch is {} instead of {known} (this node had seen up to seq {})",
+                    epoch.unwrap_or("gone"),
+                    k.last
+                ));
+            }
+            if check_last && last < k.last {
+                return Err(format!(
+                    "it ends at seq {last}, but this node had seen seq {} durable",
+                    k.last
+                ));
+            }
+        }
+        if epoch.is_some() {
+            k.epoch = epoch.map(str::to_owned);
+        }
+        k.last = k.last.max(last);
+        Ok(())
+    }
+
+    /// Logs (loudly: acknowledged events are gone) that `what` lost history,
+    /// and starts the not-ready window.
+    pub(super) fn lost(&self, what: &str, why: &str) {
+        tracing::error!(
+            "JOURNAL LOST HISTORY: the shared store no longer holds what this node saw of {what}: {why}; \
+             reloading it from the store, closing its runs, resetting its viewers"
+        );
+        *self
+            .lost_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(std::time::Instant::now());
+    }
+
+    /// True within `window` of the last loss found.
+    pub(super) fn recently_lost(&self, window: std::time::Duration) -> bool {
+        self.lost_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some_and(|at| at.elapsed() < window)
+    }
+}
+
+/// The store's identity. KEYS: the identity key; ARGV: a new identity, used
+/// when the key is missing (a fresh, flushed, or emptied store). Returns it.
+pub(super) const IDENTITY: &str = r#"
+local id = redis.call('GET', KEYS[1])
+if id then
+  return id
+end
+redis.call('SETNX', KEYS[1], ARGV[1])
+return ARGV[1]
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_journal_under_another_epoch_or_behind_what_was_seen_is_lost() {
+        let journals = Journals::default();
+        journals.watch("t/a");
+        // Nothing known yet: anything is learned.
+        assert_eq!(journals.expected("t/a"), (String::new(), 0));
+        assert!(journals.observe("t/a", Some("e1"), 5, true).is_ok());
+        assert_eq!(journals.expected("t/a"), ("e1".into(), 5));
+        // A publication older than what a read-back learned is no loss ...
+        assert!(journals.observe("t/a", Some("e1"), 3, false).is_ok());
+        assert_eq!(journals.expected("t/a"), ("e1".into(), 5));
+        // ... but a store ending before it is (restored from a snapshot),
+        assert!(journals.observe("t/a", Some("e1"), 4, true).is_err());
+        // as is another epoch (a new journal) or none (flushed).
+        assert!(journals.observe("t/a", Some("e2"), 9, false).is_err());
+        assert!(journals.observe("t/a", None, 0, true).is_err());
+        // A whole load is what the node knows from then on.
+        journals.loaded("t/a", Some("e2".into()), 1);
+        assert!(journals.observe("t/a", Some("e2"), 1, true).is_ok());
+        assert!(!journals.recently_lost(std::time::Duration::from_secs(60)));
+        journals.lost("thread a", "a test");
+        assert!(journals.recently_lost(std::time::Duration::from_secs(60)));
+        // Threads not held are not tracked (bounded by what the node holds).
+        journals.unwatch("t/a");
+        assert!(journals.observe("t/a", Some("e3"), 0, true).is_ok());
+        assert_eq!(journals.expected("t/a"), (String::new(), 0));
+    }
+}

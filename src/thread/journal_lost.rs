@@ -1,0 +1,167 @@
+//! A journal that went back: the shared store lost history this node had
+//! seen (Redis restarted empty, flushed, restored from an older snapshot —
+//! see [`crate::store::redis`]'s epochs). The copy in memory no longer
+//! matches the store: kept as it is, it would splice the store's new events
+//! onto its old ones for its viewers and refuse every run (its last seq
+//! never matches the store's). So it is reloaded from what the store holds
+//! now, the run active here (which wrote into the lost history) is stopped
+//! with `RUN_ERROR journal_lost`, and every viewer gets a `reset` snapshot
+//! of the reloaded thread.
+
+use super::*;
+use crate::store::StoredThread;
+
+impl Inner {
+    /// Replaces this copy with `stored` (a thread as loaded); `None`, the
+    /// store holds nothing of it any more: an empty journal, same creator.
+    /// The runIds already used stay refused.
+    pub(super) fn fill(&mut self, id: &Arc<str>, stored: Option<StoredThread>) {
+        let stored = stored.unwrap_or_else(|| StoredThread {
+            meta: ThreadMeta {
+                agent: None,
+                status: "idle".into(),
+                last_seq: 0,
+                updated_ms: now_millis(),
+                ..self.meta.clone()
+            },
+            base: None,
+            events: Vec::new(),
+        });
+        self.meta = stored.meta;
+        self.fold = Fold::new();
+        self.journal.clear();
+        self.base_seq = 0;
+        self.arrived.clear();
+        self.meta_ids = recent::Recent::new(META_IDS_KEPT);
+        if let Some((base_seq, snapshot)) = &stored.base {
+            let v: Value = serde_json::from_slice(snapshot).unwrap_or_default();
+            let run = v.get("run").and_then(|r| {
+                Some(RunInfo {
+                    run_id: r.get("runId")?.as_str()?.to_owned(),
+                    status: match r.get("status")?.as_str()? {
+                        "running" => RunStatus::Running,
+                        "interrupted" => RunStatus::Interrupted,
+                        "cancelled" => RunStatus::Cancelled,
+                        "error" => RunStatus::Error,
+                        _ => RunStatus::Finished,
+                    },
+                    agent: r
+                        .get("agent")
+                        .and_then(Value::as_str)
+                        .map_or(RunAgent::Unknown, |a| RunAgent::Agent(a.into())),
+                })
+            });
+            self.fold = Fold::from_json(&v, run);
+            for id in v
+                .get("runIds")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(id) = id.as_str() {
+                    self.runs.remember(id);
+                }
+            }
+            self.base_seq = *base_seq;
+            self.fold.seq = *base_seq;
+        }
+        for (seq, json) in stored.events {
+            match Event::parse(json) {
+                Ok(event) => {
+                    let entry = Arc::new(Entry::new(id.clone(), seq, event));
+                    if let (EventType::Meta, Some(cid), Some(eid)) = (
+                        entry.event.kind(),
+                        entry.event.str_field("clientEventId"),
+                        entry.event.str_field("id"),
+                    ) {
+                        self.meta_ids.insert(cid.to_owned(), eid.to_owned());
+                    }
+                    if *entry.event.kind() == EventType::RunStarted
+                        && let Some(run_id) = entry.event.str_field("runId")
+                    {
+                        self.runs.remember(run_id);
+                    }
+                    entry.set_origin(self.fold.apply(seq, &entry.event));
+                    self.journal.push_back(entry);
+                }
+                Err(e) => {
+                    tracing::error!(thread = %id, seq, "unreadable journal event skipped: {e}")
+                }
+            }
+        }
+        self.next_seq = self.fold.seq.max(self.meta.last_seq) + 1;
+        self.next_assign = self.next_seq;
+    }
+}
+
+impl Thread {
+    /// The store lost history of this thread that this copy holds: reloads
+    /// the copy from the store, stops the run active here with `RUN_ERROR
+    /// journal_lost`, and sends every viewer a `reset` snapshot of what the
+    /// store holds now. One reload at a time (detections come in bursts).
+    pub async fn journal_lost(&self) {
+        let _reloading = match self.reloading.try_lock() {
+            Ok(guard) => guard,
+            Err(_) => {
+                // Reloaded by another detection: done once it is.
+                let _ = self.reloading.lock().await;
+                return;
+            }
+        };
+        let store = self.store.clone();
+        let key = self.key.clone();
+        let stored = tokio::task::spawn_blocking(move || store.load(&key)).await;
+        match stored {
+            Ok(Ok(stored)) => {
+                let mut inner = self.lock();
+                let before = inner.next_seq - 1;
+                // The run active here wrote into the lost history: nothing
+                // it journals from here could follow what viewers are reset to.
+                if let Some(run_id) = inner.runs.stop_launched() {
+                    inner.lost_run = Some(run_id);
+                }
+                inner.fill(&self.id, stored);
+                tracing::error!(
+                    tenant = %self.key.tenant,
+                    thread = %self.key.thread_id,
+                    "journal reloaded after the store lost history: this node had seq {before}, the store holds seq {}; its viewers get a reset snapshot",
+                    inner.next_seq - 1
+                );
+                let mut reset = std::mem::take(&mut inner.viewers);
+                reset.retain_mut(|viewer| match &viewer.run_scope {
+                    // A run's HTTP requester reading the journal: its run is
+                    // gone from it; it ends here.
+                    Some(_) => {
+                        let error = crate::protocol::event::run_error(
+                            "journal_lost",
+                            "the journal store lost this run's events; the run was stopped",
+                        );
+                        viewer
+                            .outbox
+                            .push_replay(Outgoing::Event(Arc::new(Entry::new(
+                                self.id.clone(),
+                                0,
+                                error,
+                            ))));
+                        false
+                    }
+                    None => push_snapshot(&self.key, &inner, viewer, true),
+                });
+                inner.viewers = reset;
+            }
+            _ => tracing::warn!(
+                thread = %self.key.thread_id,
+                "reloading a journal that lost history failed; retried at the next mismatch"
+            ),
+        }
+        drop(_reloading);
+        // What other nodes wrote between the load and now.
+        self.read_back().await;
+    }
+
+    /// True when run `run_id` was stopped because the store lost the
+    /// journal it wrote to ([`Thread::journal_lost`]).
+    pub(super) fn lost_its_journal(&self, run_id: &str) -> bool {
+        self.lock().lost_run.as_deref() == Some(run_id)
+    }
+}
