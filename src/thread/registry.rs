@@ -288,63 +288,7 @@ impl Threads {
             self.settings.clone(),
             stored.meta.clone(),
         );
-        {
-            let mut inner = thread.lock();
-            if let Some((base_seq, snapshot)) = &stored.base {
-                let v: Value = serde_json::from_slice(snapshot).unwrap_or_default();
-                let run = v.get("run").and_then(|r| {
-                    Some(RunInfo {
-                        run_id: r.get("runId")?.as_str()?.to_owned(),
-                        status: match r.get("status")?.as_str()? {
-                            "running" => RunStatus::Running,
-                            "interrupted" => RunStatus::Interrupted,
-                            "cancelled" => RunStatus::Cancelled,
-                            "error" => RunStatus::Error,
-                            _ => RunStatus::Finished,
-                        },
-                    })
-                });
-                inner.fold = Fold::from_json(&v, run);
-                for id in v
-                    .get("runIds")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                {
-                    if let Some(id) = id.as_str() {
-                        inner.runs.remember(id);
-                    }
-                }
-                inner.base_seq = *base_seq;
-                inner.fold.seq = *base_seq;
-            }
-            for (seq, json) in stored.events {
-                match Event::parse(json) {
-                    Ok(event) => {
-                        let entry = Arc::new(Entry::new(thread.id.clone(), seq, event));
-                        if let (EventType::Meta, Some(cid), Some(id)) = (
-                            entry.event.kind(),
-                            entry.event.str_field("clientEventId"),
-                            entry.event.str_field("id"),
-                        ) {
-                            inner.meta_ids.insert(cid.to_owned(), id.to_owned());
-                        }
-                        if *entry.event.kind() == EventType::RunStarted
-                            && let Some(run_id) = entry.event.str_field("runId")
-                        {
-                            inner.runs.remember(run_id);
-                        }
-                        inner.fold.apply(seq, &entry.event);
-                        inner.journal.push_back(entry);
-                    }
-                    Err(e) => {
-                        tracing::error!(thread = %key.thread_id, seq, "unreadable journal event skipped: {e}")
-                    }
-                }
-            }
-            inner.next_seq = inner.fold.seq.max(stored.meta.last_seq) + 1;
-            inner.next_assign = inner.next_seq;
-        }
+        thread.restore(&mut thread.lock(), stored);
         let thread = self.insert_watched(key, thread);
         // What another node announced between the load and now was not
         // delivered (the thread was not in the map yet): read it back.
@@ -467,6 +411,67 @@ impl Threads {
             }
         }
         Ok(closed)
+    }
+}
+
+impl Thread {
+    /// Loads `stored` into an empty copy: the base's fold and runIds, then
+    /// every event after it.
+    pub(super) fn restore(&self, inner: &mut Inner, stored: crate::store::StoredThread) {
+        if let Some((base_seq, snapshot)) = &stored.base {
+            let v: Value = serde_json::from_slice(snapshot).unwrap_or_default();
+            let run = v.get("run").and_then(|r| {
+                Some(RunInfo {
+                    run_id: r.get("runId")?.as_str()?.to_owned(),
+                    status: match r.get("status")?.as_str()? {
+                        "running" => RunStatus::Running,
+                        "interrupted" => RunStatus::Interrupted,
+                        "cancelled" => RunStatus::Cancelled,
+                        "error" => RunStatus::Error,
+                        _ => RunStatus::Finished,
+                    },
+                })
+            });
+            inner.fold = Fold::from_json(&v, run);
+            for id in v
+                .get("runIds")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(id) = id.as_str() {
+                    inner.runs.remember(id);
+                }
+            }
+            inner.base_seq = *base_seq;
+            inner.fold.seq = *base_seq;
+        }
+        for (seq, json) in stored.events {
+            match Event::parse(json) {
+                Ok(event) => {
+                    let entry = Arc::new(Entry::new(self.id.clone(), seq, event));
+                    if let (EventType::Meta, Some(cid), Some(id)) = (
+                        entry.event.kind(),
+                        entry.event.str_field("clientEventId"),
+                        entry.event.str_field("id"),
+                    ) {
+                        inner.meta_ids.insert(cid.to_owned(), id.to_owned());
+                    }
+                    if *entry.event.kind() == EventType::RunStarted
+                        && let Some(run_id) = entry.event.str_field("runId")
+                    {
+                        inner.runs.remember(run_id);
+                    }
+                    inner.fold.apply(seq, &entry.event);
+                    inner.journal.push_back(entry);
+                }
+                Err(e) => {
+                    tracing::error!(thread = %self.key.thread_id, seq, "unreadable journal event skipped: {e}")
+                }
+            }
+        }
+        inner.next_seq = inner.fold.seq.max(stored.meta.last_seq) + 1;
+        inner.next_assign = inner.next_seq;
     }
 }
 
