@@ -47,8 +47,12 @@ impl Thread {
             return;
         }
         let Some(me) = self.me.upgrade() else { return };
+        // (A batch dropped outside the runtime, at exit: nothing to recover.)
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
         inner.recovering = true;
-        tokio::spawn(me.recover_journal());
+        runtime.spawn(me.recover_journal());
     }
 
     /// Retries [`Thread::try_recover`] with backoff until it succeeds.

@@ -449,7 +449,8 @@ impl Thread {
         if let Some(cancelled) = self.cancel_here(run_id) {
             return Ok(Some(cancelled));
         }
-        if self.lock().recovering && self.open_run().is_some() {
+        let recovering = self.lock().recovering;
+        if recovering && self.open_run().is_some() {
             // Already stopped; closed with RUN_ERROR journal_unavailable
             // once the journal takes writes again.
             return Err(RunRefused::Unavailable(JOURNAL_RECOVERING.into()));
