@@ -32,7 +32,7 @@ async fn the_wal_and_memory_stop_growing_under_steady_load() {
     assert_eq!(report.gaps, 0, "viewers saw every seq once, in order");
     let last = s.last().unwrap();
     assert!(last.runs > 100 && last.reconnects > 50, "{last:?}");
-    // Warm after the first third; then compare the second third with the last.
+    // Warm after the first third; then the second third against the last.
     let third = s.len() / 3;
     let (middle, end) = (&s[third..2 * third], &s[2 * third..]);
     let max = |w: &[Sample], f: fn(&Sample) -> u64| w.iter().map(f).max().unwrap();
@@ -46,12 +46,22 @@ async fn the_wal_and_memory_stop_growing_under_steady_load() {
         max(end, |x| x.wal_bytes) <= max(middle, |x| x.wal_bytes).max(MAX_WAL) + slack,
         "the WAL keeps growing: {s:#?}"
     );
-    // Memory: the last third may not sit above the middle one by more than
-    // allocator noise (10 % and 8 MiB).
-    let (rss_middle, rss_end) = (max(middle, |x| x.rss_kib), max(end, |x| x.rss_kib));
+    // Memory: what it gains once warm, per run. Each run adds two messages
+    // to its thread's conversation (kept in memory with the thread): 5–8 KiB
+    // a run in the long soak, up to 13 KiB here (docs/benchmarks.md). A leak
+    // of a KiB per event or per viewer reconnect passes 32 KiB a run,
+    // whatever the machine's speed.
+    let avg = |w: &[Sample], f: fn(&Sample) -> u64| w.iter().map(f).sum::<u64>() / w.len() as u64;
+    let (warm, done) = (&s[third..third + 3], &s[s.len() - 3..]);
+    let gained_kib = avg(done, |x| x.rss_kib).saturating_sub(avg(warm, |x| x.rss_kib));
+    let runs = avg(done, |x| x.runs) - avg(warm, |x| x.runs);
+    eprintln!(
+        "soak: once warm, RSS +{gained_kib} KiB over {runs} runs ({} bytes a run)",
+        gained_kib * 1024 / runs.max(1)
+    );
     assert!(
-        rss_end <= rss_middle + rss_middle / 10 + 8 * 1024,
-        "memory keeps growing: {rss_middle} KiB → {rss_end} KiB: {s:#?}"
+        gained_kib * 1024 / runs.max(1) <= 32 * 1024,
+        "memory keeps growing: {gained_kib} KiB over {runs} runs: {s:#?}"
     );
     // The metric says what the file holds.
     let metrics = gw.metrics().await;
