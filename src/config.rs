@@ -236,6 +236,10 @@ pub struct StoreConfig {
     pub synchronous: String,
     /// Most events in one group commit.
     pub max_batch_events: usize,
+    /// SQLite: when the write-ahead log passes this many bytes, the writer
+    /// checkpoints it completely and truncates it (between two group
+    /// commits), so it stays bounded under any sustained load.
+    pub max_wal_bytes: u64,
 }
 
 /// Journal backends.
@@ -259,6 +263,7 @@ impl Default for StoreConfig {
             path: PathBuf::from("data/agui-gateway.db"),
             synchronous: "normal".into(),
             max_batch_events: 4096,
+            max_wal_bytes: 64 << 20,
         }
     }
 }
@@ -910,6 +915,12 @@ impl Config {
                     format!("references unset environment variable {var}"),
                 );
             }
+        }
+        if self.store.max_wal_bytes < 1 << 20 {
+            bad(
+                "store.max_wal_bytes".into(),
+                "must be at least 1048576 (1 MiB)".into(),
+            );
         }
         if self.threads.viewer_queue_bytes < 4096 {
             bad(

@@ -395,10 +395,11 @@ async fn serve(config: Config, policy: Policy) -> Result<(), String> {
     let (store, bus, leases, counters): Shared = match config.store.kind {
         StoreKind::Sqlite => (
             Arc::new(
-                SqliteStore::open(
+                SqliteStore::open_bounded(
                     &config.store.path,
                     &config.store.synchronous,
                     config.store.max_batch_events,
+                    config.store.max_wal_bytes,
                 )
                 .map_err(|e| format!("store.path {}: {e}", config.store.path.display()))?,
             ),

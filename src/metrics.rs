@@ -103,6 +103,8 @@ pub struct Metrics {
     /// Readers (viewers, join streams, requesters) reading the journal
     /// because they fell behind the live stream by more than their budget.
     pub readers_catching_up: Gauge,
+    /// Size of the SQLite journal's WAL file, after the latest commit.
+    pub journal_wal_bytes: Gauge,
 }
 
 fn seconds_buckets() -> Histogram {
@@ -145,6 +147,7 @@ impl Metrics {
             reload_success: Gauge::default(),
             outbox_bytes: Gauge::default(),
             readers_catching_up: Gauge::default(),
+            journal_wal_bytes: Gauge::default(),
             registry: Registry::default(),
         };
         m.reload_success.set(1);
@@ -248,6 +251,11 @@ impl Metrics {
             "readers_catching_up",
             "Readers reading the journal after falling behind the live stream.",
             m.readers_catching_up.clone(),
+        );
+        r.register(
+            "journal_wal_bytes",
+            "Size of the SQLite journal's write-ahead log file (bounded by store.max_wal_bytes).",
+            m.journal_wal_bytes.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -20,7 +20,9 @@
 pub mod entry;
 pub mod fanout;
 mod journal_lost;
+mod load;
 pub mod recent;
+mod recovery;
 pub mod registry;
 pub mod run;
 
@@ -113,8 +115,12 @@ struct Inner {
     /// `clientEventId` → META event id, for idempotent meta posts.
     /// (The latest [`META_IDS_KEPT`] keys: retries come within seconds.)
     meta_ids: recent::Recent<String>,
-    /// Why the journal failed this thread (nothing more is appended).
+    /// Why the journal failed this thread: nothing is appended until the
+    /// recovery ([`recovery`]) has brought it back to what the store holds.
     broken: Option<String>,
+    /// A recovery is under way: no run starts until it has closed the run
+    /// the failure cut short.
+    recovering: bool,
     /// Viewers that fell behind the live budget and read the journal until
     /// they catch up (see [`fanout::CatchUp`]); compaction waits for them.
     /// Viewer id → the ticket of its current catch-up ([`CatchUp::ticket`]).
@@ -149,6 +155,39 @@ pub struct PendingAppend {
     events: Vec<Event>,
     /// When it was handed over (journal latency metric).
     since: std::time::Instant,
+    /// Its count in `Inner::inflight`.
+    slot: Option<InflightSlot>,
+}
+
+/// A batch's count in `Inner::inflight`, given back by [`Thread::settle`] —
+/// or, when the batch is dropped unsettled (a run stops on an earlier
+/// failure with later batches in flight), by this drop, which then treats
+/// the batch as failed: whether it landed is unknown, so a thread on a
+/// store of its own recovers from what the store holds ([`recovery`]).
+/// Without it the count stayed up forever, and with it compaction and the
+/// recovery waited forever.
+struct InflightSlot(Option<std::sync::Weak<Thread>>);
+
+impl InflightSlot {
+    /// `settle` took the count back itself.
+    fn settled(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for InflightSlot {
+    fn drop(&mut self) {
+        if let Some(thread) = self.0.take().and_then(|t| t.upgrade()) {
+            let mut inner = thread.lock();
+            inner.inflight -= 1;
+            if !thread.shared() {
+                thread.journal_failed(
+                    &mut inner,
+                    &StoreError::failed("a batch was dropped before its acknowledgement"),
+                );
+            }
+        }
+    }
 }
 
 /// How a subscription starts.
@@ -199,6 +238,7 @@ impl Thread {
                 catching_up: Default::default(),
                 broken: None,
                 lost_run: None,
+                recovering: false,
             }),
         })
     }
@@ -391,7 +431,8 @@ impl Thread {
             && inner.catching_up.is_empty()
             && inner.runs.is_idle()
             && inner.inflight == 0
-            && inner.arrived.is_empty();
+            && inner.arrived.is_empty()
+            && !inner.recovering;
         idle.then_some(inner.last_event)
     }
 
@@ -430,7 +471,7 @@ impl Thread {
     /// only once they and every earlier seq are durable (the contiguous
     /// acknowledged prefix). A failed write publishes nothing, ever: the
     /// thread refuses further appends (the journal would have a gap) until
-    /// it is loaded again.
+    /// it has recovered ([`recovery`]).
     pub async fn try_append(&self, events: Vec<Event>) -> Result<Vec<Arc<Entry>>, StoreError> {
         let pending = self.enqueue(events, None)?;
         self.settle(pending).await
@@ -469,6 +510,7 @@ impl Thread {
                 ack: None,
                 events,
                 since: std::time::Instant::now(),
+                slot: None,
             });
         }
         let mut inner = self.lock();
@@ -509,6 +551,7 @@ impl Thread {
             ack: Some(self.store.append(batch)),
             events,
             since: std::time::Instant::now(),
+            slot: Some(InflightSlot(Some(self.me.clone()))),
         })
     }
 
@@ -516,8 +559,13 @@ impl Thread {
     /// publishes what is now the contiguous durable prefix. Returns the
     /// batch's entries with the seqs the store gave them.
     pub async fn settle(&self, pending: PendingAppend) -> Result<Vec<Arc<Entry>>, StoreError> {
-        let PendingAppend { ack, events, since } = pending;
-        let Some(ack) = ack else {
+        let PendingAppend {
+            ack,
+            events,
+            since,
+            slot,
+        } = pending;
+        let (Some(ack), Some(slot)) = (ack, slot) else {
             return Ok(Vec::new());
         };
         let result = match ack.await {
@@ -531,6 +579,7 @@ impl Thread {
         metrics.journal_batch_events.observe(events.len() as f64);
         let mut inner = self.lock();
         inner.inflight -= 1;
+        slot.settled();
         match result {
             Ok(first) => {
                 let entries: Vec<Arc<Entry>> = events
@@ -583,8 +632,8 @@ impl Thread {
                 Err(e)
             }
             Err(e) => {
-                tracing::error!(tenant = %self.key.tenant, thread = %self.key.thread_id, "journal append failed; nothing after seq {} is published: {e}", inner.next_seq - 1);
-                inner.broken.get_or_insert_with(|| e.to_string());
+                tracing::error!(tenant = %self.key.tenant, thread = %self.key.thread_id, "journal append failed; nothing after seq {} is published until the journal recovers: {e}", inner.next_seq - 1);
+                self.journal_failed(&mut inner, &e);
                 Err(e)
             }
         }
@@ -858,7 +907,8 @@ impl Thread {
         let busy = inner.inflight > 0
             || !inner.arrived.is_empty()
             || !inner.catching_up.is_empty()
-            || inner.runs.has_active();
+            || inner.runs.has_active()
+            || inner.recovering;
         if !due || inner.journal.is_empty() || busy {
             return None;
         }
@@ -1338,7 +1388,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_failed_write_publishes_nothing_and_stops_the_thread() {
+    async fn a_failed_write_publishes_nothing_until_the_thread_recovers() {
         let store = slow_store(0);
         let (_ts, t) = thread_on(store.clone()).await;
         let (ob, mut rx) = fanout::outbox(1 << 20);
@@ -1364,6 +1414,18 @@ mod tests {
             drain(&mut rx).await.is_empty(),
             "nothing unstored is published"
         );
+        // The store works again: the thread recovers by itself, with no gap.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while t.lock().recovering {
+            assert!(std::time::Instant::now() < deadline, "recovered");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let stored = t
+            .try_append(vec![ev(json!({"type":"CUSTOM","name":"n","value":3}))])
+            .await
+            .unwrap();
+        assert_eq!(stored[0].seq, 1, "continues what the store holds");
+        assert_eq!(drain(&mut rx).await[0]["seq"], 1);
     }
 
     /// What a `subscribe after=0` gets, as JSON.

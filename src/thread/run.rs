@@ -104,6 +104,9 @@ pub(super) struct RunSlot {
     start_failing: Option<(std::time::Instant, std::time::Duration)>,
 }
 
+/// Why a thread refuses runs while its journal recovers ([`super::recovery`]).
+const JOURNAL_RECOVERING: &str = "the journal failed a write on this thread; its run was stopped and the thread takes runs again once the journal works (see /readyz)";
+
 /// How often a run queued behind another node's run asks for the lease
 /// again, should the notice of its release be missed.
 const QUEUED_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
@@ -154,6 +157,14 @@ impl RunSlot {
     /// No run active or waiting.
     pub(super) fn is_idle(&self) -> bool {
         self.active.is_none() && self.queue.is_empty()
+    }
+
+    /// Cancels the active run, if any (the journal failed: nothing it does
+    /// could be stored).
+    pub(super) fn cancel_active(&self) {
+        if let Some(active) = &self.active {
+            active.cancel.cancel();
+        }
     }
 }
 
@@ -268,6 +279,9 @@ impl Thread {
     /// refuses, queues behind a run active here, or reserves the slot.
     fn admit(&self, mut req: RunRequest, strategy: Strategy) -> Result<Admitted, RunRefused> {
         let mut inner = self.lock();
+        if inner.recovering {
+            return Err(RunRefused::Unavailable(JOURNAL_RECOVERING.into()));
+        }
         let pending: Vec<String> = inner
             .fold
             .interrupts()
@@ -378,7 +392,9 @@ impl Thread {
     /// is granted (a run on another node keeps it queued until that run's
     /// terminal event arrives).
     pub(super) fn start_queued(&self, inner: &mut Inner) {
-        if inner.runs.active.is_some() || inner.runs.queue.is_empty() {
+        // After a journal failure, queued runs wait for the recovery, which
+        // starts them once the cut-short run is closed.
+        if inner.runs.active.is_some() || inner.runs.queue.is_empty() || inner.recovering {
             return;
         }
         let Some(me) = self.me.upgrade() else { return };
@@ -553,6 +569,12 @@ impl Thread {
     pub async fn cancel_run(&self, run_id: Option<&str>) -> Result<Option<String>, RunRefused> {
         if let Some(cancelled) = self.cancel_here(run_id) {
             return Ok(Some(cancelled));
+        }
+        let recovering = self.lock().recovering;
+        if recovering && self.open_run().is_some() {
+            // Already stopped; closed with RUN_ERROR journal_unavailable
+            // once the journal takes writes again.
+            return Err(RunRefused::Unavailable(JOURNAL_RECOVERING.into()));
         }
         if !self.leases.shared() {
             return Ok(None);

@@ -8,6 +8,8 @@
 
 #![allow(dead_code)]
 
+pub mod soak;
+
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -733,8 +735,19 @@ impl Ws {
         origin: Option<&str>,
         recv_buffer: Option<usize>,
     ) -> Result<Ws, u16> {
+        Self::connect_at(gw.next_base(), auth, origin, recv_buffer).await
+    }
+
+    /// [`Ws::connect_with`] to the node at `base` (`http://ip:port`), for a
+    /// task that does not hold the [`Gateway`].
+    pub async fn connect_at(
+        base: &str,
+        auth: WsAuth<'_>,
+        origin: Option<&str>,
+        recv_buffer: Option<usize>,
+    ) -> Result<Ws, u16> {
         use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-        let addr = gw.next_base().trim_start_matches("http://").to_owned();
+        let addr = base.trim_start_matches("http://").to_owned();
         let mut url = format!("ws://{addr}/v1/ws");
         if let WsAuth::Query(t) = auth {
             url.push_str(&format!("?access_token={t}"));
