@@ -439,6 +439,11 @@ pub struct AuthConfig {
     #[serde(default = "default_jwks_kid", with = "duration")]
     #[schemars(with = "duration::Text")]
     pub jwks_unknown_kid_interval: Duration,
+    /// Longest a JWKS fetch may take (connect and response), and so the
+    /// longest an authentication waits for one; known keys never wait.
+    #[serde(default = "default_jwks_timeout", with = "duration")]
+    #[schemars(with = "duration::Text")]
+    pub jwks_timeout: Duration,
     /// Required `iss`, when set.
     pub issuer: Option<String>,
     /// Accepted `aud` values, when set.
@@ -463,6 +468,9 @@ fn default_jwks_max() -> Duration {
 }
 fn default_jwks_kid() -> Duration {
     Duration::from_secs(10)
+}
+fn default_jwks_timeout() -> Duration {
+    Duration::from_secs(2)
 }
 fn default_leeway() -> Duration {
     Duration::from_secs(30)
@@ -957,6 +965,9 @@ impl Config {
             && reqwest::Url::parse(u).is_err()
         {
             bad("auth.jwks_url".into(), format!("'{u}' is not a URL"));
+        }
+        if a.jwks_timeout.is_zero() {
+            bad("auth.jwks_timeout".into(), "must be more than 0".into());
         }
         if a.jwks_min_refresh > a.jwks_max_refresh {
             bad(
