@@ -198,9 +198,9 @@ pub struct StoreConfig {
     pub prefix: String,
     /// This node's name on the bus (default: host name and process id).
     pub node: Option<String>,
-    /// How long a run's lease on its thread outlives its node (Redis): a
-    /// node that stops renewing it for this long is presumed dead, and
-    /// another node closes its runs with `RUN_ERROR gateway_node_lost`.
+    /// Within how long a dead node's runs are closed by another node with
+    /// `RUN_ERROR gateway_node_lost` (Redis): its leases live ⅔ of this past
+    /// their last renewal, and every node looks for expired ones every ¼.
     #[serde(with = "duration")]
     #[schemars(with = "duration::Text")]
     pub lease_ttl: Duration,
