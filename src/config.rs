@@ -125,7 +125,9 @@ pub struct ServerConfig {
     #[serde(with = "duration")]
     #[schemars(with = "duration::Text")]
     pub drain_timeout: Duration,
-    /// Lifetime of a one-use SSE join ticket (`POST /v1/threads/{id}/ticket`).
+    /// Lifetime of an SSE join ticket (`POST /v1/threads/{id}/ticket`) until
+    /// it opens a stream, and how long after that stream ends the browser's
+    /// own reconnect (with `Last-Event-ID`) may still use it.
     #[serde(with = "duration")]
     #[schemars(with = "duration::Text")]
     pub ticket_ttl: Duration,
