@@ -57,14 +57,23 @@ struct Ticket {
     used: Option<Arc<Streams>>,
 }
 
+/// The stream a used ticket feeds now.
+#[derive(Default)]
+struct Current {
+    /// The open stream's number and stop signal.
+    open: Option<(u64, CancellationToken)>,
+    /// When the last stream ended (none open).
+    ended: Option<Instant>,
+}
+
 /// The streams opened with one ticket (one at a time).
 struct Streams {
     /// The position the first stream started after.
     floor: u64,
     /// The highest `seq` any of them sent.
     sent: AtomicU64,
-    /// The open stream's stop signal, and when the last one ended.
-    current: StdMutex<(Option<(u64, CancellationToken)>, Option<Instant>)>,
+    /// The open stream, or when the last one ended.
+    current: StdMutex<Current>,
     /// Tells the streams apart (which one ended).
     next: AtomicU64,
     /// The token's `exp`, Unix seconds.
@@ -82,7 +91,7 @@ impl Streams {
             .current
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        current.0.is_some() || current.1.is_some_and(|ended| ended.elapsed() < grace)
+        current.open.is_some() || current.ended.is_some_and(|ended| ended.elapsed() < grace)
     }
 
     /// Registers a new stream, ending the previous one.
@@ -93,7 +102,7 @@ impl Streams {
             .current
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((_, previous)) = current.0.replace((id, stop.clone())) {
+        if let Some((_, previous)) = current.open.replace((id, stop.clone())) {
             previous.cancel();
         }
         StreamClaim {
@@ -131,8 +140,9 @@ impl Drop for StreamClaim {
             .current
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if current.0.as_ref().is_some_and(|(id, _)| *id == self.id) {
-            *current = (None, Some(Instant::now()));
+        if current.open.as_ref().is_some_and(|(id, _)| *id == self.id) {
+            current.open = None;
+            current.ended = Some(Instant::now());
         }
     }
 }
@@ -224,7 +234,7 @@ impl StreamTickets {
                 Arc::new(Streams {
                     floor: after,
                     sent: AtomicU64::new(after),
-                    current: StdMutex::new((None, None)),
+                    current: StdMutex::default(),
                     next: AtomicU64::new(0),
                     token_exp: t.principal.expires_at,
                 })
@@ -300,7 +310,10 @@ mod tests {
         let streams = |token_exp, ended: Duration| Streams {
             floor: 0,
             sent: AtomicU64::new(1),
-            current: StdMutex::new((None, Instant::now().checked_sub(ended))),
+            current: StdMutex::new(Current {
+                open: None,
+                ended: Instant::now().checked_sub(ended),
+            }),
             next: AtomicU64::new(0),
             token_exp,
         };
