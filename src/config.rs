@@ -125,7 +125,9 @@ pub struct ServerConfig {
     #[serde(with = "duration")]
     #[schemars(with = "duration::Text")]
     pub drain_timeout: Duration,
-    /// Lifetime of a one-use SSE join ticket (`POST /v1/threads/{id}/ticket`).
+    /// Lifetime of an SSE join ticket (`POST /v1/threads/{id}/ticket`) until
+    /// it opens a stream, and how long after that stream ends the browser's
+    /// own reconnect (with `Last-Event-ID`) may still use it.
     #[serde(with = "duration")]
     #[schemars(with = "duration::Text")]
     pub ticket_ttl: Duration,
@@ -223,9 +225,9 @@ pub struct StoreConfig {
     pub prefix: String,
     /// This node's name on the bus (default: host name and process id).
     pub node: Option<String>,
-    /// How long a run's lease on its thread outlives its node (Redis): a
-    /// node that stops renewing it for this long is presumed dead, and
-    /// another node closes its runs with `RUN_ERROR gateway_node_lost`.
+    /// Within how long a dead node's runs are closed by another node with
+    /// `RUN_ERROR gateway_node_lost` (Redis): its leases live ⅔ of this past
+    /// their last renewal, and every node looks for expired ones every ¼.
     #[serde(with = "duration")]
     #[schemars(with = "duration::Text")]
     pub lease_ttl: Duration,
@@ -469,6 +471,11 @@ pub struct AuthConfig {
     #[serde(default = "default_jwks_kid", with = "duration")]
     #[schemars(with = "duration::Text")]
     pub jwks_unknown_kid_interval: Duration,
+    /// Longest a JWKS fetch may take (connect and response), and so the
+    /// longest an authentication waits for one; known keys never wait.
+    #[serde(default = "default_jwks_timeout", with = "duration")]
+    #[schemars(with = "duration::Text")]
+    pub jwks_timeout: Duration,
     /// Required `iss`, when set.
     pub issuer: Option<String>,
     /// Accepted `aud` values, when set.
@@ -493,6 +500,9 @@ fn default_jwks_max() -> Duration {
 }
 fn default_jwks_kid() -> Duration {
     Duration::from_secs(10)
+}
+fn default_jwks_timeout() -> Duration {
+    Duration::from_secs(2)
 }
 fn default_leeway() -> Duration {
     Duration::from_secs(30)
@@ -998,6 +1008,9 @@ impl Config {
         }
         if let Some(u) = &a.jwks_url {
             check_http_url(u, &mut |e| bad("auth.jwks_url".into(), e));
+        }
+        if a.jwks_timeout.is_zero() {
+            bad("auth.jwks_timeout".into(), "must be more than 0".into());
         }
         if a.jwks_min_refresh > a.jwks_max_refresh {
             bad(

@@ -462,9 +462,9 @@ async fn serve(config: Config, policy: Policy) -> Result<(), String> {
     // Other nodes' durable events and run requests, when the store is shared.
     state.threads.spawn_bus_listener();
     state.threads.spawn_control_listener();
-    state
-        .threads
-        .spawn_orphan_sweeper((state.config.store.lease_ttl / 2).max(Duration::from_millis(500)));
+    state.threads.spawn_orphan_sweeper(
+        agui_gateway::store::lease::LeaseTiming::of(state.config.store.lease_ttl).sweep_every,
+    );
     // Compaction of idle journals and eviction of idle threads, each checked
     // at a quarter of its period (between 1 s and 60 s).
     let periods = [

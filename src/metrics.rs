@@ -66,6 +66,12 @@ pub struct ReloadLabel {
     pub result: &'static str,
 }
 
+/// A JWKS fetch, by result (`ok`, `error`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FetchLabel {
+    pub result: &'static str,
+}
+
 /// Every metric of the process.
 pub struct Metrics {
     registry: Registry,
@@ -95,6 +101,8 @@ pub struct Metrics {
     pub journal_batch_events: Histogram,
     pub policy_decisions: Family<PolicyLabels, Counter>,
     pub auth_failures: Family<AuthFailureLabels, Counter>,
+    /// Fetches of `auth.jwks_url`: what the key server sees of the gateway.
+    pub jwks_fetches: Family<FetchLabel, Counter>,
     pub reloads: Family<ReloadLabel, Counter>,
     /// 1 when the last reload succeeded (or none happened), 0 after a refused one.
     pub reload_success: Gauge,
@@ -143,6 +151,7 @@ impl Metrics {
             journal_batch_events: Histogram::new(exponential_buckets(1.0, 2.0, 14)),
             policy_decisions: Family::default(),
             auth_failures: Family::default(),
+            jwks_fetches: Family::default(),
             reloads: Family::default(),
             reload_success: Gauge::default(),
             outbox_bytes: Gauge::default(),
@@ -233,6 +242,11 @@ impl Metrics {
             m.auth_failures.clone(),
         );
         r.register(
+            "jwks_fetches",
+            "Fetches of auth.jwks_url, by result.",
+            m.jwks_fetches.clone(),
+        );
+        r.register(
             "config_reloads",
             "Configuration reloads, by result.",
             m.reloads.clone(),
@@ -272,6 +286,14 @@ impl Metrics {
     pub fn auth_failed(&self, reason: &'static str, transport: &'static str) {
         self.auth_failures
             .get_or_create(&AuthFailureLabels { reason, transport })
+            .inc();
+    }
+
+    /// Counts a fetch of the JWKS URL.
+    pub fn jwks_fetched(&self, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        self.jwks_fetches
+            .get_or_create(&FetchLabel { result })
             .inc();
     }
 

@@ -78,7 +78,13 @@ fn jwks(keys: &[(Algorithm, &EncodingKey, &str)]) -> String {
 
 /// GET /v1/agents with `token`: Ok(()) or the refusal's `reason`.
 async fn check(gw: &Gateway, token: &str) -> Result<(), String> {
-    let resp = http()
+    check_with(&http(), gw, token).await
+}
+
+/// [`check`] on a client the caller keeps (building one costs more than a
+/// request, which matters where a test times requests).
+async fn check_with(client: &reqwest::Client, gw: &Gateway, token: &str) -> Result<(), String> {
+    let resp = client
         .get(gw.url("/v1/agents"))
         .bearer_auth(token)
         .send()
@@ -287,4 +293,202 @@ async fn eddsa_from_jwks_url_with_rotation_and_bounded_refetch() {
         );
     }
     assert_eq!(fetches(&server), before, "unknown kids are rate-limited");
+}
+
+/// How [`KeyServer`] answers.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum KeyMode {
+    /// 200 with the JWKS.
+    Serve,
+    /// 500 to every request.
+    Fail,
+    /// Reads the request and never answers.
+    Hang,
+    /// The port is closed: connections are refused by the kernel.
+    Closed,
+}
+
+/// A real HTTP key server on loopback whose failure mode the test switches,
+/// counting the requests it receives. `Connection: close` on every answer,
+/// so the gateway opens a connection per fetch and nothing is pooled.
+struct KeyServer {
+    port: u16,
+    jwks: String,
+    requests: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    mode: std::sync::Arc<std::sync::Mutex<KeyMode>>,
+    accept: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl KeyServer {
+    async fn start(jwks: String) -> KeyServer {
+        let mut server = KeyServer {
+            port: 0,
+            jwks,
+            requests: Default::default(),
+            mode: std::sync::Arc::new(std::sync::Mutex::new(KeyMode::Serve)),
+            accept: None,
+        };
+        server.listen().await;
+        server
+    }
+
+    async fn listen(&mut self) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let addr = format!("127.0.0.1:{}", self.port);
+        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+        self.port = listener.local_addr().unwrap().port();
+        let (jwks, requests, mode) = (self.jwks.clone(), self.requests.clone(), self.mode.clone());
+        self.accept = Some(tokio::spawn(async move {
+            loop {
+                let (mut sock, _) = listener.accept().await.unwrap();
+                let (jwks, requests, mode) = (jwks.clone(), requests.clone(), mode.clone());
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 1024];
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match sock.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    requests.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let mode = *mode.lock().unwrap();
+                    let (status, body) = match mode {
+                        KeyMode::Serve => ("200 OK", jwks.as_str()),
+                        KeyMode::Fail => ("500 Internal Server Error", "{}"),
+                        KeyMode::Hang | KeyMode::Closed => {
+                            // Held open until the gateway gives up.
+                            let _ = sock.read(&mut chunk).await;
+                            return;
+                        }
+                    };
+                    let head = format!(
+                        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\n\
+                         content-length: {}\r\nconnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = sock.write_all(head.as_bytes()).await;
+                    let _ = sock.write_all(body.as_bytes()).await;
+                });
+            }
+        }));
+    }
+
+    async fn set(&mut self, mode: KeyMode) {
+        *self.mode.lock().unwrap() = mode;
+        match (mode, &self.accept) {
+            (KeyMode::Closed, Some(accept)) => {
+                accept.abort();
+                let _ = self.accept.take().unwrap().await;
+            }
+            (KeyMode::Closed, None) => {}
+            (_, None) => self.listen().await,
+            (_, Some(_)) => {}
+        }
+    }
+
+    fn requests(&self) -> usize {
+        self.requests.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// `agui_jwks_fetches_total{result="error"}` of `gw`.
+async fn failed_fetches(gw: &Gateway) -> usize {
+    let text = gw.metrics().await;
+    text.lines()
+        .find(|l| l.starts_with("agui_jwks_fetches_total{result=\"error\"}"))
+        .and_then(|l| l.rsplit(' ').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// A key server that answers 500, hangs, or has its port closed: 200 tokens
+/// with unknown kids cause a handful of fetches (single flight, backoff),
+/// not one each; no authentication waits longer than `auth.jwks_timeout`
+/// (plus scheduling slack); and a kid the gateway already knows keeps
+/// working throughout, although the cached set has gone stale.
+#[tokio::test]
+async fn failing_key_server_is_backed_off_and_known_keys_keep_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let (p1, _) = keypair(dir.path(), "ed1", ED);
+    let k1 = encoding_key(Algorithm::EdDSA, &p1);
+    let known = sign(Algorithm::EdDSA, &k1, Some("k1"));
+    let bound = std::time::Duration::from_millis(500);
+    let slack = std::time::Duration::from_millis(700);
+    for mode in [KeyMode::Fail, KeyMode::Hang, KeyMode::Closed] {
+        let mut server = KeyServer::start(jwks(&[(Algorithm::EdDSA, &k1, "k1")])).await;
+        // Keys go stale after 1 s, so the flood below meets a stale set and
+        // the known kid is checked on the path that refreshes it.
+        let gw = Gateway::start_config(
+            &format!(
+                "[auth]\nalgorithms = [\"EdDSA\"]\njwks_url = \"http://127.0.0.1:{}/jwks.json\"\n\
+                 jwks_min_refresh = \"1s\"\njwks_max_refresh = \"1s\"\njwks_timeout = \"{}ms\"\n",
+                server.port,
+                bound.as_millis()
+            ),
+            &[],
+        )
+        .await;
+        check(&gw, &known).await.unwrap();
+        assert_eq!(server.requests(), 1);
+        server.set(mode).await;
+        // Time, not an event, is what makes the cached set stale.
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+
+        // Each authentication is timed on its own.
+        let client = http();
+        let timed = |token: String| {
+            let (client, gw) = (&client, &gw);
+            async move {
+                let started = std::time::Instant::now();
+                let result = check_with(client, gw, &token).await;
+                (result, started.elapsed())
+            }
+        };
+        let flood_started = std::time::Instant::now();
+        let mut slowest = std::time::Duration::ZERO;
+        for round in 0..8 {
+            let forged = (0..25).map(|i| {
+                timed(sign(
+                    Algorithm::EdDSA,
+                    &k1,
+                    Some(&format!("forged-{round}-{i}")),
+                ))
+            });
+            let ((known_result, took), forged) =
+                tokio::join!(timed(known.clone()), futures::future::join_all(forged));
+            slowest = slowest.max(took);
+            assert_eq!(
+                known_result,
+                Ok(()),
+                "{mode:?}: the known kid keeps working"
+            );
+            for (result, took) in forged {
+                slowest = slowest.max(took);
+                assert_eq!(result.unwrap_err(), "unknown_key", "{mode:?}");
+            }
+        }
+        let flood = flood_started.elapsed();
+        let failed = failed_fetches(&gw).await;
+        let received = server.requests() - 1;
+        eprintln!(
+            "{mode:?}: 200 unknown kids in {flood:?} → {failed} failed fetches, {received} \
+             requests at the key server; slowest authentication {slowest:?}"
+        );
+        // Backoff 1 s, 2 s, 4 s …: within `flood`, at most this many fetches.
+        let allowed = 2 + flood.as_secs_f64().log2().max(0.0).floor() as usize;
+        assert!(
+            (1..=allowed).contains(&failed),
+            "{mode:?}: {failed} fetches for 200 unknown kids in {flood:?}"
+        );
+        if mode != KeyMode::Closed {
+            assert_eq!(
+                received, failed,
+                "{mode:?}: every failed fetch reached the server"
+            );
+        }
+        assert!(
+            slowest < bound + slack,
+            "{mode:?}: an authentication took {slowest:?}"
+        );
+    }
 }

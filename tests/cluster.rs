@@ -375,13 +375,24 @@ async fn a_killed_nodes_run_is_closed_by_another_node_and_the_thread_runs_again(
     let runner = run_until(&a, &t, ("stall", "lost", "r1"), "TEXT_MESSAGE_START").await;
     let mut viewer = watch_until(&b, &t, "lost", "TEXT_MESSAGE_START").await;
 
-    // Node A dies (SIGKILL): its lease expires and node B closes the run.
+    // Node A dies (SIGKILL) just after renewing its lease — the worst case:
+    // the lease lives longest. Node B closes the run within `lease_ttl`
+    // (2 s here), as the docs say, and not before half of it.
+    just_after_a_lease_renewal(&redis).await;
     drop(runner);
     drop(a);
+    let died = std::time::Instant::now();
     let closing = viewer.recv_until(is_terminal_frame).await;
+    let closed_after = died.elapsed();
     let end = &closing.last().unwrap()["event"];
     assert_eq!(end["type"], "RUN_ERROR", "{end}");
     assert_eq!(end["code"], "gateway_node_lost", "{end}");
+    eprintln!("lease_ttl 2 s: the lost node's run was closed after {closed_after:?}");
+    let lease_ttl = std::time::Duration::from_secs(2);
+    assert!(
+        closed_after <= lease_ttl && closed_after >= lease_ttl / 2,
+        "closed {closed_after:?} after the node died; lease_ttl is {lease_ttl:?}"
+    );
     let events = journal(&closing);
     assert!(
         events.iter().all(|(_, t)| t != "RUN_STARTED"),
@@ -403,6 +414,44 @@ async fn a_killed_nodes_run_is_closed_by_another_node_and_the_thread_runs_again(
     let snap: Value = json_of(http().get(c.url("/v1/threads/lost")).bearer_auth(&t)).await;
     let all = journal(&viewer.recv_until(is_terminal_frame).await);
     assert_eq!(snap["seq"], all.last().unwrap().0, "{snap}");
+}
+
+/// Returns right after the one run lease in `redis` has been renewed (its
+/// remaining time to live went up), watching it in Redis itself.
+async fn just_after_a_lease_renewal(redis: &RedisServer) {
+    let client = ::redis::Client::open(format!("redis://127.0.0.1:{}", redis.port)).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = ::redis::cmd("KEYS")
+        .arg("*:lease")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let pttl = |mut conn: ::redis::aio::MultiplexedConnection| {
+        let key = keys[0].clone();
+        async move {
+            let ms: i64 = ::redis::cmd("PTTL")
+                .arg(key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            ms
+        }
+    };
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut last = pttl(conn.clone()).await;
+    loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lease was never renewed"
+        );
+        let now = pttl(conn.clone()).await;
+        assert!(now > 0, "the lease expired while its node was alive");
+        if now > last {
+            return;
+        }
+        last = now;
+    }
 }
 
 /// Polls `/readyz` until it answers `status` (the condition is awaited;

@@ -248,3 +248,83 @@ async fn a_journal_that_fails_mid_run_ends_it_with_run_error_for_the_requester_a
     assert_eq!(closing["event"]["code"], "journal_unavailable", "{closing}");
     assert_eq!(ready().await, 200, "readiness is back with the journal");
 }
+
+/// A thread whose compacted fold is several MiB (over the 1 MiB viewer
+/// budget) opens over a real WebSocket: the subscriber gets its ack, the
+/// whole snapshot, then live events — not a 4008 close because the snapshot
+/// queued behind the ack overflowed the budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_larger_than_the_viewer_budget_reaches_a_websocket_subscriber() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = Gateway::start(&format!(
+        "[threads]\nmax_events = 50\n[[agents]]\nid = \"events\"\nurl = \"{}\"\n",
+        py.url("events")
+    ))
+    .await;
+    let t = token(json!({"sub": "alice"}));
+    // Five runs of one 800 kB assistant message each (request bodies stay
+    // under the 1 MiB limit), 12 events each: the last run's end compacts
+    // the journal (past 50 events) into its fold.
+    let delta = "x".repeat(100_000);
+    for run in 0..5 {
+        let id = format!("m{run}");
+        let mut events =
+            vec![json!({"type": "TEXT_MESSAGE_START", "messageId": id, "role": "assistant"})];
+        events.extend(
+            (0..8)
+                .map(|_| json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": id, "delta": delta})),
+        );
+        events.push(json!({"type": "TEXT_MESSAGE_END", "messageId": id}));
+        let mut body = input("huge", &format!("r{run}"), "more");
+        body["messages"][0]["id"] = format!("u{run}").into();
+        body["forwardedProps"] = json!({ "events": events });
+        let (status, text) = post_run(&gw.run_url("events"), &t, &body).await;
+        assert_eq!(status, 200, "{text}");
+    }
+    let expected = json_of(http().get(gw.url("/v1/threads/huge")).bearer_auth(&t)).await;
+    let expected_bytes = expected.to_string().len();
+    assert!(expected_bytes > 4_000_000, "{expected_bytes} bytes");
+
+    let mut ws = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
+    ws.send(json!({"type": "subscribe", "id": "s", "threadId": "huge"}))
+        .await;
+    let first = ws.recv().await;
+    assert_eq!(first["type"], "ack", "{first}");
+    let snapshot = ws.recv().await;
+    assert_eq!(
+        snapshot["type"],
+        "snapshot",
+        "not a snapshot: {:.200}",
+        snapshot.to_string()
+    );
+    assert_eq!(snapshot["seq"], expected["seq"]);
+    assert_eq!(snapshot["messages"], expected["messages"]);
+
+    // Then live: a run on the thread arrives as events after the snapshot.
+    ws.send(
+        json!({"type": "run", "agent": "events", "threadId": "huge", "runId": "live",
+                   "messages": [{"id": "u-live", "role": "user", "content": "hi"}]}),
+    )
+    .await;
+    let frames = ws.recv_until(is_terminal_frame).await;
+    let seqs = seqs(&frames);
+    assert!(!seqs.is_empty(), "{frames:?}");
+    let base = expected["seq"].as_u64().unwrap();
+    assert_eq!(
+        seqs,
+        (base + 1..=base + seqs.len() as u64).collect::<Vec<_>>()
+    );
+    assert_eq!(frames.last().unwrap()["event"]["type"], "RUN_FINISHED");
+
+    // A position the compaction removed gets the same multi-MiB snapshot as
+    // a `reset`, on the same path.
+    let mut late = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
+    late.send(json!({"type": "subscribe", "id": "s", "threadId": "huge", "after": 1}))
+        .await;
+    assert_eq!(late.recv().await["type"], "ack");
+    let reset = late.recv().await;
+    assert_eq!(reset["type"], "snapshot", "{:.200}", reset.to_string());
+    assert_eq!(reset["reset"], true);
+    assert_eq!(reset["seq"], base + seqs.len() as u64);
+    assert!(reset.to_string().len() > 4_000_000);
+}

@@ -454,11 +454,60 @@ async fn stream_tickets_are_one_use_single_thread_and_never_logged() {
     }
     assert!(seen.contains("hello"));
     drop(resp);
+    let last_sent: u64 = seen
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .map(|id| id.parse().unwrap())
+        .max()
+        .unwrap();
 
+    // EventSource's own reconnect: the same URL with Last-Event-ID, naming
+    // an event the ticket's stream sent, is the same stream resumed.
+    let resume = |url: &str, id: u64| {
+        http()
+            .get(url)
+            .header("last-event-id", id.to_string())
+            .send()
+    };
+    assert_eq!(
+        resume(&url, last_sent + 1).await.unwrap().status(),
+        401,
+        "never sent"
+    );
+    // That refusal spent the ticket for good.
+    assert_eq!(
+        resume(&url, last_sent).await.unwrap().status(),
+        401,
+        "spent"
+    );
+
+    // Tickets live in one process: issued and used on the first node.
+    let v: Value = json_of(
+        http()
+            .post(format!("{}/v1/threads/tk/ticket", gw.base))
+            .bearer_auth(&alice),
+    )
+    .await;
+    let url = format!(
+        "{}/v1/threads/tk/events?ticket={}",
+        gw.base,
+        v["ticket"].as_str().unwrap()
+    );
+    let first = http().get(&url).send().await.unwrap();
+    assert_eq!(first.status(), 200);
+    let resumed = resume(&url, 1).await.unwrap();
+    assert_eq!(resumed.status(), 200, "a reconnect resumes");
+    // A fresh open (no Last-Event-ID) of a used ticket stays refused.
     let again = http().get(&url).send().await.unwrap();
     assert_eq!(again.status(), 401, "one use");
     let e: Value = again.json().await.unwrap();
     assert_eq!(e["error"]["reason"], "bad_ticket");
+    assert_eq!(
+        resume(&url, 1).await.unwrap().status(),
+        401,
+        "and it is spent"
+    );
+    drop((first, resumed));
 
     let v: Value = issue("tk", &alice).await.unwrap().json().await.unwrap();
     let other = gw.url(&format!(
@@ -480,6 +529,87 @@ async fn stream_tickets_are_one_use_single_thread_and_never_logged() {
         !gw.proc.stderr().contains(&ticket),
         "tickets are never logged"
     );
+}
+
+/// A browser's own `EventSource` (headless Chromium) on the join stream with
+/// a ticket, its connection reset mid-run by a relay: it reconnects by
+/// itself — same URL, same ticket, `Last-Event-ID` — and gets every journal
+/// event exactly once, in order, including those published while it was cut
+/// off.
+#[tokio::test]
+async fn a_browser_eventsource_reconnects_with_its_ticket_and_misses_nothing() {
+    let (py, gw) = scripted_gateway("").await;
+    let t = token(json!({"sub": "alice"}));
+    // A run held mid-message by the gated agent.
+    let mut runner = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
+    runner
+        .send(
+            json!({"type": "run", "agent": "gated", "threadId": "es", "runId": "r1",
+                     "messages": [{"id": "u1", "role": "user", "content": "go"}]}),
+        )
+        .await;
+    runner.recv_until(|f| f["event"]["delta"] == "part1").await;
+    // Tickets live in one process: issued and used on the first node.
+    let v = json_of(
+        http()
+            .post(format!("{}/v1/threads/es/ticket", gw.base))
+            .bearer_auth(&t),
+    )
+    .await;
+    let ticket = v["ticket"].as_str().unwrap();
+    let seen = node_client(
+        "eventsource_reconnect.mjs",
+        &[&gw.base, "es", ticket, &py.url("release")],
+    )
+    .await;
+    assert!(seen.get("failure").is_none(), "{seen:#}");
+    assert_eq!(seen["released"], 200, "{seen:#}");
+    assert!(
+        seen["errors"].as_u64().unwrap() >= 1,
+        "it saw the drop: {seen:#}"
+    );
+    assert!(
+        seen["opens"].as_u64().unwrap() >= 2,
+        "it reconnected: {seen:#}"
+    );
+    assert_eq!(seen["readyState"], 1, "still open: {seen:#}");
+
+    // The journal, as the join stream frames it (id: seq) for a bearer reader.
+    let mut resp = http()
+        .get(format!("{}/v1/threads/es/events", gw.base))
+        .bearer_auth(&t)
+        .send()
+        .await
+        .unwrap();
+    let mut raw = String::new();
+    while !raw.contains("RUN_FINISHED") {
+        let chunk = resp.chunk().await.unwrap().expect("stream open");
+        raw.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let journal: Vec<(String, String)> = raw
+        .split("\n\n")
+        .filter_map(|frame| {
+            let field = |name: &str| {
+                frame
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .map(str::to_owned)
+            };
+            Some((field("id: ")?, field("data: ")?))
+        })
+        .collect();
+    assert!(journal.len() >= 6, "{raw}");
+    let browser: Vec<(String, String)> = serde_json::from_value(seen["events"].clone()).unwrap();
+    let before_drop = seen["eventsBeforeDrop"].as_u64().unwrap() as usize;
+    assert!(before_drop < browser.len(), "{seen:#}");
+    // Every journal event, once, in order (what the framer adds to keep the
+    // resumed stream valid for a stock client carries no id of its own).
+    let from_journal: Vec<(String, String)> = browser
+        .iter()
+        .filter(|e| journal.contains(e))
+        .cloned()
+        .collect();
+    assert_eq!(from_journal, journal, "{seen:#}");
 }
 
 // 5. A reused runId is a conflict.

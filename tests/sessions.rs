@@ -697,6 +697,38 @@ async fn bad_frames_get_invalid_and_the_socket_stays_usable() {
     assert_eq!(c.recv().await["close"], 1009);
 }
 
+/// Frames that break RFC 6455 get the RFC's close codes, not a socket that
+/// just goes away: 1002 for framing errors, 1007 for a text frame that is not
+/// UTF-8. The frames are written raw on the socket under the client library.
+#[tokio::test]
+async fn broken_websocket_frames_close_with_1002_and_invalid_utf8_with_1007() {
+    use tokio::io::AsyncWriteExt;
+    let gw = Gateway::start("").await;
+    let t = token(json!({}));
+    // A masked frame (mask key 0: the payload goes as is) with `head` as its
+    // first byte: FIN, RSV bits and opcode.
+    let masked = |head: u8, payload: &[u8]| {
+        let mut frame = vec![head, 0x80 | payload.len() as u8, 0, 0, 0, 0];
+        frame.extend_from_slice(payload);
+        frame
+    };
+    let cases: [(&str, Vec<u8>, u64); 4] = [
+        ("text that is not UTF-8", masked(0x81, &[0xC3, 0x28]), 1007),
+        ("reserved bit set", masked(0xC1, b"{}"), 1002),
+        ("unmasked client frame", vec![0x81, 0x02, b'{', b'}'], 1002),
+        ("unknown opcode", masked(0x83, b"{}"), 1002),
+    ];
+    for (what, frame, code) in cases {
+        let mut c = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
+        // Alive and speaking the protocol first.
+        c.send(json!({"type": "ping", "id": 1})).await;
+        assert_eq!(c.recv().await["type"], "pong");
+        c.stream.get_mut().write_all(&frame).await.unwrap();
+        let close = c.recv().await;
+        assert_eq!(close["close"], code, "{what}: {close}");
+    }
+}
+
 #[tokio::test]
 async fn sigterm_lets_the_run_finish_then_closes_viewers_with_1001_and_ends_join_streams() {
     if single_node_only("SIGTERM stops one process; tests/cluster.rs drains one node of two") {

@@ -117,6 +117,7 @@ impl Authenticator {
                 cfg.jwks_min_refresh,
                 cfg.jwks_max_refresh,
                 cfg.jwks_unknown_kid_interval,
+                cfg.jwks_timeout,
             )
         });
         Ok(Authenticator {

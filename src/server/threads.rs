@@ -8,6 +8,7 @@ use super::sse::{Next, async_stream, pump, stream_response};
 use super::state::AppState;
 use crate::auth::Permission;
 use crate::auth::access::permissions;
+use crate::auth::ticket::StreamClaim;
 use crate::protocol::join::{Framed, JoinFramer};
 use crate::thread::Start;
 use crate::thread::fanout::{Outgoing, outbox};
@@ -133,22 +134,33 @@ pub async fn join(
         Ok(enc) => enc,
         Err(e) => return e.into_response(),
     };
-    let who = match &q.ticket {
-        Some(ticket) => match state.tickets.redeem(ticket, &thread_id) {
-            Some(p) => p,
+    let last_event_id = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let after = q.after.or(last_event_id).unwrap_or(0);
+    // With a ticket, the stream's claim on it: what it sent bounds where a
+    // reconnect may resume, and a reconnect ends it (`auth::ticket`).
+    let (who, claim) = match &q.ticket {
+        Some(ticket) => match state
+            .tickets
+            .redeem(ticket, &thread_id, after, last_event_id)
+        {
+            Some((p, claim)) => (p, Some(claim)),
             None => {
                 return ApiError {
                     reason: Some("bad_ticket"),
                     ..ApiError::new(
                         ErrorCode::Unauthenticated,
-                        "stream ticket is unknown, used, expired or for another thread",
+                        "stream ticket is unknown, expired, for another thread, or used \
+                         (a used ticket only resumes its own stream, with Last-Event-ID)",
                     )
                 }
                 .into_response();
             }
         },
         None => match authenticate(&state, &headers).await {
-            Ok(p) => p,
+            Ok(p) => (p, None),
             Err(e) => return e.into_response(),
         },
     };
@@ -156,11 +168,6 @@ pub async fn join(
         Ok(t) => t,
         Err(e) => return AccessError::into_api(e).into_response(),
     };
-    let last_event_id = headers
-        .get("last-event-id")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    let after = q.after.or(last_event_id).unwrap_or(0);
     let (ob, rx) = outbox(state.config.threads.viewer_queue_bytes);
     let viewer = state.next_connection_id();
     let visibility = visibility_on(&state, &who, &thread);
@@ -172,9 +179,15 @@ pub async fn join(
     // The node stopped: the stream ends after what it was sent.
     let shutdown = state.shutdown.clone();
     let closing = ob.clone();
+    let replaced = claim
+        .as_ref()
+        .map(StreamClaim::replaced)
+        .unwrap_or_default();
     tokio::spawn(async move {
         tokio::select! {
             _ = shutdown.cancelled() => closing.close(1001, "gateway shutting down"),
+            // The browser reconnected with this stream's ticket.
+            _ = replaced.cancelled() => closing.close(1000, "resumed by a reconnect"),
             _ = closing.closed() => {}
         }
     });
@@ -183,15 +196,24 @@ pub async fn join(
         let metrics = crate::metrics::metrics();
         let _counted = metrics.connection("sse");
         let events_out = metrics.events_out_counter("sse");
+        let sent = |seq: u64| {
+            if let Some(claim) = &claim {
+                claim.sent(seq);
+            }
+        };
         pump(rx, tx, enc, keepalive, |item, chunk| {
             match item {
                 Outgoing::Event(e) => {
                     events_out.inc();
+                    sent(e.seq);
                     write_framed(enc, &e, framer.event(e.seq, &e.event), chunk)
                 }
                 Outgoing::Message(m) => {
                     if let Some(snap) = snapshot_of_message(&m) {
                         let seq = snap.get("seq").and_then(Value::as_u64);
+                        if let Some(seq) = seq {
+                            sent(seq);
+                        }
                         write_snapshot(enc, &thread_id, framer.snapshot(&snap), seq, chunk);
                     }
                 }

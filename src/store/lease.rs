@@ -17,8 +17,42 @@
 use super::{StoreError, ThreadKey};
 use futures::future::BoxFuture;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+
+/// How `store.lease_ttl` is spent, so that a dead node's runs are closed
+/// within it, as the docs promise, and not "about" it.
+///
+/// A dead node's lease disappears from the store at most `key_ttl` after
+/// its last renewal, and every node looks for expired leases every
+/// `sweep_every`, so its runs are closed between `key_ttl - renew_every`
+/// (= ½) and `key_ttl + sweep_every` (= 11⁄12) of `lease_ttl` after it
+/// stopped, plus the few store round trips of the close itself, which the
+/// last twelfth leaves room for. (With the lease living the whole
+/// `lease_ttl` and a sweep every half of it, that was 0.7–1.5 × `lease_ttl`.)
+/// Renewing every sixth keeps a live node's lease through three slow or
+/// failed renewals in a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseTiming {
+    /// The lease key's time to live in the store, set at every renewal.
+    pub key_ttl: Duration,
+    /// How often a node renews its leases (its heartbeat).
+    pub renew_every: Duration,
+    /// How often a node looks for leases that expired under a running run.
+    pub sweep_every: Duration,
+}
+
+impl LeaseTiming {
+    /// The timing for `store.lease_ttl`.
+    pub fn of(lease_ttl: Duration) -> LeaseTiming {
+        LeaseTiming {
+            key_ttl: lease_ttl * 2 / 3,
+            renew_every: lease_ttl / 6,
+            sweep_every: lease_ttl / 4,
+        }
+    }
+}
 
 /// A lease held by this node: its fencing token, and a token cancelled when
 /// the lease is lost (its heartbeat failed for longer than its time to live,

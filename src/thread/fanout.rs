@@ -8,8 +8,11 @@
 //! thread's live list, and its outbox reads the journal from where it was, a
 //! budget's worth at a time, until it has caught up and goes live again
 //! ([`CatchUp`]). Nothing is lost or repeated, and the viewer costs no more
-//! than its budget. Control messages (acks, errors) over the budget still
-//! close the connection with 4008: those are not in any journal.
+//! than its budget. A subscription's snapshot takes the same way: it is built
+//! when the writer gets to it, as the first page of a catch-up, so a snapshot
+//! of any size reaches a client that reads, and one that does not holds at
+//! most the snapshot being written. Control messages (acks, errors) over the
+//! budget still close the connection with 4008: those are not in any journal.
 
 use super::{Entry, Thread, Viewer};
 use bytes::Bytes;
@@ -64,6 +67,11 @@ pub struct CatchUp {
     /// Tells this catch-up from a later one of the same viewer (a re-subscribe
     /// supersedes a catch-up still queued).
     ticket: u64,
+    /// `Some(reset)`: the first page is a snapshot (a `reset` one when the
+    /// viewer's position is gone), built when the writer reaches it rather
+    /// than at subscribe — a multi-MiB snapshot queued behind an ack would
+    /// otherwise overflow the byte budget of a client that reads promptly.
+    snapshot: Option<bool>,
     /// Counts this reader in `agui_readers_catching_up` while it lives (moved
     /// from page to page, so a reader counts once until it is live again).
     counted: Option<CatchingUpGauge>,
@@ -95,8 +103,17 @@ impl CatchUp {
             viewer: Some(viewer),
             after,
             ticket,
+            snapshot: None,
             counted: Some(CatchingUpGauge::new()),
         }
+    }
+
+    /// A subscription that starts with a snapshot (`reset` when it replaces
+    /// a position the journal no longer has), then goes live.
+    pub(super) fn snapshot(thread: Weak<Thread>, viewer: Viewer, reset: bool) -> CatchUp {
+        let mut catch_up = CatchUp::new(thread, viewer, 0);
+        catch_up.snapshot = Some(reset);
+        catch_up
     }
 
     /// This catch-up's ticket (the thread registers it).
@@ -109,13 +126,15 @@ impl CatchUp {
         let (Some(thread), Some(viewer)) = (self.thread.upgrade(), self.viewer.take()) else {
             return (Vec::new(), None);
         };
-        let (page, rest) = thread.catch_up_page(viewer, self.after, self.ticket, budget);
+        let (page, rest) =
+            thread.catch_up_page(viewer, self.after, self.ticket, budget, self.snapshot);
         let counted = self.counted.take();
         let rest = rest.map(|(viewer, after)| CatchUp {
             thread: self.thread.clone(),
             viewer: Some(viewer),
             after,
             ticket: self.ticket,
+            snapshot: None,
             counted,
         });
         (page, rest)

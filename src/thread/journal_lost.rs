@@ -43,11 +43,10 @@ impl Thread {
                     "journal reloaded after the store lost history: this node had seq {before}, the store holds seq {}; its viewers get a reset snapshot",
                     inner.next_seq - 1
                 );
-                let mut reset = std::mem::take(&mut inner.viewers);
-                reset.retain_mut(|viewer| match &viewer.run_scope {
-                    // A run's HTTP requester reading the journal: its run is
-                    // gone from it; it ends here.
-                    Some(_) => {
+                for viewer in std::mem::take(&mut inner.viewers) {
+                    if viewer.run_scope.is_some() {
+                        // A run's HTTP requester reading the journal: its
+                        // run is gone from it; it ends here.
                         let error = crate::protocol::event::run_error(
                             "journal_lost",
                             "the journal store lost this run's events; the run was stopped",
@@ -59,11 +58,10 @@ impl Thread {
                                 0,
                                 error,
                             ))));
-                        false
+                    } else {
+                        self.reset_viewer(&mut inner, viewer);
                     }
-                    None => push_snapshot(&self.key, &inner, viewer, true),
-                });
-                inner.viewers = reset;
+                }
             }
             _ => tracing::warn!(
                 thread = %self.key.thread_id,

@@ -300,31 +300,41 @@ impl Thread {
         let mut inner = self.lock();
         inner.viewers.retain(|v| v.id != id);
         inner.catching_up.remove(&id);
-        let mut viewer = Viewer {
+        let viewer = Viewer {
             id,
             outbox,
             seen: SeenBy::new(visibility),
             run_scope: None,
         };
-        let ok = match start {
-            Start::Live => true,
-            Start::Snapshot => push_snapshot(&self.key, &inner, &mut viewer, false),
+        // Replay is a catch-up: read from the journal a budget's worth at a
+        // time, then live (memory stays within budget). A snapshot is one
+        // too, built when the writer reaches it (see `fanout`).
+        let me = self.me.clone();
+        let outbox = viewer.outbox.clone();
+        let catch_up = match start {
+            Start::Live => return inner.viewers.push(viewer),
+            Start::Snapshot => CatchUp::snapshot(me, viewer, false),
             Start::After(n) if n >= inner.base_seq && n < inner.fold.seq => {
-                // Replay is a catch-up: read from the journal a budget's
-                // worth at a time, then live (memory stays within budget).
-                let outbox = viewer.outbox.clone();
-                let catch_up = CatchUp::new(self.me.clone(), viewer, n);
-                let ticket = catch_up.ticket();
-                if outbox.push_catch_up(catch_up) {
-                    inner.catching_up.insert(id, ticket);
-                }
-                return;
+                CatchUp::new(me, viewer, n)
             }
-            Start::After(n) if n == inner.fold.seq => true,
-            Start::After(_) => push_snapshot(&self.key, &inner, &mut viewer, true),
+            Start::After(n) if n == inner.fold.seq => return inner.viewers.push(viewer),
+            Start::After(_) => CatchUp::snapshot(me, viewer, true),
         };
-        if ok {
-            inner.viewers.push(viewer);
+        let ticket = catch_up.ticket();
+        if outbox.push_catch_up(catch_up) {
+            inner.catching_up.insert(id, ticket);
+        }
+    }
+
+    /// Sends a live viewer a `reset` snapshot of the copy as it is now (it
+    /// was reloaded from the store), then live events: queued like any
+    /// snapshot, built when the viewer's writer reaches it.
+    fn reset_viewer(&self, inner: &mut Inner, viewer: Viewer) {
+        let (id, outbox) = (viewer.id, viewer.outbox.clone());
+        let catch_up = CatchUp::snapshot(self.me.clone(), viewer, true);
+        let ticket = catch_up.ticket();
+        if outbox.push_catch_up(catch_up) {
+            inner.catching_up.insert(id, ticket);
         }
     }
 
@@ -354,21 +364,25 @@ impl Thread {
         after: u64,
         ticket: u64,
         budget: usize,
+        snapshot: Option<bool>,
     ) -> (Vec<Outgoing>, Option<(Viewer, u64)>) {
         let mut inner = self.lock();
         if inner.catching_up.get(&viewer.id) != Some(&ticket) || viewer.outbox.is_closed() {
             // Unsubscribed, subscribed anew, or gone meanwhile.
             return (Vec::new(), None);
         }
-        if after < inner.base_seq || after > inner.fold.seq {
-            // Compacted away (compaction waits for catch-ups, so only after a
-            // reload), or past the end of a journal reloaded after the store
-            // lost history: the contract's reset snapshot, then live.
+        // A snapshot asked for, a position compacted away (compaction
+        // waits for catch-ups, so only after a reload), or one past the end
+        // of a journal reloaded after the store lost history: the snapshot
+        // as this page (a reset for the last two), then live from the fold
+        // it shows.
+        let lost = after < inner.base_seq || after > inner.fold.seq;
+        let snapshot = snapshot.or(lost.then_some(true));
+        if let Some(reset) = snapshot {
             inner.catching_up.remove(&viewer.id);
-            if push_snapshot(&self.key, &inner, &mut viewer, true) {
-                inner.viewers.push(viewer);
-            }
-            return (Vec::new(), None);
+            let page = vec![snapshot_frame(&self.key, &inner, &mut viewer, reset)];
+            inner.viewers.push(viewer);
+            return (page, None);
         }
         let start = inner.journal.partition_point(|e| e.seq <= after);
         let (mut page, mut bytes, mut last) = (Vec::new(), 0, after);
@@ -998,17 +1012,16 @@ fn snapshot_of(key: &ThreadKey, inner: &Inner, reset: bool) -> Map<String, Value
     m
 }
 
-fn push_snapshot(key: &ThreadKey, inner: &Inner, viewer: &mut Viewer, reset: bool) -> bool {
+/// A viewer's `snapshot` message. Outside the byte budget, like a catch-up
+/// page: it is built only when the viewer's writer is ready to send it.
+fn snapshot_frame(key: &ThreadKey, inner: &Inner, viewer: &mut Viewer, reset: bool) -> Outgoing {
     let mut m = Map::new();
     m.insert("type".into(), "snapshot".into());
     let mut snap = snapshot_of(key, inner, reset);
     viewer.seen.redact_snapshot(&mut snap, inner.fold.authors());
     m.extend(snap);
-    let outbox = &viewer.outbox;
     let text = serde_json::to_string(&m).expect("snapshot serializes");
-    // Counted: a snapshot is this viewer's own copy (a client that asks for
-    // many and reads none is closed at its budget, not kept in memory).
-    outbox.push(Outgoing::Message(Bytes::from(text)))
+    Outgoing::Message(Bytes::from(text))
 }
 
 #[cfg(test)]
@@ -1064,21 +1077,29 @@ mod tests {
         )])
         .await;
         let (ob, mut rx) = fanout::outbox(1 << 20);
+        t.subscribe(1, ob.clone(), Start::Snapshot, None);
+        // Not read yet: the snapshot is built when the writer gets to it, so
+        // it shows what was published meanwhile, and nothing comes twice.
+        t.append(vec![ev(json!({"type":"CUSTOM","name":"n","value":1}))])
+            .await;
+        let got = drain(&mut rx).await;
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0]["type"], "snapshot");
+        assert_eq!(got[0]["seq"], 2);
         t.subscribe(1, ob, Start::Snapshot, None);
+        let got = drain(&mut rx).await;
+        assert_eq!(got[0]["seq"], 2);
         let entries = t
             .append(vec![
                 ev(json!({"type":"TEXT_MESSAGE_START","messageId":"m"})),
                 ev(json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"x"})),
             ])
             .await;
-        assert_eq!(entries.iter().map(|e| e.seq).collect::<Vec<_>>(), [2, 3]);
+        assert_eq!(entries.iter().map(|e| e.seq).collect::<Vec<_>>(), [3, 4]);
         let got = drain(&mut rx).await;
-        assert_eq!(got[0]["type"], "snapshot");
-        assert_eq!(got[0]["seq"], 1);
-        assert_eq!(got[0]["run"]["status"], "running");
-        assert_eq!(got[1]["seq"], 2);
-        assert_eq!(got[2]["event"]["delta"], "x");
-        assert_eq!(got.len(), 3);
+        assert_eq!(got[0]["seq"], 3);
+        assert_eq!(got[1]["event"]["delta"], "x");
+        assert_eq!(got.len(), 2);
     }
 
     #[tokio::test]
@@ -1509,15 +1530,17 @@ mod tests {
         let got = drain(&mut rx).await;
         assert_eq!(got.len(), 50, "only the latest subscription is served");
         assert_eq!(t.viewer_count(), 1);
-        // Snapshots count against the budget: a reader that never reads is closed.
-        let (ob, mut rx) = fanout::outbox(2000);
-        for id in 0..1000 {
-            t.subscribe(id, ob.clone(), Start::Snapshot, None);
+        // Snapshots too: built when read (a snapshot larger than the whole
+        // budget still goes), only the latest subscription's.
+        let (ob, mut rx) = fanout::outbox(20);
+        for _ in 0..1000 {
+            t.subscribe(7, ob.clone(), Start::Snapshot, None);
         }
-        assert!(ob.is_closed(), "closed at its budget, not kept in memory");
+        assert!(!ob.is_closed());
         let got = drain(&mut rx).await;
-        assert!(got.len() < 100, "{}", got.len());
-        assert_eq!(got.last().unwrap()["close"], fanout::CLOSE_TOO_SLOW);
+        assert_eq!(got.len(), 1, "only the latest subscription is served");
+        assert_eq!(got[0]["type"], "snapshot");
+        assert!(got[0].to_string().len() > 20);
     }
 
     /// A bus between two in-process "nodes": what `from` announces reaches

@@ -151,8 +151,8 @@ impl Thread {
             "the journal holds less than viewers saw: reloaded, viewers get a reset snapshot"
         );
         inner.fill(&self.id, stored);
-        let mut viewers = std::mem::take(&mut inner.viewers);
-        viewers.retain_mut(|viewer| push_snapshot(&self.key, &inner, viewer, true));
-        inner.viewers = viewers;
+        for viewer in std::mem::take(&mut inner.viewers) {
+            self.reset_viewer(&mut inner, viewer);
+        }
     }
 }

@@ -26,6 +26,11 @@ pub const CLOSE_TOO_LARGE: u16 = 1009;
 pub const CLOSE_GOING_AWAY: u16 = 1001;
 /// A connection limit refused the caller.
 pub const CLOSE_POLICY: u16 = 1008;
+/// RFC 6455: the peer broke the WebSocket framing (reserved bits, an
+/// unmasked client frame, an unknown opcode, a bad fragment sequence).
+pub const CLOSE_WS_PROTOCOL: u16 = 1002;
+/// RFC 6455: a text frame that is not UTF-8.
+pub const CLOSE_INVALID_PAYLOAD: u16 = 1007;
 
 /// Serves one upgraded socket until either side ends it.
 pub(super) async fn serve(
@@ -97,12 +102,8 @@ pub(super) async fn serve(
             }
             Ok(None) | Ok(Some(Ok(Message::Close(_)))) => break,
             Ok(Some(Err(e))) => {
-                let text = e.to_string();
-                if text.contains("Space limit exceeded")
-                    || text.contains("too long")
-                    || text.contains("Capacity")
-                {
-                    outbox.close(CLOSE_TOO_LARGE, "frame too large");
+                if let Some((code, reason)) = close_for(&e.to_string()) {
+                    outbox.close(code, reason);
                 }
                 break;
             }
@@ -131,6 +132,25 @@ pub(super) async fn serve(
     drop(slot);
     drop(outbox);
     let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+}
+
+/// The close code for a read error, from the WebSocket library's message
+/// (axum wraps its error type in a box of its own; the `Display` prefixes are
+/// the library's stable error kinds). `None` for errors after which nothing
+/// can be sent (I/O, a reset connection). A client that breaks the framing
+/// learns why from the code instead of seeing the socket simply go away.
+fn close_for(error: &str) -> Option<(u16, &'static str)> {
+    if error.starts_with("Space limit exceeded") || error.contains("Message too long") {
+        Some((CLOSE_TOO_LARGE, "frame too large"))
+    } else if error.starts_with("UTF-8 encoding error") {
+        Some((CLOSE_INVALID_PAYLOAD, "text frame is not valid UTF-8"))
+    } else if error.starts_with("WebSocket protocol error")
+        && !error.contains("without closing handshake")
+    {
+        Some((CLOSE_WS_PROTOCOL, "websocket protocol error"))
+    } else {
+        None
+    }
 }
 
 /// When a token expiring at `exp_secs` (Unix seconds) must close the socket.

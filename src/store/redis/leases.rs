@@ -3,6 +3,7 @@
 use super::epochs::IDENTITY;
 use super::listener::control_payload;
 use super::scripts::{ACQUIRE, RELEASE, RENEW};
+use crate::store::lease::LeaseTiming;
 
 use super::*;
 
@@ -15,10 +16,11 @@ pub(super) struct HeldLease {
     confirmed: std::time::Instant,
 }
 
-/// Records this node alive and renews its leases every third of their time
-/// to live, in one script call. A lease Redis no longer has as ours, or one not confirmed
-/// for a whole time to live (Redis unreachable: another node may take over
-/// once it expires), is lost: its run is told to stop.
+/// Records this node alive and renews its leases every
+/// [`LeaseTiming::renew_every`], in one script call. A lease Redis no longer
+/// has as ours, or one not confirmed for the key's whole time to live (Redis
+/// unreachable: another node may take over once it expires), is lost: its
+/// run is told to stop.
 pub(super) async fn heartbeat(
     mut conn: ConnectionManager,
     held: Arc<DashMap<String, HeldLease>>,
@@ -32,7 +34,9 @@ pub(super) async fn heartbeat(
     // it (a new one is written), and every journal this node holds is then
     // checked against the store (see [`super::epochs`]).
     let mut identity: Option<String> = None;
-    let mut tick = tokio::time::interval(ttl / 3);
+    let timing = LeaseTiming::of(ttl);
+    let ttl = timing.key_ttl;
+    let mut tick = tokio::time::interval(timing.renew_every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
@@ -113,7 +117,7 @@ impl RunLeases for RedisStore {
             Arc::from(format!("{}\n{}\n{run_id}", uuid::Uuid::new_v4(), self.node));
         let mut conn = self.conn.clone();
         let held = self.held.clone();
-        let ttl = self.lease_ttl;
+        let ttl = LeaseTiming::of(self.lease_ttl).key_ttl;
         let creator = creator.to_owned();
         let agent = agent.unwrap_or("").to_owned();
         Box::pin(async move {
