@@ -381,8 +381,10 @@ async fn a_langgraph_interrupt_through_the_ai_sdk_chat_is_answered_and_resumes_t
 
 #[tokio::test]
 async fn reconnect_replays_the_active_run_and_is_204_otherwise() {
+    // Slow enough that the run is still going when the second client (a
+    // Node process, slow to start on a loaded machine) reconnects.
     let gw = Gateway::start(
-        "[demo]\nenabled = true\ntoken_delay = \"60ms\"\n[[agents]]\nid = \"demo\"\nurl = \"demo:\"\nroles = [\"*\"]\n",
+        "[demo]\nenabled = true\ntoken_delay = \"250ms\"\n[[agents]]\nid = \"demo\"\nurl = \"demo:\"\nroles = [\"*\"]\n",
     )
     .await;
     let t = token(json!({"sub": "olga"}));
