@@ -4,7 +4,8 @@
 //! → [`upstream`] (agent HTTP client and routing) → [`server`] (what clients
 //! talk to), with [`auth`] and [`config`] beside them, and [`demo`] as a
 //! stand-alone AG-UI agent the default config runs so the gateway works out of
-//! the box.
+//! the box. [`app`] wires them into a serving process (`main.rs` only reads
+//! the command line and the configuration).
 //!
 //! [`metrics`] is a leaf every layer counts into (Prometheus at `/metrics`);
 //! [`telemetry`] exports the gateway's spans over OTLP when configured;
@@ -14,6 +15,7 @@
 //! what acts on it lives with its user ([`auth`] grants and keys, [`policy`]
 //! reading its file), so config is never part of an import cycle.
 
+pub mod app;
 pub mod auth;
 pub mod config;
 pub mod demo;
