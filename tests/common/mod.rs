@@ -483,11 +483,14 @@ impl Gateway {
             _dir,
             ..
         } = self;
-        drop(proc);
+        // Killed and reaped before the new process binds the same port: a
+        // process killed but not yet gone still holds its listening socket.
+        let mut proc = proc;
+        let _ = proc.child.kill().await;
         let (proc, base) = Self::spawn(&config_path, &[]).await;
         let mut restarted = Vec::new();
-        for (n, peer) in peers.into_iter().enumerate() {
-            drop(peer);
+        for (n, (mut peer, _)) in peers.into_iter().enumerate() {
+            let _ = peer.child.kill().await;
             let name = format!("n{}", n + 2);
             restarted
                 .push(Self::spawn(&config_path, &[("AGUI_GATEWAY__STORE__NODE", &name)]).await);
