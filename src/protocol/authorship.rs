@@ -50,7 +50,7 @@ impl RunAgent {
     }
 
     /// Stored as the agent's id, `false` outside a run, `null` unknown.
-    fn to_json(&self) -> Value {
+    pub fn to_json(&self) -> Value {
         match self {
             RunAgent::Agent(a) => Value::String(a.to_string()),
             RunAgent::Outside => Value::Bool(false),
@@ -58,7 +58,8 @@ impl RunAgent {
         }
     }
 
-    fn from_json(v: &Value) -> RunAgent {
+    /// Reads [`RunAgent::to_json`]'s form (anything else: unknown).
+    pub fn from_json(v: &Value) -> RunAgent {
         match v {
             Value::String(a) => RunAgent::Agent(Arc::from(a.as_str())),
             Value::Bool(false) => RunAgent::Outside,

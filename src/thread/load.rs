@@ -42,8 +42,7 @@ impl Inner {
                     },
                     agent: r
                         .get("agent")
-                        .and_then(Value::as_str)
-                        .map_or(RunAgent::Unknown, |a| RunAgent::Agent(a.into())),
+                        .map_or(RunAgent::Unknown, RunAgent::from_json),
                 })
             });
             self.fold = Fold::from_json(&v, run);

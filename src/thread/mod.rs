@@ -977,13 +977,9 @@ fn fold_record(inner: &Inner) -> Value {
         inner.runs.used_ids().cloned().collect::<Vec<_>>().into(),
     );
     if let Some(run) = inner.fold.run() {
-        let agent = match &run.agent {
-            RunAgent::Agent(a) => Value::String(a.to_string()),
-            _ => Value::Null,
-        };
         v.insert(
             "run".into(),
-            json!({"runId": run.run_id, "status": run.status.as_str(), "agent": agent}),
+            json!({"runId": run.run_id, "status": run.status.as_str(), "agent": run.agent.to_json()}),
         );
     }
     Value::Object(v)
