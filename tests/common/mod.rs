@@ -345,6 +345,17 @@ impl Gateway {
         Self::start_with_env(extra, &[("AGUI_TEST_FILE_LIMIT_KIB", &limit)]).await
     }
 
+    /// Lifts the file size limit of [`Gateway::start_with_file_limit`] from
+    /// the running process: its disk has room again.
+    pub fn lift_file_limit(&self) {
+        let pid = self.proc.child.id().expect("the gateway is running");
+        let status = std::process::Command::new("prlimit")
+            .args(["--pid", &pid.to_string(), "--fsize=unlimited:"])
+            .status()
+            .expect("prlimit (util-linux) runs");
+        assert!(status.success(), "prlimit --pid {pid} failed: {status}");
+    }
+
     /// Like [`Gateway::start`], in a process that may hold at most `fds`
     /// open file descriptors (`ulimit -n`): a node near its fd limit.
     pub async fn start_with_fd_limit(extra: &str, fds: u64) -> Gateway {
@@ -445,9 +456,11 @@ impl Gateway {
         let binary = gateway_bin();
         let limit = |key: &str| env.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
         let mut limits = String::new();
-        // bash: `ulimit -f` counts KiB; an ignored signal stays ignored across exec.
+        // bash: `ulimit -f` counts KiB; an ignored signal stays ignored across
+        // exec. Only the soft limit, so the test can lift it again (the
+        // operator freeing space): [`Gateway::lift_file_limit`].
         if let Some(kib) = limit("AGUI_TEST_FILE_LIMIT_KIB") {
-            limits.push_str(&format!("ulimit -f {kib}; trap '' XFSZ; "));
+            limits.push_str(&format!("ulimit -S -f {kib}; trap '' XFSZ; "));
         }
         if let Some(fds) = limit("AGUI_TEST_FD_LIMIT") {
             limits.push_str(&format!("ulimit -n {fds}; "));
