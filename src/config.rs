@@ -653,6 +653,54 @@ pub struct AgentConfig {
     /// LangGraph/CopilotKit frontends that resume the LangGraph way).
     #[serde(default)]
     pub interrupts: crate::protocol::interrupts::InterruptStyle,
+    /// How runs of this agent may fork a thread (regenerate, edit, a run
+    /// from an earlier run).
+    #[serde(default)]
+    pub branching: Branching,
+}
+
+/// An agent's branching settings (docs/protocol.md, "Branches").
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Branching {
+    /// On the AG-UI HTTP face, a client that names no `parentRunId` but
+    /// sends the head's history cut after a user message (a regenerate) or
+    /// a known user message with new content (an edit) forks the thread,
+    /// as CopilotKit's reload expects. Off: such input runs on top of the
+    /// head, as before branching existed.
+    pub implicit: bool,
+    /// What the agent is told of a fork.
+    pub mode: BranchMode,
+}
+
+impl Default for Branching {
+    fn default() -> Self {
+        Branching {
+            implicit: true,
+            mode: BranchMode::Stateless,
+        }
+    }
+}
+
+/// How an agent takes a run that forks the thread.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum BranchMode {
+    /// The agent keeps no state of its own: it is sent the branch's whole
+    /// history (and `parentRunId`), which is all it needs.
+    #[default]
+    Stateless,
+    /// A stateful agent that forks by itself when it sees a history it
+    /// holds cut or edited (ag-ui-langgraph's regenerate/edit detection):
+    /// only regenerate and edit are allowed; a run from any other run is
+    /// refused (`invalid`).
+    SameThread,
+    /// A stateful agent that knows nothing of forks: each branch is sent
+    /// as its own thread (`<threadId>~<branch run>`), seeded with the
+    /// branch's history; the gateway maps the id back in what it journals.
+    ForkThread,
+    /// Forks are refused (`invalid`).
+    Refuse,
 }
 
 fn any_role() -> Vec<String> {

@@ -68,15 +68,6 @@ impl RunAgent {
     }
 }
 
-/// Stamps `event` (a `RUN_STARTED` about to be journaled) with its run's
-/// agent, replacing whatever an upstream put in that field: the journal's
-/// attribution is the gateway's word, never the agent's.
-pub fn stamp_run_started(event: &Event, agent: &str) -> Event {
-    event.modify(|b| {
-        b.insert(GATEWAY_FIELD.into(), json!({ "agent": agent }));
-    })
-}
-
 /// Which run introduced each folded message, and which runs wrote the
 /// state: a snapshot shows a viewer each message as the rules of its own
 /// run's agent allow.
@@ -166,19 +157,6 @@ fn message_id(m: &Value) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_stamp_replaces_what_an_upstream_claimed() {
-        let forged = Event::build(json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r",
-            "agui-gateway": {"agent": "trusted"}}));
-        let stamped = stamp_run_started(&forged, "full");
-        assert_eq!(
-            RunAgent::of_run_started(&stamped),
-            RunAgent::Agent("full".into())
-        );
-        let bare = Event::build(json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"}));
-        assert_eq!(RunAgent::of_run_started(&bare), RunAgent::Unknown);
-    }
 
     #[test]
     fn authors_round_trip_and_unknown_is_the_default() {

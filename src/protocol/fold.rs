@@ -15,6 +15,7 @@
 
 use super::authorship::{Authors, RunAgent};
 use super::event::{Event, EventType};
+use super::lineage::{Checkpoint, RunTable};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
@@ -70,6 +71,13 @@ pub struct Fold {
     /// Which run introduced each message and wrote the state (what a
     /// viewer's snapshot may show depends on it; not part of the snapshot).
     authors: Authors,
+    /// The thread's runs and head ([`super::lineage`]).
+    runs: RunTable,
+    /// The run just started forked from another run than the head: its
+    /// next `MESSAGES_SNAPSHOT` restates the whole history and replaces the
+    /// messages exactly (no client-only message of the abandoned branch
+    /// stays, as the stock reducer's merge would keep).
+    restating: bool,
 }
 
 /// An upper estimate of the state's serialized size (exact after a reload
@@ -140,6 +148,43 @@ impl Fold {
         &self.authors
     }
 
+    /// The thread's runs and head.
+    pub fn runs(&self) -> &RunTable {
+        &self.runs
+    }
+
+    /// The runs table, to set its bounds.
+    pub fn runs_mut(&mut self) -> &mut RunTable {
+        &mut self.runs
+    }
+
+    /// This fold as a checkpoint (what a run ending now leaves).
+    pub fn checkpoint(&self) -> Checkpoint {
+        Checkpoint::new(
+            self.seq,
+            self.messages.clone(),
+            self.state.clone(),
+            self.interrupts.clone(),
+            self.authors.clone(),
+        )
+    }
+
+    /// A fold standing at `checkpoint` (a run's end), to replay from.
+    pub fn at_checkpoint(checkpoint: &Checkpoint) -> Fold {
+        Fold {
+            seq: checkpoint.seq,
+            messages: checkpoint.messages.clone(),
+            state_bytes: SizeEstimate {
+                bytes: json_len(&checkpoint.state),
+                cap: MAX_STATE_BYTES,
+            },
+            state: checkpoint.state.clone(),
+            interrupts: checkpoint.interrupts.clone(),
+            authors: checkpoint.authors.clone(),
+            ..Fold::new()
+        }
+    }
+
     /// Folds in one event with its journal seq; answers the run it belongs
     /// to (see [`RunAgent`]): its `RUN_STARTED`'s agent from there up to
     /// and including its terminal event, [`RunAgent::Outside`] between runs.
@@ -152,14 +197,68 @@ impl Fold {
                 .as_ref()
                 .is_some_and(|r| r.status == RunStatus::Running);
         let before = self.messages.len();
-        self.fold_in(event);
+        let restating = std::mem::take(&mut self.restating) && *kind == EventType::MessagesSnapshot;
+        if restating {
+            self.restate(event);
+        } else {
+            self.fold_in(event);
+        }
         let origin = match (&self.run, in_run) {
             (Some(run), true) => run.agent.clone(),
             (None, true) => RunAgent::Unknown,
             (_, false) => RunAgent::Outside,
         };
         self.note_authors(event, before, &origin);
+        self.note_run(seq, event, before);
         origin
+    }
+
+    /// Keeps the runs table in step with `event`.
+    fn note_run(&mut self, seq: u64, event: &Event, before: usize) {
+        use EventType::*;
+        match event.kind() {
+            RunStarted => {
+                self.runs.started(seq, event);
+                self.restating = self.runs.head().is_some_and(|h| h.kind.forks());
+            }
+            RunFinished | RunError => {
+                let status = self.run.as_ref().map_or(RunStatus::Error, |r| r.status);
+                let checkpoint = self.checkpoint();
+                self.runs.ended(seq, event, status, checkpoint);
+            }
+            MessagesSnapshot => {}
+            _ if self.messages.len() != before => {
+                let b = event.body();
+                for key in ["messageId", "parentMessageId", "toolCallId"] {
+                    if let Some(id) = b.get(key).and_then(Value::as_str)
+                        && self.find(id).is_some()
+                    {
+                        self.runs.produced(id);
+                        break;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A forked run's restatement of the history: the messages become
+    /// exactly the snapshot's, attributed as they were at the base's end
+    /// where the base's checkpoint says (the rest to this run).
+    fn restate(&mut self, event: &Event) {
+        let Some(snap) = event.body().get("messages").and_then(Value::as_array) else {
+            return;
+        };
+        self.messages = snap.iter().cloned().map(without_null_subagent).collect();
+        let base = self
+            .runs
+            .head()
+            .and_then(|h| h.parent.as_deref())
+            .and_then(|p| self.runs.get(p))
+            .and_then(|p| p.checkpoint());
+        if let Some(base) = base {
+            self.authors = base.authors.clone();
+        }
     }
 
     /// Attributes what `event` added to the conversation or the state.
@@ -552,6 +651,7 @@ impl Fold {
     pub fn to_stored_json(&self) -> Map<String, Value> {
         let mut m = self.to_json();
         m.insert("authors".into(), self.authors.to_json());
+        m.insert("runs".into(), self.runs.to_json());
         m
     }
 
@@ -562,6 +662,8 @@ impl Fold {
     pub fn from_json(v: &Value, run: Option<RunInfo>) -> Fold {
         Fold {
             authors: v.get("authors").map(Authors::from_json).unwrap_or_default(),
+            runs: v.get("runs").map(RunTable::from_json).unwrap_or_default(),
+            restating: false,
             seq: v.get("seq").and_then(Value::as_u64).unwrap_or(0),
             messages: v
                 .get("messages")
@@ -590,7 +692,7 @@ fn copy(from: &Map<String, Value>, to: &mut Map<String, Value>, key: &str) {
 }
 
 /// The serialized size of `v`, without allocating it.
-fn json_len(v: &Value) -> usize {
+pub(super) fn json_len(v: &Value) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
@@ -746,14 +848,11 @@ mod tests {
 
     #[test]
     fn each_event_and_message_belongs_to_its_own_runs_agent() {
-        use crate::protocol::authorship::stamp_run_started;
         let mut f = Fold::new();
         let start = |run: &str, agent: &str| {
-            stamp_run_started(
-                &Event::build(json!({"type":"RUN_STARTED","threadId":"t","runId":run,
-                    "input":{"messages":[{"id":format!("u-{run}"),"role":"user","content":"hi"}]}})),
-                agent,
-            )
+            Event::build(json!({"type":"RUN_STARTED","threadId":"t","runId":run,
+                "agui-gateway": {"agent": agent},
+                "input":{"messages":[{"id":format!("u-{run}"),"role":"user","content":"hi"}]}}))
         };
         let echo = RunAgent::Agent("echo".into());
         let full = RunAgent::Agent("full".into());

@@ -8,6 +8,7 @@
 //! [`join`] presents any window of a journal as a valid AG-UI stream.
 //! [`hooks`] are the traits policy implements for the run loop;
 //! [`authorship`] says which agent's run each event and message belongs to;
+//! [`lineage`] is the run tree (runs as commits, the head, checkpoints);
 //! [`url_host`] reads a URL only in the form every HTTP client reads alike.
 
 pub mod authorship;
@@ -19,6 +20,7 @@ pub mod hooks;
 pub mod input;
 pub mod interrupts;
 pub mod join;
+pub mod lineage;
 pub mod open;
 pub mod sse;
 pub mod url_host;

@@ -17,6 +17,7 @@ use crate::policy::Prepared;
 use crate::protocol::hooks::{RunInput, ViewerVisibility};
 use crate::thread::Thread;
 use crate::thread::fanout::Outbox;
+use crate::thread::branch::BaseRequest;
 use crate::thread::run::{RunRequest, Started};
 use crate::upstream::Agent;
 use serde_json::{Map, Value, json};
@@ -59,6 +60,9 @@ pub struct RunCommand {
     pub strategy: Option<Strategy>,
     /// The client request's W3C `traceparent` (HTTP), continued upstream.
     pub traceparent: Option<String>,
+    /// Where the run starts from: the head, or a run of the thread
+    /// (`parentRunId`, regenerate, edit).
+    pub base: BaseRequest,
 }
 
 /// A WebSocket `resume` frame: answers to the thread's pending interrupts.
@@ -115,6 +119,7 @@ pub async fn run(
         mut input,
         strategy,
         traceparent,
+        base,
     } = cmd;
     super::access_log::record_thread(&thread_id, Some(&run_id));
     let strategy = match strategy {
@@ -141,14 +146,15 @@ pub async fn run(
     let thread = thread_for(state, who, &thread_id, need, need == Permission::Run)
         .await
         .map_err(AccessError::into_api)?;
-    let request = run_request(
+    let mut request = run_request(
         agent,
         run_id,
         input,
         prepared,
-        (&who.tenant, &thread_id),
+        (who, &thread_id),
         traceparent.as_deref(),
     );
+    request.base = base;
     launch(state, who, &thread, request, strategy, requester).await
 }
 
@@ -195,7 +201,7 @@ pub async fn resume(
         run_id,
         input,
         prepared,
-        (&who.tenant, &thread_id),
+        (who, &thread_id),
         None,
     );
     launch(state, who, &thread, request, strategy, requester).await
@@ -224,9 +230,10 @@ fn run_request(
     run_id: String,
     input: RunInput,
     mut prepared: Prepared,
-    (tenant, thread_id): (&str, &str),
+    (who, thread_id): (&Principal, &str),
     traceparent: Option<&str>,
 ) -> RunRequest {
+    let tenant = &who.tenant;
     let span = tracing::info_span!(
         "run",
         tenant = %tenant,
@@ -250,6 +257,8 @@ fn run_request(
         filter: prepared.filter,
         upstream_headers: prepared.upstream_headers,
         span,
+        base: BaseRequest::Head,
+        started_by: Some(who.subject.clone()),
     }
 }
 

@@ -106,6 +106,8 @@ impl From<crate::thread::run::RunRefused> for ApiError {
             RunRefused::Conflict(m) => ApiError::new(ErrorCode::Conflict, m),
             RunRefused::Invalid(m) => ApiError::new(ErrorCode::Invalid, m),
             RunRefused::Unavailable(m) => ApiError::new(ErrorCode::Unavailable, m),
+            RunRefused::NotFound(m) => ApiError::new(ErrorCode::NotFound, m),
+            RunRefused::TooLarge(m) => ApiError::new(ErrorCode::TooLarge, m),
         }
     }
 }

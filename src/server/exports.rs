@@ -21,6 +21,9 @@ use std::sync::Arc;
 #[derive(Debug, Deserialize)]
 pub struct ExportQuery {
     format: Option<String>,
+    /// The conversation at the end of this run (default: the head).
+    #[serde(rename = "runId")]
+    run_id: Option<String>,
 }
 
 /// The export formats.
@@ -46,7 +49,13 @@ pub async fn messages(
         Ok(t) => t,
         Err(e) => return AccessError::into_api(e).into_response(),
     };
-    let snap = thread.snapshot(&visibility_on(&state, &who, &thread));
+    let snap = match thread.snapshot_at(
+        q.run_id.as_deref(),
+        &visibility_on(&state, &who, &thread),
+    ) {
+        Ok(snap) => snap,
+        Err(refused) => return ApiError::from(refused).into_response(),
+    };
     let list = |k: &str| {
         snap.get(k)
             .and_then(Value::as_array)

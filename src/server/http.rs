@@ -8,6 +8,7 @@
 //! application/vnd.ag-ui.event+proto`, as AG-UI protobuf frames
 //! ([`super::encode`]).
 
+use crate::thread::branch::BaseRequest;
 use super::commands::{self, Requester, RunCommand};
 use super::encode::{self, Encoder};
 use super::error::{ApiError, ErrorCode};
@@ -103,6 +104,13 @@ async fn start_run(
     let input = RunAgentInput::from_json(&body)
         .map_err(|e| ApiError::new(ErrorCode::Invalid, format!("invalid RunAgentInput: {e}")))?;
     let (starter, rx) = outbox(state.config.threads.viewer_queue_bytes);
+    // A named base wins; otherwise a client that cut or edited its list
+    // (CopilotKit's reload) branches, when the agent allows it.
+    let base = match &input.parent_run_id {
+        Some(parent) => BaseRequest::Run(parent.clone()),
+        None if agent.branching.implicit => BaseRequest::Detect,
+        None => BaseRequest::Head,
+    };
     let cmd = RunCommand {
         agent: agent.clone(),
         thread_id: input.thread_id.clone(),
@@ -110,6 +118,7 @@ async fn start_run(
         input: RunInput::Complete(input),
         strategy: None,
         traceparent,
+        base,
     };
     commands::run(state, who, cmd, Requester::Feed(starter)).await?;
     tracing::info!(agent = %agent.id, user = %who.subject, tenant = %who.tenant, "run requested over HTTP");

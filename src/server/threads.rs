@@ -72,16 +72,54 @@ pub async fn list(
     Json(json!({"threads": page, "nextCursor": next})).into_response()
 }
 
-/// `GET /v1/threads/{threadId}`: the snapshot object.
+/// Which run's end a view shows (`?runId=`; default: the head).
+#[derive(Debug, Deserialize)]
+pub struct AtRun {
+    #[serde(rename = "runId")]
+    pub run_id: Option<String>,
+}
+
+/// `GET /v1/threads/{threadId}`: the snapshot object; `?runId=R`: as it was
+/// at the end of run R.
 pub async fn snapshot(
     State(state): State<Arc<AppState>>,
     Path(thread_id): Path<String>,
+    Query(at): Query<AtRun>,
     Authenticated(who): Authenticated,
 ) -> Response {
-    match thread_for(&state, &who, &thread_id, Permission::View, false).await {
-        Ok(t) => Json(Value::Object(t.snapshot(&visibility_on(&state, &who, &t)))).into_response(),
-        Err(e) => e.into_api().into_response(),
+    let t = match thread_for(&state, &who, &thread_id, Permission::View, false).await {
+        Ok(t) => t,
+        Err(e) => return e.into_api().into_response(),
+    };
+    match t.snapshot_at(at.run_id.as_deref(), &visibility_on(&state, &who, &t)) {
+        Ok(snap) => Json(Value::Object(snap)).into_response(),
+        Err(refused) => ApiError::from(refused).into_response(),
     }
+}
+
+/// Query of the runs route.
+#[derive(Debug, Deserialize)]
+pub struct RunsQuery {
+    cursor: Option<usize>,
+    limit: Option<usize>,
+}
+
+/// `GET /v1/threads/{threadId}/runs`: the run tree in one call
+/// (`headRunId`, runs oldest first with their base, kind, agent, status,
+/// outcome, seqs and message ids), paginated by `cursor`.
+pub async fn runs(
+    State(state): State<Arc<AppState>>,
+    Path(thread_id): Path<String>,
+    Query(q): Query<RunsQuery>,
+    Authenticated(who): Authenticated,
+) -> Response {
+    let t = match thread_for(&state, &who, &thread_id, Permission::View, false).await {
+        Ok(t) => t,
+        Err(e) => return e.into_api().into_response(),
+    };
+    t.refresh().await;
+    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+    Json(t.runs_page(q.cursor.unwrap_or(0), limit)).into_response()
 }
 
 /// Query of the join stream.

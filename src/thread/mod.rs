@@ -17,6 +17,7 @@
 //! same critical section as publishing, so nothing published can fall between
 //! "read the journal" and "go live": there is nothing to merge or de-duplicate.
 
+pub mod branch;
 pub mod entry;
 pub mod fanout;
 mod journal_lost;
@@ -25,6 +26,7 @@ pub mod recent;
 mod recovery;
 pub mod registry;
 pub mod run;
+mod run_input;
 
 pub use entry::{Entry, FrameSlot};
 pub use registry::{Residency, Threads};
@@ -999,9 +1001,18 @@ fn snapshot_of(key: &ThreadKey, inner: &Inner, reset: bool) -> Map<String, Value
             RunAgent::Agent(a) => json!(a.as_ref()),
             _ => json!(inner.meta.agent),
         };
-        json!({"runId": r.run_id, "agent": agent, "status": r.status.as_str()})
+        let mut run = json!({"runId": r.run_id, "agent": agent, "status": r.status.as_str()});
+        if let Some(head) = inner.fold.runs().head().filter(|h| h.run_id == r.run_id) {
+            run["parentRunId"] = head.parent.clone().into();
+            run["kind"] = head.kind.as_str().into();
+        }
+        run
     });
     m.insert("run".into(), run.unwrap_or(Value::Null));
+    m.insert(
+        "headRunId".into(),
+        inner.fold.runs().head().map(|h| h.run_id.clone()).into(),
+    );
     if reset {
         m.insert("reset".into(), true.into());
     }

@@ -15,8 +15,9 @@
 
 use super::fanout::{Live, Outbox, Outgoing};
 use super::recent::Recent;
+use super::branch::{Base, BaseRequest};
+use super::run_input::{PreparedInput, build_input, restore_thread_id};
 use super::{Entry, Inner, Thread};
-use crate::protocol::authorship::stamp_run_started;
 use crate::protocol::event::run_error;
 use crate::protocol::fold::RunStatus;
 use crate::protocol::hooks::{EventFilter, RunInput, SeenBy, ViewerVisibility};
@@ -29,7 +30,7 @@ use crate::upstream::{Agent, RunStream};
 use bytes::Bytes;
 use futures::stream::FuturesOrdered;
 use futures::{FutureExt, StreamExt};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -56,6 +57,48 @@ pub struct RunRequest {
     /// The run's span (thread, run, agent): the run is driven inside it, so
     /// the upstream request's span is its child.
     pub span: tracing::Span,
+    /// Where the run starts from ([`super::branch`]).
+    pub base: BaseRequest,
+    /// Who asked for it (the principal's subject), journaled with the run.
+    pub started_by: Option<String>,
+}
+
+impl RunRequest {
+    /// The base this request resolves to on the thread as it stands.
+    fn resolve_base(&self, inner: &Inner) -> Result<Base, RunRefused> {
+        let sent: Option<Vec<Value>> = match &self.input {
+            RunInput::Complete(i) if self.base == BaseRequest::Detect => Some(
+                i.messages
+                    .iter()
+                    .map(|m| serde_json::to_value(m).expect("message serializes"))
+                    .collect(),
+            ),
+            _ => None,
+        };
+        let base =
+            super::branch::resolve(inner, &self.base, self.input.has_resume(), sent.as_deref())?;
+        if base.forks() {
+            use crate::config::BranchMode;
+            use crate::protocol::lineage::RunKind;
+            let agent = &self.agent.id;
+            match self.agent.branching.mode {
+                BranchMode::Refuse => {
+                    return Err(RunRefused::Invalid(format!(
+                        "agent '{agent}' does not take runs that fork the thread (branching.mode = \"refuse\")"
+                    )));
+                }
+                BranchMode::SameThread
+                    if !matches!(base.kind, RunKind::Regenerate | RunKind::Edit) =>
+                {
+                    return Err(RunRefused::Invalid(format!(
+                        "agent '{agent}' keeps its own thread state and forks only by regenerate or edit (branching.mode = \"same-thread\")"
+                    )));
+                }
+                _ => {}
+            }
+        }
+        Ok(base)
+    }
 }
 
 /// How a request was taken.
@@ -78,6 +121,25 @@ pub enum RunRefused {
     /// `unavailable`: the store shared with the other nodes cannot be reached.
     #[error("{0}")]
     Unavailable(String),
+    /// `not_found`: the run or message a branch names is not (or no longer) known.
+    #[error("{0}")]
+    NotFound(String),
+    /// `too_large`: a per-thread cap on runs or branches is reached.
+    #[error("{0}")]
+    TooLarge(String),
+}
+
+impl RunRefused {
+    /// The contract's stable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            RunRefused::Conflict(_) => "conflict",
+            RunRefused::Invalid(_) => "invalid",
+            RunRefused::Unavailable(_) => "unavailable",
+            RunRefused::NotFound(_) => "not_found",
+            RunRefused::TooLarge(_) => "too_large",
+        }
+    }
 }
 
 struct ActiveRun {
@@ -282,9 +344,9 @@ impl Thread {
         if inner.recovering {
             return Err(RunRefused::Unavailable(JOURNAL_RECOVERING.into()));
         }
-        let pending: Vec<String> = inner
-            .fold
-            .interrupts()
+        let base = req.resolve_base(&inner)?;
+        let interrupts = base.interrupts(&inner.fold);
+        let pending: Vec<String> = interrupts
             .iter()
             .filter_map(|i| i.get("id").and_then(Value::as_str).map(str::to_owned))
             .collect();
@@ -299,13 +361,13 @@ impl Thread {
                     "the thread has no pending interrupts".into(),
                 ));
             }
-            let langgraph = check_resume(&req.input, inner.fold.interrupts())?;
+            let langgraph = check_resume(&req.input, interrupts)?;
             if langgraph {
                 req.input.set_langgraph_command();
             }
         } else if !pending.is_empty() {
             // A LangGraph frontend answers with `forwardedProps.command.resume`.
-            let hint = if inner.fold.interrupts().iter().any(is_langgraph) {
+            let hint = if interrupts.iter().any(is_langgraph) {
                 " (to let LangGraph frontends answer the LangGraph way, configure the agent with interrupts = \"agent\")"
             } else {
                 ""
@@ -463,7 +525,12 @@ impl Thread {
                             inner.runs.start_failing = None;
                             inner.runs.active = None;
                             tracing::error!(tenant = %me.key.tenant, thread = %me.key.thread_id, run = %req.run_id, "queued run refused: the store failed every lease request for {:?}: {e}", since.elapsed());
-                            me.refuse_queued(&mut inner, req);
+                            me.refuse_queued(
+                                &mut inner,
+                                req,
+                                "unavailable",
+                                "the queued run could not start: the store shared with the other gateway nodes kept failing; retry",
+                            );
                             me.start_queued(&mut inner);
                             return;
                         }
@@ -529,14 +596,11 @@ impl Thread {
     /// told directly with `RUN_ERROR unavailable`, a WebSocket requester
     /// with an `error` frame naming the run (and the refusal is logged as an
     /// error).
-    fn refuse_queued(&self, inner: &mut Inner, req: RunRequest) {
+    fn refuse_queued(&self, inner: &mut Inner, req: RunRequest, code: &str, message: &str) {
         if inner.runs.resume_claimed.as_deref() == Some(&req.run_id) {
             inner.runs.resume_claimed = None;
         }
-        let error = run_error(
-            "unavailable",
-            "the queued run could not start: the store shared with the other gateway nodes kept failing; retry",
-        );
+        let error = run_error(code, message);
         if let Some(outbox) = &req.starter {
             outbox.push_replay(Outgoing::Event(Arc::new(Entry::new(
                 self.id.clone(),
@@ -547,10 +611,10 @@ impl Thread {
         if let Some(connection) = &req.requester_connection {
             let frame = json!({
                 "type": "error",
-                "code": "unavailable",
+                "code": code,
                 "threadId": self.key.thread_id,
                 "runId": req.run_id,
-                "message": "the queued run could not start: the store shared with the other gateway nodes kept failing; retry",
+                "message": message,
             });
             connection.push(Outgoing::Message(Bytes::from(frame.to_string())));
         }
@@ -671,7 +735,19 @@ impl Thread {
         if req.input.has_resume() {
             inner.runs.resume_claimed = Some(req.run_id.clone());
         }
-        let prepared = build_input(&self.key.thread_id, inner, &req);
+        // Resolved again: the head may have moved while the run was queued.
+        let base = match req.resolve_base(inner) {
+            Ok(base) => base,
+            Err(refused) => {
+                self.leases.release(&self.key, &lease);
+                inner.runs.active = None;
+                tracing::warn!(tenant = %self.key.tenant, thread = %self.key.thread_id, run = %req.run_id, "run refused at its start: {refused}");
+                self.refuse_queued(inner, req, refused.code(), &refused.to_string());
+                self.start_queued(inner);
+                return;
+            }
+        };
+        let prepared = build_input(&self.key.thread_id, inner, &req, &base);
         inner.meta.agent = Some(req.agent.id.clone());
         let cancel = CancellationToken::new();
         inner.runs.active = Some(ActiveRun {
@@ -788,120 +864,6 @@ fn check_resume(input: &RunInput, pending: &[Value]) -> Result<bool, RunRefused>
         .any(crate::protocol::interrupts::is_langgraph))
 }
 
-/// What a run sends upstream and what its journal says about its input.
-struct PreparedInput {
-    /// The upstream request body: the full history.
-    body: Bytes,
-    /// The journal's `RUN_STARTED.input`: messages new to the thread only;
-    /// no `forwardedProps` or `state` (per-request, possibly private: the
-    /// verified identity travels there, and viewers need not see either).
-    journal_input: Value,
-    /// The whole history the agent was sent, when it changed a message the
-    /// thread already holds: journaled as a `MESSAGES_SNAPSHOT` right after
-    /// `RUN_STARTED` so the fold (and every viewer) follows the edit.
-    edited_history: Option<Vec<Value>>,
-}
-
-/// True when a client re-sent message `known` (same id) with other content:
-/// role, content, tool calls or the tool call it answers. Other fields
-/// (metadata a client strips or adds) are not an edit.
-fn is_edit(known: &Value, sent: &Value) -> bool {
-    ["role", "content", "toolCalls", "toolCallId"]
-        .iter()
-        .any(|k| known.get(k) != sent.get(k))
-}
-
-/// Keys of `RunAgentInput` that are not journaled (see [`PreparedInput`]).
-const UNJOURNALED_INPUT: [&str; 2] = ["forwardedProps", "state"];
-
-fn build_input(thread_id: &str, inner: &Inner, req: &RunRequest) -> PreparedInput {
-    let fold = &inner.fold;
-    let known = |m: &Value| {
-        m.get("id")
-            .and_then(Value::as_str)
-            .and_then(|id| fold.message(id))
-    };
-    let edited = |msgs: &[Value]| msgs.iter().any(|m| known(m).is_some_and(|k| is_edit(k, m)));
-    match &req.input {
-        RunInput::Complete(input) => {
-            let body = Bytes::from(serde_json::to_vec(input).expect("input serializes"));
-            let mut journal = serde_json::to_value(input).expect("input serializes");
-            let mut edited_history = None;
-            if let Some(obj) = journal.as_object_mut() {
-                for k in UNJOURNALED_INPUT {
-                    obj.remove(k);
-                }
-                if let Some(Value::Array(msgs)) = obj.get_mut("messages") {
-                    if edited(msgs) {
-                        edited_history = Some(msgs.clone());
-                    }
-                    msgs.retain(|m| known(m).is_none());
-                }
-            }
-            PreparedInput {
-                body,
-                journal_input: journal,
-                edited_history,
-            }
-        }
-        RunInput::Incremental {
-            messages,
-            tools,
-            context,
-            state,
-            forwarded_props,
-            resume,
-        } => {
-            let new: Vec<Value> = messages
-                .iter()
-                .filter(|m| known(m).is_none())
-                .cloned()
-                .collect();
-            let mut journal = Map::new();
-            journal.insert("threadId".into(), thread_id.into());
-            journal.insert("runId".into(), req.run_id.clone().into());
-            journal.insert("protocolVersion".into(), "1.0".into());
-            journal.insert("tools".into(), Value::Array(tools.clone()));
-            journal.insert("context".into(), Value::Array(context.clone()));
-            if let Some(r) = resume {
-                journal.insert("resume".into(), r.clone());
-            }
-            let mut input = journal.clone();
-            journal.insert("messages".into(), Value::Array(new.clone()));
-            input.insert(
-                "state".into(),
-                state.clone().unwrap_or_else(|| fold.state().clone()),
-            );
-            input.insert(
-                "forwardedProps".into(),
-                forwarded_props.clone().unwrap_or_else(|| json!({})),
-            );
-            // History from the fold, with any message the client re-sent
-            // under a known id replaced by its edit.
-            let edits = edited(messages);
-            let mut all: Vec<Value> = fold
-                .messages()
-                .iter()
-                .map(|m| {
-                    let id = m.get("id").and_then(Value::as_str);
-                    messages
-                        .iter()
-                        .find(|s| id.is_some() && s.get("id").and_then(Value::as_str) == id)
-                        .unwrap_or(m)
-                        .clone()
-                })
-                .collect();
-            all.extend(new);
-            input.insert("messages".into(), Value::Array(all.clone()));
-            PreparedInput {
-                body: Bytes::from(serde_json::to_vec(&input).expect("input serializes")),
-                journal_input: Value::Object(journal),
-                edited_history: edits.then_some(all),
-            }
-        }
-    }
-}
-
 /// Most events appended in one batch.
 const MAX_BATCH: usize = 256;
 
@@ -965,7 +927,9 @@ async fn drive(
     let PreparedInput {
         body,
         journal_input,
-        edited_history,
+        stamp,
+        restated,
+        upstream_thread,
     } = input;
     // The journal's opening of the run: RUN_STARTED with the normalized
     // input (the agent's own, when it sent one, goes to the requester), then
@@ -979,14 +943,12 @@ async fn drive(
                 json!({"type": "RUN_STARTED", "threadId": thread_id, "runId": run_id, "input": journal_input}),
             ),
         };
-        // The journal names the run's agent: every reader of the journal
-        // judges the run's events by that agent's visibility rules.
-        let start = stamp_run_started(&start, &agent.id);
+        // The journal names the run's agent (every reader of the journal
+        // judges the run's events by that agent's visibility rules) and its
+        // place in the run tree.
+        let start = stamp.apply(&start);
         let mut staged: Staged = vec![(start, agent_start.map(|e| Some(e.clone())))];
-        if let Some(history) = &edited_history {
-            let snapshot = json!({"type": "MESSAGES_SNAPSHOT", "messages": history});
-            staged.push((Event::build(snapshot), None));
-        }
+        staged.extend(restated.iter().map(|e| (e.clone(), None)));
         staged
     };
     let metrics = crate::metrics::metrics();
@@ -1123,6 +1085,10 @@ async fn drive(
                 //    `None` nothing, `Some(None)` the same, `Some(Some(e))` `e`.
                 let mut staged: Staged = Vec::with_capacity(batch.len() + 2);
                 for event in batch {
+                    let event = match &upstream_thread {
+                        Some(alias) => restore_thread_id(event, alias, &thread_id),
+                        None => event,
+                    };
                     if !started {
                         started = true;
                         if *event.kind() == EventType::RunStarted {
@@ -1143,7 +1109,7 @@ async fn drive(
                     if *journaled.kind() == EventType::RunStarted {
                         // A second RUN_STARTED (a lenient verifier passes
                         // it) must not name another agent than this run's.
-                        journaled = stamp_run_started(&journaled, &agent.id);
+                        journaled = stamp.apply(&journaled);
                     }
                     staged.push((journaled, Some(None)));
                 }
@@ -1501,6 +1467,8 @@ mod tests {
             starter_visibility: None,
             filter,
             upstream_headers: Default::default(),
+            base: Default::default(),
+            started_by: None,
             span: tracing::Span::none(),
         };
         t.start_run(req("r1", Some(Box::new(Explodes))), Strategy::Reject)

@@ -28,6 +28,8 @@ pub struct Agent {
     pub on_disconnect: OnDisconnect,
     /// Which interrupt shapes this agent's runs are normalized from.
     pub interrupts: crate::protocol::interrupts::InterruptStyle,
+    /// How its runs may fork a thread.
+    pub branching: crate::config::Branching,
     pub http: reqwest::Client,
 }
 
@@ -82,6 +84,7 @@ impl Agent {
             allow_strategy_override: cfg.allow_strategy_override,
             on_disconnect: cfg.on_disconnect,
             interrupts: cfg.interrupts,
+            branching: cfg.branching.clone(),
             http,
         })
     }

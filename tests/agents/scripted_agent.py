@@ -136,6 +136,25 @@ async def handle(request: Request) -> Response:
             yield ENC.encode(RunFinishedEvent(thread_id=thread_id, run_id=run_id))
         return sse(gen())
 
+    if scenario == "history":
+        # Reports the history it was sent (ids and text), then answers the
+        # last user message as "a-<runId>" and counts its turns in state.
+        async def gen():
+            msgs = body.get("messages", [])
+            yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+            seen = [{"id": m.get("id"), "role": m.get("role"), "content": m.get("content")} for m in msgs]
+            yield ENC.encode(CustomEvent(name="history", value={
+                "messages": seen, "state": body.get("state"), "parentRunId": body.get("parentRunId"),
+                "threadId": thread_id}))
+            last = next((m.get("content") for m in reversed(msgs) if m.get("role") == "user"), "")
+            answer = "a-" + run_id
+            yield ENC.encode(TextMessageStartEvent(message_id=answer, role="assistant"))
+            yield ENC.encode(TextMessageContentEvent(message_id=answer, delta="re: %s" % last))
+            yield ENC.encode(TextMessageEndEvent(message_id=answer))
+            yield ENC.encode(StateSnapshotEvent(snapshot={"turns": sum(1 for m in msgs if m.get("role") == "user")}))
+            yield ENC.encode(RunFinishedEvent(thread_id=thread_id, run_id=run_id))
+        return sse(gen())
+
     if scenario == "unknown-type":
         async def gen():
             yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))

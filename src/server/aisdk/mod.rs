@@ -20,6 +20,7 @@
 //! [`VERSION_HEADER`] header, that it runs 6 or later.
 
 use super::access::{AccessError, thread_for, visibility_on};
+use crate::thread::branch::BaseRequest;
 use super::commands::{self, Requester, ResumeCommand, RunCommand};
 use super::encode::sse::SSE;
 use super::error::{ApiError, ErrorCode};
@@ -124,6 +125,8 @@ async fn start_chat(
             )));
         }
     }
+    let regenerate =
+        body.get("trigger").and_then(Value::as_str) == Some("regenerate-message");
     let last = messages.last().unwrap_or(&Value::Null);
     // The thread as the caller sees it before the run: the run's state
     // deltas apply to its state, its messages are not sent again, and its
@@ -165,6 +168,7 @@ async fn start_chat(
             let answer = message["id"].as_str().map(answer_id);
             serde_json::from_value::<crate::protocol::input::Message>(message.clone())
                 .map_err(|e| invalid(format!("messages[-1]: {e}")))?;
+            let base = chat_base(regenerate, &message, &before);
             let cmd = RunCommand {
                 agent: agent.clone(),
                 thread_id,
@@ -179,6 +183,7 @@ async fn start_chat(
                 },
                 strategy: None,
                 traceparent,
+                base,
             };
             commands::run(state, who, cmd, requester).await?;
             answer
@@ -334,5 +339,32 @@ impl Drop for ViewerGuard {
     fn drop(&mut self) {
         self.thread.unsubscribe(self.viewer);
         self.thread.viewer_left();
+    }
+}
+
+/// Where a chat turn starts from. The AI SDK cuts its own list before it
+/// sends: `regenerate-message` ends on the question whose answer is to be
+/// replaced (a sibling of the run that answered it), and a `submit-message`
+/// whose user message reuses a known id with new text is an edit. Either
+/// way the agent no longer sees the replaced answer.
+fn chat_base(regenerate: bool, message: &Value, before: &Value) -> BaseRequest {
+    let id = message.get("id").and_then(Value::as_str);
+    if regenerate {
+        return BaseRequest::Regenerate(id.map(str::to_owned));
+    }
+    let known = id.and_then(|id| {
+        before["messages"]
+            .as_array()?
+            .iter()
+            .find(|m| m.get("id").and_then(Value::as_str) == Some(id))
+    });
+    match (id, known) {
+        (Some(id), Some(known)) if known.get("content") != message.get("content") => {
+            BaseRequest::Edit {
+                message_id: id.to_owned(),
+                message: message.clone(),
+            }
+        }
+        _ => BaseRequest::Head,
     }
 }

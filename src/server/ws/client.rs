@@ -2,7 +2,7 @@
 //! ([`super::frame`]), run as its shared command or as a subscription, and
 //! answered with an `ack` or `error` message carrying the frame's `id`.
 
-use super::frame::{Refusal, decode_command, resume_command, run_command};
+use super::frame::{Refusal, branch_command, decode_command, resume_command, run_command};
 use super::writer::reply;
 use crate::auth::{Permission, Principal};
 use crate::protocol::hooks::ViewerVisibility;
@@ -150,6 +150,7 @@ impl Client {
             "run" => self.run(&v).await.map(|_| None),
             "cancel" => self.cancel(&v).await.map(|_| None),
             "resume" => self.resume(&v).await.map(|_| None),
+            "regenerate" | "edit" => self.branch(&v).await.map(|_| None),
             "meta" => self.meta(&v).await.map(|_| None),
             other => Err(ApiError::new(
                 ErrorCode::Invalid,
@@ -226,6 +227,27 @@ impl Client {
     /// starts.
     async fn run(&mut self, v: &Value) -> Result<(), ApiError> {
         let cmd = run_command(&self.state, &self.principal, v)?;
+        let requester = Requester::Viewer(&mut self.subs);
+        let ack = commands::run(&self.state, &self.principal, cmd, requester).await?;
+        self.ack(v.get("id"), ack);
+        Ok(())
+    }
+
+    /// `regenerate` / `edit`: a run that forks the thread (see
+    /// [`crate::thread::branch`]).
+    async fn branch(&mut self, v: &Value) -> Result<(), ApiError> {
+        let thread_id = req_str(v, "threadId")?;
+        let thread = thread_for(
+            &self.state,
+            &self.principal,
+            thread_id,
+            Permission::Run,
+            false,
+        )
+        .await
+        .map_err(AccessError::into_api)?;
+        thread.refresh().await;
+        let cmd = branch_command(&self.state, &self.principal, v, thread.meta().agent)?;
         let requester = Requester::Viewer(&mut self.subs);
         let ack = commands::run(&self.state, &self.principal, cmd, requester).await?;
         self.ack(v.get("id"), ack);

@@ -10,6 +10,7 @@ use crate::server::commands::{self, ResumeCommand, RunCommand};
 use crate::server::error::{ApiError, ErrorCode};
 use crate::server::fields::{opt_array, opt_str, req_str};
 use crate::server::state::AppState;
+use crate::thread::branch::BaseRequest;
 use serde_json::Value;
 
 /// A frame [`decode_command`] refused: the error to answer with, and the
@@ -73,6 +74,10 @@ pub(super) fn run_command(
         forwarded_props: v.get("forwardedProps").cloned().filter(|s| !s.is_null()),
         resume: None,
     };
+    let base = match opt_str(v, "parentRunId")? {
+        Some(parent) => BaseRequest::Run(parent.to_owned()),
+        None => BaseRequest::Head,
+    };
     Ok(RunCommand {
         agent,
         thread_id: thread_id.to_owned(),
@@ -80,6 +85,68 @@ pub(super) fn run_command(
         input,
         strategy,
         traceparent: None,
+        base,
+    })
+}
+
+/// A `regenerate` or `edit` frame: a run that forks from the run that
+/// produced (regenerate) or introduced (edit) `messageId`. Its agent is
+/// the frame's `agent`, else `default_agent` (the thread's latest).
+pub(super) fn branch_command(
+    state: &AppState,
+    who: &Principal,
+    v: &Value,
+    default_agent: Option<String>,
+) -> Result<RunCommand, ApiError> {
+    let thread_id = req_str(v, "threadId")?;
+    let kind = req_str(v, "type")?;
+    let agent_id = match opt_str(v, "agent")? {
+        Some(a) => a.to_owned(),
+        None => default_agent.ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::NotFound,
+                "no agent has run on this thread; name one in 'agent'",
+            )
+        })?,
+    };
+    let agent = commands::runnable_agent(state, who, &agent_id)?;
+    let message_id = opt_str(v, "messageId")?.map(str::to_owned);
+    let base = if kind == "edit" {
+        let message_id = message_id
+            .ok_or_else(|| ApiError::new(ErrorCode::Invalid, "'messageId' is required"))?;
+        let mut message = v
+            .get("message")
+            .filter(|m| m.is_object())
+            .cloned()
+            .ok_or_else(|| ApiError::new(ErrorCode::Invalid, "'message' must be an object"))?;
+        message["id"] = message_id.clone().into();
+        if message.get("role").is_none() {
+            message["role"] = "user".into();
+        }
+        serde_json::from_value::<AguiMessage>(message.clone())
+            .map_err(|e| ApiError::new(ErrorCode::Invalid, format!("message: {e}")))?;
+        BaseRequest::Edit {
+            message_id,
+            message,
+        }
+    } else {
+        BaseRequest::Regenerate(message_id)
+    };
+    Ok(RunCommand {
+        agent,
+        thread_id: thread_id.to_owned(),
+        run_id: run_id(v)?,
+        input: RunInput::Incremental {
+            messages: Vec::new(),
+            tools: opt_array(v, "tools")?,
+            context: opt_array(v, "context")?,
+            state: v.get("state").cloned().filter(|s| !s.is_null()),
+            forwarded_props: v.get("forwardedProps").cloned().filter(|s| !s.is_null()),
+            resume: None,
+        },
+        strategy: opt_str(v, "strategy")?.map(strategy).transpose()?,
+        traceparent: None,
+        base,
     })
 }
 

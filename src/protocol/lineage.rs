@@ -1,0 +1,558 @@
+//! Runs as commits: a thread's run tree, folded from its journal.
+//!
+//! AG-UI's serialization concept describes a thread as "a git-like
+//! append-only log" in which a run may start from any earlier run
+//! (`parentRunId`). The gateway keeps one gapless journal per thread and
+//! records the tree *in* it: every `RUN_STARTED` it journals carries, in its
+//! `"agui-gateway"` object ([`super::authorship`]), the run's base
+//! (`parentRunId`), its [`RunKind`], who started it and when. So this table
+//! is a fold like the messages are — every node, every reload and every
+//! replay derives the same runs and the same head from the events alone, and
+//! persisting it is persisting the journal (plus the compacted base, which
+//! stores the table).
+//!
+//! The **head** is the newest run started: the run the next plain run
+//! continues from, and the branch a late joiner sees. A run whose base is
+//! not the head journals the history it was given as snapshots right after
+//! its `RUN_STARTED`, so the journal stays a valid linear AG-UI stream that
+//! ends on the head's branch (see [`crate::protocol::fold`]).
+//!
+//! Each ended run keeps a [`Checkpoint`] — its messages, state and pending
+//! interrupts — so the input of a branch from it, or the view "as it was at
+//! the end of run R", costs a clone instead of a replay. Checkpoints are
+//! bounded by bytes per thread (the oldest go first); a run without one is
+//! rebuilt by replaying the journal from its nearest ancestor that has one
+//! (`thread::lineage`).
+
+use super::authorship::{Authors, GATEWAY_FIELD, RunAgent};
+use super::event::{Event, EventType};
+use super::fold::{RunStatus, json_len};
+use serde_json::{Map, Value, json};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+/// How a run relates to its base.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RunKind {
+    /// On top of the head (the usual next turn).
+    Continue,
+    /// From another run than the head (`parentRunId`).
+    Branch,
+    /// Answers an assistant message again: a sibling of the run that produced it.
+    Regenerate,
+    /// A user message with new content (same id): a sibling of the run that introduced it.
+    Edit,
+    /// Answers the head's pending interrupts.
+    Resume,
+    /// Another agent takes the thread over from the run that handed it on.
+    Handoff,
+}
+
+impl RunKind {
+    pub const ALL: [RunKind; 6] = [
+        RunKind::Continue,
+        RunKind::Branch,
+        RunKind::Regenerate,
+        RunKind::Edit,
+        RunKind::Resume,
+        RunKind::Handoff,
+    ];
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunKind::Continue => "continue",
+            RunKind::Branch => "branch",
+            RunKind::Regenerate => "regenerate",
+            RunKind::Edit => "edit",
+            RunKind::Resume => "resume",
+            RunKind::Handoff => "handoff",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RunKind> {
+        RunKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+
+    /// True for the kinds whose base may be other than the head: their
+    /// journaled opening restates the history ([`LINEAGE_EVENT`]), and the
+    /// fold takes that restatement exactly.
+    pub fn forks(self) -> bool {
+        matches!(
+            self,
+            RunKind::Branch | RunKind::Regenerate | RunKind::Edit | RunKind::Handoff
+        )
+    }
+}
+
+/// The `CUSTOM` event name a forked run journals after its snapshots.
+pub const LINEAGE_EVENT: &str = "agui-gateway/lineage";
+
+/// What the journaled `RUN_STARTED` says of its run's place in the tree
+/// (beside the agent, in the same `"agui-gateway"` object).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stamp {
+    pub agent: String,
+    pub parent: Option<String>,
+    pub kind: RunKind,
+    /// The subject of the principal who started it.
+    pub by: Option<String>,
+    /// Milliseconds since the epoch, when the gateway journaled it.
+    pub at: u64,
+}
+
+impl Stamp {
+    /// `event` (a `RUN_STARTED` about to be journaled) stamped with this:
+    /// the `"agui-gateway"` object replaces whatever an upstream put there
+    /// (the journal's attribution is the gateway's word, never the
+    /// agent's), and a forked run's `parentRunId` is set when the agent
+    /// left it empty (AG-UI's lineage pointer; a linear run needs none:
+    /// the stream's order says it).
+    pub fn apply(&self, event: &Event) -> Event {
+        event.modify(|b| {
+            b.insert(GATEWAY_FIELD.into(), self.to_json());
+            if self.kind.forks()
+                && let Some(parent) = &self.parent
+                && b.get("parentRunId").is_none_or(Value::is_null)
+            {
+                b.insert("parentRunId".into(), parent.clone().into());
+            }
+        })
+    }
+
+    /// The `"agui-gateway"` object of a journaled `RUN_STARTED`.
+    pub fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("agent".into(), self.agent.clone().into());
+        m.insert("kind".into(), self.kind.as_str().into());
+        m.insert("parentRunId".into(), self.parent.clone().into());
+        if let Some(by) = &self.by {
+            m.insert("by".into(), by.clone().into());
+        }
+        m.insert("at".into(), self.at.into());
+        Value::Object(m)
+    }
+}
+
+/// A run's end: its messages, state and pending interrupts, and who
+/// introduced each message (so a view at this run is shown to each viewer
+/// by the right agent's rules).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    pub seq: u64,
+    pub messages: Vec<Value>,
+    pub state: Value,
+    pub interrupts: Vec<Value>,
+    pub authors: Authors,
+    /// Serialized size of messages and state (the budget's unit).
+    bytes: usize,
+}
+
+impl Checkpoint {
+    pub fn new(
+        seq: u64,
+        messages: Vec<Value>,
+        state: Value,
+        interrupts: Vec<Value>,
+        authors: Authors,
+    ) -> Checkpoint {
+        let bytes = messages.iter().chain(&interrupts).map(json_len).sum::<usize>() + json_len(&state);
+        Checkpoint {
+            seq,
+            messages,
+            state,
+            interrupts,
+            authors,
+            bytes,
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "seq": self.seq,
+            "messages": self.messages,
+            "state": self.state,
+            "interrupts": self.interrupts,
+            "authors": self.authors.to_json(),
+        })
+    }
+
+    fn from_json(v: &Value) -> Option<Checkpoint> {
+        let array = |k: &str| v.get(k).and_then(Value::as_array).cloned();
+        Some(Checkpoint::new(
+            v.get("seq")?.as_u64()?,
+            array("messages")?,
+            v.get("state").cloned().unwrap_or(json!({})),
+            array("interrupts").unwrap_or_default(),
+            v.get("authors").map(Authors::from_json).unwrap_or_default(),
+        ))
+    }
+}
+
+/// One run of the tree.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRecord {
+    pub run_id: String,
+    /// Its base; `None` for a thread's first run.
+    pub parent: Option<String>,
+    pub kind: RunKind,
+    pub agent: RunAgent,
+    pub started_by: Option<String>,
+    pub status: RunStatus,
+    /// `success`, `interrupt`, `cancelled`, or the `RUN_ERROR` code.
+    pub outcome: Option<String>,
+    pub started_seq: u64,
+    pub ended_seq: Option<u64>,
+    pub created_at: Option<u64>,
+    /// The messages its input brought to the thread (what a regenerate
+    /// sends again, and where an edit applies).
+    pub input: Vec<Value>,
+    /// Ids of the messages it produced.
+    pub output_ids: Vec<String>,
+    checkpoint: Option<Arc<Checkpoint>>,
+}
+
+impl RunRecord {
+    pub fn input_ids(&self) -> impl Iterator<Item = &str> {
+        self.input.iter().filter_map(message_id)
+    }
+
+    pub fn checkpoint(&self) -> Option<&Arc<Checkpoint>> {
+        self.checkpoint.as_ref()
+    }
+
+    /// The public form (`GET /v1/threads/{id}/runs`).
+    pub fn to_json(&self) -> Value {
+        json!({
+            "runId": self.run_id,
+            "parentRunId": self.parent,
+            "kind": self.kind.as_str(),
+            "agent": self.agent.to_json(),
+            "startedBy": self.started_by,
+            "status": self.status.as_str(),
+            "outcome": self.outcome,
+            "startedSeq": self.started_seq,
+            "endedSeq": self.ended_seq,
+            "createdAt": self.created_at,
+            "inputMessageIds": self.input_ids().collect::<Vec<_>>(),
+            "outputMessageIds": self.output_ids,
+        })
+    }
+
+    fn to_stored_json(&self) -> Value {
+        let mut v = self.to_json();
+        v["input"] = Value::Array(self.input.clone());
+        if let Some(c) = &self.checkpoint {
+            v["checkpoint"] = c.to_json();
+        }
+        v
+    }
+
+    fn from_stored_json(v: &Value) -> Option<RunRecord> {
+        let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+        let status = match v.get("status").and_then(Value::as_str)? {
+            "running" => RunStatus::Running,
+            "finished" => RunStatus::Finished,
+            "interrupted" => RunStatus::Interrupted,
+            "cancelled" => RunStatus::Cancelled,
+            _ => RunStatus::Error,
+        };
+        Some(RunRecord {
+            run_id: s("runId")?,
+            parent: s("parentRunId"),
+            kind: s("kind")
+                .and_then(|k| RunKind::parse(&k))
+                .unwrap_or(RunKind::Continue),
+            agent: v.get("agent").map(RunAgent::from_json).unwrap_or_default(),
+            started_by: s("startedBy"),
+            status,
+            outcome: s("outcome"),
+            started_seq: v.get("startedSeq").and_then(Value::as_u64).unwrap_or(0),
+            ended_seq: v.get("endedSeq").and_then(Value::as_u64),
+            created_at: v.get("createdAt").and_then(Value::as_u64),
+            input: v
+                .get("input")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
+            output_ids: v
+                .get("outputMessageIds")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|id| id.as_str().map(str::to_owned))
+                .collect(),
+            checkpoint: v
+                .get("checkpoint")
+                .and_then(Checkpoint::from_json)
+                .map(Arc::new),
+        })
+    }
+}
+
+/// Runs a thread remembers by default (older ones leave the table: a branch
+/// from them is `not_found`).
+pub const RUNS_KEPT: usize = 1000;
+
+/// Bytes of checkpoints a thread keeps by default.
+pub const CHECKPOINT_BYTES: usize = 8 << 20;
+
+/// A thread's runs, oldest first, and its head.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunTable {
+    order: VecDeque<String>,
+    runs: HashMap<String, RunRecord>,
+    checkpoint_bytes: usize,
+    limits: Limits,
+}
+
+/// How much the table keeps (not part of its value).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub runs: usize,
+    pub checkpoint_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            runs: RUNS_KEPT,
+            checkpoint_bytes: CHECKPOINT_BYTES,
+        }
+    }
+}
+
+impl PartialEq for Limits {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Default for RunTable {
+    fn default() -> Self {
+        RunTable {
+            order: VecDeque::new(),
+            runs: HashMap::new(),
+            checkpoint_bytes: 0,
+            limits: Limits::default(),
+        }
+    }
+}
+
+impl RunTable {
+    /// Applies new bounds (and evicts what they no longer allow).
+    pub fn set_limits(&mut self, limits: Limits) {
+        self.limits = limits;
+        self.evict();
+    }
+
+    /// The head: the newest run started.
+    pub fn head(&self) -> Option<&RunRecord> {
+        self.order.back().and_then(|id| self.runs.get(id))
+    }
+
+    pub fn get(&self, run_id: &str) -> Option<&RunRecord> {
+        self.runs.get(run_id)
+    }
+
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// Runs, oldest first.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &RunRecord> {
+        self.order.iter().filter_map(|id| self.runs.get(id))
+    }
+
+    /// Runs whose base is not the run started just before them (a count
+    /// the per-thread branch cap holds).
+    pub fn branch_count(&self) -> usize {
+        self.iter().filter(|r| r.kind.forks()).count()
+    }
+
+    /// The run that produced message `id` (the newest one, if several did).
+    pub fn producer_of(&self, id: &str) -> Option<&RunRecord> {
+        self.iter()
+            .rev()
+            .find(|r| r.output_ids.iter().any(|o| o == id))
+    }
+
+    /// The run whose input brought message `id` (the newest one).
+    pub fn introducer_of(&self, id: &str) -> Option<&RunRecord> {
+        self.iter().rev().find(|r| r.input_ids().any(|i| i == id))
+    }
+
+    /// `run_id` and its ancestors, newest first (as far as the table
+    /// remembers them).
+    pub fn path(&self, run_id: &str) -> Vec<&RunRecord> {
+        let mut path = Vec::new();
+        let mut at = self.runs.get(run_id);
+        while let Some(run) = at {
+            if path.len() > self.order.len() {
+                break; // a cycle can only come from a hand-made journal
+            }
+            path.push(run);
+            at = run.parent.as_deref().and_then(|p| self.runs.get(p));
+        }
+        path
+    }
+
+    /// A `RUN_STARTED` was folded in at `seq`.
+    pub(super) fn started(&mut self, seq: u64, event: &Event) {
+        let b = event.body();
+        let stamp = b.get(GATEWAY_FIELD);
+        let field = |k: &str| stamp.and_then(|s| s.get(k));
+        let input = b.get("input");
+        let resumes = input
+            .and_then(|i| i.get("resume"))
+            .is_some_and(|r| !r.is_null());
+        let kind = field("kind")
+            .and_then(Value::as_str)
+            .and_then(RunKind::parse)
+            .unwrap_or(if resumes {
+                RunKind::Resume
+            } else {
+                RunKind::Continue
+            });
+        // A journal from before lineage was stamped: runs follow each other.
+        let parent = match field("parentRunId") {
+            Some(p) => p.as_str().map(str::to_owned),
+            None => self.head().map(|h| h.run_id.clone()),
+        };
+        let run_id = b
+            .get("runId")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        // A second RUN_STARTED inside a run (a lenient agent's) is the same run.
+        if self
+            .head()
+            .is_some_and(|h| h.run_id == run_id && h.status == RunStatus::Running)
+        {
+            return;
+        }
+        let record = RunRecord {
+            run_id: run_id.clone(),
+            parent,
+            kind,
+            agent: RunAgent::of_run_started(event),
+            started_by: field("by").and_then(Value::as_str).map(str::to_owned),
+            status: RunStatus::Running,
+            outcome: None,
+            started_seq: seq,
+            ended_seq: None,
+            created_at: field("at")
+                .and_then(Value::as_u64)
+                .or_else(|| b.get("timestamp").and_then(Value::as_u64)),
+            input: input
+                .and_then(|i| i.get("messages"))
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
+            output_ids: Vec::new(),
+            checkpoint: None,
+        };
+        if self.runs.insert(run_id.clone(), record).is_some() {
+            self.order.retain(|id| *id != run_id);
+        }
+        self.order.push_back(run_id);
+        self.evict();
+    }
+
+    /// The head run produced message `id`.
+    pub(super) fn produced(&mut self, id: &str) {
+        if let Some(head) = self.head_mut()
+            && head.status == RunStatus::Running
+            && !head.output_ids.iter().any(|o| o == id)
+        {
+            head.output_ids.push(id.to_owned());
+        }
+    }
+
+    /// The head run ended at `seq` (`terminal` is its `RUN_FINISHED` or
+    /// `RUN_ERROR`; a late `RUN_ERROR` after `RUN_FINISHED` updates it).
+    pub(super) fn ended(
+        &mut self,
+        seq: u64,
+        terminal: &Event,
+        status: RunStatus,
+        checkpoint: Checkpoint,
+    ) {
+        let run_id = terminal.str_field("runId");
+        let Some(head) = self.head_mut() else { return };
+        if run_id.is_some_and(|r| r != head.run_id) {
+            return;
+        }
+        head.status = status;
+        head.ended_seq = Some(seq);
+        head.outcome = Some(match terminal.kind() {
+            EventType::RunError => terminal.str_field("code").unwrap_or("error").to_owned(),
+            _ => terminal
+                .get("outcome")
+                .and_then(|o| o.get("type"))
+                .and_then(Value::as_str)
+                .unwrap_or("success")
+                .to_owned(),
+        });
+        let old = head.checkpoint.replace(Arc::new(checkpoint));
+        let added = head.checkpoint.as_ref().map_or(0, |c| c.bytes);
+        self.checkpoint_bytes = self.checkpoint_bytes + added - old.map_or(0, |c| c.bytes);
+        self.evict();
+    }
+
+    fn head_mut(&mut self) -> Option<&mut RunRecord> {
+        let id = self.order.back()?;
+        self.runs.get_mut(id)
+    }
+
+    /// Drops the oldest runs past the run bound, then the oldest
+    /// checkpoints past the byte bound (never the head's).
+    fn evict(&mut self) {
+        while self.order.len() > self.limits.runs.max(1) {
+            if let Some(id) = self.order.pop_front()
+                && let Some(run) = self.runs.remove(&id)
+            {
+                self.checkpoint_bytes -= run.checkpoint.map_or(0, |c| c.bytes);
+            }
+        }
+        let mut i = 0;
+        while self.checkpoint_bytes > self.limits.checkpoint_bytes && i + 1 < self.order.len() {
+            if let Some(run) = self.runs.get_mut(&self.order[i])
+                && let Some(c) = run.checkpoint.take()
+            {
+                self.checkpoint_bytes -= c.bytes;
+            }
+            i += 1;
+        }
+    }
+
+    /// The stored form (part of a compacted base).
+    pub fn to_json(&self) -> Value {
+        Value::Array(self.iter().map(RunRecord::to_stored_json).collect())
+    }
+
+    /// Reads [`RunTable::to_json`]'s form (an older base has none: empty).
+    pub fn from_json(v: &Value) -> RunTable {
+        let mut table = RunTable::default();
+        for run in v
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(RunRecord::from_stored_json)
+        {
+            table.checkpoint_bytes += run.checkpoint.as_ref().map_or(0, |c| c.bytes);
+            table.order.push_back(run.run_id.clone());
+            table.runs.insert(run.run_id.clone(), run);
+        }
+        table
+    }
+}
+
+fn message_id(m: &Value) -> Option<&str> {
+    m.get("id").and_then(Value::as_str)
+}
+

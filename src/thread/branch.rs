@@ -1,0 +1,396 @@
+//! Where a run starts from: the head, or any earlier run (a branch).
+//!
+//! A client names a run's base three ways: `parentRunId` (continue from
+//! that run), `regenerate` (answer an assistant message again: a sibling of
+//! the run that produced it) and `edit` (a user message with new content,
+//! same id: a sibling of the run that introduced it). A client that only
+//! truncates or edits its message list — CopilotKit's reload, a stock
+//! `HttpAgent` — is read the same way when its agent allows it
+//! ([`detect`]). Each resolves here, under the thread's lock, to a [`Base`]:
+//! the run the new one hangs from and that run's end state
+//! ([`Checkpoint`]), which is what the new run is sent
+//! (`thread::run_input`) and what its journaled opening restates.
+//!
+//! The guards of [`detect`] are the ones AG-UI's LangGraph integration
+//! learned the hard way (ag-ui issues 1551, 1743, 1748, 2109): a resume, a
+//! tool result being sent back, or pending interrupts are never a branch.
+
+use super::Inner;
+use super::run::RunRefused;
+use crate::protocol::Event;
+use crate::protocol::fold::{Fold, RunStatus};
+use crate::protocol::lineage::{Checkpoint, RunKind, RunRecord};
+use serde_json::Value;
+use std::sync::Arc;
+
+/// Where a run asks to start from.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum BaseRequest {
+    /// The head (or, with a resume, the head's interrupts answered).
+    #[default]
+    Head,
+    /// `parentRunId`: from the end of this run of the thread.
+    Run(String),
+    /// Answer this assistant message again (default: the head's last one).
+    Regenerate(Option<String>),
+    /// This user message (same id) with new content.
+    Edit { message_id: String, message: Value },
+    /// A complete input from a client that does not name a base: a strict
+    /// prefix of the head's history ending in a user message is a
+    /// regenerate, a known user message with new content an edit, anything
+    /// else the head.
+    Detect,
+}
+
+/// A run's base, resolved against the thread.
+#[derive(Debug, Clone)]
+pub struct Base {
+    pub kind: RunKind,
+    /// The run it hangs from (`None`: the thread's first run, or a sibling of it).
+    pub parent: Option<String>,
+    /// The head when the run was resolved.
+    pub head_before: Option<String>,
+    /// The base's end, for a run that forks; `None` → the head (the fold).
+    pub view: Option<Arc<Checkpoint>>,
+    /// What a regenerate or an edit sends as its new input: the replaced
+    /// run's own input (with the edit applied).
+    pub input: Option<Vec<Value>>,
+    /// The message regenerated or edited.
+    pub replaces: Option<String>,
+}
+
+impl Base {
+    /// True when the run forks (its opening restates the history).
+    pub fn forks(&self) -> bool {
+        self.view.is_some()
+    }
+
+    /// The pending interrupts a run from this base must answer.
+    pub fn interrupts<'a>(&'a self, fold: &'a Fold) -> &'a [Value] {
+        match &self.view {
+            Some(view) => &view.interrupts,
+            None => fold.interrupts(),
+        }
+    }
+}
+
+/// Resolves `request` on the thread as it stands (`resumes`: the run
+/// carries a resume; `sent`: the complete input's messages, for
+/// [`BaseRequest::Detect`]).
+pub(super) fn resolve(
+    inner: &Inner,
+    request: &BaseRequest,
+    resumes: bool,
+    sent: Option<&[Value]>,
+) -> Result<Base, RunRefused> {
+    let runs = inner.fold.runs();
+    let head = runs.head().map(|h| h.run_id.clone());
+    let linear = |kind| Base {
+        kind,
+        parent: head.clone(),
+        head_before: head.clone(),
+        view: None,
+        input: None,
+        replaces: None,
+    };
+    let plain = if resumes {
+        RunKind::Resume
+    } else {
+        RunKind::Continue
+    };
+    match request {
+        BaseRequest::Head => Ok(linear(plain)),
+        BaseRequest::Run(id) if Some(id) == head.as_ref() => Ok(linear(plain)),
+        BaseRequest::Run(id) => {
+            let run = known_run(inner, id)?;
+            Ok(Base {
+                kind: RunKind::Branch,
+                parent: Some(run.run_id.clone()),
+                head_before: head.clone(),
+                view: Some(view_at(inner, id)?),
+                input: None,
+                replaces: None,
+            })
+        }
+        BaseRequest::Regenerate(message) => {
+            let message = match message {
+                Some(m) => m.clone(),
+                None => last_assistant(&inner.fold).ok_or_else(|| {
+                    RunRefused::NotFound("the thread has no assistant message to regenerate".into())
+                })?,
+            };
+            // An assistant message: a sibling of the run that produced it.
+            // A user message (the AI SDK names the question): a sibling of
+            // the run it was sent in.
+            let run = runs
+                .producer_of(&message)
+                .or_else(|| runs.introducer_of(&message))
+                .ok_or_else(|| {
+                    RunRefused::NotFound(format!(
+                        "message '{message}' is not part of a run this thread remembers"
+                    ))
+                })?;
+            sibling_of(inner, run, RunKind::Regenerate, run.input.clone(), message)
+        }
+        BaseRequest::Edit {
+            message_id,
+            message,
+        } => {
+            if message.get("role").and_then(Value::as_str) != Some("user") {
+                return Err(RunRefused::Invalid(
+                    "edit: message.role must be \"user\"".into(),
+                ));
+            }
+            let run = runs.introducer_of(message_id).ok_or_else(|| {
+                RunRefused::NotFound(format!(
+                    "message '{message_id}' was not sent in a run this thread remembers"
+                ))
+            })?;
+            let input = edited_input(&run.input, message_id, message, &[]);
+            sibling_of(inner, run, RunKind::Edit, input, message_id.clone())
+        }
+        BaseRequest::Detect => match sent.and_then(|sent| detect(inner, sent, resumes)) {
+            Some(request) => resolve(inner, &request, resumes, None),
+            None => Ok(linear(plain)),
+        },
+    }
+}
+
+/// A run that answers `run`'s question again: hangs from `run`'s base.
+fn sibling_of(
+    inner: &Inner,
+    run: &RunRecord,
+    kind: RunKind,
+    input: Vec<Value>,
+    replaces: String,
+) -> Result<Base, RunRefused> {
+    let view = match &run.parent {
+        Some(parent) => view_at(inner, parent)?,
+        None => Arc::new(Fold::new().checkpoint()),
+    };
+    Ok(Base {
+        kind,
+        parent: run.parent.clone(),
+        head_before: inner.fold.runs().head().map(|h| h.run_id.clone()),
+        view: Some(view),
+        input: Some(input),
+        replaces: Some(replaces),
+    })
+}
+
+/// `input` with message `id` replaced by `message` (keeping the id), the
+/// messages after it dropped and `after` appended.
+fn edited_input(input: &[Value], id: &str, message: &Value, after: &[Value]) -> Vec<Value> {
+    let mut edited: Vec<Value> = Vec::new();
+    for m in input {
+        if message_id(m) == Some(id) {
+            let mut m = message.clone();
+            if let Some(obj) = m.as_object_mut() {
+                obj.insert("id".into(), id.into());
+            }
+            edited.push(m);
+            break;
+        }
+        edited.push(m.clone());
+    }
+    edited.extend(after.iter().cloned());
+    edited
+}
+
+fn known_run<'a>(inner: &'a Inner, id: &str) -> Result<&'a RunRecord, RunRefused> {
+    inner.fold.runs().get(id).ok_or_else(|| {
+        RunRefused::NotFound(format!(
+            "parentRunId '{id}' is not a run of this thread (or no longer remembered)"
+        ))
+    })
+}
+
+/// The conversation at the end of run `id`: its checkpoint, or a replay of
+/// the journal from its nearest ancestor that has one (or from the
+/// thread's start).
+pub(super) fn view_at(inner: &Inner, id: &str) -> Result<Arc<Checkpoint>, RunRefused> {
+    let run = known_run(inner, id)?;
+    if run.status == RunStatus::Running {
+        return Err(RunRefused::Conflict(format!(
+            "run '{id}' has not ended; a run can only start from a run that has"
+        )));
+    }
+    if let Some(c) = run.checkpoint() {
+        return Ok(c.clone());
+    }
+    let path = inner.fold.runs().path(id);
+    let from = path.iter().position(|r| r.checkpoint().is_some());
+    let (mut fold, replayed) = match from {
+        Some(i) => (
+            Fold::at_checkpoint(path[i].checkpoint().expect("found")),
+            &path[..i],
+        ),
+        None if path.last().is_some_and(|r| r.parent.is_none()) => (Fold::new(), &path[..]),
+        None => return Err(gone(id)),
+    };
+    for run in replayed.iter().rev() {
+        let Some(end) = run.ended_seq else {
+            return Err(gone(id));
+        };
+        if run.started_seq <= inner.base_seq {
+            return Err(gone(id));
+        }
+        for entry in inner
+            .journal
+            .iter()
+            .filter(|e| (run.started_seq..=end).contains(&e.seq))
+        {
+            fold.apply(entry.seq, &entry.event);
+        }
+    }
+    Ok(Arc::new(fold.checkpoint()))
+}
+
+fn gone(id: &str) -> RunRefused {
+    RunRefused::NotFound(format!(
+        "the end of run '{id}' is no longer kept (its checkpoint was evicted and its events compacted)"
+    ))
+}
+
+/// The last assistant message of the head's conversation.
+fn last_assistant(fold: &Fold) -> Option<String> {
+    fold.messages()
+        .iter()
+        .rev()
+        .find(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
+        .and_then(|m| message_id(m).map(str::to_owned))
+}
+
+/// What a complete input that names no base means, if it is a
+/// regenerate or an edit (see [`BaseRequest::Detect`]).
+fn detect(inner: &Inner, sent: &[Value], resumes: bool) -> Option<BaseRequest> {
+    let fold = &inner.fold;
+    if resumes
+        || !fold.interrupts().is_empty()
+        || sent.last().is_none_or(|m| role(m) != "user")
+        || fold.runs().is_empty()
+    {
+        return None;
+    }
+    // An edit: a user message the head's history holds, with new content.
+    for m in sent.iter().filter(|m| role(m) == "user") {
+        if let Some(id) = message_id(m)
+            && let Some(known) = fold.message(id)
+            && super::run_input::is_edit(known, m)
+        {
+            return Some(BaseRequest::Edit {
+                message_id: id.to_owned(),
+                message: m.clone(),
+            });
+        }
+    }
+    // A regenerate: the conversation as sent is the head's, cut after a
+    // user message.
+    let turns = |msgs: &[Value]| -> Vec<String> {
+        msgs.iter()
+            .filter(|m| !matches!(role(m), "tool" | "activity" | "reasoning"))
+            .filter_map(|m| message_id(m).map(str::to_owned))
+            .collect()
+    };
+    let (sent_ids, head_ids) = (turns(sent), turns(fold.messages()));
+    if sent_ids.len() >= head_ids.len() || !head_ids.starts_with(&sent_ids) {
+        return None;
+    }
+    let answer = head_ids[sent_ids.len()..]
+        .iter()
+        .find(|id| fold.message(id).is_some_and(|m| role(m) == "assistant"))?;
+    Some(BaseRequest::Regenerate(Some(answer.clone())))
+}
+
+fn role(m: &Value) -> &str {
+    m.get("role").and_then(Value::as_str).unwrap_or_default()
+}
+
+fn message_id(m: &Value) -> Option<&str> {
+    m.get("id").and_then(Value::as_str)
+}
+
+/// The `CUSTOM agui-gateway/lineage` event a forked run journals after its
+/// snapshots.
+pub(super) fn lineage_event(base: &Base, run_id: &str, agent: &str) -> Event {
+    let mut value = serde_json::json!({
+        "runId": run_id,
+        "parentRunId": base.parent,
+        "kind": base.kind.as_str(),
+        "agent": agent,
+        "headBefore": base.head_before,
+    });
+    match (base.kind, &base.replaces) {
+        (RunKind::Regenerate, Some(m)) => value["regeneratedMessageId"] = m.clone().into(),
+        (RunKind::Edit, Some(m)) => value["editedMessageId"] = m.clone().into(),
+        _ => {}
+    }
+    Event::build(serde_json::json!({
+        "type": "CUSTOM",
+        "name": crate::protocol::lineage::LINEAGE_EVENT,
+        "value": value,
+    }))
+}
+
+impl super::Thread {
+    /// The snapshot at the end of run `run_id` (the conversation as it was
+    /// then, on its branch), as `visibility` allows; the head's snapshot
+    /// when `None`.
+    pub fn snapshot_at(
+        &self,
+        run_id: Option<&str>,
+        visibility: &crate::protocol::hooks::ViewerVisibility,
+    ) -> Result<serde_json::Map<String, Value>, RunRefused> {
+        let Some(run_id) = run_id else {
+            return Ok(self.snapshot(visibility));
+        };
+        let inner = self.lock();
+        let view = view_at(&inner, run_id)?;
+        let run = inner.fold.runs().get(run_id).expect("view_at found it");
+        let mut snap = serde_json::Map::new();
+        snap.insert("threadId".into(), self.key.thread_id.clone().into());
+        snap.insert("seq".into(), view.seq.into());
+        snap.insert("messages".into(), Value::Array(view.messages.clone()));
+        snap.insert("state".into(), view.state.clone());
+        snap.insert("interrupts".into(), Value::Array(view.interrupts.clone()));
+        snap.insert("run".into(), run_summary(run));
+        snap.insert(
+            "headRunId".into(),
+            inner.fold.runs().head().map(|h| h.run_id.clone()).into(),
+        );
+        crate::protocol::hooks::SeenBy::new(visibility.clone())
+            .redact_snapshot(&mut snap, &view.authors);
+        Ok(snap)
+    }
+
+    /// `GET /v1/threads/{id}/runs`: the run tree, oldest first, `limit`
+    /// runs from index `cursor`.
+    pub fn runs_page(&self, cursor: usize, limit: usize) -> Value {
+        let inner = self.lock();
+        let runs = inner.fold.runs();
+        let page: Vec<Value> = runs
+            .iter()
+            .skip(cursor)
+            .take(limit)
+            .map(|r| r.to_json())
+            .collect();
+        let next = (cursor + limit < runs.len()).then_some(cursor + limit);
+        serde_json::json!({
+            "threadId": self.key.thread_id,
+            "headRunId": runs.head().map(|h| h.run_id.clone()),
+            "runs": page,
+            "nextCursor": next,
+        })
+    }
+}
+
+/// The snapshot's `run` object for a run of the table.
+pub(super) fn run_summary(run: &RunRecord) -> Value {
+    serde_json::json!({
+        "runId": run.run_id,
+        "agent": run.agent.to_json(),
+        "status": run.status.as_str(),
+        "parentRunId": run.parent,
+        "kind": run.kind.as_str(),
+    })
+}

@@ -1,0 +1,375 @@
+//! What a run is sent, and what its journal says about it.
+//!
+//! Two things come out of a run request and its resolved [`Base`]:
+//!
+//! - the upstream body: a `RunAgentInput` whose `messages` is the complete
+//!   history the agent is shown (AG-UI 1.1, run-input: "a producer MUST
+//!   treat it as the complete history … the protocol has no side channel
+//!   through which earlier turns arrive") — the head's conversation for a
+//!   plain run, the base run's end plus the new input for a branch;
+//! - the journal's opening: `RUN_STARTED` with the input normalized to
+//!   the messages new to the thread, stamped with the run's agent and
+//!   lineage ([`Stamp`]); then, when the history the agent got is not what
+//!   the journal's fold holds (a branch, or a client that edited a known
+//!   message), that history restated as snapshots, so every reader of the
+//!   journal follows.
+//!
+//! History the gateway builds never carries what AG-UI 1.1 says must not go
+//! back upstream: `activity` messages (UI-only) and another agent's
+//! `encryptedValue` ("only its producer can read it"; see [`for_upstream`]).
+
+use super::Inner;
+use super::branch::{Base, lineage_event};
+use super::run::RunRequest;
+use crate::protocol::Event;
+use crate::protocol::authorship::{Authors, RunAgent};
+use crate::protocol::event::now_millis;
+use crate::protocol::hooks::RunInput;
+use crate::config::BranchMode;
+use crate::protocol::lineage::Stamp;
+use bytes::Bytes;
+use serde_json::{Map, Value, json};
+
+/// What a run sends upstream and what its journal says about its input.
+pub(super) struct PreparedInput {
+    /// The upstream request body: the full history.
+    pub body: Bytes,
+    /// The journal's `RUN_STARTED.input`: messages new to the thread only;
+    /// no `forwardedProps` or `state` (per-request, possibly private: the
+    /// verified identity travels there, and viewers need not see either).
+    pub journal_input: Value,
+    /// The run's agent and lineage, stamped on its journaled `RUN_STARTED`.
+    pub stamp: Stamp,
+    /// What the journal says right after `RUN_STARTED`: the history the
+    /// agent got, when it differs from the fold's (a `MESSAGES_SNAPSHOT`;
+    /// for a branch also the base's `STATE_SNAPSHOT` and the lineage event).
+    pub restated: Vec<Event>,
+    /// The thread id the agent was sent instead of the thread's own
+    /// (`branching.mode = "fork-thread"`); mapped back on what it sends.
+    pub upstream_thread: Option<String>,
+}
+
+/// True when a client re-sent message `known` (same id) with other content:
+/// role, content, tool calls or the tool call it answers. Other fields
+/// (metadata a client strips or adds) are not an edit.
+pub(super) fn is_edit(known: &Value, sent: &Value) -> bool {
+    ["role", "content", "toolCalls", "toolCallId"]
+        .iter()
+        .any(|k| known.get(k) != sent.get(k))
+}
+
+/// Keys of `RunAgentInput` that are not journaled (see [`PreparedInput`]).
+const UNJOURNALED_INPUT: [&str; 2] = ["forwardedProps", "state"];
+
+pub(super) fn build_input(
+    thread_id: &str,
+    inner: &Inner,
+    req: &RunRequest,
+    base: &Base,
+) -> PreparedInput {
+    let stamp = Stamp {
+        agent: req.agent.id.clone(),
+        parent: base.parent.clone(),
+        kind: base.kind,
+        by: req.started_by.clone(),
+        at: now_millis(),
+    };
+    let mut prepared = if base.forks() {
+        fork_input(thread_id, inner, req, base, stamp)
+    } else {
+        linear_input(thread_id, inner, req, stamp)
+    };
+    if req.agent.branching.mode == BranchMode::ForkThread
+        && let Some(root) = branch_root(inner, req, base)
+    {
+        let alias = format!("{thread_id}~{root}");
+        if let Ok(mut body) = serde_json::from_slice::<Value>(&prepared.body) {
+            body["threadId"] = alias.clone().into();
+            prepared.body = Bytes::from(serde_json::to_vec(&body).expect("input serializes"));
+        }
+        prepared.upstream_thread = Some(alias);
+    }
+    prepared
+}
+
+/// The run that began the branch a run is on (itself, when it forks); `None`
+/// on the thread's original line.
+fn branch_root(inner: &Inner, req: &RunRequest, base: &Base) -> Option<String> {
+    if base.forks() {
+        return Some(req.run_id.clone());
+    }
+    let parent = base.parent.as_deref()?;
+    inner
+        .fold
+        .runs()
+        .path(parent)
+        .into_iter()
+        .find(|r| r.kind.forks())
+        .map(|r| r.run_id.clone())
+}
+
+/// `event` with the thread id the agent was sent (`alias`) replaced by the
+/// thread's own, so the journal names one thread whatever the agent saw.
+pub(super) fn restore_thread_id(event: Event, alias: &str, thread_id: &str) -> Event {
+    if event.str_field("threadId") == Some(alias) {
+        event.modify(|b| {
+            b.insert("threadId".into(), thread_id.into());
+        })
+    } else {
+        event
+    }
+}
+
+/// History for agent `agent` without what must not go back upstream:
+/// `activity` messages, and `encryptedValue`s another agent's run produced.
+pub(super) fn for_upstream(messages: &[Value], authors: &Authors, agent: &str) -> Vec<Value> {
+    messages
+        .iter()
+        .filter(|m| m.get("role").and_then(Value::as_str) != Some("activity"))
+        .map(|m| {
+            let id = m.get("id").and_then(Value::as_str);
+            let own = matches!(authors.of_message(id), RunAgent::Agent(a) if &**a == agent);
+            if own {
+                m.clone()
+            } else {
+                without_encrypted_values(m.clone())
+            }
+        })
+        .collect()
+}
+
+fn without_encrypted_values(mut m: Value) -> Value {
+    if let Some(obj) = m.as_object_mut() {
+        obj.remove("encryptedValue");
+        obj.remove("encryptedValueType");
+        if let Some(Value::Array(calls)) = obj.get_mut("toolCalls") {
+            for call in calls.iter_mut().filter_map(Value::as_object_mut) {
+                call.remove("encryptedValue");
+                call.remove("encryptedValueType");
+            }
+        }
+    }
+    m
+}
+
+fn message_id(m: &Value) -> Option<&str> {
+    m.get("id").and_then(Value::as_str)
+}
+
+/// A run on top of the head: the fold's conversation plus what is new.
+fn linear_input(thread_id: &str, inner: &Inner, req: &RunRequest, stamp: Stamp) -> PreparedInput {
+    let fold = &inner.fold;
+    let known = |m: &Value| message_id(m).and_then(|id| fold.message(id));
+    let edited = |msgs: &[Value]| msgs.iter().any(|m| known(m).is_some_and(|k| is_edit(k, m)));
+    let snapshot = |history: Vec<Value>| {
+        vec![Event::build(
+            json!({"type": "MESSAGES_SNAPSHOT", "messages": history}),
+        )]
+    };
+    match &req.input {
+        RunInput::Complete(input) => {
+            let body = Bytes::from(serde_json::to_vec(input).expect("input serializes"));
+            let mut journal = serde_json::to_value(input).expect("input serializes");
+            let mut restated = Vec::new();
+            if let Some(obj) = journal.as_object_mut() {
+                for k in UNJOURNALED_INPUT {
+                    obj.remove(k);
+                }
+                if let Some(Value::Array(msgs)) = obj.get_mut("messages") {
+                    if edited(msgs) {
+                        restated = snapshot(msgs.clone());
+                    }
+                    msgs.retain(|m| known(m).is_none());
+                }
+            }
+            PreparedInput {
+                body,
+                journal_input: journal,
+                stamp,
+                restated,
+                upstream_thread: None,
+            }
+        }
+        RunInput::Incremental {
+            messages,
+            state,
+            forwarded_props,
+            ..
+        } => {
+            let new: Vec<Value> = messages
+                .iter()
+                .filter(|m| known(m).is_none())
+                .cloned()
+                .collect();
+            // History from the fold, with any message the client re-sent
+            // under a known id replaced by its edit.
+            let mut all: Vec<Value> = fold
+                .messages()
+                .iter()
+                .map(|m| {
+                    let id = message_id(m);
+                    messages
+                        .iter()
+                        .find(|s| id.is_some() && message_id(s) == id)
+                        .unwrap_or(m)
+                        .clone()
+                })
+                .collect();
+            all.extend(new.iter().cloned());
+            let history = for_upstream(&all, fold.authors(), &req.agent.id);
+            let state = state.clone().unwrap_or_else(|| fold.state().clone());
+            let (body, journal) =
+                incremental_body(thread_id, req, None, new, history, state, forwarded_props);
+            PreparedInput {
+                body,
+                journal_input: journal,
+                stamp,
+                restated: if edited(messages) {
+                    snapshot(all)
+                } else {
+                    Vec::new()
+                },
+                upstream_thread: None,
+            }
+        }
+    }
+}
+
+/// The upstream body and the journal's input of a WebSocket run.
+fn incremental_body(
+    thread_id: &str,
+    req: &RunRequest,
+    parent: Option<&str>,
+    new: Vec<Value>,
+    history: Vec<Value>,
+    state: Value,
+    forwarded_props: &Option<Value>,
+) -> (Bytes, Value) {
+    let RunInput::Incremental {
+        tools,
+        context,
+        resume,
+        ..
+    } = &req.input
+    else {
+        unreachable!("only for incremental input")
+    };
+    let mut journal = Map::new();
+    journal.insert("threadId".into(), thread_id.into());
+    journal.insert("runId".into(), req.run_id.clone().into());
+    if let Some(parent) = parent {
+        journal.insert("parentRunId".into(), parent.into());
+    }
+    journal.insert("protocolVersion".into(), "1.0".into());
+    journal.insert("tools".into(), Value::Array(tools.clone()));
+    journal.insert("context".into(), Value::Array(context.clone()));
+    if let Some(r) = resume {
+        journal.insert("resume".into(), r.clone());
+    }
+    let mut input = journal.clone();
+    journal.insert("messages".into(), Value::Array(new));
+    input.insert("state".into(), state);
+    input.insert(
+        "forwardedProps".into(),
+        forwarded_props.clone().unwrap_or_else(|| json!({})),
+    );
+    input.insert("messages".into(), Value::Array(history));
+    let body = Bytes::from(serde_json::to_vec(&input).expect("input serializes"));
+    (body, Value::Object(journal))
+}
+
+/// A run from another run than the head: that run's end plus the new
+/// input, restated in the journal.
+fn fork_input(
+    thread_id: &str,
+    inner: &Inner,
+    req: &RunRequest,
+    base: &Base,
+    stamp: Stamp,
+) -> PreparedInput {
+    let view = base.view.as_ref().expect("a fork has a view");
+    let runs = inner.fold.runs();
+    let in_view = |id: &str| view.messages.iter().any(|m| message_id(m) == Some(id));
+    // Messages the thread has seen anywhere (this branch or another) are
+    // not new input: a stock client sends its whole list, which holds the
+    // branch it was on.
+    let seen = |id: &str| {
+        in_view(id)
+            || inner.fold.has_message(id)
+            || runs.producer_of(id).is_some()
+            || runs.introducer_of(id).is_some()
+    };
+    let sent: Vec<Value> = match &req.input {
+        RunInput::Incremental { messages, .. } => messages.clone(),
+        RunInput::Complete(i) => i
+            .messages
+            .iter()
+            .map(|m| serde_json::to_value(m).expect("message serializes"))
+            .collect(),
+    };
+    let unseen = sent
+        .into_iter()
+        .filter(|m| message_id(m).is_some_and(|id| !seen(id)));
+    let new: Vec<Value> = match &base.input {
+        Some(input) => input.iter().cloned().chain(unseen).collect(),
+        None => unseen.collect(),
+    };
+    let mut all = view.messages.clone();
+    all.extend(new.iter().cloned());
+    let history = for_upstream(&all, &view.authors, &req.agent.id);
+    let parent = base.parent.as_deref();
+    let (body, journal_input, state) = match &req.input {
+        RunInput::Incremental {
+            state,
+            forwarded_props,
+            ..
+        } => {
+            let state = state.clone().unwrap_or_else(|| view.state.clone());
+            let (body, journal) = incremental_body(
+                thread_id,
+                req,
+                parent,
+                new,
+                history,
+                state.clone(),
+                forwarded_props,
+            );
+            (body, journal, state)
+        }
+        RunInput::Complete(input) => {
+            let mut body = serde_json::to_value(input).expect("input serializes");
+            let state = input.state.clone().unwrap_or_else(|| view.state.clone());
+            let mut journal = body.clone();
+            let set_parent = |obj: &mut Map<String, Value>| match parent {
+                Some(p) => obj.insert("parentRunId".into(), p.into()),
+                None => obj.remove("parentRunId"),
+            };
+            if let Some(obj) = body.as_object_mut() {
+                obj.insert("messages".into(), Value::Array(history));
+                obj.insert("state".into(), state.clone());
+                set_parent(obj);
+            }
+            if let Some(obj) = journal.as_object_mut() {
+                for k in UNJOURNALED_INPUT {
+                    obj.remove(k);
+                }
+                obj.insert("messages".into(), Value::Array(new));
+                set_parent(obj);
+            }
+            let body = Bytes::from(serde_json::to_vec(&body).expect("input serializes"));
+            (body, journal, state)
+        }
+    };
+    let restated = vec![
+        Event::build(json!({"type": "MESSAGES_SNAPSHOT", "messages": all})),
+        Event::build(json!({"type": "STATE_SNAPSHOT", "snapshot": state})),
+        lineage_event(base, &req.run_id, &req.agent.id),
+    ];
+    PreparedInput {
+        body,
+        journal_input,
+        stamp,
+        restated,
+        upstream_thread: None,
+    }
+}

@@ -1,0 +1,286 @@
+//! Threads that branch: runs as commits on one journal (docs/protocol.md,
+//! "Branches"). A real gateway, the scripted Python AG-UI agent's `history`
+//! scenario (it reports the history it was sent and answers `a-<runId>`),
+//! WebSocket clients, and the stock `@ag-ui/client` replaying the journal.
+
+mod common;
+use common::*;
+use serde_json::{Value, json};
+
+/// A gateway with the `history` agent as `h`.
+async fn gateway(py: &PyAgent, extra: &str) -> Gateway {
+    Gateway::start(&format!(
+        "[[agents]]\nid = \"h\"\nurl = \"{}\"\n{extra}",
+        py.url("history")
+    ))
+    .await
+}
+
+/// Sends `frame` (with `id` = its runId) and returns the history the agent
+/// reported for that run, after its terminal event; or the refusal.
+async fn run(ws: &mut Ws, mut frame: Value) -> Result<Value, Value> {
+    let id = frame["runId"].as_str().unwrap_or("cmd").to_owned();
+    frame["id"] = id.clone().into();
+    ws.send(frame).await;
+    let answer = ws.recv_until(|f| f["id"] == id.as_str()).await;
+    let answer = answer.last().unwrap().clone();
+    if answer["type"] != "ack" {
+        return Err(answer);
+    }
+    let run_id = answer["runId"].as_str().unwrap().to_owned();
+    let frames = ws
+        .recv_until(|f| is_terminal_frame(f) && f["event"]["runId"] == run_id.as_str())
+        .await;
+    let history = frames
+        .iter()
+        .find(|f| f["event"]["type"] == "CUSTOM" && f["event"]["name"] == "history")
+        .map(|f| f["event"]["value"].clone())
+        .expect("the agent reported its history");
+    Ok(history)
+}
+
+fn turn(thread: &str, run: &str, text: &str) -> Value {
+    json!({"type": "run", "agent": "h", "threadId": thread, "runId": run,
+           "messages": [{"id": format!("u-{run}"), "role": "user", "content": text}]})
+}
+
+fn ids(messages: &Value) -> Vec<String> {
+    messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+async fn snapshot(gw: &Gateway, t: &str, path: &str) -> Value {
+    json_of(http().get(gw.url(path)).bearer_auth(t)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parent_run_regenerate_and_edit_fork_the_thread_and_the_agent_sees_only_the_branch() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = gateway(&py, "").await;
+    let t = token(json!({"sub": "alice"}));
+    let mut ws = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
+    for (run_id, text) in [("r1", "one"), ("r2", "two"), ("r3", "three")] {
+        run(&mut ws, turn("b", run_id, text)).await.unwrap();
+    }
+    // Continue from the first run: the agent gets its history only.
+    let mut fork = turn("b", "r4", "london instead");
+    fork["parentRunId"] = "r1".into();
+    let seen = run(&mut ws, fork).await.unwrap();
+    assert_eq!(
+        ids(&seen["messages"]),
+        ["u-r1", "a-r1", "u-r4"],
+        "a branch from r1 is sent r1's conversation plus the new message: {seen}"
+    );
+    assert_eq!(
+        seen["state"],
+        json!({"turns": 1}),
+        "and r1's state: {seen}"
+    );
+    assert_eq!(seen["parentRunId"], "r1");
+    let head = snapshot(&gw, &t, "/v1/threads/b").await;
+    assert_eq!(ids(&head["messages"]), ["u-r1", "a-r1", "u-r4", "a-r4"]);
+    assert_eq!(head["headRunId"], "r4");
+    assert_eq!(head["run"]["parentRunId"], "r1");
+    // The conversation as it was at the end of r3 is still there.
+    let old = snapshot(&gw, &t, "/v1/threads/b?runId=r3").await;
+    assert_eq!(
+        ids(&old["messages"]),
+        ["u-r1", "a-r1", "u-r2", "a-r2", "u-r3", "a-r3"]
+    );
+    assert_eq!(old["state"], json!({"turns": 3}));
+    let export = snapshot(&gw, &t, "/v1/threads/b/messages?format=ai-sdk&runId=r2").await;
+    assert_eq!(export["messages"].as_array().unwrap().len(), 4, "{export}");
+
+    // Regenerate the head's answer: a sibling of r4, from r1.
+    let seen = run(
+        &mut ws,
+        json!({"type": "regenerate", "threadId": "b", "runId": "r5"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ids(&seen["messages"]), ["u-r1", "a-r1", "u-r4"], "{seen}");
+    let head = snapshot(&gw, &t, "/v1/threads/b").await;
+    assert_eq!(ids(&head["messages"]), ["u-r1", "a-r1", "u-r4", "a-r5"]);
+
+    // Edit r2's question (on another branch): a sibling of r2.
+    let seen = run(
+        &mut ws,
+        json!({"type": "edit", "threadId": "b", "runId": "r6", "messageId": "u-r2",
+               "message": {"role": "user", "content": "two, edited"}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ids(&seen["messages"]), ["u-r1", "a-r1", "u-r2"], "{seen}");
+    assert_eq!(seen["messages"][2]["content"], "two, edited");
+    let head = snapshot(&gw, &t, "/v1/threads/b").await;
+    assert_eq!(ids(&head["messages"]), ["u-r1", "a-r1", "u-r2", "a-r6"]);
+    assert_eq!(head["messages"][2]["content"], "two, edited");
+    // A plain run continues the head.
+    let seen = run(&mut ws, turn("b", "r7", "go on")).await.unwrap();
+    assert_eq!(
+        ids(&seen["messages"]),
+        ["u-r1", "a-r1", "u-r2", "a-r6", "u-r7"]
+    );
+
+    // The tree in one call.
+    let tree = snapshot(&gw, &t, "/v1/threads/b/runs").await;
+    assert_eq!(tree["headRunId"], "r7");
+    let runs = tree["runs"].as_array().unwrap();
+    let of = |id: &str| runs.iter().find(|r| r["runId"] == id).unwrap().clone();
+    for (id, parent, kind) in [
+        ("r1", Value::Null, "continue"),
+        ("r2", json!("r1"), "continue"),
+        ("r3", json!("r2"), "continue"),
+        ("r4", json!("r1"), "branch"),
+        ("r5", json!("r1"), "regenerate"),
+        ("r6", json!("r1"), "edit"),
+        ("r7", json!("r6"), "continue"),
+    ] {
+        let r = of(id);
+        assert_eq!((r["parentRunId"].clone(), r["kind"].as_str()), (parent, Some(kind)), "{r}");
+        assert_eq!(r["status"], "finished", "{r}");
+        assert_eq!(r["startedBy"], "alice", "{r}");
+    }
+    assert_eq!(of("r5")["outputMessageIds"], json!(["a-r5"]));
+    assert_eq!(of("r6")["inputMessageIds"], json!(["u-r2"]));
+
+    // Bad bases get stable codes and start nothing.
+    let mut nope = turn("b", "r8", "x");
+    nope["parentRunId"] = "nope".into();
+    assert_eq!(run(&mut ws, nope).await.unwrap_err()["code"], "not_found");
+    let unknown = json!({"type": "regenerate", "threadId": "b", "runId": "r9", "messageId": "zz"});
+    assert_eq!(run(&mut ws, unknown).await.unwrap_err()["code"], "not_found");
+    let not_user = json!({"type": "edit", "threadId": "b", "runId": "r10", "messageId": "u-r2",
+                          "message": {"role": "assistant", "content": "no"}});
+    assert_eq!(run(&mut ws, not_user).await.unwrap_err()["code"], "invalid");
+    let missing = snapshot(&gw, &t, "/v1/threads/b?runId=nope").await;
+    assert_eq!(missing["error"]["code"], "not_found", "{missing}");
+}
+
+/// The journal stays one valid linear AG-UI stream: the stock client,
+/// replaying the join stream from 0 and from after any seq, ends on the
+/// head's branch (the fork's snapshots restate it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stock_client_replaying_the_journal_from_any_seq_ends_on_the_head_branch() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = gateway(&py, "").await;
+    let t = token(json!({"sub": "alice"}));
+    let mut ws = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
+    for (run_id, text) in [("r1", "one"), ("r2", "two"), ("r3", "three")] {
+        run(&mut ws, turn("j", run_id, text)).await.unwrap();
+    }
+    let mut fork = turn("j", "r4", "four from one");
+    fork["parentRunId"] = "r1".into();
+    run(&mut ws, fork).await.unwrap();
+    let head = snapshot(&gw, &t, "/v1/threads/j").await;
+    let last = head["seq"].as_u64().unwrap();
+    let tree = snapshot(&gw, &t, "/v1/threads/j/runs").await;
+    let fork_start = tree["runs"][3]["startedSeq"].as_u64().unwrap();
+    let ends: Vec<u64> = tree["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["endedSeq"].as_u64().unwrap())
+        .collect();
+    // From the start, from inside the abandoned branch, at the fork, inside
+    // the fork's run.
+    for after in [0, 2, fork_start - 2, fork_start - 1, fork_start] {
+        let runs = ends.iter().filter(|e| **e > after).count().to_string();
+        let url = format!("{}?after={after}", gw.url("/v1/threads/j/events"));
+        let v = node_client("joinstream.mjs", &[&url, &t, &runs]).await;
+        assert_eq!(v["error"], Value::Null, "after={after}: {v}");
+        if after == 0 {
+            assert_eq!(
+                ids(&v["messages"]),
+                ids(&head["messages"]),
+                "from 0 the stock reducer ends on the head's branch"
+            );
+            assert_eq!(v["state"], head["state"]);
+        } else {
+            // A client that starts fresh at after=N holds nothing before N:
+            // it ends with exactly the head's messages (the stock reducer
+            // keeps the order it first saw them in; a client resuming with
+            // what it read up to N has the journal's order).
+            let mut got = ids(&v["messages"]);
+            let mut want = ids(&head["messages"]);
+            got.sort();
+            want.sort();
+            assert_eq!(got, want, "after={after}");
+            assert_eq!(v["state"], head["state"], "after={after}");
+        }
+    }
+    assert!(last > fork_start);
+}
+
+/// A stock `@ag-ui/client` HttpAgent that names `parentRunId` (the .NET
+/// client's field; a TS client sets it by subclassing) branches; one that
+/// only cuts its list after a user message (CopilotKit's reload) regenerates;
+/// a tool result sent back continues the head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_face_honours_parent_run_id_and_reads_a_cut_list_as_a_regenerate() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = gateway(&py, "").await;
+    let t = token(json!({"sub": "alice"}));
+    let post = |body: Value| {
+        let url = gw.run_url("h");
+        let t = t.clone();
+        async move { post_run(&url, &t, &body).await }
+    };
+    let history_of = |body: &str| {
+        sse_events(body)
+            .into_iter()
+            .find(|e| e["type"] == "CUSTOM" && e["name"] == "history")
+            .map(|e| e["value"].clone())
+            .unwrap_or_else(|| panic!("no history in {body}"))
+    };
+    let msg = |id: &str, role: &str, content: &str| json!({"id": id, "role": role, "content": content});
+    let mut all = Vec::new();
+    for (run_id, text) in [("r1", "one"), ("r2", "two"), ("r3", "three")] {
+        all.push(msg(&format!("u-{run_id}"), "user", text));
+        let mut body = input("hf", run_id, text);
+        body["messages"] = Value::Array(all.clone());
+        let (status, text) = post(body).await;
+        assert_eq!(status, 200, "{text}");
+        all.push(msg(&format!("a-{run_id}"), "assistant", &format!("re: {}", "x")));
+    }
+    // parentRunId: the client sends its whole list; the agent gets r1's.
+    let mut body = input("hf", "r4", "four");
+    all.push(msg("u-r4", "user", "four"));
+    body["messages"] = Value::Array(all.clone());
+    body["parentRunId"] = "r1".into();
+    let (status, text) = post(body).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(
+        ids(&history_of(&text)["messages"]),
+        ["u-r1", "a-r1", "u-r4"]
+    );
+    // A cut list (the head's history up to its last question): a regenerate.
+    let head = snapshot(&gw, &t, "/v1/threads/hf").await;
+    let cut: Vec<Value> = head["messages"].as_array().unwrap()[..3].to_vec();
+    let mut body = input("hf", "r5", "");
+    body["messages"] = Value::Array(cut);
+    let (status, text) = post(body).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(ids(&history_of(&text)["messages"]), ["u-r1", "a-r1", "u-r4"]);
+    let head = snapshot(&gw, &t, "/v1/threads/hf").await;
+    assert_eq!(ids(&head["messages"]), ["u-r1", "a-r1", "u-r4", "a-r5"]);
+    let tree = snapshot(&gw, &t, "/v1/threads/hf/runs").await;
+    assert_eq!(tree["runs"][4]["kind"], "regenerate", "{tree}");
+    // The whole list plus a new question: a plain continuation.
+    let mut list = head["messages"].as_array().unwrap().clone();
+    list.push(msg("u-r6", "user", "six"));
+    let mut body = input("hf", "r6", "");
+    body["messages"] = Value::Array(list);
+    let (status, text) = post(body).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(
+        ids(&history_of(&text)["messages"]),
+        ["u-r1", "a-r1", "u-r4", "a-r5", "u-r6"]
+    );
+    let tree = snapshot(&gw, &t, "/v1/threads/hf/runs").await;
+    assert_eq!(tree["runs"][5]["kind"], "continue", "{tree}");
+}
