@@ -75,11 +75,7 @@ async fn parent_run_regenerate_and_edit_fork_the_thread_and_the_agent_sees_only_
         ["u-r1", "a-r1", "u-r4"],
         "a branch from r1 is sent r1's conversation plus the new message: {seen}"
     );
-    assert_eq!(
-        seen["state"],
-        json!({"turns": 1}),
-        "and r1's state: {seen}"
-    );
+    assert_eq!(seen["state"], json!({"turns": 1}), "and r1's state: {seen}");
     assert_eq!(seen["parentRunId"], "r1");
     let head = snapshot(&gw, &t, "/v1/threads/b").await;
     assert_eq!(ids(&head["messages"]), ["u-r1", "a-r1", "u-r4", "a-r4"]);
@@ -141,7 +137,11 @@ async fn parent_run_regenerate_and_edit_fork_the_thread_and_the_agent_sees_only_
         ("r7", json!("r6"), "continue"),
     ] {
         let r = of(id);
-        assert_eq!((r["parentRunId"].clone(), r["kind"].as_str()), (parent, Some(kind)), "{r}");
+        assert_eq!(
+            (r["parentRunId"].clone(), r["kind"].as_str()),
+            (parent, Some(kind)),
+            "{r}"
+        );
         assert_eq!(r["status"], "finished", "{r}");
         assert_eq!(r["startedBy"], "alice", "{r}");
     }
@@ -153,7 +153,10 @@ async fn parent_run_regenerate_and_edit_fork_the_thread_and_the_agent_sees_only_
     nope["parentRunId"] = "nope".into();
     assert_eq!(run(&mut ws, nope).await.unwrap_err()["code"], "not_found");
     let unknown = json!({"type": "regenerate", "threadId": "b", "runId": "r9", "messageId": "zz"});
-    assert_eq!(run(&mut ws, unknown).await.unwrap_err()["code"], "not_found");
+    assert_eq!(
+        run(&mut ws, unknown).await.unwrap_err()["code"],
+        "not_found"
+    );
     let not_user = json!({"type": "edit", "threadId": "b", "runId": "r10", "messageId": "u-r2",
                           "message": {"role": "assistant", "content": "no"}});
     assert_eq!(run(&mut ws, not_user).await.unwrap_err()["code"], "invalid");
@@ -237,7 +240,8 @@ async fn the_http_face_honours_parent_run_id_and_reads_a_cut_list_as_a_regenerat
             .map(|e| e["value"].clone())
             .unwrap_or_else(|| panic!("no history in {body}"))
     };
-    let msg = |id: &str, role: &str, content: &str| json!({"id": id, "role": role, "content": content});
+    let msg =
+        |id: &str, role: &str, content: &str| json!({"id": id, "role": role, "content": content});
     let mut all = Vec::new();
     for (run_id, text) in [("r1", "one"), ("r2", "two"), ("r3", "three")] {
         all.push(msg(&format!("u-{run_id}"), "user", text));
@@ -245,7 +249,11 @@ async fn the_http_face_honours_parent_run_id_and_reads_a_cut_list_as_a_regenerat
         body["messages"] = Value::Array(all.clone());
         let (status, text) = post(body).await;
         assert_eq!(status, 200, "{text}");
-        all.push(msg(&format!("a-{run_id}"), "assistant", &format!("re: {}", "x")));
+        all.push(msg(
+            &format!("a-{run_id}"),
+            "assistant",
+            &format!("re: {}", "x"),
+        ));
     }
     // parentRunId: the client sends its whole list; the agent gets r1's.
     let mut body = input("hf", "r4", "four");
@@ -265,7 +273,10 @@ async fn the_http_face_honours_parent_run_id_and_reads_a_cut_list_as_a_regenerat
     body["messages"] = Value::Array(cut);
     let (status, text) = post(body).await;
     assert_eq!(status, 200, "{text}");
-    assert_eq!(ids(&history_of(&text)["messages"]), ["u-r1", "a-r1", "u-r4"]);
+    assert_eq!(
+        ids(&history_of(&text)["messages"]),
+        ["u-r1", "a-r1", "u-r4"]
+    );
     let head = snapshot(&gw, &t, "/v1/threads/hf").await;
     assert_eq!(ids(&head["messages"]), ["u-r1", "a-r1", "u-r4", "a-r5"]);
     let tree = snapshot(&gw, &t, "/v1/threads/hf/runs").await;

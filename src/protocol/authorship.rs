@@ -87,14 +87,29 @@ impl Authors {
         id.and_then(|id| self.messages.get(id)).unwrap_or(&UNKNOWN)
     }
 
+    /// Authors from their parts: message id → origin, and the state's origins.
+    pub fn from_parts(
+        messages: impl IntoIterator<Item = (String, RunAgent)>,
+        state: Vec<RunAgent>,
+    ) -> Authors {
+        Authors {
+            messages: messages.into_iter().collect(),
+            state,
+        }
+    }
+
     /// The origins of the state.
     pub fn of_state(&self) -> &[RunAgent] {
         &self.state
     }
 
     /// Records `origin` for every message in `messages` not attributed yet.
-    pub(super) fn note_messages(&mut self, messages: &[Value], origin: &RunAgent) {
-        for id in messages.iter().filter_map(message_id) {
+    pub(super) fn note_messages<M: std::borrow::Borrow<Value>>(
+        &mut self,
+        messages: &[M],
+        origin: &RunAgent,
+    ) {
+        for id in messages.iter().filter_map(|m| message_id(m.borrow())) {
             if !self.messages.contains_key(id) {
                 self.messages.insert(id.to_owned(), origin.clone());
             }
@@ -103,10 +118,12 @@ impl Authors {
 
     /// Forgets messages the conversation no longer holds (after an agent's
     /// `MESSAGES_SNAPSHOT`), so the map stays as large as the conversation.
-    pub(super) fn keep_only(&mut self, messages: &[Value]) {
+    pub(super) fn keep_only<M: std::borrow::Borrow<Value>>(&mut self, messages: &[M]) {
         if self.messages.len() > messages.len() {
-            let present: std::collections::HashSet<&str> =
-                messages.iter().filter_map(message_id).collect();
+            let present: std::collections::HashSet<&str> = messages
+                .iter()
+                .filter_map(|m| message_id(m.borrow()))
+                .collect();
             self.messages.retain(|id, _| present.contains(id.as_str()));
         }
     }

@@ -18,6 +18,7 @@ use super::event::{Event, EventType};
 use super::lineage::{Checkpoint, RunTable};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
+use std::sync::Arc;
 
 /// Where the thread's latest run stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -63,7 +64,9 @@ pub const MAX_STATE_BYTES: usize = 32 << 20;
 pub struct Fold {
     /// Last seq folded in (0 = nothing yet).
     pub seq: u64,
-    messages: Vec<Value>,
+    /// Shared with the checkpoints of the runs that ended with them
+    /// ([`super::lineage`]): changing one copies it first.
+    messages: Vec<Arc<Value>>,
     state: Value,
     interrupts: Vec<Value>,
     run: Option<RunInfo>,
@@ -114,7 +117,7 @@ impl Fold {
     }
 
     /// Messages, in conversation order (AG-UI `Message` objects).
-    pub fn messages(&self) -> &[Value] {
+    pub fn messages(&self) -> &[Arc<Value>] {
         &self.messages
     }
 
@@ -135,7 +138,7 @@ impl Fold {
 
     /// The message with this id, if the conversation holds one.
     pub fn message(&self, id: &str) -> Option<&Value> {
-        self.find(id).map(|i| &self.messages[i])
+        self.find(id).map(|i| &*self.messages[i])
     }
 
     /// True when a message with this id is already in the conversation.
@@ -158,14 +161,14 @@ impl Fold {
         &mut self.runs
     }
 
-    /// This fold as a checkpoint (what a run ending now leaves).
-    pub fn checkpoint(&self) -> Checkpoint {
+    /// This fold as a checkpoint (what a run ending now leaves): its
+    /// messages shared, its state shared with `previous` when unchanged.
+    pub fn checkpoint(&self, previous: Option<&Checkpoint>) -> Checkpoint {
         Checkpoint::new(
             self.seq,
-            self.messages.clone(),
-            self.state.clone(),
-            self.interrupts.clone(),
-            self.authors.clone(),
+            (&self.messages, &self.state, &self.interrupts),
+            &self.authors,
+            previous,
         )
     }
 
@@ -173,14 +176,14 @@ impl Fold {
     pub fn at_checkpoint(checkpoint: &Checkpoint) -> Fold {
         Fold {
             seq: checkpoint.seq,
-            messages: checkpoint.messages.clone(),
+            messages: checkpoint.shared_messages().to_vec(),
             state_bytes: SizeEstimate {
-                bytes: json_len(&checkpoint.state),
+                bytes: json_len(checkpoint.state()),
                 cap: MAX_STATE_BYTES,
             },
-            state: checkpoint.state.clone(),
+            state: checkpoint.state().clone(),
             interrupts: checkpoint.interrupts.clone(),
-            authors: checkpoint.authors.clone(),
+            authors: checkpoint.authors(),
             ..Fold::new()
         }
     }
@@ -223,7 +226,7 @@ impl Fold {
             }
             RunFinished | RunError => {
                 let status = self.run.as_ref().map_or(RunStatus::Error, |r| r.status);
-                let checkpoint = self.checkpoint();
+                let checkpoint = self.checkpoint(self.runs.base_checkpoint());
                 self.runs.ended(seq, event, status, checkpoint);
             }
             MessagesSnapshot => {}
@@ -249,7 +252,11 @@ impl Fold {
         let Some(snap) = event.body().get("messages").and_then(Value::as_array) else {
             return;
         };
-        self.messages = snap.iter().cloned().map(without_null_subagent).collect();
+        self.messages = snap
+            .iter()
+            .cloned()
+            .map(|m| Arc::new(without_null_subagent(m)))
+            .collect();
         let base = self
             .runs
             .head()
@@ -257,7 +264,7 @@ impl Fold {
             .and_then(|p| self.runs.get(p))
             .and_then(|p| p.checkpoint());
         if let Some(base) = base {
-            self.authors = base.authors.clone();
+            self.authors = base.authors();
         }
     }
 
@@ -279,7 +286,7 @@ impl Fold {
                         && let Some(i) = self.find(id)
                     {
                         self.authors
-                            .note_messages(std::slice::from_ref(&self.messages[i]), origin);
+                            .note_messages(std::slice::from_ref(&*self.messages[i]), origin);
                     }
                 }
             }
@@ -308,7 +315,8 @@ impl Fold {
                         if let Some(id) = m.get("id").and_then(Value::as_str)
                             && !self.has_message(id)
                         {
-                            self.messages.push(without_null_subagent(m.clone()));
+                            self.messages
+                                .push(Arc::new(without_null_subagent(m.clone())));
                         }
                     }
                 }
@@ -343,14 +351,14 @@ impl Fold {
                     m.insert("content".into(), "".into());
                     copy(b, &mut m, "name");
                     copy(b, &mut m, "subagentRunId");
-                    self.messages.push(Value::Object(m));
+                    self.messages.push(Arc::new(Value::Object(m)));
                 }
             }
             TextMessageContent | ReasoningMessageContent => {
                 if let (Some(id), Some(delta)) = (s("messageId"), s("delta"))
                     && let Some(i) = self.find(id)
                 {
-                    append_str(&mut self.messages[i], "content", delta);
+                    append_str(Arc::make_mut(&mut self.messages[i]), "content", delta);
                 }
             }
             ReasoningMessageStart => {
@@ -361,7 +369,7 @@ impl Fold {
                     m.insert("role".into(), "reasoning".into());
                     m.insert("content".into(), "".into());
                     copy(b, &mut m, "subagentRunId");
-                    self.messages.push(Value::Object(m));
+                    self.messages.push(Arc::new(Value::Object(m)));
                 }
             }
             ToolCallStart => {
@@ -382,12 +390,12 @@ impl Fold {
                         m.insert("id".into(), target.into());
                         m.insert("role".into(), "assistant".into());
                         copy(b, &mut m, "subagentRunId");
-                        self.messages.push(Value::Object(m));
+                        self.messages.push(Arc::new(Value::Object(m)));
                         self.messages.len() - 1
                     }
                 };
                 let call = json!({"id": call_id, "type": "function", "function": {"name": name, "arguments": ""}});
-                match field_mut(&mut self.messages[mi], "toolCalls") {
+                match field_mut(Arc::make_mut(&mut self.messages[mi]), "toolCalls") {
                     Some(Value::Array(calls)) => calls.push(call),
                     Some(other) => *other = json!([call]),
                     None => {}
@@ -425,9 +433,9 @@ impl Fold {
                         while at < self.messages.len() && self.messages[at]["role"] == "tool" {
                             at += 1;
                         }
-                        self.messages.insert(at, Value::Object(m));
+                        self.messages.insert(at, Arc::new(Value::Object(m)));
                     }
-                    None => self.messages.push(Value::Object(m)),
+                    None => self.messages.push(Arc::new(Value::Object(m))),
                 }
             }
             StateSnapshot => {
@@ -463,9 +471,9 @@ impl Fold {
                 copy(b, &mut m, "subagentRunId");
                 match self.find(id) {
                     Some(i) if self.messages[i]["role"] != "activity" => {}
-                    Some(i) if replace => self.messages[i] = Value::Object(m),
+                    Some(i) if replace => self.messages[i] = Arc::new(Value::Object(m)),
                     Some(_) => {}
-                    None => self.messages.push(Value::Object(m)),
+                    None => self.messages.push(Arc::new(Value::Object(m))),
                 }
             }
             ActivityDelta => {
@@ -476,7 +484,8 @@ impl Fold {
                         .get("patch")
                         .cloned()
                         .and_then(|p| serde_json::from_value::<json_patch::Patch>(p).ok())
-                    && let Some(content) = field_mut(&mut self.messages[i], "content")
+                    && let Some(content) =
+                        field_mut(Arc::make_mut(&mut self.messages[i]), "content")
                 {
                     let _ = json_patch::patch(content, &ops);
                 }
@@ -494,7 +503,8 @@ impl Fold {
                         *slot = value.into();
                     }
                 } else if let Some(i) = self.find(entity)
-                    && let Some(slot) = field_mut(&mut self.messages[i], "encryptedValue")
+                    && let Some(slot) =
+                        field_mut(Arc::make_mut(&mut self.messages[i]), "encryptedValue")
                 {
                     *slot = value.into();
                 }
@@ -573,8 +583,7 @@ impl Fold {
 
     /// Tool call `ci` of message `mi` (indices from [`Fold::find_tool_call`]).
     fn tool_call_mut(&mut self, mi: usize, ci: usize) -> Option<&mut Value> {
-        self.messages
-            .get_mut(mi)?
+        Arc::make_mut(self.messages.get_mut(mi)?)
             .get_mut("toolCalls")?
             .as_array_mut()?
             .get_mut(ci)
@@ -615,23 +624,28 @@ impl Fold {
             .collect();
         let has_role = |role: &str| snap.iter().any(|m| m["role"] == role);
         let (snap_activity, snap_reasoning) = (has_role("activity"), has_role("reasoning"));
-        let kept: Vec<Value> = std::mem::take(&mut self.messages)
+        let kept: Vec<Arc<Value>> = std::mem::take(&mut self.messages)
             .into_iter()
             .filter_map(|m| {
                 let id = id_of(&m)?;
                 if let Some(replacement) = by_id.get(&id) {
-                    return Some((*replacement).clone());
+                    // Unchanged: still shared with the checkpoints holding it.
+                    if *m == **replacement {
+                        return Some(m);
+                    }
+                    return Some(Arc::new((*replacement).clone()));
                 }
                 let client_only = (m["role"] == "activity" && !snap_activity)
                     || (m["role"] == "reasoning" && !snap_reasoning);
                 client_only.then_some(m)
             })
             .collect();
-        let present: std::collections::HashSet<String> = kept.iter().filter_map(id_of).collect();
+        let present: std::collections::HashSet<String> =
+            kept.iter().filter_map(|m| id_of(m)).collect();
         self.messages = kept;
         for m in snap {
             if id_of(&m).is_some_and(|id| !present.contains(&id)) {
-                self.messages.push(m);
+                self.messages.push(Arc::new(m));
             }
         }
     }
@@ -640,7 +654,10 @@ impl Fold {
     pub fn to_json(&self) -> Map<String, Value> {
         let mut m = Map::new();
         m.insert("seq".into(), self.seq.into());
-        m.insert("messages".into(), Value::Array(self.messages.clone()));
+        m.insert(
+            "messages".into(),
+            Value::Array(self.messages.iter().map(|m| (**m).clone()).collect()),
+        );
         m.insert("state".into(), self.state.clone());
         m.insert("interrupts".into(), Value::Array(self.interrupts.clone()));
         m
@@ -652,6 +669,9 @@ impl Fold {
         let mut m = self.to_json();
         m.insert("authors".into(), self.authors.to_json());
         m.insert("runs".into(), self.runs.to_json());
+        if self.restating {
+            m.insert("restating".into(), true.into());
+        }
         m
     }
 
@@ -663,13 +683,15 @@ impl Fold {
         Fold {
             authors: v.get("authors").map(Authors::from_json).unwrap_or_default(),
             runs: v.get("runs").map(RunTable::from_json).unwrap_or_default(),
-            restating: false,
+            restating: v.get("restating") == Some(&Value::Bool(true)),
             seq: v.get("seq").and_then(Value::as_u64).unwrap_or(0),
             messages: v
                 .get("messages")
                 .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default(),
+                .into_iter()
+                .flatten()
+                .map(|m| Arc::new(m.clone()))
+                .collect(),
             state_bytes: SizeEstimate {
                 bytes: v.get("state").map(json_len).unwrap_or(2),
                 cap: MAX_STATE_BYTES,
@@ -692,7 +714,7 @@ fn copy(from: &Map<String, Value>, to: &mut Map<String, Value>, key: &str) {
 }
 
 /// The serialized size of `v`, without allocating it.
-pub(super) fn json_len(v: &Value) -> usize {
+fn json_len(v: &Value) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
@@ -760,7 +782,7 @@ mod tests {
             json!({"type":"RUN_FINISHED","threadId":"t","runId":"r"}),
         ]);
         assert_eq!(
-            f.messages(),
+            f.to_json()["messages"].as_array().unwrap(),
             &[
                 json!({"id":"u1","role":"user","content":"hi"}),
                 json!({"id":"a1","role":"assistant","content":"Hello","toolCalls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"x\":1}"}}]}),
@@ -817,7 +839,7 @@ mod tests {
             json!({"type":"MESSAGES_SNAPSHOT","messages":[{"id":"a","role":"assistant","content":"final"},{"id":"new","role":"user","content":"x","subagentRunId":null}]}),
         ]);
         assert_eq!(
-            f.messages(),
+            f.to_json()["messages"].as_array().unwrap(),
             &[
                 json!({"id":"r","role":"reasoning","content":"hmm"}),
                 json!({"id":"a","role":"assistant","content":"final"}),

@@ -26,7 +26,7 @@
 
 use super::authorship::{Authors, GATEWAY_FIELD, RunAgent};
 use super::event::{Event, EventType};
-use super::fold::{RunStatus, json_len};
+use super::fold::RunStatus;
 use serde_json::{Map, Value, json};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -134,63 +134,163 @@ impl Stamp {
     }
 }
 
-/// A run's end: its messages, state and pending interrupts, and who
-/// introduced each message (so a view at this run is shown to each viewer
-/// by the right agent's rules).
+/// A run's end: its messages, state and pending interrupts, and which
+/// run's agent introduced each message (so a view at this run is shown to
+/// each viewer by the right agent's rules).
+///
+/// Messages are shared with the thread's fold (which copies one only when
+/// it changes after the run's end) and state with the previous checkpoint
+/// when unchanged: a run's end costs a pointer per message, not a copy of
+/// the conversation. (A copy per run made a soak's memory grow ten times
+/// faster.)
 #[derive(Debug, Clone, PartialEq)]
 pub struct Checkpoint {
     pub seq: u64,
-    pub messages: Vec<Value>,
-    pub state: Value,
+    messages: Vec<Arc<Value>>,
+    /// The agent of the run that introduced each message (aligned).
+    origins: Vec<RunAgent>,
+    state: Arc<Value>,
+    state_origins: Vec<RunAgent>,
     pub interrupts: Vec<Value>,
-    pub authors: Authors,
-    /// Serialized size of messages and state (the budget's unit).
-    bytes: usize,
 }
 
 impl Checkpoint {
+    /// A checkpoint of the fold's `messages` (shared: a pointer each) and
+    /// `state` (shared with `previous` when unchanged).
     pub fn new(
         seq: u64,
-        messages: Vec<Value>,
-        state: Value,
-        interrupts: Vec<Value>,
-        authors: Authors,
+        (messages, state, interrupts): (&[Arc<Value>], &Value, &[Value]),
+        authors: &Authors,
+        previous: Option<&Checkpoint>,
     ) -> Checkpoint {
-        let bytes = messages.iter().chain(&interrupts).map(json_len).sum::<usize>() + json_len(&state);
+        let origins = messages
+            .iter()
+            .map(|m| authors.of_message(message_id(m)).clone())
+            .collect();
+        let state = match previous {
+            Some(p) if *p.state == *state => p.state.clone(),
+            _ => Arc::new(state.clone()),
+        };
         Checkpoint {
             seq,
-            messages,
+            messages: messages.to_vec(),
+            origins,
             state,
-            interrupts,
-            authors,
-            bytes,
+            state_origins: authors.of_state().to_vec(),
+            interrupts: interrupts.to_vec(),
         }
     }
 
-    fn to_json(&self) -> Value {
-        json!({
-            "seq": self.seq,
-            "messages": self.messages,
-            "state": self.state,
-            "interrupts": self.interrupts,
-            "authors": self.authors.to_json(),
-        })
+    /// The messages, as shared with the fold they were taken from.
+    pub fn shared_messages(&self) -> &[Arc<Value>] {
+        &self.messages
     }
 
-    fn from_json(v: &Value) -> Option<Checkpoint> {
-        let array = |k: &str| v.get(k).and_then(Value::as_array).cloned();
-        Some(Checkpoint::new(
-            v.get("seq")?.as_u64()?,
-            array("messages")?,
-            v.get("state").cloned().unwrap_or(json!({})),
-            array("interrupts").unwrap_or_default(),
-            v.get("authors").map(Authors::from_json).unwrap_or_default(),
-        ))
+    /// The conversation at this run's end.
+    pub fn messages(&self) -> impl ExactSizeIterator<Item = &Value> {
+        self.messages.iter().map(|m| &**m)
+    }
+
+    /// The conversation, as owned values.
+    pub fn message_values(&self) -> Vec<Value> {
+        self.messages().cloned().collect()
+    }
+
+    pub fn state(&self) -> &Value {
+        &self.state
+    }
+
+    /// Who introduced each message and wrote the state.
+    pub fn authors(&self) -> Authors {
+        Authors::from_parts(
+            self.messages
+                .iter()
+                .zip(&self.origins)
+                .filter_map(|(m, o)| Some((message_id(m)?.to_owned(), o.clone()))),
+            self.state_origins.clone(),
+        )
     }
 }
 
+/// Checkpoints written once per distinct message and state: a compacted
+/// base holds the values in two pools and each checkpoint as indices.
+#[derive(Default)]
+struct Pools {
+    messages: Vec<Value>,
+    message_index: HashMap<*const Value, usize>,
+    states: Vec<Value>,
+    state_index: HashMap<*const Value, usize>,
+}
+
+impl Pools {
+    fn message(&mut self, m: &Arc<Value>) -> usize {
+        let next = self.messages.len();
+        *self.message_index.entry(Arc::as_ptr(m)).or_insert_with(|| {
+            self.messages.push((**m).clone());
+            next
+        })
+    }
+
+    fn state(&mut self, s: &Arc<Value>) -> usize {
+        let next = self.states.len();
+        *self.state_index.entry(Arc::as_ptr(s)).or_insert_with(|| {
+            self.states.push((**s).clone());
+            next
+        })
+    }
+
+    fn checkpoint(&mut self, c: &Checkpoint) -> Value {
+        let messages: Vec<usize> = c.messages.iter().map(|m| self.message(m)).collect();
+        json!({
+            "seq": c.seq,
+            "messages": messages,
+            "origins": c.origins.iter().map(RunAgent::to_json).collect::<Vec<_>>(),
+            "state": self.state(&c.state),
+            "stateOrigins": c.state_origins.iter().map(RunAgent::to_json).collect::<Vec<_>>(),
+            "interrupts": c.interrupts,
+        })
+    }
+}
+
+/// Reads [`Pools::checkpoint`]'s form against the pools read back.
+fn checkpoint_from_json(
+    v: &Value,
+    messages: &[Arc<Value>],
+    states: &[Arc<Value>],
+) -> Option<Checkpoint> {
+    let origins = |k: &str| -> Vec<RunAgent> {
+        v.get(k)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(RunAgent::from_json)
+            .collect()
+    };
+    let picked: Option<Vec<Arc<Value>>> = v
+        .get("messages")?
+        .as_array()?
+        .iter()
+        .map(|i| messages.get(i.as_u64()? as usize).cloned())
+        .collect();
+    let picked = picked?;
+    let mut message_origins = origins("origins");
+    message_origins.resize(picked.len(), RunAgent::Unknown);
+    Some(Checkpoint {
+        seq: v.get("seq")?.as_u64()?,
+        messages: picked,
+        origins: message_origins,
+        state: states.get(v.get("state")?.as_u64()? as usize)?.clone(),
+        state_origins: origins("stateOrigins"),
+        interrupts: v
+            .get("interrupts")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default(),
+    })
+}
+
 /// One run of the tree.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct RunRecord {
     pub run_id: String,
     /// Its base; `None` for a thread's first run.
@@ -210,6 +310,33 @@ pub struct RunRecord {
     /// Ids of the messages it produced.
     pub output_ids: Vec<String>,
     checkpoint: Option<Arc<Checkpoint>>,
+}
+
+/// Two records are equal whatever checkpoint each keeps: a checkpoint is a
+/// cache of what the journal says (a base stores only the newest few).
+impl PartialEq for RunRecord {
+    fn eq(&self, o: &Self) -> bool {
+        (
+            &self.run_id,
+            &self.parent,
+            self.kind,
+            &self.agent,
+            &self.started_by,
+            self.status,
+            &self.outcome,
+        ) == (
+            &o.run_id,
+            &o.parent,
+            o.kind,
+            &o.agent,
+            &o.started_by,
+            o.status,
+            &o.outcome,
+        ) && (self.started_seq, self.ended_seq, self.created_at)
+            == (o.started_seq, o.ended_seq, o.created_at)
+            && self.input == o.input
+            && self.output_ids == o.output_ids
+    }
 }
 
 impl RunRecord {
@@ -239,16 +366,20 @@ impl RunRecord {
         })
     }
 
-    fn to_stored_json(&self) -> Value {
+    fn to_stored_json(&self, pools: Option<&mut Pools>) -> Value {
         let mut v = self.to_json();
         v["input"] = Value::Array(self.input.clone());
-        if let Some(c) = &self.checkpoint {
-            v["checkpoint"] = c.to_json();
+        if let (Some(c), Some(pools)) = (&self.checkpoint, pools) {
+            v["checkpoint"] = pools.checkpoint(c);
         }
         v
     }
 
-    fn from_stored_json(v: &Value) -> Option<RunRecord> {
+    fn from_stored_json(
+        v: &Value,
+        messages: &[Arc<Value>],
+        states: &[Arc<Value>],
+    ) -> Option<RunRecord> {
         let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
         let status = match v.get("status").and_then(Value::as_str)? {
             "running" => RunStatus::Running,
@@ -284,7 +415,7 @@ impl RunRecord {
                 .collect(),
             checkpoint: v
                 .get("checkpoint")
-                .and_then(Checkpoint::from_json)
+                .and_then(|c| checkpoint_from_json(c, messages, states))
                 .map(Arc::new),
         })
     }
@@ -294,15 +425,20 @@ impl RunRecord {
 /// from them is `not_found`).
 pub const RUNS_KEPT: usize = 1000;
 
-/// Bytes of checkpoints a thread keeps by default.
-pub const CHECKPOINT_BYTES: usize = 8 << 20;
+/// Run ends a thread keeps checkpoints of by default (the newest ones; an
+/// older run's end is rebuilt from the journal while it holds its events).
+pub const CHECKPOINTS_KEPT: usize = 16;
+
+/// Run ends a compacted base stores the checkpoints of (the newest runs').
+pub const STORED_CHECKPOINTS: usize = 4;
 
 /// A thread's runs, oldest first, and its head.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct RunTable {
     order: VecDeque<String>,
     runs: HashMap<String, RunRecord>,
-    checkpoint_bytes: usize,
+    /// Runs ever started on the thread (the per-thread cap counts them).
+    started: u64,
     limits: Limits,
 }
 
@@ -310,14 +446,14 @@ pub struct RunTable {
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub runs: usize,
-    pub checkpoint_bytes: usize,
+    pub checkpoints: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             runs: RUNS_KEPT,
-            checkpoint_bytes: CHECKPOINT_BYTES,
+            checkpoints: CHECKPOINTS_KEPT,
         }
     }
 }
@@ -325,17 +461,6 @@ impl Default for Limits {
 impl PartialEq for Limits {
     fn eq(&self, _: &Self) -> bool {
         true
-    }
-}
-
-impl Default for RunTable {
-    fn default() -> Self {
-        RunTable {
-            order: VecDeque::new(),
-            runs: HashMap::new(),
-            checkpoint_bytes: 0,
-            limits: Limits::default(),
-        }
     }
 }
 
@@ -456,6 +581,7 @@ impl RunTable {
             output_ids: Vec::new(),
             checkpoint: None,
         };
+        self.started += 1;
         if self.runs.insert(run_id.clone(), record).is_some() {
             self.order.retain(|id| *id != run_id);
         }
@@ -498,9 +624,7 @@ impl RunTable {
                 .unwrap_or("success")
                 .to_owned(),
         });
-        let old = head.checkpoint.replace(Arc::new(checkpoint));
-        let added = head.checkpoint.as_ref().map_or(0, |c| c.bytes);
-        self.checkpoint_bytes = self.checkpoint_bytes + added - old.map_or(0, |c| c.bytes);
+        head.checkpoint = Some(Arc::new(checkpoint));
         self.evict();
     }
 
@@ -509,45 +633,86 @@ impl RunTable {
         self.runs.get_mut(id)
     }
 
+    /// The checkpoint a run ending now shares what it can with: its base's
+    /// (usually the run just before it).
+    pub(super) fn base_checkpoint(&self) -> Option<&Checkpoint> {
+        let parent = self.head()?.parent.as_deref()?;
+        self.runs.get(parent)?.checkpoint.as_deref()
+    }
+
+    /// Runs ever started on this thread.
+    pub fn started_count(&self) -> u64 {
+        self.started
+    }
+
     /// Drops the oldest runs past the run bound, then the oldest
-    /// checkpoints past the byte bound (never the head's).
+    /// checkpoints past theirs (never the head's).
     fn evict(&mut self) {
         while self.order.len() > self.limits.runs.max(1) {
-            if let Some(id) = self.order.pop_front()
-                && let Some(run) = self.runs.remove(&id)
-            {
-                self.checkpoint_bytes -= run.checkpoint.map_or(0, |c| c.bytes);
+            if let Some(id) = self.order.pop_front() {
+                self.runs.remove(&id);
             }
         }
-        let mut i = 0;
-        while self.checkpoint_bytes > self.limits.checkpoint_bytes && i + 1 < self.order.len() {
-            if let Some(run) = self.runs.get_mut(&self.order[i])
-                && let Some(c) = run.checkpoint.take()
+        let mut kept = 0;
+        for id in self.order.iter().rev() {
+            if let Some(run) = self.runs.get_mut(id)
+                && run.checkpoint.is_some()
             {
-                self.checkpoint_bytes -= c.bytes;
+                kept += 1;
+                if kept > self.limits.checkpoints.max(1) {
+                    run.checkpoint = None;
+                }
             }
-            i += 1;
         }
     }
 
-    /// The stored form (part of a compacted base).
+    /// The stored form (part of a compacted base): the runs, and each
+    /// distinct message and state of their checkpoints once.
     pub fn to_json(&self) -> Value {
-        Value::Array(self.iter().map(RunRecord::to_stored_json).collect())
+        let mut pools = Pools::default();
+        // Only the newest checkpoints are stored: each costs a list as long
+        // as the conversation at every compaction, and an older run's end
+        // is rebuilt from the journal while it holds that run's events.
+        let stored_from = self.len().saturating_sub(STORED_CHECKPOINTS);
+        let runs: Vec<Value> = self
+            .iter()
+            .enumerate()
+            .map(|(i, r)| r.to_stored_json((i >= stored_from).then_some(&mut pools)))
+            .collect();
+        json!({
+            "runs": runs,
+            "messages": pools.messages,
+            "states": pools.states,
+            "started": self.started,
+        })
     }
 
     /// Reads [`RunTable::to_json`]'s form (an older base has none: empty).
     pub fn from_json(v: &Value) -> RunTable {
-        let mut table = RunTable::default();
+        let pool = |k: &str| -> Vec<Arc<Value>> {
+            v.get(k)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|m| Arc::new(m.clone()))
+                .collect()
+        };
+        let (messages, states) = (pool("messages"), pool("states"));
+        let mut table = RunTable {
+            started: v.get("started").and_then(Value::as_u64).unwrap_or(0),
+            ..RunTable::default()
+        };
         for run in v
-            .as_array()
+            .get("runs")
+            .and_then(Value::as_array)
             .into_iter()
             .flatten()
-            .filter_map(RunRecord::from_stored_json)
+            .filter_map(|r| RunRecord::from_stored_json(r, &messages, &states))
         {
-            table.checkpoint_bytes += run.checkpoint.as_ref().map_or(0, |c| c.bytes);
             table.order.push_back(run.run_id.clone());
             table.runs.insert(run.run_id.clone(), run);
         }
+        table.started = table.started.max(table.order.len() as u64);
         table
     }
 }
@@ -556,3 +721,64 @@ fn message_id(m: &Value) -> Option<&str> {
     m.get("id").and_then(Value::as_str)
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::fold::Fold;
+
+    fn ev(v: Value) -> Event {
+        Event::build(v)
+    }
+
+    /// A run's checkpoint shares every message its base's holds unchanged:
+    /// a thousand turns cost a pointer per message per kept checkpoint, not
+    /// a copy of the conversation per run.
+    #[test]
+    fn checkpoints_share_what_did_not_change() {
+        let mut f = Fold::new();
+        let mut seq = 0;
+        let mut next = |f: &mut Fold, v: Value| {
+            seq += 1;
+            f.apply(seq, &ev(v));
+        };
+        for r in 0..5 {
+            let run = format!("r{r}");
+            next(
+                &mut f,
+                json!({"type": "RUN_STARTED", "threadId": "t", "runId": run,
+                "agui-gateway": {"agent": "a", "kind": "continue", "parentRunId": if r == 0 { Value::Null } else { json!(format!("r{}", r - 1)) }},
+                "input": {"messages": [{"id": format!("u{r}"), "role": "user", "content": "q"}]}}),
+            );
+            next(
+                &mut f,
+                json!({"type": "TEXT_MESSAGE_START", "messageId": format!("a{r}"), "role": "assistant"}),
+            );
+            next(
+                &mut f,
+                json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": format!("a{r}"), "delta": "x"}),
+            );
+            next(
+                &mut f,
+                json!({"type": "TEXT_MESSAGE_END", "messageId": format!("a{r}")}),
+            );
+            next(
+                &mut f,
+                json!({"type": "RUN_FINISHED", "threadId": "t", "runId": run}),
+            );
+        }
+        let c3 = f.runs().get("r3").unwrap().checkpoint().unwrap().clone();
+        let c4 = f.runs().get("r4").unwrap().checkpoint().unwrap().clone();
+        assert_eq!(c4.messages.len(), 10);
+        let shared = c4
+            .messages
+            .iter()
+            .filter(|m| c3.messages.iter().any(|p| Arc::ptr_eq(p, m)))
+            .count();
+        assert_eq!(shared, 8, "all but r4's own two messages are shared");
+        assert!(Arc::ptr_eq(&c3.state, &c4.state));
+        // The stored form writes each message once and reads back equal.
+        let stored = f.runs().to_json();
+        assert_eq!(stored["messages"].as_array().unwrap().len(), 10);
+        assert_eq!(RunTable::from_json(&stored), *f.runs());
+    }
+}

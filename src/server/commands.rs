@@ -16,8 +16,8 @@ use crate::config::Strategy;
 use crate::policy::Prepared;
 use crate::protocol::hooks::{RunInput, ViewerVisibility};
 use crate::thread::Thread;
-use crate::thread::fanout::Outbox;
 use crate::thread::branch::BaseRequest;
+use crate::thread::fanout::Outbox;
 use crate::thread::run::{RunRequest, Started};
 use crate::upstream::Agent;
 use serde_json::{Map, Value, json};
@@ -196,14 +196,7 @@ pub async fn resume(
     state
         .check_shared_rate(crate::policy::rate::Action::Run, who, &agent.id, &thread_id)
         .await?;
-    let request = run_request(
-        agent,
-        run_id,
-        input,
-        prepared,
-        (who, &thread_id),
-        None,
-    );
+    let request = run_request(agent, run_id, input, prepared, (who, &thread_id), None);
     launch(state, who, &thread, request, strategy, requester).await
 }
 

@@ -49,10 +49,8 @@ pub async fn messages(
         Ok(t) => t,
         Err(e) => return AccessError::into_api(e).into_response(),
     };
-    let snap = match thread.snapshot_at(
-        q.run_id.as_deref(),
-        &visibility_on(&state, &who, &thread),
-    ) {
+    let snap = match thread.snapshot_at(q.run_id.as_deref(), &visibility_on(&state, &who, &thread))
+    {
         Ok(snap) => snap,
         Err(refused) => return ApiError::from(refused).into_response(),
     };

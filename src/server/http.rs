@@ -8,7 +8,6 @@
 //! application/vnd.ag-ui.event+proto`, as AG-UI protobuf frames
 //! ([`super::encode`]).
 
-use crate::thread::branch::BaseRequest;
 use super::commands::{self, Requester, RunCommand};
 use super::encode::{self, Encoder};
 use super::error::{ApiError, ErrorCode};
@@ -18,6 +17,7 @@ use super::state::AppState;
 use crate::auth::Principal;
 use crate::protocol::RunAgentInput;
 use crate::protocol::hooks::RunInput;
+use crate::thread::branch::BaseRequest;
 use crate::thread::fanout::{OutboxReceiver, Outgoing, outbox};
 use axum::Json;
 use axum::extract::{Path, Request, State};

@@ -166,7 +166,7 @@ fn sibling_of(
 ) -> Result<Base, RunRefused> {
     let view = match &run.parent {
         Some(parent) => view_at(inner, parent)?,
-        None => Arc::new(Fold::new().checkpoint()),
+        None => Arc::new(Fold::new().checkpoint(None)),
     };
     Ok(Base {
         kind,
@@ -243,7 +243,7 @@ pub(super) fn view_at(inner: &Inner, id: &str) -> Result<Arc<Checkpoint>, RunRef
             fold.apply(entry.seq, &entry.event);
         }
     }
-    Ok(Arc::new(fold.checkpoint()))
+    Ok(Arc::new(fold.checkpoint(None)))
 }
 
 fn gone(id: &str) -> RunRefused {
@@ -286,13 +286,15 @@ fn detect(inner: &Inner, sent: &[Value], resumes: bool) -> Option<BaseRequest> {
     }
     // A regenerate: the conversation as sent is the head's, cut after a
     // user message.
-    let turns = |msgs: &[Value]| -> Vec<String> {
-        msgs.iter()
-            .filter(|m| !matches!(role(m), "tool" | "activity" | "reasoning"))
+    fn turns<'a>(msgs: impl Iterator<Item = &'a Value>) -> Vec<String> {
+        msgs.filter(|m| !matches!(role(m), "tool" | "activity" | "reasoning"))
             .filter_map(|m| message_id(m).map(str::to_owned))
             .collect()
-    };
-    let (sent_ids, head_ids) = (turns(sent), turns(fold.messages()));
+    }
+    let (sent_ids, head_ids) = (
+        turns(sent.iter()),
+        turns(fold.messages().iter().map(|m| &**m)),
+    );
     if sent_ids.len() >= head_ids.len() || !head_ids.starts_with(&sent_ids) {
         return None;
     }
@@ -350,8 +352,8 @@ impl super::Thread {
         let mut snap = serde_json::Map::new();
         snap.insert("threadId".into(), self.key.thread_id.clone().into());
         snap.insert("seq".into(), view.seq.into());
-        snap.insert("messages".into(), Value::Array(view.messages.clone()));
-        snap.insert("state".into(), view.state.clone());
+        snap.insert("messages".into(), Value::Array(view.message_values()));
+        snap.insert("state".into(), view.state().clone());
         snap.insert("interrupts".into(), Value::Array(view.interrupts.clone()));
         snap.insert("run".into(), run_summary(run));
         snap.insert(
@@ -359,7 +361,7 @@ impl super::Thread {
             inner.fold.runs().head().map(|h| h.run_id.clone()).into(),
         );
         crate::protocol::hooks::SeenBy::new(visibility.clone())
-            .redact_snapshot(&mut snap, &view.authors);
+            .redact_snapshot(&mut snap, &view.authors());
         Ok(snap)
     }
 
@@ -393,4 +395,185 @@ pub(super) fn run_summary(run: &RunRecord) -> Value {
         "parentRunId": run.parent,
         "kind": run.kind.as_str(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    //! The lineage property: whatever sequence of runs, branches,
+    //! regenerates and edits a thread goes through, (1) the journal folded
+    //! from the start is the head's view, and (2) folding only the runs on
+    //! any run's path gives that run's checkpoint — so the restated
+    //! snapshots say exactly what each branch holds.
+    use super::*;
+    use crate::protocol::hooks::RunInput;
+    use crate::store::ThreadKey;
+    use crate::store::memory::MemoryStore;
+    use crate::thread::fanout::{self, Outgoing};
+    use crate::thread::run::RunRequest;
+    use crate::thread::{Start, ThreadSettings, Threads};
+    use crate::upstream::Agent;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Continue,
+        /// From the n-th run (modulo the runs so far).
+        Branch(usize),
+        Regenerate,
+        /// The n-th user message of the head's conversation.
+        Edit(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => Just(Op::Continue),
+            2 => (0usize..8).prop_map(Op::Branch),
+            1 => Just(Op::Regenerate),
+            1 => (0usize..4).prop_map(Op::Edit),
+        ]
+    }
+
+    async fn run_ops(ops: Vec<Op>) {
+        let demo = crate::demo::start(&crate::config::DemoConfig {
+            token_delay: std::time::Duration::ZERO,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let cfg: crate::config::AgentConfig =
+            toml::from_str("id = \"demo\"\nurl = \"demo:\"").unwrap();
+        let agent = Arc::new(Agent::from_config(&cfg, Some(demo)).unwrap());
+        let threads = Threads::new(
+            Arc::new(MemoryStore::new()),
+            ThreadSettings {
+                max_events: 100_000,
+                idle_ttl: std::time::Duration::ZERO,
+            },
+        );
+        let t = threads
+            .get_or_create(&ThreadKey::new("ten", "th"), "u")
+            .await
+            .unwrap();
+        let (ob, mut rx) = fanout::outbox(1 << 24);
+        t.subscribe(1, ob, Start::Live, None);
+        let mut run_ids: Vec<String> = Vec::new();
+        for (n, op) in std::iter::once(Op::Continue).chain(ops).enumerate() {
+            let run_id = format!("r{n}");
+            let mut messages = vec![];
+            let base = match op {
+                Op::Continue => {
+                    messages.push(json!({"id": format!("u-{run_id}"), "role": "user", "content": format!("hi {n}")}));
+                    BaseRequest::Head
+                }
+                Op::Branch(i) => {
+                    messages.push(json!({"id": format!("u-{run_id}"), "role": "user", "content": format!("fork {n}")}));
+                    BaseRequest::Run(run_ids[i % run_ids.len()].clone())
+                }
+                Op::Regenerate => BaseRequest::Regenerate(None),
+                Op::Edit(i) => {
+                    let users: Vec<String> = t
+                        .lock()
+                        .fold
+                        .messages()
+                        .iter()
+                        .filter(|m| m["role"] == "user")
+                        .filter_map(|m| m["id"].as_str().map(str::to_owned))
+                        .collect();
+                    let Some(id) = users.get(i % users.len().max(1)).cloned() else {
+                        continue;
+                    };
+                    BaseRequest::Edit {
+                        message_id: id,
+                        message: json!({"role": "user", "content": format!("edited {n}")}),
+                    }
+                }
+            };
+            let req = RunRequest {
+                agent: agent.clone(),
+                run_id: run_id.clone(),
+                input: RunInput::Incremental {
+                    messages,
+                    tools: vec![],
+                    context: vec![],
+                    state: None,
+                    forwarded_props: None,
+                    resume: None,
+                },
+                starter: None,
+                requester_connection: None,
+                starter_visibility: None,
+                filter: None,
+                upstream_headers: Default::default(),
+                span: tracing::Span::none(),
+                base,
+                started_by: Some("u".into()),
+            };
+            if t.start_run(req, crate::config::Strategy::Reject)
+                .await
+                .is_err()
+            {
+                continue; // e.g. a regenerate with nothing to regenerate
+            }
+            loop {
+                match rx.recv().await.expect("viewer open") {
+                    Outgoing::Event(e)
+                        if e.event.kind().is_terminal()
+                            && e.event.str_field("runId") == Some(run_id.as_str()) =>
+                    {
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            run_ids.push(run_id);
+        }
+        let inner = t.lock();
+        let entries: Vec<_> = inner.journal.iter().cloned().collect();
+        // (1) The journal from the start is the head's view.
+        let mut all = Fold::new();
+        for e in &entries {
+            all.apply(e.seq, &e.event);
+        }
+        assert_eq!(all.messages(), inner.fold.messages());
+        assert_eq!(all.state(), inner.fold.state());
+        // (2) Each run's path, folded alone, is its checkpoint.
+        for run in inner.fold.runs().iter() {
+            let checkpoint = run.checkpoint().expect("every run ended and is kept");
+            let mut path = inner.fold.runs().path(&run.run_id);
+            path.reverse();
+            let mut fold = Fold::new();
+            for r in path {
+                let end = r.ended_seq.unwrap();
+                for e in entries
+                    .iter()
+                    .filter(|e| (r.started_seq..=end).contains(&e.seq))
+                {
+                    fold.apply(e.seq, &e.event);
+                }
+            }
+            assert_eq!(
+                fold.messages(),
+                checkpoint.shared_messages(),
+                "run {}",
+                run.run_id
+            );
+            assert_eq!(fold.state(), checkpoint.state(), "run {}", run.run_id);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+        #[test]
+        fn every_runs_path_folds_to_its_checkpoint_and_the_journal_to_the_head(
+            ops in proptest::collection::vec(op(), 1..8)
+        ) {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(run_ops(ops));
+        }
+    }
 }

@@ -13,9 +13,9 @@
 //! (and every late joiner) sees the user's new messages too; the HTTP
 //! requester still gets the agent's own `RUN_STARTED`, unchanged.
 
+use super::branch::{Base, BaseRequest};
 use super::fanout::{Live, Outbox, Outgoing};
 use super::recent::Recent;
-use super::branch::{Base, BaseRequest};
 use super::run_input::{PreparedInput, build_input, restore_thread_id};
 use super::{Entry, Inner, Thread};
 use crate::protocol::event::run_error;

@@ -21,11 +21,11 @@
 use super::Inner;
 use super::branch::{Base, lineage_event};
 use super::run::RunRequest;
+use crate::config::BranchMode;
 use crate::protocol::Event;
 use crate::protocol::authorship::{Authors, RunAgent};
 use crate::protocol::event::now_millis;
 use crate::protocol::hooks::RunInput;
-use crate::config::BranchMode;
 use crate::protocol::lineage::Stamp;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
@@ -289,7 +289,7 @@ fn fork_input(
 ) -> PreparedInput {
     let view = base.view.as_ref().expect("a fork has a view");
     let runs = inner.fold.runs();
-    let in_view = |id: &str| view.messages.iter().any(|m| message_id(m) == Some(id));
+    let in_view = |id: &str| view.messages().any(|m| message_id(m) == Some(id));
     // Messages the thread has seen anywhere (this branch or another) are
     // not new input: a stock client sends its whole list, which holds the
     // branch it was on.
@@ -314,9 +314,9 @@ fn fork_input(
         Some(input) => input.iter().cloned().chain(unseen).collect(),
         None => unseen.collect(),
     };
-    let mut all = view.messages.clone();
+    let mut all = view.message_values();
     all.extend(new.iter().cloned());
-    let history = for_upstream(&all, &view.authors, &req.agent.id);
+    let history = for_upstream(&all, &view.authors(), &req.agent.id);
     let parent = base.parent.as_deref();
     let (body, journal_input, state) = match &req.input {
         RunInput::Incremental {
@@ -324,7 +324,7 @@ fn fork_input(
             forwarded_props,
             ..
         } => {
-            let state = state.clone().unwrap_or_else(|| view.state.clone());
+            let state = state.clone().unwrap_or_else(|| view.state().clone());
             let (body, journal) = incremental_body(
                 thread_id,
                 req,
@@ -338,7 +338,7 @@ fn fork_input(
         }
         RunInput::Complete(input) => {
             let mut body = serde_json::to_value(input).expect("input serializes");
-            let state = input.state.clone().unwrap_or_else(|| view.state.clone());
+            let state = input.state.clone().unwrap_or_else(|| view.state().clone());
             let mut journal = body.clone();
             let set_parent = |obj: &mut Map<String, Value>| match parent {
                 Some(p) => obj.insert("parentRunId".into(), p.into()),

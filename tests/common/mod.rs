@@ -815,15 +815,19 @@ impl Ws {
 
     /// The next JSON frame; a close arrives as `{"close": code, "reason": …}`.
     pub async fn recv(&mut self) -> Value {
+        // One deadline for the frame, so pings in between cannot extend it.
+        tokio::time::timeout(WAIT, self.recv_frame())
+            .await
+            .expect("timed out waiting for a websocket frame")
+    }
+
+    /// The next JSON frame, however long it takes (for a caller that
+    /// bounds the wait itself); a close arrives as `{"close": code, …}`.
+    pub async fn recv_frame(&mut self) -> Value {
         use futures::StreamExt;
         use tokio_tungstenite::tungstenite::Message;
-        // One deadline for the frame, so pings in between cannot extend it.
-        let deadline = tokio::time::Instant::now() + WAIT;
         loop {
-            let msg = tokio::time::timeout_at(deadline, self.stream.next())
-                .await
-                .expect("timed out waiting for a websocket frame");
-            match msg {
+            match self.stream.next().await {
                 Some(Ok(Message::Text(t))) => return serde_json::from_str(&t).unwrap(),
                 Some(Ok(Message::Close(f))) => {
                     let (code, reason) = f

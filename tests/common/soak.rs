@@ -90,6 +90,7 @@ pub async fn soak(gw: &Gateway, db: &Path, load: &Load) -> Report {
             .expect("upgrade");
         let (stopped, runs) = (stop.clone(), runs.clone());
         let th = thread.clone();
+        let base = gw.url("");
         tasks.push(tokio::spawn(async move {
             let stop = stopped;
             let mut n = 0u64;
@@ -100,7 +101,9 @@ pub async fn soak(gw: &Gateway, db: &Path, load: &Load) -> Report {
                     .send(json!({"type": "run", "id": run, "agent": "demo", "threadId": th,
                         "runId": run, "messages": [{"id": format!("u-{run}"), "role": "user", "content": "tell me a story"}]}))
                     .await;
-                let ack = runner.recv().await;
+                let Ok(ack) = tokio::time::timeout(WAIT, runner.recv_frame()).await else {
+                    panic!("{}", stuck(&base, &th, &run, "no answer to the run", &[]).await);
+                };
                 assert!(ack.get("close").is_none(), "runner closed: {ack}");
                 if ack["type"] == "error" {
                     eprintln!("soak: run {run} refused: {ack}");
@@ -110,10 +113,18 @@ pub async fn soak(gw: &Gateway, db: &Path, load: &Load) -> Report {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
-                let end = runner
-                    .recv_until(|f| is_terminal_frame(f) && f["event"]["runId"] == run.as_str())
-                    .await;
-                assert!(end.last().unwrap().get("close").is_none(), "{end:?}");
+                let mut seen = Vec::new();
+                loop {
+                    let Ok(f) = tokio::time::timeout(WAIT, runner.recv_frame()).await else {
+                        panic!("{}", stuck(&base, &th, &run, "no end of the run", &seen).await);
+                    };
+                    assert!(f.get("close").is_none(), "{f}");
+                    let end = is_terminal_frame(&f) && f["event"]["runId"] == run.as_str();
+                    seen.push(f);
+                    if end {
+                        break;
+                    }
+                }
                 runs.fetch_add(1, Ordering::Relaxed);
             }
         }));
@@ -206,4 +217,38 @@ pub async fn soak(gw: &Gateway, db: &Path, load: &Load) -> Report {
         samples,
         gaps: gaps.load(Ordering::Relaxed),
     }
+}
+
+/// What a runner that waited in vain knows: the frames it got for its run,
+/// and the thread as the gateway shows it (its run and status, its seq).
+async fn stuck(base: &str, thread: &str, run: &str, what: &str, seen: &[Value]) -> String {
+    let snapshot = http()
+        .get(format!("{base}/v1/threads/{thread}"))
+        .bearer_auth(token(json!({"sub": "soak"})))
+        .send()
+        .await;
+    let snapshot = match snapshot {
+        Ok(r) => r.json::<Value>().await.map_or_else(
+            |e| format!("unreadable: {e}"),
+            |v| {
+                format!(
+                    "seq={} run={} status={:?}",
+                    v["seq"],
+                    v["run"],
+                    v.get("status")
+                )
+            },
+        ),
+        Err(e) => format!("no answer: {e}"),
+    };
+    let last: Vec<String> = seen
+        .iter()
+        .rev()
+        .take(5)
+        .map(|f| format!("{}:{}", f["seq"], f["event"]["type"]))
+        .collect();
+    format!(
+        "soak runner of {thread}: {what} for run {run} within {WAIT:?}; it got {} frames (last: {last:?}); the gateway shows {snapshot}",
+        seen.len()
+    )
 }

@@ -20,7 +20,6 @@
 //! [`VERSION_HEADER`] header, that it runs 6 or later.
 
 use super::access::{AccessError, thread_for, visibility_on};
-use crate::thread::branch::BaseRequest;
 use super::commands::{self, Requester, ResumeCommand, RunCommand};
 use super::encode::sse::SSE;
 use super::error::{ApiError, ErrorCode};
@@ -32,6 +31,7 @@ use crate::protocol::export::ai_sdk::{ChatTurn, answer_id, chat_turn};
 use crate::protocol::export::ui_stream::UiStream;
 use crate::protocol::hooks::RunInput;
 use crate::protocol::sse::encode_data;
+use crate::thread::branch::BaseRequest;
 use crate::thread::fanout::{OutboxReceiver, Outgoing, outbox};
 use crate::thread::{Start, Thread};
 use axum::extract::{Path, Request, State};
@@ -125,8 +125,7 @@ async fn start_chat(
             )));
         }
     }
-    let regenerate =
-        body.get("trigger").and_then(Value::as_str) == Some("regenerate-message");
+    let regenerate = body.get("trigger").and_then(Value::as_str) == Some("regenerate-message");
     let last = messages.last().unwrap_or(&Value::Null);
     // The thread as the caller sees it before the run: the run's state
     // deltas apply to its state, its messages are not sent again, and its
