@@ -203,6 +203,7 @@ async fn an_expiring_token_is_refreshed_on_the_open_socket_during_a_long_run() {
     )
     .await;
     assert_eq!(seen["closes"], json!([]), "never closed: {seen:#}");
+    assert_eq!(seen["opens"], 1, "one socket, never reopened: {seen:#}");
     assert!(seen["refreshes"].as_u64().unwrap() >= 1, "{seen:#}");
     assert_eq!(seen["asked"][0], "initial");
     assert!(
@@ -236,7 +237,7 @@ async fn every_error_code_reaches_the_caller_as_a_typed_error() {
     let gw = gateway(
         &py,
         &format!(
-            "[policy]\npath = \"{}\"\n[server]\ndrain_timeout = \"30s\"\n",
+            "[policy]\npath = \"{}\"\n",
             policy.display()
         ),
     )
@@ -293,4 +294,65 @@ async fn gateway_agent_runs_through_ag_ui_clients_run_agent_and_a_second_one_fol
     // first one's next runs live.
     assert_eq!(seen["watcherPendingAtJoin"], json!(["int-call_t"]));
     assert_eq!(seen["watcherRuns"], json!(["run-answer", "run-turn3"]));
+}
+
+#[tokio::test]
+async fn the_package_works_as_a_browser_module_in_chromium() {
+    if !std::path::Path::new("/usr/bin/chromium").exists() {
+        panic!("/usr/bin/chromium is missing: `bash .ci/run` installs Debian's chromium");
+    }
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = gateway(&py, "[inspector]\nenabled = true\n").await;
+    let t = token(json!({"sub": "bea"}));
+    let seen = script("browser.mjs", &[&gw.base, &t, "demo"]).await;
+    assert_eq!(seen["errors"], json!([]), "{seen:#}");
+    assert_eq!(seen["nativeWebSocket"], true);
+    let a: Vec<u64> = serde_json::from_value(seen["a"]["seqs"].clone()).unwrap();
+    let b: Vec<u64> = serde_json::from_value(seen["b"]["seqs"].clone()).unwrap();
+    let joined = seen["joinedAt"].as_u64().unwrap();
+    assert!(gapless_from(&a, 1), "{a:?}");
+    assert_eq!(seen["b"]["snapshots"], json!([joined]));
+    assert!(gapless_from(&b, joined + 1), "{b:?}");
+    assert_eq!(&a[joined as usize..], &b[..]);
+    let starts = |v: &Value| {
+        v["types"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| *t == "RUN_STARTED")
+            .count()
+    };
+    assert_eq!(starts(&seen["a"]), 3);
+    assert_eq!(starts(&seen["b"]), 2);
+}
+
+#[tokio::test]
+async fn http_answers_and_websocket_frames_match_their_descriptions() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = gateway(&py, "").await;
+    let t = token(json!({"sub": "dee"}));
+    let seen = script("described.mjs", &[&gw.base, &t, "demo"]).await;
+    assert_eq!(
+        seen["servedIsDocs"], true,
+        "GET /v1/openapi.json serves docs/openapi.json"
+    );
+    assert_eq!(seen["failures"], json!([]), "{seen:#}");
+    assert!(seen["checked"].as_array().unwrap().len() >= 17, "{seen:#}");
+    // Every command and reply kind the session used was validated.
+    for kind in [
+        "command:run",
+        "command:meta",
+        "command:subscribe",
+        "command:unsubscribe",
+        "command:ping",
+        "reply:ack",
+        "reply:error",
+        "reply:pong",
+        "reply:snapshot",
+    ] {
+        assert!(
+            seen["wsKinds"].as_array().unwrap().contains(&json!(kind)),
+            "{kind}: {seen:#}"
+        );
+    }
 }

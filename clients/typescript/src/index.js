@@ -18,7 +18,7 @@ export const PROTOCOL = Object.freeze({
   commands: {
     auth: ['token'],
     run: ['agent', 'threadId', 'runId?', 'strategy?', 'messages?', 'tools?', 'context?', 'state?', 'forwardedProps?'],
-    resume: ['threadId', 'resume', 'agent?'],
+    resume: ['threadId', 'resume', 'agent?', 'runId?', 'messages?', 'tools?', 'context?', 'forwardedProps?'],
     cancel: ['threadId', 'runId?'],
     subscribe: ['threadId', 'after?'],
     unsubscribe: ['threadId'],
@@ -545,6 +545,13 @@ export class ThreadSession extends Emitter {
     this.wanted = false;
     this.ready = false;
     if (this.connection.isOpen) await this.connection.send({ type: 'unsubscribe', threadId: this.threadId });
+  }
+
+  /** Unsubscribes and leaves the connection: the next `session(threadId)`
+   *  starts afresh (a new snapshot). */
+  close() {
+    if (this.connection.sessions.get(this.threadId) === this) this.connection.sessions.delete(this.threadId);
+    return this.unsubscribe().catch(() => {});
   }
 
   _frame(frame) {

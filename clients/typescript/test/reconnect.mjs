@@ -82,7 +82,7 @@ if (mode === 'restart') {
     for (const open of waiting) open();
     await ended;
     out.accepted = accepted;
-    out.closes = closes;
+    out.closes = [...closes];
     Object.assign(out, seen);
     out.snapshot = await session.fetchSnapshot().then((s) => ({ seq: s.seq, status: s.run?.status, text: s.messages.map((m) => m.content).join('|') }));
     conn.close();

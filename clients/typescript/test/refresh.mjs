@@ -17,6 +17,8 @@ main(async (out) => {
   const refreshed = [];
   conn.on('close', (c) => closes.push(c));
   conn.on('token', () => refreshed.push(Date.now()));
+  let opens = 0;
+  conn.on('open', () => { opens += 1; });
   await conn.connect();
   const firstExpiry = JSON.parse(Buffer.from(conn.token.split('.')[1], 'base64url')).exp * 1000;
   const session = conn.session(`refresh-${Date.now()}`);
@@ -32,7 +34,8 @@ main(async (out) => {
   await ended;
   out.asked = asked;
   out.refreshes = refreshed.length;
-  out.closes = closes;
+  out.closes = [...closes];
+  out.opens = opens;
   out.pastFirstExpiryMs = Date.now() - firstExpiry;
   Object.assign(out, seen);
   conn.close();
