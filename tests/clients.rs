@@ -181,6 +181,7 @@ async fn a_session_rides_out_a_cut_tcp_connection_mid_run() {
     )
     .await;
     assert_eq!(seen["released"], 200, "{seen:#}");
+    assert_eq!(seen["subscribeBeforeThread"], "not_found", "{seen:#}");
     assert!(seen["accepted"].as_u64().unwrap() >= 2, "{seen:#}");
     // Every seq once, from the run's start to its end, across the cut.
     let seqs = event_seqs(&seen);
@@ -234,25 +235,11 @@ async fn every_error_code_reaches_the_caller_as_a_typed_error() {
         "[[rules]]\nname = \"one-note-a-minute\"\nkind = \"rate\"\naction = \"meta\"\nlimit = 1\n",
     )
     .unwrap();
-    let gw = gateway(
-        &py,
-        &format!(
-            "[policy]\npath = \"{}\"\n",
-            policy.display()
-        ),
-    )
-    .await;
+    let gw = gateway(&py, &format!("[policy]\npath = \"{}\"\n", policy.display())).await;
     let pid = gw.proc.child.id().unwrap().to_string();
     let seen = script(
         "errors.mjs",
-        &[
-            &gw.base,
-            SECRET,
-            "demo",
-            "gated",
-            &py.url("release"),
-            &pid,
-        ],
+        &[&gw.base, SECRET, "demo", "gated", &py.url("release"), &pid],
     )
     .await;
     let codes = &seen["codes"];
@@ -275,8 +262,7 @@ async fn every_error_code_reaches_the_caller_as_a_typed_error() {
 
 #[tokio::test]
 async fn gateway_agent_runs_through_ag_ui_clients_run_agent_and_a_second_one_follows() {
-    let (_py, gw) =
-        agent_behind_gateway("pydantic_approval_agent.py", "agent", "bank", "").await;
+    let (_py, gw) = agent_behind_gateway("pydantic_approval_agent.py", "agent", "bank", "").await;
     let t = token(json!({"sub": "gail"}));
     let seen = script("agent.mjs", &[&gw.base, &t, "bank"]).await;
     assert_eq!(seen["pending"][0]["reason"], "tool_call", "{seen:#}");

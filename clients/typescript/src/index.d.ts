@@ -28,7 +28,7 @@ export type ErrorCode =
   | 'rate_limited' | 'too_large' | 'unavailable' | 'internal';
 /** Codes of errors the gateway never answered. */
 export type ClientErrorCode = 'disconnected' | 'closed' | 'timeout';
-export type CloseCode = 4001 | 4003 | 4008 | 4009 | 1001 | 1009 | 1002 | 1007;
+export type CloseCode = 4001 | 4003 | 4008 | 4009 | 1001 | 1009 | 1002 | 1007 | 1008;
 export declare const CLIENT_ERROR_CODES: readonly ClientErrorCode[];
 
 export type RunStrategy = 'reject' | 'enqueue' | 'interrupt';

@@ -47,6 +47,7 @@ export const PROTOCOL = Object.freeze({
     1009: 'frame too large',
     1002: 'frame breaks RFC 6455',
     1007: 'text frame is not UTF-8',
+    1008: 'a connection limit',
   },
 });
 
@@ -219,7 +220,8 @@ export class GatewayConnection extends Emitter {
     }
     this.ws = ws;
     let authenticated = false;
-    const authId = `auth-${this.nextId++}`;
+    // One auth per socket, and frames of an older socket are ignored: a fixed id.
+    const authId = 'auth';
     ws.onopen = () => {
       // The token travels in the first frame, never in the URL.
       ws.send(JSON.stringify({ type: 'auth', token, id: authId }));
@@ -383,6 +385,11 @@ export class GatewayConnection extends Emitter {
   send(command) {
     const id = command.id ?? `c${this.nextId++}`;
     const frame = { ...command, id };
+    // A run or resume subscribes the connection to its thread: its session
+    // (if any) is resubscribed after a reconnect from then on.
+    if ((command.type === 'run' || command.type === 'resume') && this.sessions.has(command.threadId)) {
+      this.sessions.get(command.threadId)._joinedByRun();
+    }
     return new Promise((resolve, reject) => {
       const ws = this.ws;
       if (this.state !== 'open' || !ws || ws.readyState !== OPEN) {
@@ -487,6 +494,7 @@ export class ThreadSession extends Emitter {
     this.latestRun = null;
     this.interrupts = [];
     this.wanted = false;
+    this.joinedByRun = false;
     this.ready = null;
     this.readyWaiters = [];
   }
@@ -512,7 +520,8 @@ export class ThreadSession extends Emitter {
       if (this.seq !== null) this.#markReady();
     }, (e) => {
       if (e.code === 'disconnected' || e.code === 'closed') return;
-      this.wanted = false;
+      // A run sent meanwhile (the thread did not exist yet) still watches it.
+      this.wanted = this.joinedByRun;
       const waiting = this.readyWaiters.splice(0);
       for (const w of waiting) w.reject(e);
       // Told to whoever waits for it; otherwise to the session's listeners.
@@ -523,6 +532,11 @@ export class ThreadSession extends Emitter {
   #markReady() {
     this.ready = true;
     for (const w of this.readyWaiters.splice(0)) w.resolve();
+  }
+
+  _joinedByRun() {
+    this.wanted = true;
+    this.joinedByRun = true;
   }
 
   _connected() {
@@ -543,6 +557,7 @@ export class ThreadSession extends Emitter {
   /** Stops watching the thread. */
   async unsubscribe() {
     this.wanted = false;
+    this.joinedByRun = false;
     this.ready = false;
     if (this.connection.isOpen) await this.connection.send({ type: 'unsubscribe', threadId: this.threadId });
   }
@@ -615,13 +630,11 @@ export class ThreadSession extends Emitter {
    *  The connection watches the thread from then on (resubscribed after a
    *  reconnect like a subscription). */
   run(params) {
-    this.wanted = true;
     return this.connection.send({ ...params, type: 'run', threadId: this.threadId });
   }
 
   /** `resume`: answers every pending interrupt (`ResumeEntry[]`). */
   resume(resume, extra = {}) {
-    this.wanted = true;
     return this.connection.send({ ...extra, type: 'resume', threadId: this.threadId, resume });
   }
 

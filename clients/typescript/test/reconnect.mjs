@@ -68,7 +68,11 @@ if (mode === 'restart') {
     const seen = record(session);
     const firstDelta = new Promise((resolve) => session.on('event', ({ event }) => { if (event.type === 'TEXT_MESSAGE_CONTENT') resolve(); }));
     const ended = session.runEnded('gated-run');
+    // Watching a thread that does not exist yet (not_found arrives after the
+    // run is sent): the run's thread is still resubscribed after the cut.
+    const watching = session.subscribe().then(() => 'subscribed', (e) => e.code);
     await session.run({ agent, runId: 'gated-run', messages: [userMessage('g-m1', 'go')] });
+    out.subscribeBeforeThread = await watching;
     await firstDelta;
     out.seqBeforeCut = session.seq;
     held = [];

@@ -62,7 +62,8 @@ await check('error and close codes: docs/protocol.md = PROTOCOL', () => {
   const md = read('protocol.md');
   const errors = md.slice(md.indexOf('Error codes:'), md.indexOf('Close codes:'));
   assert.deepEqual([...errors.matchAll(/`([a-z_]+)`/g)].map((m) => m[1]), PROTOCOL.errorCodes);
-  const closes = md.slice(md.indexOf('Close codes:'), md.indexOf('## HTTP'));
+  const from = md.indexOf('Close codes:');
+  const closes = md.slice(from, md.indexOf('\n\n', from));
   assert.deepEqual([...closes.matchAll(/\b([14]0\d\d)\b/g)].map((m) => m[1]).sort(), Object.keys(PROTOCOL.closeCodes).sort());
 });
 
