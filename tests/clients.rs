@@ -195,12 +195,33 @@ async fn a_session_rides_out_a_cut_tcp_connection_mid_run() {
 }
 
 #[tokio::test]
+async fn a_silent_socket_is_found_by_ping_and_the_session_resumes_after_its_last_seq() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = gateway(&py, "").await;
+    let t = token(json!({"sub": "stan"}));
+    let seen = script(
+        "reconnect.mjs",
+        &["stall", &gw.base, &t, "gated", &py.url("release")],
+    )
+    .await;
+    assert_eq!(
+        seen["closes"][0][1], "no pong within pingTimeoutMs",
+        "{seen:#}"
+    );
+    assert!(seen["accepted"].as_u64().unwrap() >= 2, "{seen:#}");
+    let seqs = event_seqs(&seen);
+    assert!(gapless_from(&seqs, 1), "{seqs:?}");
+    assert_eq!(seen["snapshot"]["text"], "go|part1part2", "{seen:#}");
+    assert_eq!(seen["snapshot"]["seq"], *seqs.last().unwrap());
+}
+
+#[tokio::test]
 async fn an_expiring_token_is_refreshed_on_the_open_socket_during_a_long_run() {
     let py = PyAgent::start("scripted_agent.py").await;
     let gw = gateway(&py, "").await;
     let seen = script(
         "refresh.mjs",
-        &[&gw.base, SECRET, "gated", &py.url("release")],
+        &[&gw.base, SECRET, "gated", &py.url("release"), "demo"],
     )
     .await;
     assert_eq!(seen["closes"], json!([]), "never closed: {seen:#}");
@@ -218,6 +239,21 @@ async fn an_expiring_token_is_refreshed_on_the_open_socket_during_a_long_run() {
     assert!(gapless_from(&seqs, 1), "{seqs:?}");
     assert_eq!(
         seen["types"].as_array().unwrap().last().unwrap(),
+        "RUN_FINISHED"
+    );
+    // Without a refresh ahead: closed with 4001 at expiry, the provider
+    // asked again, and the session resumed after its last seq.
+    let expiry = &seen["expiry"];
+    assert_eq!(expiry["asked"], json!(["initial", "rejected"]), "{seen:#}");
+    assert_eq!(expiry["closes"][0], 4001, "{seen:#}");
+    assert_eq!(expiry["snapshots"].as_array().unwrap().len(), 1, "{seen:#}");
+    let after = event_seqs(expiry);
+    assert!(
+        gapless_from(&after, expiry["seqAtExpiry"].as_u64().unwrap() + 1),
+        "{seen:#}"
+    );
+    assert_eq!(
+        expiry["types"].as_array().unwrap().last().unwrap(),
         "RUN_FINISHED"
     );
 }

@@ -3,10 +3,11 @@
 //   node reconnect.mjs restart <base> <token> <thread>
 //     watches <thread>; prints "watching", then "reconnected" after the test
 //     restarts the gateway; prints the JSON once it saw the next run end.
-//   node reconnect.mjs cut <base> <token> <agent> <release url>
+//   node reconnect.mjs cut|stall <base> <token> <agent> <release url>
 //     through a TCP proxy of its own: starts a gated run, cuts every socket
 //     mid-run (the gateway keeps running), releases the run while cut off,
-//     lets the client back in, and prints the JSON once the run ended.
+//     lets the client back in, and prints the JSON once the run ended;
+//     `stall` leaves the sockets open but silent instead (found by ping).
 import net from 'node:net';
 import { connect, main, record, userMessage } from './util.mjs';
 
@@ -31,7 +32,7 @@ if (mode === 'restart') {
     Object.assign(out, seen, { states });
     conn.close();
   });
-} else if (mode === 'cut') {
+} else if (mode === 'cut' || mode === 'stall') {
   const [agent, release] = rest;
   main(async (out) => {
     // A proxy to the gateway: `cut` resets every socket; while `held`, new
@@ -59,9 +60,12 @@ if (mode === 'restart') {
     });
     await new Promise((resolve) => proxy.listen(0, '127.0.0.1', resolve));
     const via = `http://127.0.0.1:${proxy.address().port}`;
-    const conn = connect(via, token, { reconnect: { initialDelayMs: 50, maxDelayMs: 200 } });
+    // `stall`: the sockets stay open but carry nothing; only the client's
+    // ping (short here) finds out.
+    const liveness = mode === 'stall' ? { pingIntervalMs: 200, pingTimeoutMs: 400 } : {};
+    const conn = connect(via, token, { reconnect: { initialDelayMs: 50, maxDelayMs: 200 }, ...liveness });
     const closes = [];
-    conn.on('close', (c) => closes.push(c.code));
+    conn.on('close', (c) => closes.push([c.code, c.reason]));
     await conn.connect();
     const thread = `cut-${Date.now()}`;
     const session = conn.session(thread);
@@ -77,7 +81,9 @@ if (mode === 'restart') {
     out.seqBeforeCut = session.seq;
     held = [];
     const down = new Promise((resolve) => { const stop = conn.on('state', (s) => { if (s === 'reconnecting') { stop(); resolve(); } }); });
-    for (const s of sockets) s.resetAndDestroy();
+    const stalled = [...sockets];
+    if (mode === 'cut') for (const s of stalled) s.resetAndDestroy();
+    else for (const s of stalled) { s.unpipe(); s.pause(); }
     await down;
     // The run goes on in the gateway while the client is cut off.
     out.released = (await fetch(release, { method: 'POST' })).status;
@@ -90,6 +96,7 @@ if (mode === 'restart') {
     Object.assign(out, seen);
     out.snapshot = await session.fetchSnapshot().then((s) => ({ seq: s.seq, status: s.run?.status, text: s.messages.map((m) => m.content).join('|') }));
     conn.close();
+    for (const s of stalled) s.destroy();
     proxy.close();
   });
 }

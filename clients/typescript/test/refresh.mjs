@@ -1,9 +1,9 @@
 // A token that expires during a long run is refreshed on the open socket:
 // no close, no reconnect, every event once.
-// usage: node refresh.mjs <base> <secret> <agent> <release url>
+// usage: node refresh.mjs <base> <secret> <gated agent> <release url> <quick agent>
 import { connect, main, mint, record, userMessage } from './util.mjs';
 
-const [base, secret, agent, release] = process.argv.slice(2);
+const [base, secret, agent, release, quick] = process.argv.slice(2);
 const LIFETIME_S = 4;
 
 main(async (out) => {
@@ -39,4 +39,28 @@ main(async (out) => {
   out.pastFirstExpiryMs = Date.now() - firstExpiry;
   Object.assign(out, seen);
   conn.close();
+
+  // Without refreshing ahead, the gateway closes the socket at expiry (4001):
+  // the provider is asked again ('rejected') and the session resumes after
+  // its last seq on the new socket.
+  const asked2 = [];
+  const late = connect(base, ({ reason }) => {
+    asked2.push(reason);
+    return mint(secret, { sub: 'rita', exp: Math.floor(Date.now() / 1000) + 2 });
+  }, { autoRefresh: false, reconnect: { initialDelayMs: 50, maxDelayMs: 200 } });
+  const closes2 = [];
+  late.on('close', (c) => closes2.push(c.code));
+  await late.connect();
+  const again = late.session(session.threadId);
+  const seen2 = record(again);
+  await again.subscribe();
+  const seqAtExpiry = again.seq;
+  const reopened = new Promise((resolve) => late.on('open', resolve));
+  await reopened;
+  await again.whenReady();
+  const ended2 = again.runEnded('after-expiry');
+  await again.run({ agent: quick, runId: 'after-expiry', messages: [userMessage('l-m2', 'again')] });
+  await ended2;
+  out.expiry = { asked: asked2, closes: closes2, seqAtExpiry, ...seen2 };
+  late.close();
 });
