@@ -106,6 +106,13 @@ async fn two_sessions_see_the_same_gapless_seqs_and_each_others_runs_live() {
     assert_eq!(starts(&seen["b"]), 2);
     assert_eq!(seen["bRun"]["status"], "finished");
     assert_eq!(seen["bRun"]["runId"], "r3");
+    // `after` beyond the journal's end: a reset snapshot, and the session
+    // continues from its seq.
+    let last = seen["aSeq"].as_u64().unwrap();
+    assert_eq!(seen["reset"]["previousSeq"], last + 1000, "{seen:#}");
+    assert_eq!(seen["reset"]["snapshotSeq"], last);
+    assert_eq!(seen["reset"]["seqAfter"], last);
+    assert_eq!(seen["reset"]["run"]["runId"], "r3");
 }
 
 #[tokio::test]

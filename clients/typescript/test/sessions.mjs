@@ -28,6 +28,18 @@ main(async (out) => {
   ended = Promise.all([sa.runEnded('r3'), sb.runEnded('r3')]);
   await sa.run({ agent, runId: 'r3', messages: [userMessage('m3', 'from a')] });
   await ended;
+  // A session that remembers more than the journal holds (a store restored
+  // from an older backup looks like this): the gateway answers `after` with
+  // a reset snapshot, and the session starts over from it.
+  const c = connect(base, token);
+  await c.connect();
+  const sc = c.session(thread);
+  sc.seq = sa.seq + 1000;
+  const reset = new Promise((resolve) => sc.on('reset', resolve));
+  await sc.subscribe();
+  const r = await reset;
+  out.reset = { previousSeq: r.previousSeq, snapshotSeq: r.snapshot.seq, seqAfter: sc.seq, run: sc.latestRun };
+  c.close();
   out.a = seenA;
   out.b = seenB;
   out.aSeq = sa.seq;
