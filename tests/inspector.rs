@@ -120,6 +120,7 @@ async fn the_page_is_served_with_a_strict_policy_and_only_where_configured() {
         ("/inspector/", "text/html"),
         ("/inspector/app.js", "text/javascript"),
         ("/inspector/app.css", "text/css"),
+        ("/inspector/agui-gateway-client.js", "text/javascript"),
     ] {
         let resp = http().get(gw.url(path)).send().await.unwrap();
         assert_eq!(resp.status(), 200, "{path}");

@@ -2,7 +2,8 @@
 //! modules — [`http`] (the AG-UI run endpoint, agents, health), [`ws`]
 //! (shared sessions), [`threads`] (viewer routes), [`sideband`] (meta and
 //! cancel over HTTP), [`aisdk`] (the Vercel AI SDK chat face), [`exports`]
-//! (the conversation in other frameworks' shapes) — and serves it. The route modules never import each
+//! (the conversation in other frameworks' shapes), [`openapi`] (their
+//! description) — and serves it. The route modules never import each
 //! other: what they share sits below them — [`commands`] (run, resume,
 //! cancel, meta, once for both transports), [`extract`] (authentication and
 //! bodies as axum extractors), [`access`], [`error`], [`state`]. [`serve`]
@@ -21,6 +22,7 @@ pub mod extract;
 pub mod fields;
 pub mod http;
 pub mod inspector;
+pub mod openapi;
 pub mod preflight;
 pub mod reload;
 pub mod serve;
@@ -67,7 +69,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/threads/{thread}/cancel", post(sideband::post_cancel))
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(http::ready))
-        .route("/metrics", get(http::metrics));
+        .route("/metrics", get(http::metrics))
+        .route("/v1/openapi.json", get(openapi::document));
     if let Some(inspector) = inspector::routes(&state) {
         router = router.merge(inspector);
     }

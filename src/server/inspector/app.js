@@ -1,8 +1,9 @@
 // agui-gateway inspector. Speaks only the public contract: the WebSocket
-// `/v1/ws` and the HTTP routes. Everything an agent or another person wrote
-// is untrusted: it is only ever put into the page as text (textContent,
-// text nodes, input values), never as HTML.
-'use strict';
+// `/v1/ws` (through the client package, clients/typescript, served next to
+// this file) and the HTTP routes. Everything an agent or another person
+// wrote is untrusted: it is only ever put into the page as text
+// (textContent, text nodes, input values), never as HTML.
+import { GatewayConnection } from './agui-gateway-client.js';
 
 const $ = (selector) => document.querySelector(selector);
 
@@ -37,15 +38,14 @@ const FOLLOW_SLACK_PX = 4;
 const app = {
   token: sessionStorage.getItem(TOKEN_KEY),
   dev: JSON.parse(sessionStorage.getItem(DEV_KEY) || 'null'),
-  ws: null,
-  live: false,
+  // The package's connection: auth, reconnect with backoff, resubscribe
+  // after the last seq, request/answer by id.
+  conn: null,
   // The gateway closed the connection for an expired or refused token: no
   // reconnecting until the person gives a new one.
   stopped: false,
-  backoff: 250,
-  nextId: 1,
-  pending: new Map(),
   thread: null,
+  session: null,
   threadsCursor: null,
   // Bumped by every thread-list read; an answer to an older one is dropped.
   threadsGeneration: 0,
@@ -70,6 +70,8 @@ const ERROR_WORDS = {
   too_large: 'Too large',
   unavailable: 'Unavailable for now (the agent or the gateway); try again shortly',
   internal: 'The gateway hit an internal error',
+  disconnected: 'Not connected (the page reconnects by itself)',
+  timeout: 'No answer from the gateway in time',
 };
 
 /** An error from a command or a route as a sentence a person can act on. */
@@ -144,7 +146,7 @@ async function refreshDevToken() {
   if (!fresh) return;
   try {
     // On the open connection: no reconnect, nothing missed.
-    if (app.live) await send({ type: 'auth', token: fresh });
+    if (app.conn?.isOpen) await app.conn.authenticate(fresh);
     adoptToken(fresh);
   } catch (e) {
     notice(`Could not refresh the development token — ${describeError(e)}`, 'error');
@@ -182,13 +184,13 @@ async function replaceToken(token) {
     connect();
     return (status.textContent = 'Reconnecting with the new token…');
   }
-  if (!app.live) {
+  if (!app.conn?.isOpen) {
     // Between two attempts: the next one signs in with the new token.
     adoptToken(token, null);
     return (status.textContent = 'The new token is used as soon as the page reconnects.');
   }
   try {
-    await send({ type: 'auth', token });
+    await app.conn.authenticate(token);
   } catch (e) {
     status.textContent = `The gateway refused the new token — ${describeError(e)}`;
     return;
@@ -310,38 +312,29 @@ function showThreads(threads, append) {
 // ---------- WebSocket ----------
 
 function connect() {
-  const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/v1/ws`;
-  const ws = new WebSocket(url);
-  app.ws = ws;
-  ws.addEventListener('open', () => {
-    // The token travels in the first frame, never in the URL.
-    ws.send(JSON.stringify({ type: 'auth', token: app.token, id: 'auth' }));
-  });
-  ws.addEventListener('message', (message) => {
-    let frame;
-    try {
-      frame = JSON.parse(message.data);
-    } catch {
-      return;
-    }
-    onFrame(frame);
-  });
-  ws.addEventListener('close', (event) => {
-    if (app.ws !== ws) return;
-    app.live = false;
-    setStatus(false);
-    // Commands in flight will never be answered on this connection.
-    failPending('the connection dropped before the gateway answered');
-    if (event.code === 4001) {
-      app.stopped = true;
-      notice(`Signed out by the gateway: ${event.reason}. Paste a new token above to reconnect.`, 'error');
-      showExpiryCountdown();
-      return;
-    }
-    // Reconnect and resume from the last seq seen: nothing lost, nothing twice.
-    setTimeout(connect, app.backoff);
-    app.backoff = Math.min(app.backoff * 2, 5000);
-  });
+  if (!app.conn) {
+    app.conn = new GatewayConnection({
+      url: `${location.origin}/v1/ws`,
+      // A token the gateway refused (expired) is not offered again: the
+      // person pastes a new one (or the page mints a dev token).
+      token: ({ reason }) => (reason === 'rejected' ? null : app.token),
+      // The page plans refreshes itself: a dev token is minted again, a
+      // pasted one gets a countdown.
+      autoRefresh: false,
+      reconnect: { initialDelayMs: 250, maxDelayMs: 5000 },
+    });
+    app.conn.on('state', (state) => setStatus(state === 'open'));
+    app.conn.on('error', (e) => {
+      if (e.closeCode === 4001) {
+        app.stopped = true;
+        notice(`Signed out by the gateway: ${e.message}. Paste a new token above to reconnect.`, 'error');
+        showExpiryCountdown();
+        return;
+      }
+      notice(describeError(e), 'error');
+    });
+  }
+  app.conn.connect().catch(() => { /* told through 'error' */ });
 }
 
 function setStatus(on) {
@@ -353,47 +346,8 @@ function setStatus(on) {
 /** Sends a command; resolves with its ack, rejects with its error (every
  *  caller handles the rejection). */
 function send(command) {
-  const id = command.id || `c${app.nextId++}`;
-  command.id = id;
-  return new Promise((resolve, reject) => {
-    if (app.ws?.readyState !== WebSocket.OPEN) {
-      reject(Object.assign(new Error('not connected; the page reconnects by itself'), { code: 'unavailable' }));
-      return;
-    }
-    app.pending.set(id, { resolve, reject });
-    app.ws.send(JSON.stringify(command));
-  });
-}
-
-function failPending(message) {
-  for (const { reject } of app.pending.values()) reject(Object.assign(new Error(message), { code: 'unavailable' }));
-  app.pending.clear();
-}
-
-function onFrame(frame) {
-  if (frame.id === 'auth' && (frame.type === 'ack' || frame.type === 'error')) {
-    if (frame.type === 'error') return notice(`Sign-in refused — ${describeError(frame)}`, 'error');
-    app.backoff = 250;
-    app.live = true;
-    setStatus(true);
-    if (app.thread) subscribe(app.thread);
-    return;
-  }
-  if ((frame.type === 'ack' || frame.type === 'error') && frame.id && app.pending.has(frame.id)) {
-    const { resolve, reject } = app.pending.get(frame.id);
-    app.pending.delete(frame.id);
-    if (frame.type === 'ack') resolve(frame);
-    else reject(contractError(frame));
-    return;
-  }
-  if (frame.type === 'error') {
-    notice(describeError(frame), 'error');
-    return;
-  }
-  const view = app.thread;
-  if (!view || frame.threadId !== view.id) return;
-  if (frame.type === 'snapshot') view.snapshot(frame);
-  else if (frame.type === 'event') view.event(frame);
+  if (!app.conn) return Promise.reject(Object.assign(new Error('not connected'), { code: 'disconnected' }));
+  return app.conn.send(command);
 }
 
 // ---------- a thread ----------
@@ -785,8 +739,9 @@ function textOf(content) {
 /** Shows thread `id`. `mayNotExist`: a thread about to be created by a run
  *  (the run subscribes the page), so "not found" is expected, not news. */
 function openThread(id, mayNotExist = false) {
-  if (app.thread && app.ws?.readyState === WebSocket.OPEN) {
-    app.ws.send(JSON.stringify({ type: 'unsubscribe', threadId: app.thread.id }));
+  if (app.session) {
+    for (const stop of app.sessionListeners) stop();
+    app.session.close();
   }
   app.thread = newThreadView(id);
   $('#thread').hidden = false;
@@ -801,13 +756,17 @@ function openThread(id, mayNotExist = false) {
   subscribe(app.thread, mayNotExist);
 }
 
+/** Watches the view's thread. Not connected yet: the session subscribes
+ *  once the connection is authenticated; after a reconnect it asks for
+ *  every event after the last one seen, nothing twice. */
 function subscribe(view, mayNotExist = false) {
-  // Not connected yet: the connection subscribes once it is authenticated.
-  if (app.ws?.readyState !== WebSocket.OPEN) return;
-  const frame = { type: 'subscribe', threadId: view.id };
-  // After a reconnect: every event after the last one seen, nothing twice.
-  if (view.lastSeq !== null) frame.after = view.lastSeq;
-  send(frame).catch((e) => {
+  app.session = app.conn.session(view.id);
+  app.sessionListeners = [
+    app.session.on('snapshot', (frame) => { if (app.thread === view) view.snapshot(frame); }),
+    app.session.on('event', (frame) => { if (app.thread === view) view.event(frame); }),
+    app.session.on('error', (e) => notice(describeError(e), 'error')),
+  ];
+  app.session.subscribe().catch((e) => {
     if (!(mayNotExist && e.code === 'not_found')) notice(`Watching ${view.id} — ${describeError(e)}`, 'error');
   });
 }

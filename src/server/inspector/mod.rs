@@ -26,6 +26,10 @@ use std::sync::Arc;
 const INDEX: &str = include_str!("index.html");
 const SCRIPT: &str = include_str!("app.js");
 const STYLE: &str = include_str!("app.css");
+/// The client package's core module (npm `@agui-gateway/client`), which the
+/// page imports: one client implementation for the page and for apps, and
+/// it has no imports of its own, so it is served as it is.
+const CLIENT: &str = include_str!("../../../clients/typescript/src/index.js");
 
 /// Nothing but this origin: no inline script or style, no framing, no
 /// third-party hosts; the page talks to its own gateway only.
@@ -51,6 +55,7 @@ pub fn routes(state: &AppState) -> Option<Router<Arc<AppState>>> {
         .route(&slash, get(index))
         .route(&format!("{base}/app.js"), get(script))
         .route(&format!("{base}/app.css"), get(style))
+        .route(&format!("{base}/agui-gateway-client.js"), get(client))
         .route(&format!("{base}/config.json"), get(page_config));
     if dev_tokens(state) {
         router = router.route(&format!("{base}/dev-token"), post(dev_token));
@@ -93,6 +98,10 @@ async fn index() -> Response {
 
 async fn script() -> Response {
     asset("text/javascript; charset=utf-8", SCRIPT)
+}
+
+async fn client() -> Response {
+    asset("text/javascript; charset=utf-8", CLIENT)
 }
 
 async fn style() -> Response {

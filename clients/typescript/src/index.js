@@ -1,0 +1,689 @@
+// @agui-gateway/client — the gateway's WebSocket protocol (docs/protocol.md)
+// as a connection and thread sessions.
+//
+// This file has no imports on purpose: it is the whole of what a page needs
+// to speak the protocol, so the gateway serves it as it is (the inspector
+// loads it as a plain ES module, no bundler, no build step). The
+// `@ag-ui/client` integration (GatewayAgent, the folded view) lives in
+// `./agent.js`, which imports this file.
+
+/**
+ * The protocol's shapes in one place: what each command and reply carries
+ * (`?` = optional), the error codes and the close codes. test/static.mjs
+ * compares this with docs/protocol.md and docs/ws-protocol.schema.json, so
+ * neither can drift from the client.
+ */
+export const PROTOCOL = Object.freeze({
+  subprotocol: 'agui-gateway.v1',
+  commands: {
+    auth: ['token'],
+    run: ['agent', 'threadId', 'runId?', 'strategy?', 'messages?', 'tools?', 'context?', 'state?', 'forwardedProps?'],
+    resume: ['threadId', 'resume', 'agent?', 'runId?', 'messages?', 'tools?', 'context?', 'forwardedProps?'],
+    cancel: ['threadId', 'runId?'],
+    subscribe: ['threadId', 'after?'],
+    unsubscribe: ['threadId'],
+    meta: ['threadId', 'metaType', 'payload', 'clientEventId?'],
+    ping: [],
+  },
+  replies: {
+    event: ['threadId', 'seq', 'event'],
+    snapshot: ['threadId', 'seq', 'messages', 'state', 'run', 'interrupts', 'reset?'],
+    ack: ['id', 'threadId?', 'runId?'],
+    error: ['id?', 'code', 'message'],
+    pong: ['id?'],
+  },
+  /** Fields the contract's "Extensions" section adds to replies. */
+  replyExtensions: {
+    ack: ['queued?', 'eventId?', 'duplicate?'],
+    error: ['retryAfter?', 'threadId?', 'runId?'],
+  },
+  errorCodes: ['unauthenticated', 'forbidden', 'not_found', 'invalid', 'conflict', 'rate_limited', 'too_large', 'unavailable', 'internal'],
+  closeCodes: {
+    4001: 'unauthenticated or token expired',
+    4003: 'forbidden origin',
+    4008: 'unread control replies overflowed the queue',
+    4009: 'protocol violation',
+    1001: 'gateway shutting down',
+    1009: 'frame too large',
+    1002: 'frame breaks RFC 6455',
+    1007: 'text frame is not UTF-8',
+    1008: 'a connection limit',
+  },
+});
+
+/**
+ * Commands of the branching work (`run.parentRunId`, `regenerate`, `edit`,
+ * `GET /v1/threads/{id}/runs`): they need a gateway with branching, and are
+ * kept apart from PROTOCOL until docs/protocol.md describes them.
+ */
+export const BRANCHING = Object.freeze({
+  commands: {
+    regenerate: ['threadId', 'messageId?'],
+    edit: ['threadId', 'messageId', 'message'],
+  },
+  runFields: ['parentRunId?'],
+});
+
+/** Codes this client gives errors that never reached the gateway. */
+export const CLIENT_ERROR_CODES = Object.freeze(['disconnected', 'closed', 'timeout']);
+
+/**
+ * An error with the contract's stable `code` (one of PROTOCOL.errorCodes),
+ * or one of CLIENT_ERROR_CODES when the gateway never answered.
+ */
+export class GatewayError extends Error {
+  constructor(code, message, details = {}) {
+    super(message || code);
+    this.name = 'GatewayError';
+    this.code = code;
+    if (details.retryAfter !== undefined) this.retryAfter = details.retryAfter;
+    if (details.closeCode !== undefined) this.closeCode = details.closeCode;
+    if (details.threadId !== undefined) this.threadId = details.threadId;
+    if (details.runId !== undefined) this.runId = details.runId;
+    if (details.status !== undefined) this.status = details.status;
+  }
+
+  /** The error an `error` frame (or an HTTP error body's `error`) says. */
+  static from(body, extra = {}) {
+    return new GatewayError(body.code || 'internal', body.message || '', { ...body, ...extra });
+  }
+}
+
+/** The claims of a JWT (unverified: only to plan the refresh), or null. */
+export function tokenClaims(token) {
+  try {
+    const part = token.split('.')[1].replace(/-/g, '+').replace(/_/g, '/');
+    const bytes = atob(part + '='.repeat((4 - (part.length % 4)) % 4));
+    return JSON.parse(decodeURIComponent(escape(bytes)));
+  } catch {
+    return null;
+  }
+}
+
+/** A tiny listener registry (EventTarget carries no typed payloads in Node 20). */
+class Emitter {
+  #listeners = new Map();
+
+  /** Calls `fn` for every `type` emitted; returns the function that stops it. */
+  on(type, fn) {
+    if (!this.#listeners.has(type)) this.#listeners.set(type, new Set());
+    this.#listeners.get(type).add(fn);
+    return () => this.off(type, fn);
+  }
+
+  off(type, fn) {
+    this.#listeners.get(type)?.delete(fn);
+  }
+
+  emit(type, value) {
+    for (const fn of [...(this.#listeners.get(type) || [])]) {
+      try {
+        fn(value);
+      } catch (e) {
+        // A listener's bug must not stop the protocol.
+        queueMicrotask(() => { throw e; });
+      }
+    }
+  }
+}
+
+const OPEN = 1;
+
+/**
+ * One authenticated WebSocket to the gateway, kept open: the token comes
+ * from a provider (asked again before it expires, and after a 4001), a lost
+ * socket is reopened with exponential backoff and jitter, a silent one is
+ * found by ping, commands are matched to their answers by `id`, and every
+ * thread session is resubscribed after its last seen seq.
+ */
+export class GatewayConnection extends Emitter {
+  constructor(options) {
+    super();
+    if (!options || !options.url) throw new TypeError('GatewayConnection: `url` is required');
+    if (options.token === undefined) throw new TypeError('GatewayConnection: `token` (a string or a provider) is required');
+    this.url = wsUrl(options.url);
+    this.httpBase = httpBase(options.url);
+    this.WebSocket = options.WebSocket || globalThis.WebSocket;
+    if (!this.WebSocket) {
+      throw new TypeError('GatewayConnection: no global WebSocket; pass `WebSocket` (e.g. the `ws` package in Node < 22)');
+    }
+    this.fetch = options.fetch || ((...a) => globalThis.fetch(...a));
+    this.tokenProvider = typeof options.token === 'function' ? options.token : () => options.token;
+    const r = options.reconnect || {};
+    this.backoff = {
+      initial: r.initialDelayMs ?? 250,
+      max: r.maxDelayMs ?? 10_000,
+      factor: r.factor ?? 2,
+      jitter: r.jitter ?? 0.3,
+    };
+    this.pingIntervalMs = options.pingIntervalMs ?? 15_000;
+    this.pingTimeoutMs = options.pingTimeoutMs ?? 10_000;
+    this.requestTimeoutMs = options.requestTimeoutMs ?? 30_000;
+    this.refreshLeadMs = options.refreshLeadMs ?? 30_000;
+    this.autoRefresh = options.autoRefresh ?? true;
+    /** 'idle' | 'connecting' | 'open' | 'reconnecting' | 'closed' */
+    this.state = 'idle';
+    this.token = null;
+    this.sessions = new Map();
+    this.pending = new Map();
+    this.nextId = 1;
+    this.attempt = 0;
+    this.ws = null;
+    this.timers = { retry: null, ping: null, pong: null, refresh: null };
+    this.rejected = false;
+    this.opened = null;
+  }
+
+  /** Opens the connection; resolves once authenticated (the first time). */
+  connect() {
+    if (this.state === 'open') return Promise.resolve();
+    if (!this.opened) {
+      this.opened = {};
+      this.opened.promise = new Promise((resolve, reject) => Object.assign(this.opened, { resolve, reject }));
+    }
+    if (this.state === 'idle' || this.state === 'closed') {
+      this.rejected = false;
+      this.#open('connecting');
+    }
+    return this.opened.promise;
+  }
+
+  /** True while authenticated and able to send. */
+  get isOpen() {
+    return this.state === 'open';
+  }
+
+  #setState(state) {
+    if (this.state === state) return;
+    this.state = state;
+    this.emit('state', state);
+  }
+
+  async #open(state) {
+    this.#setState(state);
+    let token;
+    try {
+      token = await this.tokenProvider({ reason: this.rejected ? 'rejected' : this.token ? 'reconnect' : 'initial', previous: this.token });
+    } catch (e) {
+      return this.#fail(new GatewayError('unauthenticated', `the token provider failed: ${e?.message || e}`));
+    }
+    if (this.state === 'closed') return;
+    if (!token || (this.rejected && token === this.token)) {
+      return this.#fail(new GatewayError('unauthenticated', this.rejectReason || 'no token', { closeCode: 4001 }));
+    }
+    this.token = token;
+    let ws;
+    try {
+      ws = new this.WebSocket(this.url, [PROTOCOL.subprotocol]);
+    } catch (e) {
+      return this.#scheduleRetry(`cannot open: ${e?.message || e}`);
+    }
+    this.ws = ws;
+    let authenticated = false;
+    // One auth per socket, and frames of an older socket are ignored: a fixed id.
+    const authId = 'auth';
+    ws.onopen = () => {
+      // The token travels in the first frame, never in the URL.
+      ws.send(JSON.stringify({ type: 'auth', token, id: authId }));
+    };
+    ws.onmessage = (message) => {
+      if (this.ws !== ws) return;
+      let frame;
+      try {
+        frame = JSON.parse(typeof message.data === 'string' ? message.data : String(message.data));
+      } catch {
+        return;
+      }
+      if (!authenticated && frame.id === authId) {
+        if (frame.type === 'ack') {
+          authenticated = true;
+          this.#authenticated(token);
+        } else if (frame.type === 'error') {
+          this.lastError = GatewayError.from(frame);
+        }
+        return;
+      }
+      this.#frame(frame);
+    };
+    ws.onclose = (event) => {
+      if (this.ws !== ws) return;
+      this.ws = null;
+      this.#closed(event.code, event.reason || '', authenticated);
+    };
+    ws.onerror = () => {};
+  }
+
+  #authenticated(token) {
+    this.attempt = 0;
+    this.rejected = false;
+    this.rejectReason = undefined;
+    this.#setState('open');
+    this.#planRefresh(token);
+    this.#ping();
+    this.emit('open');
+    if (this.opened) {
+      this.opened.resolve();
+      this.opened = null;
+    }
+    for (const session of this.sessions.values()) session._connected();
+  }
+
+  #closed(code, reason, wasOpen) {
+    this.#clearTimers();
+    for (const [, p] of this.pending) {
+      clearTimeout(p.timer);
+      p.reject(new GatewayError('disconnected', 'the connection dropped before the gateway answered'));
+    }
+    this.pending.clear();
+    if (this.state === 'closed') return;
+    for (const session of this.sessions.values()) session._disconnected();
+    if (code === 4001) {
+      // Expired or refused: ask the provider for a fresh token once; the same
+      // token again (or none) ends the connection.
+      this.rejected = true;
+      this.rejectReason = reason || 'unauthenticated';
+    }
+    if (code === 4003 || code === 1008) {
+      const error = new GatewayError(code === 4003 ? 'forbidden' : (this.lastError?.code || 'rate_limited'), reason || this.lastError?.message || '', { closeCode: code, retryAfter: this.lastError?.retryAfter });
+      if (code === 4003) return this.#fail(error);
+    }
+    this.emit('close', { code, reason, wasOpen });
+    this.#scheduleRetry(reason);
+  }
+
+  #scheduleRetry(reason) {
+    if (this.state === 'closed') return;
+    this.#setState('reconnecting');
+    const { initial, max, factor, jitter } = this.backoff;
+    const base = Math.min(max, initial * factor ** this.attempt);
+    const delay = Math.max(0, base * (1 - jitter + Math.random() * 2 * jitter));
+    this.attempt += 1;
+    this.emit('retry', { delayMs: delay, attempt: this.attempt, reason });
+    this.timers.retry = setTimeout(() => this.#open('reconnecting'), delay);
+  }
+
+  #fail(error) {
+    this.#clearTimers();
+    this.#setState('closed');
+    this.emit('error', error);
+    this.emit('close', { code: error.closeCode ?? 1000, reason: error.message, wasOpen: false, error });
+    if (this.opened) {
+      this.opened.reject(error);
+      this.opened = null;
+    }
+    const ws = this.ws;
+    this.ws = null;
+    try { ws?.close(1000); } catch { /* already closing */ }
+  }
+
+  #clearTimers() {
+    for (const key of Object.keys(this.timers)) {
+      clearTimeout(this.timers[key]);
+      this.timers[key] = null;
+    }
+  }
+
+  /** Sends a fresh token from the provider a little before this one expires. */
+  #planRefresh(token) {
+    clearTimeout(this.timers.refresh);
+    if (!this.autoRefresh) return;
+    const exp = tokenClaims(token)?.exp;
+    if (!exp) return;
+    const left = exp * 1000 - Date.now();
+    const lead = Math.min(this.refreshLeadMs, left / 2);
+    this.timers.refresh = setTimeout(() => this.#refresh(), Math.max(0, left - lead));
+  }
+
+  async #refresh() {
+    try {
+      const token = await this.tokenProvider({ reason: 'expiring', previous: this.token });
+      if (!token || token === this.token) return;
+      await this.authenticate(token);
+    } catch (e) {
+      this.emit('error', e instanceof GatewayError ? e : new GatewayError('unauthenticated', String(e?.message || e)));
+    }
+  }
+
+  /** Sends `token` as an `auth` frame on the open socket (a refresh: nothing
+   *  reconnects); later reconnects use the provider as before. */
+  async authenticate(token) {
+    await this.send({ type: 'auth', token });
+    this.token = token;
+    this.#planRefresh(token);
+    this.emit('token', token);
+  }
+
+  #ping() {
+    clearTimeout(this.timers.ping);
+    if (!this.pingIntervalMs) return;
+    this.timers.ping = setTimeout(() => {
+      const ws = this.ws;
+      if (!ws || this.state !== 'open') return;
+      const id = `ping-${this.nextId++}`;
+      this.timers.pong = setTimeout(() => {
+        // No answer: the socket is dead without knowing it. Reconnect.
+        if (this.ws === ws) {
+          this.ws = null;
+          try { ws.close(4000, 'no pong'); } catch { /* gone */ }
+          this.#closed(1006, 'no pong within pingTimeoutMs', true);
+        }
+      }, this.pingTimeoutMs);
+      this.pending.set(id, {
+        resolve: () => { clearTimeout(this.timers.pong); this.#ping(); },
+        reject: () => clearTimeout(this.timers.pong),
+        timer: null,
+      });
+      ws.send(JSON.stringify({ type: 'ping', id }));
+    }, this.pingIntervalMs);
+  }
+
+  /**
+   * Sends a command; resolves with its `ack` (or `pong`), rejects with a
+   * GatewayError carrying the `error` frame's code. Not connected:
+   * rejects at once with `disconnected`.
+   */
+  send(command) {
+    const id = command.id ?? `c${this.nextId++}`;
+    const frame = { ...command, id };
+    // A run or resume subscribes the connection to its thread: its session
+    // (if any) is resubscribed after a reconnect from then on.
+    if ((command.type === 'run' || command.type === 'resume') && this.sessions.has(command.threadId)) {
+      this.sessions.get(command.threadId)._joinedByRun();
+    }
+    return new Promise((resolve, reject) => {
+      const ws = this.ws;
+      if (this.state !== 'open' || !ws || ws.readyState !== OPEN) {
+        reject(new GatewayError(this.state === 'closed' ? 'closed' : 'disconnected', 'not connected; the connection reconnects by itself'));
+        return;
+      }
+      const timer = this.requestTimeoutMs
+        ? setTimeout(() => {
+          this.pending.delete(id);
+          reject(new GatewayError('timeout', `no answer to '${command.type}' within ${this.requestTimeoutMs} ms`));
+        }, this.requestTimeoutMs)
+        : null;
+      this.pending.set(id, { resolve, reject, timer });
+      ws.send(JSON.stringify(frame));
+    });
+  }
+
+  #frame(frame) {
+    this.emit('frame', frame);
+    const waiting = frame.id !== undefined && frame.id !== null ? this.pending.get(frame.id) : undefined;
+    if (waiting && (frame.type === 'ack' || frame.type === 'error' || frame.type === 'pong')) {
+      this.pending.delete(frame.id);
+      clearTimeout(waiting.timer);
+      if (frame.type === 'error') waiting.reject(GatewayError.from(frame));
+      else waiting.resolve(frame);
+      return;
+    }
+    const session = frame.threadId !== undefined ? this.sessions.get(frame.threadId) : undefined;
+    if (frame.type === 'event' || frame.type === 'snapshot') {
+      session?._frame(frame);
+      return;
+    }
+    if (frame.type === 'error') {
+      const error = GatewayError.from(frame);
+      if (session) session.emit('error', error);
+      else this.emit('error', error);
+    }
+  }
+
+  /** The session for `threadId` on this connection (one per thread). */
+  session(threadId) {
+    let session = this.sessions.get(threadId);
+    if (!session) {
+      session = new ThreadSession(this, threadId);
+      this.sessions.set(threadId, session);
+    }
+    return session;
+  }
+
+  /** A JSON HTTP request to the gateway with the current token; an error
+   *  answer rejects with its contract code. */
+  async request(path, init = {}) {
+    const token = this.token ?? await this.tokenProvider({ reason: 'initial' });
+    const response = await this.fetch(`${this.httpBase}${path}`, {
+      ...init,
+      headers: { accept: 'application/json', ...(init.body ? { 'content-type': 'application/json' } : {}), ...init.headers, authorization: `Bearer ${token}` },
+    });
+    const body = await response.json().catch(() => ({}));
+    if (!response.ok) throw GatewayError.from(body.error || { code: 'internal', message: `HTTP ${response.status}` }, { status: response.status });
+    return body;
+  }
+
+  /** Closes cleanly (1000); nothing reconnects and waiting commands reject with `closed`. */
+  close() {
+    this.#clearTimers();
+    this.#setState('closed');
+    const ws = this.ws;
+    this.ws = null;
+    for (const [, p] of this.pending) {
+      clearTimeout(p.timer);
+      p.reject(new GatewayError('closed', 'the connection was closed'));
+    }
+    this.pending.clear();
+    if (this.opened) {
+      this.opened.reject(new GatewayError('closed', 'the connection was closed'));
+      this.opened = null;
+    }
+    try { ws?.close(1000, 'client closed'); } catch { /* already closing */ }
+    this.emit('close', { code: 1000, reason: 'client closed', wasOpen: true });
+  }
+}
+
+/**
+ * One thread as seen through a connection: a snapshot, then live events,
+ * each seq once and in order across any reconnect (resubscribed `after` the
+ * last seq seen; a `reset` snapshot replaces everything). It keeps the
+ * gateway-level view — `seq`, `latestRun`, pending `interrupts`, and the
+ * `messages`/`state` of the latest snapshot. The folded messages and state
+ * after every event are GatewayAgent's (`./agent.js`), which applies events
+ * with @ag-ui/client's own machinery.
+ */
+export class ThreadSession extends Emitter {
+  constructor(connection, threadId) {
+    super();
+    this.connection = connection;
+    this.threadId = threadId;
+    /** The last seq applied (null before the first snapshot). */
+    this.seq = null;
+    this.messages = [];
+    this.state = {};
+    /** `{runId, agent, status}` of the thread's latest run, or null. */
+    this.latestRun = null;
+    this.interrupts = [];
+    this.wanted = false;
+    this.joinedByRun = false;
+    this.ready = null;
+    this.readyWaiters = [];
+  }
+
+  /** Subscribes: resolves once the snapshot (or the catch-up) is in. */
+  subscribe() {
+    this.wanted = true;
+    if (this.connection.isOpen) this.#send();
+    return this.whenReady();
+  }
+
+  /** Resolves when a snapshot has been applied (at once when it has). */
+  whenReady() {
+    if (this.seq !== null && this.ready) return Promise.resolve();
+    return new Promise((resolve, reject) => this.readyWaiters.push({ resolve, reject }));
+  }
+
+  #send() {
+    const frame = { type: 'subscribe', threadId: this.threadId };
+    // After a reconnect: every event after the last one seen, nothing twice.
+    if (this.seq !== null) frame.after = this.seq;
+    this.connection.send(frame).then(() => {
+      if (this.seq !== null) this.#markReady();
+    }, (e) => {
+      if (e.code === 'disconnected' || e.code === 'closed') return;
+      // A run sent meanwhile (the thread did not exist yet) still watches it.
+      this.wanted = this.joinedByRun;
+      const waiting = this.readyWaiters.splice(0);
+      for (const w of waiting) w.reject(e);
+      // Told to whoever waits for it; otherwise to the session's listeners.
+      if (!waiting.length) this.emit('error', e);
+    });
+  }
+
+  #markReady() {
+    this.ready = true;
+    for (const w of this.readyWaiters.splice(0)) w.resolve();
+  }
+
+  _joinedByRun() {
+    this.wanted = true;
+    this.joinedByRun = true;
+  }
+
+  _connected() {
+    if (this.wanted) this.#send();
+  }
+
+  _disconnected() {
+    this.ready = false;
+  }
+
+  /** Drops what it has and subscribes again from a fresh snapshot. */
+  resync() {
+    this.seq = null;
+    this.ready = false;
+    if (this.wanted && this.connection.isOpen) this.#send();
+  }
+
+  /** Stops watching the thread. */
+  async unsubscribe() {
+    this.wanted = false;
+    this.joinedByRun = false;
+    this.ready = false;
+    if (this.connection.isOpen) await this.connection.send({ type: 'unsubscribe', threadId: this.threadId });
+  }
+
+  /** Unsubscribes and leaves the connection: the next `session(threadId)`
+   *  starts afresh (a new snapshot). */
+  close() {
+    if (this.connection.sessions.get(this.threadId) === this) this.connection.sessions.delete(this.threadId);
+    return this.unsubscribe().catch(() => {});
+  }
+
+  _frame(frame) {
+    if (frame.type === 'snapshot') {
+      const previous = this.seq;
+      this.seq = frame.seq;
+      this.messages = frame.messages || [];
+      this.state = frame.state ?? {};
+      this.latestRun = frame.run ?? null;
+      this.interrupts = frame.interrupts || [];
+      if (frame.reset) this.emit('reset', { previousSeq: previous, snapshot: frame });
+      this.emit('snapshot', frame);
+      this.#markReady();
+      return;
+    }
+    if (this.seq !== null && frame.seq <= this.seq) return; // seen already
+    if (this.seq !== null && frame.seq !== this.seq + 1) {
+      // Cannot happen with the contract; if it does, ask again from what we have.
+      this.emit('gap', { expected: this.seq + 1, got: frame.seq });
+      if (this.connection.isOpen) this.#send();
+      return;
+    }
+    this.seq = frame.seq;
+    const event = frame.event;
+    switch (event.type) {
+      case 'RUN_STARTED':
+        this.latestRun = { runId: event.runId, agent: event['agui-gateway']?.agent ?? this.latestRun?.agent ?? null, status: 'running' };
+        this.interrupts = [];
+        break;
+      case 'RUN_FINISHED': {
+        const outcome = event.outcome?.type;
+        const status = outcome === 'interrupt' ? 'interrupted' : outcome === 'cancelled' ? 'cancelled' : 'finished';
+        this.latestRun = { ...(this.latestRun || { agent: null }), runId: event.runId, status };
+        this.interrupts = outcome === 'interrupt' ? event.outcome.interrupts || [] : [];
+        break;
+      }
+      case 'RUN_ERROR':
+        this.latestRun = { ...(this.latestRun || { runId: null, agent: null }), status: 'error' };
+        break;
+      default:
+    }
+    this.emit('event', { seq: frame.seq, event });
+  }
+
+  /**
+   * Resolves with the event that ends run `runId` (RUN_FINISHED or
+   * RUN_ERROR) once this session has seen it.
+   */
+  runEnded(runId) {
+    return new Promise((resolve) => {
+      const stop = this.on('event', ({ event }) => {
+        if ((event.type === 'RUN_FINISHED' && event.runId === runId) || (event.type === 'RUN_ERROR' && this.latestRun?.runId === runId)) {
+          stop();
+          resolve(event);
+        }
+      });
+    });
+  }
+
+  /** `run`: new messages for the thread's agent; resolves with the ack.
+   *  The connection watches the thread from then on (resubscribed after a
+   *  reconnect like a subscription). */
+  run(params) {
+    return this.connection.send({ ...params, type: 'run', threadId: this.threadId });
+  }
+
+  /** `resume`: answers every pending interrupt (`ResumeEntry[]`). */
+  resume(resume, extra = {}) {
+    return this.connection.send({ ...extra, type: 'resume', threadId: this.threadId, resume });
+  }
+
+  /** `cancel`: stops the active run (or run `runId`). */
+  cancel(runId) {
+    return this.connection.send({ type: 'cancel', threadId: this.threadId, ...(runId ? { runId } : {}) });
+  }
+
+  /** `meta`: a META event; idempotent per `clientEventId`. */
+  meta(metaType, payload, clientEventId) {
+    return this.connection.send({ type: 'meta', threadId: this.threadId, metaType, payload, ...(clientEventId ? { clientEventId } : {}) });
+  }
+
+  /** The thread's snapshot over HTTP (`GET /v1/threads/{id}`). */
+  fetchSnapshot() {
+    return this.connection.request(`/v1/threads/${encodeURIComponent(this.threadId)}`);
+  }
+
+  // ----- branching: needs a gateway with branching (see BRANCHING) -----
+
+  /** `regenerate`: a new run from before `messageId` (default: the last
+   *  assistant turn); the ack carries its `runId`. Needs branching. */
+  regenerate(messageId) {
+    return this.connection.send({ type: 'regenerate', threadId: this.threadId, ...(messageId ? { messageId } : {}) });
+  }
+
+  /** `edit`: replaces message `messageId` with `message` on a new branch
+   *  and runs from there; the ack carries its `runId`. Needs branching. */
+  edit(messageId, message) {
+    return this.connection.send({ type: 'edit', threadId: this.threadId, messageId, message });
+  }
+
+  /** The thread's run tree (`GET /v1/threads/{id}/runs`: `headRunId`,
+   *  `runs`). Needs branching. */
+  runs() {
+    return this.connection.request(`/v1/threads/${encodeURIComponent(this.threadId)}/runs`);
+  }
+}
+
+function wsUrl(url) {
+  const u = new URL(url, globalThis.location?.href);
+  if (u.protocol === 'http:') u.protocol = 'ws:';
+  if (u.protocol === 'https:') u.protocol = 'wss:';
+  if (u.pathname === '/' || u.pathname === '') u.pathname = '/v1/ws';
+  return u.toString();
+}
+
+function httpBase(url) {
+  const u = new URL(url, globalThis.location?.href);
+  u.protocol = u.protocol === 'wss:' || u.protocol === 'https:' ? 'https:' : 'http:';
+  return u.origin;
+}

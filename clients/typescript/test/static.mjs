@@ -1,0 +1,116 @@
+// The package's own checks, no gateway needed (`npm test`, after `tsc`):
+// - the protocol's shapes in src/index.js (PROTOCOL) are the ones
+//   docs/protocol.md lists, and the ones docs/ws-protocol.schema.json
+//   describes — so none of the three can drift;
+// - docs/ws-protocol.schema.json is valid JSON Schema 2020-12;
+// - docs/openapi.json is a valid OpenAPI 3.1 document (a real validator).
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import Ajv2020 from 'ajv/dist/2020.js';
+import { Validator } from '@seriousme/openapi-schema-validator';
+import { PROTOCOL, BRANCHING, GatewayError } from '../src/index.js';
+
+const docs = new URL('../../../docs/', import.meta.url);
+const read = (name) => readFileSync(new URL(name, docs), 'utf8');
+const results = [];
+const check = async (name, fn) => {
+  await fn();
+  results.push(name);
+};
+
+/** `| \`type\` | fields … |` rows of the markdown table under `heading`. */
+function table(markdown, heading) {
+  const start = markdown.indexOf(heading);
+  assert.ok(start >= 0, `docs/protocol.md has "${heading}"`);
+  const rows = {};
+  const lines = markdown.slice(start + heading.length).split('\n');
+  let seen = false;
+  for (const line of lines) {
+    if (!line.startsWith('|')) {
+      if (seen) break;
+      continue;
+    }
+    seen = true;
+    const cells = line.split('|').slice(1, -1).map((c) => c.trim());
+    const type = /^`([a-z]+)`$/.exec(cells[0])?.[1];
+    if (!type) continue;
+    // Field names are the backticked words of the second cell (`name?`,
+    // `name: Type` → name); shapes like `{runId, …}` or `Interrupt[]` are not names.
+    const fields = [...cells[1].matchAll(/`([^`]+)`/g)]
+      .map((m) => m[1].split(':')[0].trim())
+      .filter((f) => /^[a-zA-Z]+\??$/.test(f));
+    rows[type] = fields;
+  }
+  return rows;
+}
+
+const names = (fields) => fields.map((f) => f.replace(/\?$/, '')).sort();
+
+await check('commands: docs/protocol.md = PROTOCOL.commands', () => {
+  const md = read('protocol.md');
+  assert.deepEqual(table(md, 'Client → gateway:'), PROTOCOL.commands);
+});
+
+await check('replies: docs/protocol.md = PROTOCOL.replies', () => {
+  const md = read('protocol.md');
+  const replies = table(md, 'Gateway → client:');
+  assert.deepEqual(Object.keys(replies).sort(), Object.keys(PROTOCOL.replies).sort());
+  for (const [type, fields] of Object.entries(replies)) assert.deepEqual(names(fields), names(PROTOCOL.replies[type]), type);
+});
+
+await check('error and close codes: docs/protocol.md = PROTOCOL', () => {
+  const md = read('protocol.md');
+  const errors = md.slice(md.indexOf('Error codes:'), md.indexOf('Close codes:'));
+  assert.deepEqual([...errors.matchAll(/`([a-z_]+)`/g)].map((m) => m[1]), PROTOCOL.errorCodes);
+  const from = md.indexOf('Close codes:');
+  const closes = md.slice(from, md.indexOf('\n\n', from));
+  assert.deepEqual([...closes.matchAll(/\b([14]0\d\d)\b/g)].map((m) => m[1]).sort(), Object.keys(PROTOCOL.closeCodes).sort());
+});
+
+await check('docs/ws-protocol.schema.json = PROTOCOL (commands, replies, codes)', () => {
+  const schema = JSON.parse(read('ws-protocol.schema.json'));
+  const defs = schema.$defs;
+  const own = (def) => Object.keys(def.properties).filter((k) => k !== 'type');
+  for (const [type, fields] of Object.entries(PROTOCOL.commands)) {
+    const def = defs[`command.${type}`];
+    assert.ok(def, `command ${type} described`);
+    assert.deepEqual(own(def).filter((k) => k !== 'id').sort(), names(fields), `command ${type}: fields`);
+    assert.deepEqual(def.required.filter((k) => k !== 'type').sort(), fields.filter((f) => !f.endsWith('?')).sort(), `command ${type}: required`);
+  }
+  assert.deepEqual(Object.keys(defs).filter((k) => k.startsWith('command.')).length, Object.keys(PROTOCOL.commands).length);
+  for (const [type, fields] of Object.entries(PROTOCOL.replies)) {
+    const def = defs[`reply.${type}`];
+    assert.ok(def, `reply ${type} described`);
+    const all = [...fields, ...(PROTOCOL.replyExtensions[type] || [])];
+    assert.deepEqual(own(def).sort(), names(all), `reply ${type}: fields`);
+  }
+  assert.deepEqual(defs.errorCode.enum, PROTOCOL.errorCodes);
+  assert.deepEqual(Object.keys(schema['x-close-codes']).sort(), Object.keys(PROTOCOL.closeCodes).sort());
+  // Branching is not described yet (it needs the coordinator's gateway).
+  for (const type of Object.keys(BRANCHING.commands)) assert.equal(defs[`command.${type}`], undefined);
+});
+
+await check('docs/ws-protocol.schema.json is valid JSON Schema 2020-12', () => {
+  const ajv = new Ajv2020({ strict: false });
+  const validate = ajv.compile(JSON.parse(read('ws-protocol.schema.json')));
+  assert.ok(validate({ type: 'subscribe', threadId: 't', after: 3 }));
+  assert.ok(!validate({ type: 'subscribe' }), 'a subscribe without threadId is refused');
+  assert.ok(validate({ type: 'error', id: 'c1', code: 'conflict', message: 'busy' }));
+  assert.ok(!validate({ type: 'error', code: 'teapot', message: '' }), 'unknown error codes are refused');
+});
+
+await check('docs/openapi.json is a valid OpenAPI 3.1 document', async () => {
+  const validator = new Validator();
+  const result = await validator.validate(JSON.parse(read('openapi.json')));
+  assert.equal(validator.version, '3.1');
+  assert.ok(result.valid, JSON.stringify(result.errors, null, 2));
+});
+
+await check('GatewayError carries the contract code', () => {
+  const e = GatewayError.from({ code: 'rate_limited', message: 'slow down', retryAfter: 3 });
+  assert.ok(e instanceof Error);
+  assert.equal(e.code, 'rate_limited');
+  assert.equal(e.retryAfter, 3);
+});
+
+for (const name of results) console.log(`ok - ${name}`);

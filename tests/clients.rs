@@ -1,0 +1,387 @@
+//! The client package (`clients/typescript`, npm `@agui-gateway/client`)
+//! against a real gateway and real agents: its scripts in
+//! `clients/typescript/test/` run in Node (and one in Chromium) and print
+//! what they saw; the assertions are here.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+
+/// The package's folder.
+fn package() -> std::path::PathBuf {
+    repo().join("clients/typescript")
+}
+
+/// Runs `clients/typescript/test/<script>` with Node and returns the JSON
+/// object it prints (a `failure` fails the test).
+async fn script(script: &str, args: &[&str]) -> Value {
+    assert!(
+        package().join("node_modules/ws").exists(),
+        "clients/typescript/node_modules missing: run `npm ci` there (bash .ci/run does)"
+    );
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(90),
+        tokio::process::Command::new("node")
+            .arg(package().join("test").join(script))
+            .args(args)
+            .env("SUPPRESS_TRANSFORMATION_WARNINGS", "1")
+            .current_dir(package())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("node {script} timed out"))
+    .expect("node runs");
+    let last = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .rfind(|l| l.starts_with('{'))
+        .unwrap_or("")
+        .to_owned();
+    let seen: Value = serde_json::from_str(&last).unwrap_or_else(|e| {
+        panic!(
+            "{script}: {e}: {} {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(
+        seen.get("failure").is_none(),
+        "{seen:#} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    seen
+}
+
+/// Seqs of a recorded session, without the snapshot markers.
+fn event_seqs(seen: &Value) -> Vec<u64> {
+    seen["seqs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_u64)
+        .collect()
+}
+
+/// True when `seqs` go up by one from `first`.
+fn gapless_from(seqs: &[u64], first: u64) -> bool {
+    seqs.iter().enumerate().all(|(i, s)| *s == first + i as u64)
+}
+
+/// A gateway with the built-in demo agent and the scripted agent's gated run.
+async fn gateway(py: &PyAgent, extra: &str) -> Gateway {
+    Gateway::start(&format!(
+        "[demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
+         [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n\
+         [[agents]]\nid = \"gated\"\nurl = \"{}\"\n{extra}",
+        py.url("gated")
+    ))
+    .await
+}
+
+#[tokio::test]
+async fn two_sessions_see_the_same_gapless_seqs_and_each_others_runs_live() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = gateway(&py, "").await;
+    let t = token(json!({"sub": "sam"}));
+    let seen = script("sessions.mjs", &[&gw.base, &t, "demo"]).await;
+    let a = event_seqs(&seen["a"]);
+    let b = event_seqs(&seen["b"]);
+    let joined = seen["bJoinedAt"].as_u64().unwrap();
+    assert!(gapless_from(&a, 1), "A: every seq once, from 1: {a:?}");
+    assert_eq!(seen["b"]["snapshots"], json!([joined]), "{seen:#}");
+    assert!(gapless_from(&b, joined + 1), "B: after its snapshot: {b:?}");
+    assert_eq!(&a[joined as usize..], &b[..], "the same events on both");
+    assert_eq!(seen["aSeq"], seen["bSeq"]);
+    // Each saw the other's run live: three runs on A, two after B joined.
+    let starts = |s: &Value| {
+        s["types"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| *t == "RUN_STARTED")
+            .count()
+    };
+    assert_eq!(starts(&seen["a"]), 3);
+    assert_eq!(starts(&seen["b"]), 2);
+    assert_eq!(seen["bRun"]["status"], "finished");
+    assert_eq!(seen["bRun"]["runId"], "r3");
+    // `after` beyond the journal's end: a reset snapshot, and the session
+    // continues from its seq.
+    let last = seen["aSeq"].as_u64().unwrap();
+    assert_eq!(seen["reset"]["previousSeq"], last + 1000, "{seen:#}");
+    assert_eq!(seen["reset"]["snapshotSeq"], last);
+    assert_eq!(seen["reset"]["seqAfter"], last);
+    assert_eq!(seen["reset"]["run"]["runId"], "r3");
+}
+
+#[tokio::test]
+async fn a_session_resumes_after_its_last_seq_across_a_gateway_restart() {
+    if single_node_only("restarts one process on a fixed port") {
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\nshutdown_grace = \"1s\"\n\
+             [auth]\nalgorithms = [\"HS256\"]\nhs_secret = \"{SECRET}\"\n\
+             [demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
+             [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n"
+        ),
+    )
+    .unwrap();
+    let gw = Gateway::start_file(&path, &[]).await;
+    let t = token(json!({"sub": "ria"}));
+    let (status, _) = post_run(&gw.run_url("demo"), &t, &input("again", "r1", "hello")).await;
+    assert_eq!(status, 200);
+    let mut cmd = tokio::process::Command::new("node");
+    cmd.arg(package().join("test/reconnect.mjs"))
+        .args(["restart", gw.base.as_str(), t.as_str(), "again"])
+        .current_dir(package());
+    let mut client = Proc::spawn(cmd);
+    client.expect_line("watching").await;
+    let gw = gw.restart().await;
+    client.expect_line("reconnected").await;
+    let mut next = input("again", "r2", "and again");
+    next["messages"][0]["id"] = "m-again-2".into();
+    let (status, _) = post_run(&gw.run_url("demo"), &t, &next).await;
+    assert_eq!(status, 200);
+    let line = client.expect_line("{").await;
+    let seen: Value = serde_json::from_str(&line).unwrap();
+    assert!(seen.get("failure").is_none(), "{seen:#}");
+    assert!(
+        seen["states"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("reconnecting")),
+        "{seen:#}"
+    );
+    // One snapshot (before the restart), then the next run's events, each
+    // once: the reconnect asked for what followed the snapshot's seq.
+    let snapshot = seen["snapshots"].as_array().unwrap();
+    assert_eq!(snapshot.len(), 1, "{seen:#}");
+    let seqs = event_seqs(&seen);
+    assert!(
+        gapless_from(&seqs, snapshot[0].as_u64().unwrap() + 1),
+        "{seqs:?}"
+    );
+    let types = seen["types"].as_array().unwrap();
+    assert_eq!(types.first().unwrap(), "RUN_STARTED", "{seen:#}");
+    assert_eq!(types.last().unwrap(), "RUN_FINISHED", "{seen:#}");
+}
+
+#[tokio::test]
+async fn a_session_rides_out_a_cut_tcp_connection_mid_run() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = gateway(&py, "").await;
+    let t = token(json!({"sub": "cora"}));
+    let seen = script(
+        "reconnect.mjs",
+        &["cut", &gw.base, &t, "gated", &py.url("release")],
+    )
+    .await;
+    assert_eq!(seen["released"], 200, "{seen:#}");
+    assert_eq!(seen["subscribeBeforeThread"], "not_found", "{seen:#}");
+    assert!(seen["accepted"].as_u64().unwrap() >= 2, "{seen:#}");
+    // Every seq once, from the run's start to its end, across the cut.
+    let seqs = event_seqs(&seen);
+    assert!(gapless_from(&seqs, 1), "{seqs:?}");
+    assert!(seqs.len() as u64 > seen["seqBeforeCut"].as_u64().unwrap());
+    assert_eq!(seen["snapshots"], json!([]), "no reset needed: {seen:#}");
+    let types = seen["types"].as_array().unwrap();
+    assert_eq!(types.last().unwrap(), "RUN_FINISHED");
+    assert_eq!(seen["snapshot"]["seq"], *seqs.last().unwrap());
+    assert_eq!(seen["snapshot"]["text"], "go|part1part2", "{seen:#}");
+}
+
+#[tokio::test]
+async fn a_silent_socket_is_found_by_ping_and_the_session_resumes_after_its_last_seq() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = gateway(&py, "").await;
+    let t = token(json!({"sub": "stan"}));
+    let seen = script(
+        "reconnect.mjs",
+        &["stall", &gw.base, &t, "gated", &py.url("release")],
+    )
+    .await;
+    assert_eq!(
+        seen["closes"][0][1], "no pong within pingTimeoutMs",
+        "{seen:#}"
+    );
+    assert!(seen["accepted"].as_u64().unwrap() >= 2, "{seen:#}");
+    let seqs = event_seqs(&seen);
+    assert!(gapless_from(&seqs, 1), "{seqs:?}");
+    assert_eq!(seen["snapshot"]["text"], "go|part1part2", "{seen:#}");
+    assert_eq!(seen["snapshot"]["seq"], *seqs.last().unwrap());
+}
+
+#[tokio::test]
+async fn an_expiring_token_is_refreshed_on_the_open_socket_during_a_long_run() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = gateway(&py, "").await;
+    let seen = script(
+        "refresh.mjs",
+        &[&gw.base, SECRET, "gated", &py.url("release"), "demo"],
+    )
+    .await;
+    assert_eq!(seen["closes"], json!([]), "never closed: {seen:#}");
+    assert_eq!(seen["opens"], 1, "one socket, never reopened: {seen:#}");
+    assert!(seen["refreshes"].as_u64().unwrap() >= 1, "{seen:#}");
+    assert_eq!(seen["asked"][0], "initial");
+    assert!(
+        seen["asked"].as_array().unwrap()[1..]
+            .iter()
+            .all(|r| r == "expiring"),
+        "{seen:#}"
+    );
+    assert!(seen["pastFirstExpiryMs"].as_u64().unwrap() >= 1000);
+    let seqs = event_seqs(&seen);
+    assert!(gapless_from(&seqs, 1), "{seqs:?}");
+    assert_eq!(
+        seen["types"].as_array().unwrap().last().unwrap(),
+        "RUN_FINISHED"
+    );
+    // Without a refresh ahead: closed with 4001 at expiry, the provider
+    // asked again, and the session resumed after its last seq.
+    let expiry = &seen["expiry"];
+    assert_eq!(expiry["asked"], json!(["initial", "rejected"]), "{seen:#}");
+    assert_eq!(expiry["closes"][0], 4001, "{seen:#}");
+    assert_eq!(expiry["snapshots"].as_array().unwrap().len(), 1, "{seen:#}");
+    let after = event_seqs(expiry);
+    assert!(
+        gapless_from(&after, expiry["seqAtExpiry"].as_u64().unwrap() + 1),
+        "{seen:#}"
+    );
+    assert_eq!(
+        expiry["types"].as_array().unwrap().last().unwrap(),
+        "RUN_FINISHED"
+    );
+}
+
+#[tokio::test]
+async fn every_error_code_reaches_the_caller_as_a_typed_error() {
+    if single_node_only("drains one process") {
+        return;
+    }
+    let py = PyAgent::start("scripted_agent.py").await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("rate.toml");
+    std::fs::write(
+        &policy,
+        "[[rules]]\nname = \"one-note-a-minute\"\nkind = \"rate\"\naction = \"meta\"\nlimit = 1\n",
+    )
+    .unwrap();
+    let gw = gateway(&py, &format!("[policy]\npath = \"{}\"\n", policy.display())).await;
+    let pid = gw.proc.child.id().unwrap().to_string();
+    let seen = script(
+        "errors.mjs",
+        &[&gw.base, SECRET, "demo", "gated", &py.url("release"), &pid],
+    )
+    .await;
+    let codes = &seen["codes"];
+    for code in [
+        "invalid",
+        "conflict",
+        "not_found",
+        "too_large",
+        "forbidden",
+        "unauthenticated",
+        "rate_limited",
+        "unavailable",
+    ] {
+        assert_eq!(codes[code], code, "{seen:#}");
+    }
+    assert_eq!(codes["unavailableHttp"], "unavailable");
+    assert_eq!(codes["connectRefused"], "unauthenticated", "{seen:#}");
+    assert_eq!(seen["refusedState"], "closed", "no retry loop: {seen:#}");
+}
+
+#[tokio::test]
+async fn gateway_agent_runs_through_ag_ui_clients_run_agent_and_a_second_one_follows() {
+    let (_py, gw) = agent_behind_gateway("pydantic_approval_agent.py", "agent", "bank", "").await;
+    let t = token(json!({"sub": "gail"}));
+    let seen = script("agent.mjs", &[&gw.base, &t, "bank"]).await;
+    assert_eq!(seen["pending"][0]["reason"], "tool_call", "{seen:#}");
+    assert_eq!(seen["pending"][0]["toolCallId"], "call_t", "{seen:#}");
+    assert_eq!(seen["status1"]["status"], "interrupted");
+    assert_eq!(seen["answerNew"], json!(["tool", "assistant"]), "{seen:#}");
+    assert_eq!(seen["pendingAfter"], 0);
+    assert_eq!(seen["status3"]["status"], "finished");
+    // The gateway's snapshot is what both agents folded.
+    let snapshot = &seen["snapshotMessages"];
+    assert_eq!(snapshot.as_array().unwrap().len(), 6, "{seen:#}");
+    assert_eq!(&seen["firstMessages"], snapshot, "{seen:#}");
+    assert_eq!(&seen["watcherMessages"], snapshot, "{seen:#}");
+    // The second agent joined with the interrupt pending and received the
+    // first one's next runs live.
+    assert_eq!(seen["watcherPendingAtJoin"], json!(["int-call_t"]));
+    assert_eq!(seen["watcherRuns"], json!(["run-answer", "run-turn3"]));
+}
+
+#[tokio::test]
+async fn the_package_works_as_a_browser_module_in_chromium() {
+    if !std::path::Path::new("/usr/bin/chromium").exists() {
+        panic!("/usr/bin/chromium is missing: `bash .ci/run` installs Debian's chromium");
+    }
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = gateway(&py, "[inspector]\nenabled = true\n").await;
+    let t = token(json!({"sub": "bea"}));
+    let seen = script("browser.mjs", &[&gw.base, &t, "demo"]).await;
+    assert_eq!(seen["errors"], json!([]), "{seen:#}");
+    assert_eq!(seen["nativeWebSocket"], true);
+    let a: Vec<u64> = serde_json::from_value(seen["a"]["seqs"].clone()).unwrap();
+    let b: Vec<u64> = serde_json::from_value(seen["b"]["seqs"].clone()).unwrap();
+    let joined = seen["joinedAt"].as_u64().unwrap();
+    assert!(gapless_from(&a, 1), "{a:?}");
+    assert_eq!(seen["b"]["snapshots"], json!([joined]));
+    assert!(gapless_from(&b, joined + 1), "{b:?}");
+    assert_eq!(&a[joined as usize..], &b[..]);
+    let starts = |v: &Value| {
+        v["types"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| *t == "RUN_STARTED")
+            .count()
+    };
+    assert_eq!(starts(&seen["a"]), 3);
+    assert_eq!(starts(&seen["b"]), 2);
+}
+
+#[tokio::test]
+async fn http_answers_and_websocket_frames_match_their_descriptions() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = gateway(&py, "").await;
+    let t = token(json!({"sub": "dee"}));
+    let seen = script("described.mjs", &[&gw.base, &t, "demo"]).await;
+    assert_eq!(
+        seen["servedIsDocs"], true,
+        "GET /v1/openapi.json serves docs/openapi.json"
+    );
+    assert_eq!(seen["failures"], json!([]), "{seen:#}");
+    assert!(seen["checked"].as_array().unwrap().len() >= 17, "{seen:#}");
+    // Every command and reply kind the session used was validated.
+    for kind in [
+        "command:run",
+        "command:meta",
+        "command:subscribe",
+        "command:unsubscribe",
+        "command:ping",
+        "reply:ack",
+        "reply:error",
+        "reply:pong",
+        "reply:snapshot",
+    ] {
+        assert!(
+            seen["wsKinds"].as_array().unwrap().contains(&json!(kind)),
+            "{kind}: {seen:#}"
+        );
+    }
+}
