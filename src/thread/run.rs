@@ -22,7 +22,7 @@ use crate::protocol::fold::RunStatus;
 use crate::protocol::hooks::{EventFilter, RunInput, SeenBy, ViewerVisibility};
 use crate::protocol::interrupts::{InterruptNormalizer, is_langgraph};
 use crate::protocol::open::OpenEntities;
-use crate::protocol::{Event, EventType};
+use crate::protocol::{Event, EventType, PROTOCOL_VERSION};
 use crate::store::StoreError;
 use crate::store::lease::{Acquired, Control, Lease};
 use crate::upstream::{Agent, RunStream};
@@ -300,7 +300,7 @@ impl Thread {
                 ));
             }
             let langgraph = check_resume(&req.input, inner.fold.interrupts())?;
-            if langgraph {
+            if langgraph && req.agent.langgraph_resume_command {
                 req.input.set_langgraph_command();
             }
         } else if !pending.is_empty() {
@@ -860,7 +860,7 @@ fn build_input(thread_id: &str, inner: &Inner, req: &RunRequest) -> PreparedInpu
             let mut journal = Map::new();
             journal.insert("threadId".into(), thread_id.into());
             journal.insert("runId".into(), req.run_id.clone().into());
-            journal.insert("protocolVersion".into(), "1.0".into());
+            journal.insert("protocolVersion".into(), PROTOCOL_VERSION.into());
             journal.insert("tools".into(), Value::Array(tools.clone()));
             journal.insert("context".into(), Value::Array(context.clone()));
             if let Some(r) = resume {
@@ -976,7 +976,8 @@ async fn drive(
                 b.insert("input".into(), journal_input.clone());
             }),
             None => Event::build(
-                json!({"type": "RUN_STARTED", "threadId": thread_id, "runId": run_id, "input": journal_input}),
+                json!({"type": "RUN_STARTED", "threadId": thread_id, "runId": run_id,
+                    "protocolVersion": PROTOCOL_VERSION, "input": journal_input}),
             ),
         };
         // The journal names the run's agent: every reader of the journal

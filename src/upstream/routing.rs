@@ -28,6 +28,9 @@ pub struct Agent {
     pub on_disconnect: OnDisconnect,
     /// Which interrupt shapes this agent's runs are normalized from.
     pub interrupts: crate::protocol::interrupts::InterruptStyle,
+    /// Whether a resume of LangGraph-shaped interrupts is also written to
+    /// `forwardedProps.command.resume` (see [`AgentConfig`]).
+    pub langgraph_resume_command: bool,
     pub http: reqwest::Client,
 }
 
@@ -82,6 +85,7 @@ impl Agent {
             allow_strategy_override: cfg.allow_strategy_override,
             on_disconnect: cfg.on_disconnect,
             interrupts: cfg.interrupts,
+            langgraph_resume_command: cfg.langgraph_resume_command,
             http,
         })
     }
