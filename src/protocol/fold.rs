@@ -234,7 +234,12 @@ impl Fold {
                 }
                 self.set_status(status);
             }
-            RunError => self.set_status(RunStatus::Error),
+            RunError => {
+                // A failed run waits for nothing, even one whose RUN_FINISHED
+                // (followed by a late RUN_ERROR) reported an interrupt.
+                self.interrupts.clear();
+                self.set_status(RunStatus::Error);
+            }
             TextMessageStart => {
                 let Some(id) = s("messageId") else { return };
                 if self.find(id).is_none() {

@@ -936,6 +936,12 @@ async fn next_batch(upstream: &mut RunStream) -> Option<Vec<Event>> {
             _ => break,
         }
     }
+    // A late RUN_ERROR comes ready with its RUN_FINISHED: the same batch.
+    if batch.last().is_some_and(|e| *e.kind() == EventType::RunFinished)
+        && let Some(Some(late)) = upstream.next().now_or_never()
+    {
+        batch.push(late);
+    }
     Some(batch)
 }
 
