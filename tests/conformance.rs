@@ -186,8 +186,12 @@ async fn an_agents_protocol_version_is_kept_and_the_gateways_runs_declare_its_ow
     let t = token(json!({}));
 
     // Relayed: the agent's "1.0", to the requester and in the journal.
+    let began = std::time::Instant::now();
     let (status, body) = post_run(&gw.run_url("old"), &t, &input("v", "r1", "hi")).await;
     assert_eq!(status, 200);
+    // (The response of a run whose agent ends its response at once is not
+    // held for a late RUN_ERROR: it ends when the run's task does.)
+    eprintln!("a two-event run over HTTP took {:?}", began.elapsed());
     let events = sse_events(&body);
     assert_eq!(events[0]["type"], "RUN_STARTED");
     assert_eq!(events[0]["protocolVersion"], "1.0", "{events:#?}");

@@ -722,6 +722,20 @@ mod tests {
     }
 
     #[test]
+    fn a_late_run_error_after_run_finished_fails_the_run() {
+        // AG-UI 1.1 `events/lifecycle`: "A consumer MUST treat the run as
+        // failed in that case" — and a failed run waits for nothing.
+        let f = fold(&[
+            json!({"type":"RUN_STARTED","threadId":"t","runId":"r"}),
+            json!({"type":"RUN_FINISHED","threadId":"t","runId":"r","outcome":{"type":"interrupt","interrupts":[{"id":"i1","reason":"tool_call"}]}}),
+            json!({"type":"RUN_ERROR","message":"flush failed"}),
+        ]);
+        assert_eq!(f.run().unwrap().status, RunStatus::Error);
+        assert_eq!(f.run().unwrap().run_id, "r");
+        assert!(f.interrupts().is_empty());
+    }
+
+    #[test]
     fn messages_snapshot_merges_and_keeps_client_only_reasoning() {
         let f = fold(&[
             json!({"type":"REASONING_MESSAGE_START","messageId":"r","role":"reasoning"}),
@@ -875,11 +889,19 @@ mod tests {
         assert_eq!(call["encryptedValueType"], "openai.encrypted_content");
         // New bytes of another kind replace both; new bytes without a type
         // leave none (the old one would mislabel them).
-        events.push(value("message", "r", "redacted", Some("anthropic.redacted_thinking")));
+        events.push(value(
+            "message",
+            "r",
+            "redacted",
+            Some("anthropic.redacted_thinking"),
+        ));
         events.push(value("tool-call", "c", "enc2", None));
         let f = fold(&events);
         assert_eq!(f.messages()[0]["encryptedValue"], "redacted");
-        assert_eq!(f.messages()[0]["encryptedValueType"], "anthropic.redacted_thinking");
+        assert_eq!(
+            f.messages()[0]["encryptedValueType"],
+            "anthropic.redacted_thinking"
+        );
         let call = f.messages()[1]["toolCalls"][0].as_object().unwrap();
         assert_eq!(call["encryptedValue"], "enc2");
         assert!(!call.contains_key("encryptedValueType"), "{call:?}");

@@ -937,7 +937,9 @@ async fn next_batch(upstream: &mut RunStream) -> Option<Vec<Event>> {
         }
     }
     // A late RUN_ERROR comes ready with its RUN_FINISHED: the same batch.
-    if batch.last().is_some_and(|e| *e.kind() == EventType::RunFinished)
+    if batch
+        .last()
+        .is_some_and(|e| *e.kind() == EventType::RunFinished)
         && let Some(Some(late)) = upstream.next().now_or_never()
     {
         batch.push(late);

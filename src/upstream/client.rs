@@ -26,11 +26,11 @@
 
 use super::Agent;
 use crate::config::VerifyMode;
-use crate::protocol::{Event, EventType};
 use crate::protocol::chunks::ChunkNormalizer;
 use crate::protocol::event::run_error;
 use crate::protocol::sse::{SseDecoder, SseFrame};
 use crate::protocol::verify::Verifier;
+use crate::protocol::{Event, EventType};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use std::pin::Pin;

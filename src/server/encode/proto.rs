@@ -502,7 +502,8 @@ mod tests {
             json!([{"path": "encryptedValueType", "value": "anthropic.redacted_thinking"}])
         );
         // In a snapshot: the message's and its tool call's.
-        let snapshot = br#"{"type":"MESSAGES_SNAPSHOT","messages":[{"id":"u","role":"user","content":"hi"},
+        let snapshot =
+            br#"{"type":"MESSAGES_SNAPSHOT","messages":[{"id":"u","role":"user","content":"hi"},
             {"id":"a","role":"assistant","encryptedValue":"x","encryptedValueType":"t1",
              "toolCalls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"},
                            "encryptedValue":"y","encryptedValueType":"t2"}]}]}"#;
