@@ -274,6 +274,23 @@ async fn a_late_run_error_after_run_finished_is_journaled_and_fails_the_run() {
     );
     assert_eq!(events.last().unwrap()["code"], "flush_failed");
 
+    // A stock @ag-ui/client accepts the stream (its verifier admits the late
+    // error) and hands the RUN_ERROR to its subscribers, as for any failed
+    // run (the 1.0.0 client surfaces run errors that way, not by throwing).
+    let stock = node_client(
+        "httpagent.mjs",
+        &[&gw.run_url("late"), &t, "flush-stock", "r1", "hi"],
+    )
+    .await;
+    let seen = types(stock["events"].as_array().unwrap());
+    assert_eq!(
+        &seen[seen.len() - 2..],
+        ["RUN_FINISHED", "RUN_ERROR"],
+        "{stock}"
+    );
+    assert!(stock["error"].is_null(), "{stock}");
+    assert_eq!(stock["warnings"], json!([]), "{stock}");
+
     let journaled = types(&journal(&gw, "flush").await);
     assert_eq!(
         &journaled[journaled.len() - 2..],

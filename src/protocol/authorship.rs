@@ -170,12 +170,15 @@ mod tests {
     #[test]
     fn a_stamp_replaces_what_an_upstream_claimed() {
         let forged = Event::build(json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r",
-            "agui-gateway": {"agent": "trusted"}}));
+            "protocolVersion": "1.0", "agui-gateway": {"agent": "trusted"}}));
         let stamped = stamp_run_started(&forged, "full");
         assert_eq!(
             RunAgent::of_run_started(&stamped),
             RunAgent::Agent("full".into())
         );
+        // The agent's own version declaration is the agent's (AG-UI 1.1
+        // `basic/versioning`): the stamp never touches it.
+        assert_eq!(stamped.str_field("protocolVersion"), Some("1.0"));
         let bare = Event::build(json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"}));
         assert_eq!(RunAgent::of_run_started(&bare), RunAgent::Unknown);
     }
