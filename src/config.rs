@@ -653,6 +653,21 @@ pub struct AgentConfig {
     /// LangGraph/CopilotKit frontends that resume the LangGraph way).
     #[serde(default)]
     pub interrupts: crate::protocol::interrupts::InterruptStyle,
+    /// A LangGraph compatibility switch: when a `resume` answers interrupts
+    /// this agent raised in LangGraph's legacy shape (`CUSTOM on_interrupt`),
+    /// the answer is also written to `forwardedProps.command.resume`, the
+    /// only channel releases of `ag-ui-langgraph` older than its
+    /// `RunAgentInput.resume` support read. AG-UI 1.1 (`basic/run-input`)
+    /// says of `forwardedProps`: "intermediaries MUST NOT alter it", so this
+    /// is an exception an operator can turn off. It stays on by default
+    /// because turning it off silently breaks those agents (their graph
+    /// never resumes), it only ever applies to a resume of LangGraph-shaped
+    /// interrupts (no other agent's `forwardedProps` are touched), and a
+    /// current `ag-ui-langgraph` reads `RunAgentInput.resume` first
+    /// ("input.resume wins"), so the copy changes nothing for it: set it to
+    /// `false` for such an agent to forward `forwardedProps` untouched.
+    #[serde(default = "yes")]
+    pub langgraph_resume_command: bool,
     /// How runs of this agent may fork a thread (regenerate, edit, a run
     /// from an earlier run).
     #[serde(default)]
@@ -701,6 +716,10 @@ pub enum BranchMode {
     ForkThread,
     /// Forks are refused (`invalid`).
     Refuse,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn any_role() -> Vec<String> {

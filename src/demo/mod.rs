@@ -120,7 +120,7 @@ const NEEDS_APPROVAL: &[&str] = &["transfer", "delete", "approve"];
 fn script(input: &RunAgentInput, pending: &Pending) -> Vec<(bool, Value)> {
     let ids = Ids::new(&input.run_id);
     let mut s = Script::default();
-    s.emit(json!({"type":"RUN_STARTED","threadId":input.thread_id,"runId":input.run_id,"protocolVersion":"1.0"}));
+    s.emit(json!({"type":"RUN_STARTED","threadId":input.thread_id,"runId":input.run_id,"protocolVersion":crate::protocol::PROTOCOL_VERSION}));
 
     if let Some(resume) = input.resume.as_ref().filter(|r| !r.is_empty()) {
         let answer = &resume[0];

@@ -341,7 +341,12 @@ impl Fold {
                 }
                 self.set_status(status);
             }
-            RunError => self.set_status(RunStatus::Error),
+            RunError => {
+                // A failed run waits for nothing, even one whose RUN_FINISHED
+                // (followed by a late RUN_ERROR) reported an interrupt.
+                self.interrupts.clear();
+                self.set_status(RunStatus::Error);
+            }
             TextMessageStart => {
                 let Some(id) = s("messageId") else { return };
                 if self.find(id).is_none() {
@@ -494,19 +499,16 @@ impl Fold {
                 let (Some(entity), Some(value)) = (s("entityId"), s("encryptedValue")) else {
                     return;
                 };
-                if s("subtype") == Some("tool-call") {
-                    if let Some((mi, ci)) = self.find_tool_call(entity)
-                        && let Some(slot) = self
-                            .tool_call_mut(mi, ci)
-                            .and_then(|c| field_mut(c, "encryptedValue"))
-                    {
-                        *slot = value.into();
-                    }
-                } else if let Some(i) = self.find(entity)
-                    && let Some(slot) =
-                        field_mut(Arc::make_mut(&mut self.messages[i]), "encryptedValue")
-                {
-                    *slot = value.into();
+                let kind = s("encryptedValueType");
+                let target = if s("subtype") == Some("tool-call") {
+                    self.find_tool_call(entity)
+                        .and_then(|(mi, ci)| self.tool_call_mut(mi, ci))
+                } else {
+                    self.find(entity)
+                        .map(|i| Arc::make_mut(&mut self.messages[i]))
+                };
+                if let Some(Value::Object(target)) = target {
+                    store_encrypted(target, value, kind);
                 }
             }
             _ => {}
@@ -707,6 +709,20 @@ impl Fold {
     }
 }
 
+/// Stores an encrypted reasoning artefact on the message or tool call it
+/// names, with its type. AG-UI 1.1 (`events/reasoning`,
+/// "encryptedValueType"): "The type describes one value and is replaced with
+/// it. A consumer that stores a new `encryptedValue` MUST store the event's
+/// `encryptedValueType` with it, and MUST remove the stored type when the
+/// event carries none. An old type left on new bytes would mislabel them."
+fn store_encrypted(target: &mut Map<String, Value>, value: &str, kind: Option<&str>) {
+    target.insert("encryptedValue".into(), value.into());
+    match kind {
+        Some(kind) => target.insert("encryptedValueType".into(), kind.into()),
+        None => target.remove("encryptedValueType"),
+    };
+}
+
 fn copy(from: &Map<String, Value>, to: &mut Map<String, Value>, key: &str) {
     if let Some(v) = from.get(key).filter(|v| !v.is_null()) {
         to.insert(key.into(), v.clone());
@@ -827,6 +843,20 @@ mod tests {
         assert!(f.interrupts().is_empty());
         f.apply(4, &Event::build(json!({"type":"RUN_FINISHED","threadId":"t","runId":"r2","outcome":{"type":"cancelled"}})));
         assert_eq!(f.run().unwrap().status, RunStatus::Cancelled);
+    }
+
+    #[test]
+    fn a_late_run_error_after_run_finished_fails_the_run() {
+        // AG-UI 1.1 `events/lifecycle`: "A consumer MUST treat the run as
+        // failed in that case" — and a failed run waits for nothing.
+        let f = fold(&[
+            json!({"type":"RUN_STARTED","threadId":"t","runId":"r"}),
+            json!({"type":"RUN_FINISHED","threadId":"t","runId":"r","outcome":{"type":"interrupt","interrupts":[{"id":"i1","reason":"tool_call"}]}}),
+            json!({"type":"RUN_ERROR","message":"flush failed"}),
+        ]);
+        assert_eq!(f.run().unwrap().status, RunStatus::Error);
+        assert_eq!(f.run().unwrap().run_id, "r");
+        assert!(f.interrupts().is_empty());
     }
 
     #[test]
@@ -955,6 +985,47 @@ mod tests {
         assert_eq!(a["toolCalls"][1]["encryptedValue"], "x");
         assert_eq!(a["content"], "hi");
         assert_eq!(f.messages()[1]["toolCalls"][0]["id"], "c3");
+    }
+
+    #[test]
+    fn an_encrypted_value_carries_its_type_and_a_new_value_without_one_clears_it() {
+        let value = |subtype: &str, entity: &str, v: &str, kind: Option<&str>| {
+            let mut e = json!({"type":"REASONING_ENCRYPTED_VALUE","subtype":subtype,"entityId":entity,"encryptedValue":v});
+            if let Some(k) = kind {
+                e["encryptedValueType"] = k.into();
+            }
+            e
+        };
+        let mut events = vec![
+            json!({"type":"REASONING_MESSAGE_START","messageId":"r","role":"reasoning"}),
+            json!({"type":"TOOL_CALL_START","toolCallId":"c","toolCallName":"f","parentMessageId":"a"}),
+            value("message", "r", "sig", Some("anthropic.signature")),
+            value("tool-call", "c", "enc", Some("openai.encrypted_content")),
+        ];
+        let f = fold(&events);
+        assert_eq!(f.messages()[0]["encryptedValue"], "sig");
+        assert_eq!(f.messages()[0]["encryptedValueType"], "anthropic.signature");
+        let call = &f.messages()[1]["toolCalls"][0];
+        assert_eq!(call["encryptedValue"], "enc");
+        assert_eq!(call["encryptedValueType"], "openai.encrypted_content");
+        // New bytes of another kind replace both; new bytes without a type
+        // leave none (the old one would mislabel them).
+        events.push(value(
+            "message",
+            "r",
+            "redacted",
+            Some("anthropic.redacted_thinking"),
+        ));
+        events.push(value("tool-call", "c", "enc2", None));
+        let f = fold(&events);
+        assert_eq!(f.messages()[0]["encryptedValue"], "redacted");
+        assert_eq!(
+            f.messages()[0]["encryptedValueType"],
+            "anthropic.redacted_thinking"
+        );
+        let call = f.messages()[1]["toolCalls"][0].as_object().unwrap();
+        assert_eq!(call["encryptedValue"], "enc2");
+        assert!(!call.contains_key("encryptedValueType"), "{call:?}");
     }
 
     #[test]

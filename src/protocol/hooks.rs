@@ -44,6 +44,11 @@ impl RunInput {
 
     /// LangGraph answers interrupts through `forwardedProps.command.resume`:
     /// the single answer's payload, or a map of interrupt id → payload.
+    ///
+    /// This alters `forwardedProps`, which AG-UI 1.1 (`basic/run-input`)
+    /// says intermediaries must not: it is a per-agent compatibility switch
+    /// (`agents[].langgraph_resume_command`), applied only to a resume of
+    /// interrupts raised in LangGraph's legacy shape.
     pub fn set_langgraph_command(&mut self) {
         let entries = self.resume_entries();
         let answer = match entries.as_slice() {

@@ -223,7 +223,8 @@ impl JoinFramer {
         self.run = Some(run_id.to_owned());
         self.open.clear();
         Framed::Synthetic(
-            json!({"type": "RUN_STARTED", "threadId": self.thread_id, "runId": run_id}),
+            json!({"type": "RUN_STARTED", "threadId": self.thread_id, "runId": run_id,
+                "protocolVersion": super::PROTOCOL_VERSION}),
         )
     }
 
@@ -380,7 +381,8 @@ mod tests {
         assert_valid(&got);
         assert_eq!(
             got[0],
-            json!({"type":"RUN_STARTED","threadId":"t","runId":"r1"})
+            json!({"type":"RUN_STARTED","threadId":"t","runId":"r1","protocolVersion":crate::protocol::PROTOCOL_VERSION}),
+            "a run the join stream opens declares the gateway's version"
         );
         assert_eq!(got[1]["type"], "TOOL_CALL_START");
         assert_eq!(got[1]["toolCallName"], "look", "name from the snapshot");

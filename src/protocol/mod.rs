@@ -9,7 +9,8 @@
 //! [`hooks`] are the traits policy implements for the run loop;
 //! [`authorship`] says which agent's run each event and message belongs to;
 //! [`lineage`] is the run tree (runs as commits, the head, checkpoints);
-//! [`url_host`] reads a URL only in the form every HTTP client reads alike.
+//! [`url_host`] reads a URL only in the form every HTTP client reads alike;
+//! [`version`] is the AG-UI version the gateway declares.
 
 pub mod authorship;
 pub mod chunks;
@@ -25,6 +26,8 @@ pub mod open;
 pub mod sse;
 pub mod url_host;
 pub mod verify;
+pub mod version;
 
 pub use event::{Event, EventError, EventType};
 pub use input::RunAgentInput;
+pub use version::PROTOCOL_VERSION;

@@ -15,8 +15,8 @@ use super::extract::{Authenticated, read_body};
 use super::sse::{Next, async_stream, pump, stream_response};
 use super::state::AppState;
 use crate::auth::Principal;
-use crate::protocol::RunAgentInput;
 use crate::protocol::hooks::RunInput;
+use crate::protocol::{EventType, RunAgentInput};
 use crate::thread::branch::BaseRequest;
 use crate::thread::fanout::{OutboxReceiver, Outgoing, outbox};
 use axum::Json;
@@ -125,6 +125,10 @@ async fn start_run(
     Ok(rx)
 }
 
+/// How long a run's response waits after `RUN_FINISHED` for a late
+/// `RUN_ERROR` before it ends (see [`run_response`]).
+const LATE_RUN_ERROR_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The run's events in the negotiated format (SSE: `id: <seq>` + `data:`,
 /// keepalives while quiet), ending after the terminal event. Dropping the
 /// response tells the run its requester left.
@@ -139,10 +143,17 @@ fn run_response(state: Arc<AppState>, enc: &'static dyn Encoder, rx: OutboxRecei
             Outgoing::Event(e) => {
                 events_out.inc();
                 chunk.extend_from_slice(&enc.entry(&e));
-                if e.event.kind().is_terminal() {
-                    Next::End
-                } else {
-                    Next::More
+                match e.event.kind() {
+                    EventType::RunError => Next::End,
+                    // A late RUN_ERROR may follow (AG-UI 1.1, `events/
+                    // lifecycle`: "A producer MAY emit RUN_ERROR after
+                    // RUN_FINISHED"); the run journals it in the same batch,
+                    // so it is queued right behind, and the run's task ends
+                    // (closing this outbox) right after. The bound is for a
+                    // requester reading from the journal, whose outbox may
+                    // close later.
+                    EventType::RunFinished => Next::Linger(LATE_RUN_ERROR_WAIT),
+                    _ => Next::More,
                 }
             }
             _ => Next::More,

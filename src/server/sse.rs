@@ -54,6 +54,11 @@ pub const SSE_CHUNK: usize = 64 * 1024;
 pub enum Next {
     More,
     End,
+    /// Goes on for at most this long (or until the outbox closes, or an
+    /// item says [`Next::End`]), then ends: a stream whose end is likely but
+    /// not certain (a run's `RUN_FINISHED`, which a late `RUN_ERROR` may
+    /// still follow).
+    Linger(std::time::Duration),
 }
 
 /// Streams a connection's outbox until `write` says [`Next::End`] or the
@@ -70,9 +75,12 @@ pub async fn pump(
 ) {
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + keepalive, keepalive);
     let idle_frame = enc.keepalive();
+    // Set by [`Next::Linger`]: when the stream ends unless told otherwise.
+    let mut lingering: Option<tokio::time::Instant> = None;
     loop {
         let first = tokio::select! {
             item = rx.recv() => item,
+            _ = async { tokio::time::sleep_until(lingering.unwrap_or_else(tokio::time::Instant::now)).await }, if lingering.is_some() => return,
             _ = ticker.tick(), if idle_frame.is_some() => {
                 if let Some(frame) = &idle_frame
                     && tx.send(frame.clone()).await.is_err()
@@ -93,6 +101,11 @@ pub async fn pump(
             };
             if next == Next::End {
                 break;
+            }
+            if let Next::Linger(at_most) = next
+                && lingering.is_none()
+            {
+                lingering = Some(tokio::time::Instant::now() + at_most);
             }
             if chunk.len() < SSE_CHUNK {
                 item = rx.try_recv();

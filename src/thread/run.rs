@@ -23,7 +23,7 @@ use crate::protocol::fold::RunStatus;
 use crate::protocol::hooks::{EventFilter, RunInput, SeenBy, ViewerVisibility};
 use crate::protocol::interrupts::{InterruptNormalizer, is_langgraph};
 use crate::protocol::open::OpenEntities;
-use crate::protocol::{Event, EventType};
+use crate::protocol::{Event, EventType, PROTOCOL_VERSION};
 use crate::store::StoreError;
 use crate::store::lease::{Acquired, Control, Lease};
 use crate::upstream::{Agent, RunStream};
@@ -362,7 +362,7 @@ impl Thread {
                 ));
             }
             let langgraph = check_resume(&req.input, interrupts)?;
-            if langgraph {
+            if langgraph && req.agent.langgraph_resume_command {
                 req.input.set_langgraph_command();
             }
         } else if !pending.is_empty() {
@@ -898,6 +898,14 @@ async fn next_batch(upstream: &mut RunStream) -> Option<Vec<Event>> {
             _ => break,
         }
     }
+    // A late RUN_ERROR comes ready with its RUN_FINISHED: the same batch.
+    if batch
+        .last()
+        .is_some_and(|e| *e.kind() == EventType::RunFinished)
+        && let Some(Some(late)) = upstream.next().now_or_never()
+    {
+        batch.push(late);
+    }
     Some(batch)
 }
 
@@ -940,7 +948,8 @@ async fn drive(
                 b.insert("input".into(), journal_input.clone());
             }),
             None => Event::build(
-                json!({"type": "RUN_STARTED", "threadId": thread_id, "runId": run_id, "input": journal_input}),
+                json!({"type": "RUN_STARTED", "threadId": thread_id, "runId": run_id,
+                    "protocolVersion": PROTOCOL_VERSION, "input": journal_input}),
             ),
         };
         // The journal names the run's agent (every reader of the journal

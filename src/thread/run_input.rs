@@ -22,11 +22,11 @@ use super::Inner;
 use super::branch::{Base, lineage_event};
 use super::run::RunRequest;
 use crate::config::BranchMode;
-use crate::protocol::Event;
 use crate::protocol::authorship::{Authors, RunAgent};
 use crate::protocol::event::now_millis;
 use crate::protocol::hooks::RunInput;
 use crate::protocol::lineage::Stamp;
+use crate::protocol::{Event, PROTOCOL_VERSION};
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
@@ -260,7 +260,7 @@ fn incremental_body(
     if let Some(parent) = parent {
         journal.insert("parentRunId".into(), parent.into());
     }
-    journal.insert("protocolVersion".into(), "1.0".into());
+    journal.insert("protocolVersion".into(), PROTOCOL_VERSION.into());
     journal.insert("tools".into(), Value::Array(tools.clone()));
     journal.insert("context".into(), Value::Array(context.clone()));
     if let Some(r) = resume {

@@ -4,17 +4,33 @@
 //! consumer applies backpressure all the way to the agent's socket. The task
 //! watches the channel: when the consumer drops the [`RunStream`] the HTTP
 //! response is dropped at once and the agent sees its connection close, even
-//! while it is silent. Whatever goes wrong, the stream ends with exactly one
-//! terminal event (`RUN_FINISHED` from the agent, or a `RUN_ERROR` with one of
-//! the [`UpstreamCode`]s), so every consumer can rely on runs ending.
+//! while it is silent. Whatever goes wrong, the stream ends with a terminal
+//! event (`RUN_FINISHED` from the agent, or a `RUN_ERROR` with one of the
+//! [`UpstreamCode`]s), so every consumer can rely on runs ending.
+//!
+//! **A late `RUN_ERROR`.** AG-UI 1.1 (`events/lifecycle`, "After a run
+//! closes"): "A producer MAY emit `RUN_ERROR` after `RUN_FINISHED`,
+//! reporting a failure that surfaced after the run reported success — a
+//! transport error while flushing, say. A consumer MUST treat the run as
+//! failed in that case." So after `RUN_FINISHED` the agent's response is
+//! read on until it ends, for at most [`LATE_ERROR_GRACE`] (an agent that
+//! keeps its response open after the run delays the run's end by that much,
+//! no more). `RUN_FINISHED` is held back meanwhile and handed over together
+//! with the `RUN_ERROR` that followed it, if one did: the stream then yields
+//! both, back to back, the error ready the moment the `RUN_FINISHED` is
+//! read — so a consumer journals them in one batch, and nothing can slip in
+//! between. Anything else after `RUN_FINISHED` ("A consumer MUST reject any
+//! other event that arrives after a run has closed") is dropped and logged,
+//! and a response that breaks or overflows after `RUN_FINISHED` does not
+//! turn a run the agent reported finished into a failure.
 
 use super::Agent;
 use crate::config::VerifyMode;
-use crate::protocol::Event;
 use crate::protocol::chunks::ChunkNormalizer;
 use crate::protocol::event::run_error;
 use crate::protocol::sse::{SseDecoder, SseFrame};
 use crate::protocol::verify::Verifier;
+use crate::protocol::{Event, EventType};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use std::pin::Pin;
@@ -55,22 +71,43 @@ impl UpstreamCode {
     }
 }
 
+/// How long the agent's response is read after `RUN_FINISHED`, waiting for
+/// a late `RUN_ERROR` (see the module doc). An agent ends its response with
+/// its run, so this is only waited for in full by one that does not.
+pub const LATE_ERROR_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How much of an error response body goes into `RUN_ERROR.message`.
 const ERROR_BODY_EXCERPT: usize = 512;
 /// Events buffered between the upstream task and the consumer.
 const CHANNEL_EVENTS: usize = 64;
 
-/// The events of one run, ending with its terminal event. Dropping it drops
-/// the upstream request.
+/// What the upstream task hands over: an event, and, for a `RUN_FINISHED`,
+/// the late `RUN_ERROR` that followed it (see the module doc).
+type Handed = (Event, Option<Event>);
+
+/// The events of one run, ending with its terminal event — or with
+/// `RUN_FINISHED` then a late `RUN_ERROR`. Dropping it drops the upstream
+/// request.
 pub struct RunStream {
-    rx: mpsc::Receiver<Event>,
+    rx: mpsc::Receiver<Handed>,
+    /// A late `RUN_ERROR`, yielded right after its `RUN_FINISHED`.
+    late: Option<Event>,
     _task: AbortOnDropHandle<()>,
 }
 
 impl Stream for RunStream {
     type Item = Event;
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
-        self.rx.poll_recv(cx)
+        if let Some(late) = self.late.take() {
+            return Poll::Ready(Some(late));
+        }
+        match self.rx.poll_recv(cx) {
+            Poll::Ready(Some((event, late))) => {
+                self.late = late;
+                Poll::Ready(Some(event))
+            }
+            other => other.map(|_| None),
+        }
     }
 }
 
@@ -110,6 +147,7 @@ impl RunStream {
                 frames: Vec::new(),
                 events: Vec::new(),
                 ended: false,
+                finished: None,
                 seen_any: false,
             };
             if let Err(failure) = run.drive(body, extra).await
@@ -126,12 +164,13 @@ impl RunStream {
                         code: crate::metrics::upstream_code_class(&code.as_string()),
                     })
                     .inc();
-                let _ = tx.send(run_error(&code.as_string(), message)).await;
+                let _ = tx.send((run_error(&code.as_string(), message), None)).await;
             }
         };
         let task = tokio::spawn(tracing::Instrument::instrument(work, span));
         RunStream {
             rx,
+            late: None,
             _task: AbortOnDropHandle::new(task),
         }
     }
@@ -142,13 +181,16 @@ type Failure = Option<(UpstreamCode, String)>;
 
 struct Run<'a> {
     agent: &'a Agent,
-    tx: &'a mpsc::Sender<Event>,
+    tx: &'a mpsc::Sender<Handed>,
     chunks: ChunkNormalizer,
     verifier: Verifier,
     frames: Vec<SseFrame>,
     events: Vec<Event>,
     /// The run's stream has ended (terminal event forwarded).
     ended: bool,
+    /// The agent's `RUN_FINISHED`, held back while a late `RUN_ERROR` may
+    /// still come (see the module doc).
+    finished: Option<Event>,
     /// At least one frame arrived (tells idle from first-event timeouts).
     seen_any: bool,
 }
@@ -230,6 +272,27 @@ impl Run<'_> {
                 _ = self.tx.closed() => return Err(None),
                 n = timeout_at(deadline, body.next()) => n,
             };
+            if self.finished.is_some() {
+                // After RUN_FINISHED: whatever ends the response or the
+                // grace hands the run's end over, with a late RUN_ERROR if
+                // one arrived.
+                let more = match next {
+                    Ok(Some(Ok(chunk))) => decoder.feed(&chunk, &mut self.frames).is_ok(),
+                    Ok(None) => {
+                        let _ = decoder.finish(&mut self.frames);
+                        false
+                    }
+                    Ok(Some(Err(_))) | Err(_) => false,
+                };
+                self.forward_frames().await?;
+                if self.finished.is_none() {
+                    return Ok(());
+                }
+                if !more {
+                    return self.hand_over_finished(None).await;
+                }
+                continue;
+            }
             let chunk = match next {
                 Err(_) => {
                     let which = if deadline == total_deadline {
@@ -249,6 +312,9 @@ impl Run<'_> {
                         .finish(&mut self.frames)
                         .map_err(|e| fail(UpstreamCode::FrameTooLarge, e.to_string()))?;
                     self.forward_frames().await?;
+                    if self.finished.is_some() {
+                        return self.hand_over_finished(None).await;
+                    }
                     if self.ended {
                         return Ok(());
                     }
@@ -279,10 +345,22 @@ impl Run<'_> {
             if self.ended {
                 return Ok(()); // dropping `body` closes the upstream connection
             }
-            if had_events {
+            if self.finished.is_some() {
+                deadline = (Instant::now() + LATE_ERROR_GRACE).min(total_deadline);
+            } else if had_events {
                 deadline = (Instant::now() + t.idle).min(total_deadline);
             }
         }
+    }
+
+    /// Sends the held `RUN_FINISHED`, with the late `RUN_ERROR` that
+    /// followed it if any: the run's stream is over.
+    async fn hand_over_finished(&mut self, late: Option<Event>) -> Result<(), Failure> {
+        if let Some(finished) = self.finished.take() {
+            self.ended = true;
+            self.tx.send((finished, late)).await.map_err(|_| None)?;
+        }
+        Ok(())
     }
 
     /// Parses, normalizes, verifies and sends every decoded frame.
@@ -295,6 +373,21 @@ impl Run<'_> {
         let mut events = std::mem::take(&mut self.events);
         for frame in frames.drain(..) {
             self.seen_any = true;
+            if self.finished.is_some() {
+                // The run has closed: only a late RUN_ERROR is admitted.
+                match Event::parse(frame.data) {
+                    Ok(e) if *e.kind() == EventType::RunError => {
+                        return self.hand_over_finished(Some(e)).await;
+                    }
+                    Ok(e) => {
+                        tracing::warn!(agent = %self.agent.id, "dropping {} sent after RUN_FINISHED (only a late RUN_ERROR may follow it)", e.kind());
+                    }
+                    Err(e) => {
+                        tracing::warn!(agent = %self.agent.id, "dropping SSE frame after RUN_FINISHED that is not an event: {e}");
+                    }
+                }
+                continue;
+            }
             let event = match Event::parse(frame.data) {
                 Ok(e) => e,
                 Err(e) if strict => {
@@ -331,8 +424,14 @@ impl Run<'_> {
                     }
                     tracing::warn!(agent = %self.agent.id, rule = v.rule, "forwarding event that breaks the AG-UI rules: {}", v.message);
                 }
+                if *event.kind() == EventType::RunFinished {
+                    // Held until the response ends or the grace passes;
+                    // what follows in this read is looked at as above.
+                    self.finished = Some(event);
+                    break;
+                }
                 let terminal = event.kind().is_terminal();
-                self.tx.send(event).await.map_err(|_| None)?;
+                self.tx.send((event, None)).await.map_err(|_| None)?;
                 if terminal {
                     self.ended = true;
                     return Ok(());

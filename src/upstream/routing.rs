@@ -30,6 +30,9 @@ pub struct Agent {
     pub interrupts: crate::protocol::interrupts::InterruptStyle,
     /// How its runs may fork a thread.
     pub branching: crate::config::Branching,
+    /// Whether a resume of LangGraph-shaped interrupts is also written to
+    /// `forwardedProps.command.resume` (see [`AgentConfig`]).
+    pub langgraph_resume_command: bool,
     pub http: reqwest::Client,
 }
 
@@ -85,6 +88,7 @@ impl Agent {
             on_disconnect: cfg.on_disconnect,
             interrupts: cfg.interrupts,
             branching: cfg.branching.clone(),
+            langgraph_resume_command: cfg.langgraph_resume_command,
             http,
         })
     }

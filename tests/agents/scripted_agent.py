@@ -441,6 +441,58 @@ async def handle(request: Request) -> Response:
             os._exit(1)
         return sse(gen())
 
+    if scenario == "encrypted":
+        # Reasoning and a tool call with provider artefacts (AG-UI 1.1
+        # `encryptedValueType`); message r2's value is replaced by one
+        # without a type, which must clear the stored type.
+        def enc(subtype, entity, value, kind=None):
+            fields = {"type": "REASONING_ENCRYPTED_VALUE", "subtype": subtype,
+                      "entityId": entity, "encryptedValue": value}
+            if kind is not None:
+                fields["encryptedValueType"] = kind
+            return sse_raw(**fields)
+
+        async def gen():
+            yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+            for rid in ("r1", "r2"):
+                yield ENC.encode(ReasoningStartEvent(message_id=rid))
+                yield ENC.encode(ReasoningMessageChunkEvent(message_id=rid, delta="thinking"))
+                yield ENC.encode(ReasoningEndEvent(message_id=rid))
+            yield enc("message", "r1", "sig-1", "anthropic.signature")
+            yield enc("message", "r2", "old-bytes", "anthropic.redacted_thinking")
+            yield enc("message", "r2", "new-bytes")
+            yield ENC.encode(ToolCallChunkEvent(tool_call_id="c1", tool_call_name="search", parent_message_id="a1", delta="{}"))
+            yield ENC.encode(ToolCallResultEvent(message_id="t1", tool_call_id="c1", content="ok", role="tool"))
+            yield enc("tool-call", "c1", "enc-1", "openai.encrypted_content")
+            yield ENC.encode(RunFinishedEvent(thread_id=thread_id, run_id=run_id))
+        return sse(gen())
+
+    if scenario == "versioned":
+        # Declares its own protocol version, an older one than the gateway's.
+        async def gen():
+            yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id, protocol_version="1.0"))
+            yield ENC.encode(RunFinishedEvent(thread_id=thread_id, run_id=run_id))
+        return sse(gen())
+
+    if scenario in ("late-error", "after-finish", "finish-and-hold"):
+        # After RUN_FINISHED: a flush error (admitted by AG-UI 1.1), an
+        # event that is not (dropped), or nothing, with the response kept
+        # open (the gateway stops waiting after its grace).
+        async def gen():
+            yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+            yield ENC.encode(TextMessageStartEvent(message_id="m-" + run_id, role="assistant"))
+            yield ENC.encode(TextMessageContentEvent(message_id="m-" + run_id, delta="done"))
+            yield ENC.encode(TextMessageEndEvent(message_id="m-" + run_id))
+            yield ENC.encode(RunFinishedEvent(thread_id=thread_id, run_id=run_id))
+            await asyncio.sleep(0.2)
+            if scenario == "late-error":
+                yield sse_raw(type="RUN_ERROR", message="flushing the transcript failed", code="flush_failed")
+            elif scenario == "after-finish":
+                yield sse_raw(type="CUSTOM", name="too-late", value=1)
+            else:
+                await asyncio.sleep(60)
+        return sse(gen())
+
     return PlainTextResponse(f"unknown scenario {scenario}", status_code=404)
 
 

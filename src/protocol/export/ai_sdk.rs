@@ -87,7 +87,14 @@ pub fn ui_messages(messages: &[Value], interrupts: &[Value]) -> Vec<Value> {
                         let mut p = json!({"type": "reasoning",
                             "text": content_text(&m["content"]), "state": "done"});
                         if let Some(enc) = m.get("encryptedValue") {
-                            p["providerMetadata"] = json!({"agui": {"encryptedValue": enc}});
+                            // The type travels with its value (AG-UI 1.1,
+                            // `events/reasoning`): bytes without it are
+                            // ambiguous to the provider that issued them.
+                            let mut agui = json!({"encryptedValue": enc});
+                            if let Some(kind) = m.get("encryptedValueType") {
+                                agui["encryptedValueType"] = kind.clone();
+                            }
+                            p["providerMetadata"] = json!({ "agui": agui });
                         }
                         parts.push(p);
                     }

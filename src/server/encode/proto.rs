@@ -34,6 +34,18 @@
 //! - any other event type the schema lacks, and an event the schema cannot
 //!   hold (a field of the wrong type), travels whole as `RAW` with
 //!   `source: "agui-gateway"` and the original event as `event`;
+//! - `encryptedValueType` (AG-UI 1.1; on `REASONING_ENCRYPTED_VALUE`, on
+//!   messages and on tool calls) has no field in `@ag-ui/proto` 1.0.0, so
+//!   the event travels without it — and, because the 1.1 reasoning page
+//!   says a consumer that cannot preserve it "is losing content and MUST
+//!   warn", and the versioning page that a lossy downgrade "MUST emit a
+//!   warning that names what was lost and why", the event's frame is
+//!   followed by a `CUSTOM` named `agui-gateway/lossy` whose `value` names
+//!   the event type, every dropped field (its JSON path in the event and its
+//!   value, so a gateway-aware reader can restore it) and the reason. A
+//!   stock client passes it to `onCustomEvent` and changes nothing else; a
+//!   reader that needs the types reads the SSE or WebSocket transport,
+//!   which carry them;
 //! - there are no SSE ids: a proto reader resumes a join stream with `?after=`
 //!   from a seq it learned elsewhere (the snapshot route); idle streams get no
 //!   keepalive bytes (the format has no comment frame).
@@ -67,10 +79,11 @@ impl Encoder for Proto {
     }
 
     fn event(&self, _thread_id: &str, json: &[u8], _seq: Option<u64>, out: &mut BytesMut) {
-        let message = encode_event(json);
-        out.reserve(4 + message.len());
-        out.put_u32(message.len() as u32);
-        out.put_slice(&message);
+        for message in encode_frames(json) {
+            out.reserve(4 + message.len());
+            out.put_u32(message.len() as u32);
+            out.put_slice(&message);
+        }
     }
 
     fn keepalive(&self) -> Option<Bytes> {
@@ -102,6 +115,63 @@ fn schema_has(name: &str) -> bool {
         .types
         .get_enum_by_name("ag_ui.EventType")
         .is_some_and(|e| e.get_value_by_name(name).is_some())
+}
+
+/// The name of the warning that follows an event the schema carried only
+/// in part (see the module doc).
+pub const LOSSY: &str = "agui-gateway/lossy";
+
+/// Why `encryptedValueType` is dropped, as the warning says it.
+const NO_ENCRYPTED_VALUE_TYPE: &str = "the AG-UI protobuf schema (@ag-ui/proto 1.0.0) has no encryptedValueType field; the SSE and WebSocket transports carry it";
+
+/// One event's `Event` messages (no length prefixes): the event, then the
+/// `agui-gateway/lossy` warning when the schema could not carry all of it.
+pub fn encode_frames(json: &[u8]) -> Vec<Vec<u8>> {
+    let mut frames = vec![encode_event(json)];
+    if let Ok(Value::Object(event)) = serde_json::from_slice::<Value>(json)
+        && let Some(kind) = event.get("type").and_then(Value::as_str)
+        && schema_has(kind)
+    {
+        let mut lost = Vec::new();
+        encrypted_value_types(&Value::Object(event.clone()), "", &mut lost);
+        if !lost.is_empty() {
+            let warning = json!({"type": "CUSTOM", "name": LOSSY, "value": {
+                "event": kind, "lost": lost, "reason": NO_ENCRYPTED_VALUE_TYPE}});
+            frames.extend(to_message(&warning));
+        }
+    }
+    frames
+}
+
+/// Every `encryptedValueType` in `v` where AG-UI puts one (the event
+/// itself, its messages, their tool calls; `RUN_STARTED.input` included),
+/// as `{path, value}`.
+fn encrypted_value_types(v: &Value, path: &str, lost: &mut Vec<Value>) {
+    let Some(obj) = v.as_object() else { return };
+    if let Some(kind) = obj.get("encryptedValueType").filter(|k| !k.is_null()) {
+        let at = if path.is_empty() {
+            "encryptedValueType".to_owned()
+        } else {
+            format!("{path}.encryptedValueType")
+        };
+        lost.push(json!({"path": at, "value": kind}));
+    }
+    for key in ["input", "messages", "toolCalls"] {
+        let inner = if path.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{path}.{key}")
+        };
+        match obj.get(key) {
+            Some(Value::Array(items)) => {
+                for (i, item) in items.iter().enumerate() {
+                    encrypted_value_types(item, &format!("{inner}[{i}]"), lost);
+                }
+            }
+            Some(nested @ Value::Object(_)) => encrypted_value_types(nested, &inner, lost),
+            _ => {}
+        }
+    }
 }
 
 /// One event's `Event` message bytes (no length prefix), following the
@@ -412,6 +482,40 @@ mod tests {
             decode(&delta)["stateDelta"]["delta"],
             json!([{"op": "REPLACE", "path": "/a", "value": {"b": [1.0, null]}}])
         );
+    }
+
+    #[test]
+    fn an_encrypted_value_type_is_dropped_with_a_warning_naming_it() {
+        let event = br#"{"type":"REASONING_ENCRYPTED_VALUE","subtype":"message","entityId":"r1",
+            "encryptedValue":"sig","encryptedValueType":"anthropic.redacted_thinking"}"#;
+        let frames: Vec<Value> = encode_frames(event).iter().map(|f| decode(f)).collect();
+        assert_eq!(
+            frames[0],
+            json!({"reasoningEncryptedValue": {"baseEvent": {"type": "REASONING_ENCRYPTED_VALUE"},
+                   "subtype": "message", "entityId": "r1", "encryptedValue": "sig"}})
+        );
+        let warning = &frames[1]["custom"];
+        assert_eq!(warning["name"], LOSSY);
+        assert_eq!(warning["value"]["event"], "REASONING_ENCRYPTED_VALUE");
+        assert_eq!(
+            warning["value"]["lost"],
+            json!([{"path": "encryptedValueType", "value": "anthropic.redacted_thinking"}])
+        );
+        // In a snapshot: the message's and its tool call's.
+        let snapshot =
+            br#"{"type":"MESSAGES_SNAPSHOT","messages":[{"id":"u","role":"user","content":"hi"},
+            {"id":"a","role":"assistant","encryptedValue":"x","encryptedValueType":"t1",
+             "toolCalls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"},
+                           "encryptedValue":"y","encryptedValueType":"t2"}]}]}"#;
+        let frames: Vec<Value> = encode_frames(snapshot).iter().map(|f| decode(f)).collect();
+        assert_eq!(
+            frames[1]["custom"]["value"]["lost"],
+            json!([{"path": "messages[1].encryptedValueType", "value": "t1"},
+                   {"path": "messages[1].toolCalls[0].encryptedValueType", "value": "t2"}])
+        );
+        // Nothing lost, no warning.
+        let plain = br#"{"type":"REASONING_ENCRYPTED_VALUE","subtype":"message","entityId":"r1","encryptedValue":"sig"}"#;
+        assert_eq!(encode_frames(plain).len(), 1);
     }
 
     #[test]
