@@ -295,3 +295,159 @@ async fn the_http_face_honours_parent_run_id_and_reads_a_cut_list_as_a_regenerat
     let tree = snapshot(&gw, &t, "/v1/threads/hf/runs").await;
     assert_eq!(tree["runs"][5]["kind"], "continue", "{tree}");
 }
+
+/// The AI SDK's own `Chat` over `DefaultChatTransport`: `regenerate()` and
+/// an edit through `sendMessage({messageId})` fork the thread; the agent
+/// never sees the answer it replaces; the export shows the new answer and
+/// `?runId=` the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ai_sdk_regenerates_and_edits_without_the_replaced_answer() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = gateway(&py, "").await;
+    let t = token(json!({"sub": "alice"}));
+    let v = node_client_env(
+        "aisdk_chat.mjs",
+        &[&gw.url("/v1/agents/h/chat"), &t, "ai-b", "branch", "one"],
+        &[("AI_PACKAGE", "ai")],
+    )
+    .await;
+    assert!(v["error"].is_null() && v["errors"] == json!([]), "{v}");
+    // What the agent was sent, run by run (its CUSTOM "history" reports).
+    let seen: Vec<Vec<(String, String)>> = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["type"] == "data-custom" && p["data"]["name"] == "history")
+        .map(|p| {
+            p["data"]["value"]["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| {
+                    (
+                        m["role"].as_str().unwrap().to_owned(),
+                        m["content"].as_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    assert_eq!(seen.len(), 4, "{v}");
+    let roles_and_text = |i: usize| seen[i].clone();
+    let own = |r: &str, c: &str| (r.to_owned(), c.to_owned());
+    assert_eq!(
+        roles_and_text(2),
+        [
+            own("user", "one"),
+            own("assistant", "re: one"),
+            own("user", "two")
+        ],
+        "the regenerate is sent the history before the answer it replaces"
+    );
+    assert_eq!(
+        roles_and_text(3),
+        [
+            own("user", "one"),
+            own("assistant", "re: one"),
+            own("user", "two, edited")
+        ],
+        "the edit is sent the edited question, none of the answers after it"
+    );
+    let text = |m: &Value| -> String {
+        m["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["type"] == "text")
+            .map(|p| p["text"].as_str().unwrap())
+            .collect()
+    };
+    let last = v["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(text(&last), "re: two, edited", "{v}");
+    // The gateway's export is the head's branch; the old answers are one
+    // `?runId=` away.
+    let export = snapshot(&gw, &t, "/v1/threads/ai-b/messages?format=ai-sdk").await;
+    let texts: Vec<String> = export["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(text)
+        .collect();
+    assert_eq!(texts, ["one", "re: one", "two, edited", "re: two, edited"]);
+    let tree = snapshot(&gw, &t, "/v1/threads/ai-b/runs").await;
+    let runs = tree["runs"].as_array().unwrap();
+    let kinds: Vec<&str> = runs.iter().map(|r| r["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["continue", "continue", "regenerate", "edit"],
+        "{tree}"
+    );
+    assert_eq!(runs[2]["parentRunId"], runs[0]["runId"]);
+    assert_eq!(runs[3]["parentRunId"], runs[0]["runId"]);
+    let old = runs[1]["runId"].as_str().unwrap();
+    let at_old = snapshot(
+        &gw,
+        &t,
+        &format!("/v1/threads/ai-b/messages?format=ai-sdk&runId={old}"),
+    )
+    .await;
+    let texts: Vec<String> = at_old["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(text)
+        .collect();
+    assert_eq!(texts, ["one", "re: one", "two", "re: two"]);
+}
+
+/// A run from a base that ended with an interrupt must answer it (`conflict`
+/// otherwise); a branch from elsewhere leaves those interrupts behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_branch_from_an_interrupted_run_must_answer_its_interrupts() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = gateway(&py, "").await;
+    let t = token(json!({"sub": "alice"}));
+    let mut ws = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
+    run(&mut ws, turn("i", "r1", "one")).await.unwrap();
+    // r2 asks back: the thread waits for an answer.
+    ws.send(
+        json!({"type": "run", "id": "r2", "agent": "h", "threadId": "i", "runId": "r2",
+                   "messages": [{"id": "u-r2", "role": "user", "content": "ask me"}]}),
+    )
+    .await;
+    ws.recv_until(|f| is_terminal_frame(f) && f["event"]["runId"] == "r2")
+        .await;
+    let head = snapshot(&gw, &t, "/v1/threads/i").await;
+    assert_eq!(head["interrupts"][0]["id"], "int-r2", "{head}");
+    let post = |body: Value| {
+        let url = gw.run_url("h");
+        let t = t.clone();
+        async move { post_run(&url, &t, &body).await }
+    };
+    // From r2 without an answer: conflict.
+    let mut body = input("i", "r3", "skip it");
+    body["parentRunId"] = "r2".into();
+    let (status, text) = post(body).await;
+    assert_eq!(status, 409, "{text}");
+    // From r1: allowed, r2's question is left behind on its branch.
+    let mut fork = turn("i", "r4", "something else");
+    fork["parentRunId"] = "r1".into();
+    let seen = run(&mut ws, fork).await.unwrap();
+    assert_eq!(ids(&seen["messages"]), ["u-r1", "a-r1", "u-r4"]);
+    let head = snapshot(&gw, &t, "/v1/threads/i").await;
+    assert_eq!(head["interrupts"], json!([]), "{head}");
+    // From r2 with the answer: it proceeds, on r2's branch.
+    let mut body = input("i", "r5", "");
+    body["messages"] = json!([]);
+    body["parentRunId"] = "r2".into();
+    body["resume"] =
+        json!([{"interruptId": "int-r2", "status": "resolved", "payload": {"ok": true}}]);
+    let (status, text) = post(body).await;
+    assert_eq!(status, 200, "{text}");
+    let events = sse_events(&text);
+    assert_eq!(events.last().unwrap()["type"], "RUN_FINISHED", "{text}");
+    let head = snapshot(&gw, &t, "/v1/threads/i").await;
+    assert_eq!(ids(&head["messages"]), ["u-r1", "a-r1", "u-r2", "a-r5"]);
+    assert_eq!(head["interrupts"], json!([]));
+    assert_eq!(head["run"]["parentRunId"], "r2");
+}

@@ -96,8 +96,8 @@ async fn an_encrypted_value_keeps_its_type_everywhere_the_format_can_carry_it() 
     assert_eq!(call["encryptedValueType"], "openai.encrypted_content");
 
     // "return it unmodified in later run input": the history the gateway
-    // builds for the next run holds both, as stored.
-    c.send(run_cmd("echo", "think", "r2", "and?")).await;
+    // builds for its producer's next run holds both, as stored.
+    c.send(run_cmd("enc", "think", "r2", "and?")).await;
     let frames = c.recv_until(is_terminal_frame).await;
     let echo = frames
         .iter()
@@ -112,6 +112,25 @@ async fn an_encrypted_value_keeps_its_type_everywhere_the_format_can_carry_it() 
         message(sent, "a1")["toolCalls"][0]["encryptedValueType"],
         "openai.encrypted_content"
     );
+
+    // Another agent is never fed them ("a consumer must not feed an
+    // encryptedValue to anything but its producer").
+    c.send(run_cmd("echo", "think", "r3", "and you?")).await;
+    let frames = c.recv_until(is_terminal_frame).await;
+    let echo = frames
+        .iter()
+        .find(|f| f["event"]["name"] == "echo")
+        .expect("the echo agent's report");
+    let sent = &echo["event"]["value"]["input"]["messages"];
+    for id in ["r1", "r2"] {
+        let m = message(sent, id).as_object().unwrap();
+        assert!(
+            !m.contains_key("encryptedValue") && !m.contains_key("encryptedValueType"),
+            "{m:?}"
+        );
+    }
+    let call = message(sent, "a1")["toolCalls"][0].as_object().unwrap();
+    assert!(!call.contains_key("encryptedValue"), "{call:?}");
 
     // The AI SDK export: the reasoning part's provider metadata.
     let exported = json_of(

@@ -38,7 +38,10 @@ async fn viewers_and_runner_see_identical_gapless_seqs_and_late_joiner_snapshot_
     let mut viewers = Vec::new();
     let mut runner = ws(&gw, json!({"sub": "alice"})).await;
     runner.send(run_cmd("demo", "shared", "r1", "first")).await;
-    let ack = runner.recv().await;
+    // The run's first events may come before its ack (docs/protocol.md):
+    // the runner subscribes before the run starts.
+    let mut early = runner.recv_until(|f| f["type"] == "ack").await;
+    let ack = early.pop().unwrap();
     assert_eq!(
         (ack["type"].as_str(), ack["runId"].as_str()),
         (Some("ack"), Some("r1")),
@@ -55,7 +58,10 @@ async fn viewers_and_runner_see_identical_gapless_seqs_and_late_joiner_snapshot_
             .await;
         viewers.push(v);
     }
-    let runner_frames = until_terminal(&mut runner).await;
+    let mut runner_frames = early;
+    if !runner_frames.iter().any(is_terminal_frame) {
+        runner_frames.extend(until_terminal(&mut runner).await);
+    }
     let runner_seqs = seqs(&runner_frames);
     assert_eq!(
         runner_seqs,

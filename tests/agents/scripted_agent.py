@@ -147,6 +147,11 @@ async def handle(request: Request) -> Response:
                 "messages": seen, "state": body.get("state"), "parentRunId": body.get("parentRunId"),
                 "threadId": thread_id}))
             last = next((m.get("content") for m in reversed(msgs) if m.get("role") == "user"), "")
+            if str(last).startswith("ask") and not body.get("resume"):
+                # A question back: the run ends interrupted.
+                yield sse_raw(type="RUN_FINISHED", threadId=thread_id, runId=run_id,
+                              outcome={"type": "interrupt", "interrupts": [{"id": "int-" + run_id, "reason": "confirm"}]})
+                return
             answer = "a-" + run_id
             yield ENC.encode(TextMessageStartEvent(message_id=answer, role="assistant"))
             yield ENC.encode(TextMessageContentEvent(message_id=answer, delta="re: %s" % last))
@@ -454,6 +459,11 @@ async def handle(request: Request) -> Response:
 
         async def gen():
             yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+            if any(m.get("id") == "r1" for m in body.get("messages", [])):
+                # A later run: report what it was sent (its own artefacts back).
+                yield ENC.encode(CustomEvent(name="echo", value={"input": body}))
+                yield ENC.encode(RunFinishedEvent(thread_id=thread_id, run_id=run_id))
+                return
             for rid in ("r1", "r2"):
                 yield ENC.encode(ReasoningStartEvent(message_id=rid))
                 yield ENC.encode(ReasoningMessageChunkEvent(message_id=rid, delta="thinking"))

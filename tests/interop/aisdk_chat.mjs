@@ -24,6 +24,9 @@
 //               `{approved: true}` in the request body's `resume`, the way
 //               docs/ai-sdk.md tells a client to, and wait for the answer
 //   reconnect — a fresh chat with this id calls resumeStream()
+//   branch    — send <text>, send "two", regenerate() the last answer, then
+//               edit the second question (sendMessage with its messageId);
+//               `steps` holds the messages after each of the four
 const pkg = process.env.AI_PACKAGE || "ai";
 const {
   AbstractChat,
@@ -90,9 +93,24 @@ async function settled(pred = () => true) {
 const toolParts = () =>
   chat.messages.flatMap((m) => m.parts).filter((p) => p.type.startsWith("tool-"));
 
+const steps = [];
 if (scenario === "reconnect") {
   await chat.resumeStream();
   await settled();
+} else if (scenario === "branch") {
+  await chat.sendMessage({ text });
+  await settled();
+  steps.push(structuredClone(chat.messages));
+  await chat.sendMessage({ text: "two" });
+  await settled();
+  steps.push(structuredClone(chat.messages));
+  await chat.regenerate();
+  await settled();
+  steps.push(structuredClone(chat.messages));
+  const second = chat.messages.filter((m) => m.role === "user")[1];
+  await chat.sendMessage({ text: "two, edited", messageId: second.id });
+  await settled();
+  steps.push(structuredClone(chat.messages));
 } else {
   await chat.sendMessage({ text });
   await settled();
@@ -138,5 +156,6 @@ process.stdout.write(
     error: chat.error ? String(chat.error.message ?? chat.error) : null,
     errors,
     data,
+    steps,
   }) + "\n",
 );
