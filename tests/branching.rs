@@ -451,3 +451,98 @@ async fn a_branch_from_an_interrupted_run_must_answer_its_interrupts() {
     assert_eq!(head["interrupts"], json!([]));
     assert_eq!(head["run"]["parentRunId"], "r2");
 }
+
+/// The last assistant text of a thread's snapshot.
+async fn last_answer(gw: &Gateway, t: &str, thread: &str) -> String {
+    let snap = snapshot(gw, t, &format!("/v1/threads/{thread}")).await;
+    snap["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "assistant")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Sends a run frame and waits for its end (no history report: a LangGraph agent).
+async fn lg_run(ws: &mut Ws, mut frame: Value) -> Value {
+    let id = frame["runId"].as_str().unwrap().to_owned();
+    frame["id"] = id.clone().into();
+    ws.send(frame).await;
+    let frames = ws
+        .recv_until(|f| {
+            (f["type"] == "error" && f["id"] == id.as_str())
+                || (is_terminal_frame(f) && f["event"]["runId"] == id.as_str())
+        })
+        .await;
+    frames.last().unwrap().clone()
+}
+
+fn lg_turn(thread: &str, run: &str, text: &str) -> Value {
+    json!({"type": "run", "agent": "lg", "threadId": thread, "runId": run,
+           "messages": [{"id": format!("u-{run}"), "role": "user", "content": text}]})
+}
+
+/// A real LangGraph graph with a checkpointer (ag-ui-langgraph, MemorySaver)
+/// keeps its own thread state, so each `branching.mode` is checked by what
+/// the graph itself says it has seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateful_langgraph_agent_branches_as_its_branch_mode_says() {
+    let py = PyAgent::start("langgraph_agent.py").await;
+    let t = token(json!({"sub": "alice"}));
+    for mode in ["same-thread", "fork-thread", "refuse"] {
+        let gw = Gateway::start(&format!(
+            "[[agents]]\nid = \"lg\"\nurl = \"{}\"\nbranching = {{ mode = \"{mode}\" }}\n",
+            py.url("memory")
+        ))
+        .await;
+        let thread = format!("lg-{mode}");
+        let mut ws = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
+        lg_run(&mut ws, lg_turn(&thread, "r1", "one")).await;
+        lg_run(&mut ws, lg_turn(&thread, "r2", "two")).await;
+        assert_eq!(
+            last_answer(&gw, &t, &thread).await,
+            "seen 2: one|two",
+            "{mode}"
+        );
+        let mut from_first = lg_turn(&thread, "r3", "three");
+        from_first["parentRunId"] = "r1".into();
+        let end = lg_run(&mut ws, from_first).await;
+        match mode {
+            "same-thread" => {
+                // A run from another run is not something the graph can do...
+                assert_eq!(end["code"], "invalid", "{end}");
+                // ...but a regenerate is: the graph forks its own checkpoint.
+                let end = lg_run(
+                    &mut ws,
+                    json!({"type": "regenerate", "threadId": thread, "runId": "r4"}),
+                )
+                .await;
+                assert_eq!(end["event"]["type"], "RUN_FINISHED", "{end}");
+                assert_eq!(last_answer(&gw, &t, &thread).await, "seen 2: one|two");
+                let tree = snapshot(&gw, &t, &format!("/v1/threads/{thread}/runs")).await;
+                assert_eq!(tree["runs"][2]["kind"], "regenerate", "{tree}");
+                assert_eq!(tree["runs"][2]["parentRunId"], "r1", "{tree}");
+            }
+            "fork-thread" => {
+                // The branch is a fresh graph thread seeded with r1's history.
+                assert_eq!(end["event"]["type"], "RUN_FINISHED", "{end}");
+                assert_eq!(
+                    end["event"]["threadId"],
+                    thread.as_str(),
+                    "mapped back: {end}"
+                );
+                assert_eq!(last_answer(&gw, &t, &thread).await, "seen 2: one|three");
+                // Going on on that branch stays on the same graph thread.
+                lg_run(&mut ws, lg_turn(&thread, "r4", "four")).await;
+                assert_eq!(
+                    last_answer(&gw, &t, &thread).await,
+                    "seen 3: one|three|four"
+                );
+            }
+            _ => assert_eq!(end["code"], "invalid", "{end}"),
+        }
+    }
+}

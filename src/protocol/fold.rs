@@ -200,6 +200,15 @@ impl Fold {
                 .as_ref()
                 .is_some_and(|r| r.status == RunStatus::Running);
         let before = self.messages.len();
+        // An agent's own MESSAGES_SNAPSHOT may bring the run's messages
+        // under new ids (ag-ui-langgraph restates its checkpoint's).
+        let known_ids: Option<std::collections::HashSet<String>> =
+            (*kind == EventType::MessagesSnapshot && in_run).then(|| {
+                self.messages
+                    .iter()
+                    .filter_map(|m| m.get("id").and_then(Value::as_str).map(str::to_owned))
+                    .collect()
+            });
         let restating = std::mem::take(&mut self.restating) && *kind == EventType::MessagesSnapshot;
         if restating {
             self.restate(event);
@@ -213,6 +222,16 @@ impl Fold {
         };
         self.note_authors(event, before, &origin);
         self.note_run(seq, event, before);
+        if let Some(known) = known_ids.filter(|_| !restating) {
+            for m in &self.messages {
+                if let Some(id) = m.get("id").and_then(Value::as_str)
+                    && !known.contains(id)
+                    && m.get("role").and_then(Value::as_str) != Some("user")
+                {
+                    self.runs.produced(id);
+                }
+            }
+        }
         origin
     }
 

@@ -125,6 +125,20 @@ pub(super) fn resolve(
             let run = runs
                 .producer_of(&message)
                 .or_else(|| runs.introducer_of(&message))
+                .or_else(|| {
+                    // An answer no run is known to have produced (restated
+                    // under another id): the run that asked its question.
+                    let at = inner
+                        .fold
+                        .messages()
+                        .iter()
+                        .position(|m| message_id(m) == Some(&message))?;
+                    inner.fold.messages()[..at]
+                        .iter()
+                        .rev()
+                        .find(|m| role(m) == "user")
+                        .and_then(|q| runs.introducer_of(message_id(q)?))
+                })
                 .ok_or_else(|| {
                     RunRefused::NotFound(format!(
                         "message '{message}' is not part of a run this thread remembers"

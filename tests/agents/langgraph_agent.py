@@ -44,6 +44,21 @@ builder.add_edge("approve", END)
 graph = builder.compile(checkpointer=MemorySaver())
 
 
+def recall(state: MessagesState):
+    """Answers with what the graph's own (checkpointed) state holds: the
+    human messages it has seen on this thread, so a test can tell which
+    branch the graph is on."""
+    said = [m.content for m in state["messages"] if m.type == "human"]
+    return {"messages": [AIMessage(content="seen %d: %s" % (len(said), "|".join(said)))]}
+
+
+memory = StateGraph(MessagesState)
+memory.add_node("recall", recall)
+memory.add_edge(START, "recall")
+memory.add_edge("recall", END)
+memory_graph = memory.compile(checkpointer=MemorySaver())
+
+
 class LogForwardedProps:
     """ASGI wrapper: prints each request's forwardedProps, then replays the body."""
 
@@ -78,6 +93,7 @@ class LogForwardedProps:
 def main() -> None:
     app = FastAPI()
     add_langgraph_fastapi_endpoint(app, LangGraphAgent(name="lg", graph=graph), "/agent")
+    add_langgraph_fastapi_endpoint(app, LangGraphAgent(name="memory", graph=memory_graph), "/memory")
     serve(LogForwardedProps(app))
 
 
