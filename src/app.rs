@@ -119,6 +119,8 @@ pub async fn serve(config: Config, policy: Policy) -> Result<(), String> {
         ThreadSettings {
             max_events: config.threads.max_events,
             idle_ttl: config.threads.idle_ttl,
+            max_runs: config.threads.max_runs,
+            max_branches: config.threads.max_branches,
         },
     )
     .with_bus(bus)

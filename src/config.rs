@@ -291,6 +291,12 @@ pub struct ThreadsConfig {
     pub evict_after: Duration,
     /// Most threads kept in memory; past it the longest-idle unused ones leave.
     pub max_resident: usize,
+    /// Most runs one thread takes in its life; past it a run is refused
+    /// `too_large`. `0`: no cap.
+    pub max_runs: u64,
+    /// Most runs that fork one thread (branches, regenerates, edits); past
+    /// it a fork is refused `too_large`. `0`: no cap.
+    pub max_branches: usize,
 }
 
 impl Default for ThreadsConfig {
@@ -301,6 +307,8 @@ impl Default for ThreadsConfig {
             idle_ttl: Duration::from_secs(24 * 3600),
             evict_after: Duration::from_secs(600),
             max_resident: 100_000,
+            max_runs: 0,
+            max_branches: 0,
         }
     }
 }

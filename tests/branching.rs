@@ -546,3 +546,30 @@ async fn a_stateful_langgraph_agent_branches_as_its_branch_mode_says() {
         }
     }
 }
+
+/// Per-thread caps from the operator's file: forks and runs past them are
+/// refused `too_large`, and nothing starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forks_and_runs_past_the_threads_caps_are_too_large() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = Gateway::start(&format!(
+        "[threads]\nmax_runs = 4\nmax_branches = 1\n[[agents]]\nid = \"h\"\nurl = \"{}\"\n",
+        py.url("history")
+    ))
+    .await;
+    let t = token(json!({"sub": "alice"}));
+    let mut ws = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
+    run(&mut ws, turn("cap", "r1", "one")).await.unwrap();
+    run(&mut ws, turn("cap", "r2", "two")).await.unwrap();
+    let mut fork = turn("cap", "r3", "three");
+    fork["parentRunId"] = "r1".into();
+    run(&mut ws, fork).await.unwrap();
+    let again = json!({"type": "regenerate", "threadId": "cap", "runId": "r4"});
+    let refused = run(&mut ws, again).await.unwrap_err();
+    assert_eq!(refused["code"], "too_large", "{refused}");
+    run(&mut ws, turn("cap", "r5", "four")).await.unwrap();
+    let refused = run(&mut ws, turn("cap", "r6", "five")).await.unwrap_err();
+    assert_eq!(refused["code"], "too_large", "{refused}");
+    let tree = snapshot(&gw, &t, "/v1/threads/cap/runs").await;
+    assert_eq!(tree["runs"].as_array().unwrap().len(), 4, "{tree}");
+}

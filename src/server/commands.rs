@@ -146,6 +146,12 @@ pub async fn run(
     let thread = thread_for(state, who, &thread_id, need, need == Permission::Run)
         .await
         .map_err(AccessError::into_api)?;
+    // A resume that also forks the thread is a run too: it needs both.
+    if need == Permission::Resume && base != BaseRequest::Head {
+        thread_for(state, who, &thread_id, Permission::Run, false)
+            .await
+            .map_err(AccessError::into_api)?;
+    }
     let mut request = run_request(
         agent,
         run_id,

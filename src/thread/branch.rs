@@ -463,6 +463,7 @@ mod tests {
             ThreadSettings {
                 max_events: 100_000,
                 idle_ttl: std::time::Duration::ZERO,
+                ..Default::default()
             },
         );
         let t = threads

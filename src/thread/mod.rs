@@ -57,7 +57,7 @@ pub const META_IDS_KEPT: usize = 4096;
 const GAP_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Settings that shape every thread.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ThreadSettings {
     /// After a run ends, a journal longer than this is compacted into the
     /// fold (viewers asking for older events get a `reset` snapshot).
@@ -65,6 +65,10 @@ pub struct ThreadSettings {
     /// A thread with no run and no new event for this long has its journal
     /// compacted into the fold too (zero: never).
     pub idle_ttl: std::time::Duration,
+    /// Most runs a thread takes in its life (0: no cap); past it, `too_large`.
+    pub max_runs: u64,
+    /// Most runs that fork a thread (0: no cap); past it, `too_large`.
+    pub max_branches: usize,
 }
 
 /// A viewer registered on a thread.
@@ -1042,6 +1046,7 @@ mod tests {
             ThreadSettings {
                 max_events,
                 idle_ttl: std::time::Duration::ZERO,
+                ..Default::default()
             },
         )
     }
@@ -1148,6 +1153,7 @@ mod tests {
             ThreadSettings {
                 max_events: 1000,
                 idle_ttl: std::time::Duration::from_millis(1),
+                ..Default::default()
             },
         );
         let t = thread_th(&ts).await;
@@ -1173,6 +1179,7 @@ mod tests {
                 ThreadSettings {
                     max_events: 2,
                     idle_ttl: std::time::Duration::ZERO,
+                    ..Default::default()
                 },
             );
             let t = ts.get_or_create(&key, "u").await.unwrap();
@@ -1193,6 +1200,7 @@ mod tests {
             ThreadSettings {
                 max_events: 2,
                 idle_ttl: std::time::Duration::ZERO,
+                ..Default::default()
             },
         );
         let t = ts.get(&key).await.unwrap().unwrap();
@@ -1222,6 +1230,7 @@ mod tests {
         let settings = ThreadSettings {
             max_events: 1000,
             idle_ttl: std::time::Duration::ZERO,
+            ..Default::default()
         };
         {
             let ts = Threads::new(store.clone(), settings.clone());
@@ -1361,6 +1370,7 @@ mod tests {
             ThreadSettings {
                 max_events: 1000,
                 idle_ttl: std::time::Duration::ZERO,
+                ..Default::default()
             },
         );
         let t = thread_th(&ts).await;
@@ -1472,6 +1482,7 @@ mod tests {
             ThreadSettings {
                 max_events: 1000,
                 idle_ttl: std::time::Duration::ZERO,
+                ..Default::default()
             },
         )
         .with_residency(Residency {
@@ -1590,6 +1601,7 @@ mod tests {
         let settings = ThreadSettings {
             max_events: 1000,
             idle_ttl: std::time::Duration::ZERO,
+            ..Default::default()
         };
         let node_a = Threads::new(store.clone(), settings.clone()).with_bus(bus_a.clone());
         let node_b = Arc::new(Threads::new(store, settings).with_bus(bus_b));
@@ -1697,6 +1709,7 @@ mod tests {
         let settings = ThreadSettings {
             max_events: 1000,
             idle_ttl: std::time::Duration::ZERO,
+            ..Default::default()
         };
         let node = Threads::new(store.clone(), settings).with_bus(bus);
         let t = thread_th(&node).await;

@@ -65,7 +65,11 @@ pub struct RunRequest {
 
 impl RunRequest {
     /// The base this request resolves to on the thread as it stands.
-    fn resolve_base(&self, inner: &Inner) -> Result<Base, RunRefused> {
+    fn resolve_base(
+        &self,
+        inner: &Inner,
+        caps: &super::ThreadSettings,
+    ) -> Result<Base, RunRefused> {
         let sent: Option<Vec<Value>> = match &self.input {
             RunInput::Complete(i) if self.base == BaseRequest::Detect => Some(
                 i.messages
@@ -77,6 +81,18 @@ impl RunRequest {
         };
         let base =
             super::branch::resolve(inner, &self.base, self.input.has_resume(), sent.as_deref())?;
+        let runs = inner.fold.runs();
+        let (max_runs, max_branches) = (caps.max_runs, caps.max_branches);
+        if max_runs > 0 && runs.started_count() >= max_runs {
+            return Err(RunRefused::TooLarge(format!(
+                "this thread has had its {max_runs} runs (threads.max_runs)"
+            )));
+        }
+        if base.forks() && max_branches > 0 && runs.branch_count() >= max_branches {
+            return Err(RunRefused::TooLarge(format!(
+                "this thread has been forked {max_branches} times (threads.max_branches)"
+            )));
+        }
         if base.forks() {
             use crate::config::BranchMode;
             use crate::protocol::lineage::RunKind;
@@ -344,7 +360,7 @@ impl Thread {
         if inner.recovering {
             return Err(RunRefused::Unavailable(JOURNAL_RECOVERING.into()));
         }
-        let base = req.resolve_base(&inner)?;
+        let base = req.resolve_base(&inner, &self.settings)?;
         let interrupts = base.interrupts(&inner.fold);
         let pending: Vec<String> = interrupts
             .iter()
@@ -736,7 +752,7 @@ impl Thread {
             inner.runs.resume_claimed = Some(req.run_id.clone());
         }
         // Resolved again: the head may have moved while the run was queued.
-        let base = match req.resolve_base(inner) {
+        let base = match req.resolve_base(inner, &self.settings) {
             Ok(base) => base,
             Err(refused) => {
                 self.leases.release(&self.key, &lease);
@@ -1452,6 +1468,7 @@ mod tests {
             ThreadSettings {
                 max_events: 1000,
                 idle_ttl: std::time::Duration::ZERO,
+                ..Default::default()
             },
         );
         let t = threads
