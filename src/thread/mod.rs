@@ -18,6 +18,7 @@
 //! "read the journal" and "go live": there is nothing to merge or de-duplicate.
 
 pub mod branch;
+mod drive;
 pub mod entry;
 pub mod fanout;
 mod journal_lost;

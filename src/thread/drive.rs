@@ -1,0 +1,567 @@
+//! Driving a run: read the agent, journal what it sends, feed the requester.
+//!
+//! A run's task owns the upstream stream. It appends what the agent sends
+//! in small batches (whatever arrived together, up to [`MAX_BATCH`]), so a
+//! busy run costs one durable write per read rather than per event, and
+//! keeps up to [`PIPELINE`] batches in the journal's hands while it reads on;
+//! each reaches the HTTP requester once it is durable, in order. The
+//! journal's opening of the run ([`super::run_input`]) goes first; the
+//! operator's filter sees exactly what would be journaled; a cancel, a lost
+//! lease or a failed write ends the run with the right terminal event.
+
+use super::fanout::{Live, Outbox, Outgoing};
+use super::run::RunRequest;
+use super::run_input::{PreparedInput, restore_thread_id};
+use super::{Entry, Thread};
+use crate::protocol::event::run_error;
+use crate::protocol::hooks::{EventFilter, SeenBy};
+use crate::protocol::interrupts::InterruptNormalizer;
+use crate::protocol::open::OpenEntities;
+use crate::protocol::{Event, EventType, PROTOCOL_VERSION};
+use crate::store::StoreError;
+use crate::store::lease::Lease;
+use crate::upstream::RunStream;
+use futures::stream::FuturesOrdered;
+use futures::{FutureExt, StreamExt};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// Most events appended in one batch.
+const MAX_BATCH: usize = 256;
+
+/// How long a run whose lease was lost waits to learn whether the store
+/// lost its journal (see [`Thread::journal_lost`]) before it ends as fenced.
+const LOSS_CHECK: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Batches a run may have in the journal's hands at once.
+const PIPELINE: usize = 4;
+
+enum Step {
+    /// The thread's lease was lost: another node closes the run; nothing
+    /// more can be journaled from here.
+    LeaseLost,
+    Cancel,
+    StarterGone,
+    Events(Vec<Event>),
+    /// A journaled batch was acknowledged (or failed), with what the
+    /// requester gets for each of its events.
+    Stored(Result<Vec<Arc<Entry>>, StoreError>, Vec<ForRequester>),
+    Ended,
+}
+
+/// The agent's next events: whatever arrived together, up to `MAX_BATCH`,
+/// ending at a terminal event; `None` when the stream ended.
+async fn next_batch(upstream: &mut RunStream) -> Option<Vec<Event>> {
+    let first = upstream.next().await?;
+    let mut batch = vec![first];
+    while batch.len() < MAX_BATCH && !batch.last().is_some_and(|e| e.kind().is_terminal()) {
+        match upstream.next().now_or_never() {
+            Some(Some(e)) => batch.push(e),
+            _ => break,
+        }
+    }
+    // A late RUN_ERROR comes ready with its RUN_FINISHED: the same batch.
+    if batch
+        .last()
+        .is_some_and(|e| *e.kind() == EventType::RunFinished)
+        && let Some(Some(late)) = upstream.next().now_or_never()
+    {
+        batch.push(late);
+    }
+    Some(batch)
+}
+
+/// The fencing token appends carry under `lease` (none for a lease of a
+/// single process, which needs no fencing).
+pub(super) fn fence_of(lease: &Lease) -> Option<Arc<str>> {
+    (!lease.token.is_empty()).then(|| lease.token.clone())
+}
+
+pub(super) async fn drive(
+    thread: Arc<Thread>,
+    req: RunRequest,
+    input: PreparedInput,
+    cancel: CancellationToken,
+    lease: Lease,
+) {
+    let RunRequest {
+        agent,
+        run_id,
+        mut starter,
+        mut filter,
+        starter_visibility,
+        upstream_headers,
+        ..
+    } = req;
+    let thread_id = thread.key.thread_id.clone();
+    let PreparedInput {
+        body,
+        journal_input,
+        stamp,
+        restated,
+        upstream_thread,
+    } = input;
+    // The journal's opening of the run: RUN_STARTED with the normalized
+    // input (the agent's own, when it sent one, goes to the requester), then
+    // the edited history, if the client changed a known message.
+    let opening = |agent_start: Option<&Event>| -> Staged {
+        let start = match agent_start {
+            Some(e) => e.modify(|b| {
+                b.insert("input".into(), journal_input.clone());
+            }),
+            None => Event::build(
+                json!({"type": "RUN_STARTED", "threadId": thread_id, "runId": run_id,
+                    "protocolVersion": PROTOCOL_VERSION, "input": journal_input}),
+            ),
+        };
+        // The journal names the run's agent (every reader of the journal
+        // judges the run's events by that agent's visibility rules) and its
+        // place in the run tree.
+        let start = stamp.apply(&start);
+        let for_requester = match agent_start {
+            Some(e) => ForRequester::Instead(e.clone()),
+            None => ForRequester::Nothing,
+        };
+        let mut staged: Staged = vec![(start, for_requester)];
+        staged.extend(restated.iter().map(|e| (e.clone(), ForRequester::Nothing)));
+        staged
+    };
+    let metrics = crate::metrics::metrics();
+    let agent_label = crate::metrics::AgentLabel {
+        agent: agent.id.clone(),
+    };
+    metrics.runs_started.get_or_create(&agent_label).inc();
+    let began = std::time::Instant::now();
+    let mut first_event = true;
+    // How the run ended, for the metrics (a fixed set of classes).
+    let mut outcome = "gateway_error";
+    let mut stream = Some(RunStream::start(agent.clone(), body, upstream_headers));
+    // The requester's outbox while this task feeds it (the journal takes
+    // over if it lags); `starter` itself is kept to notice the requester leave.
+    let mut feed = RequesterFeed {
+        outbox: starter.clone(),
+        seen: SeenBy::new(starter_visibility),
+        run_id: run_id.clone(),
+        fence: fence_of(&lease),
+        store_failed: false,
+    };
+    let mut open = OpenEntities::default();
+    let mut started = false;
+    let mut interrupts = InterruptNormalizer::new(agent.interrupts);
+    // Batches handed to the journal and not yet acknowledged, oldest first:
+    // the run reads the agent on while they commit (at most `PIPELINE`), and
+    // each reaches the requester once it is durable, in order.
+    let mut inflight = FuturesOrdered::new();
+    // Set once the run's terminal event is enqueued: nothing more is read,
+    // and the loop ends when the journal has acknowledged everything.
+    let mut ending = false;
+    'run: loop {
+        if ending && inflight.is_empty() {
+            break;
+        }
+        let room = !ending && inflight.len() < PIPELINE;
+        let step = {
+            let starter_gone = async {
+                match &starter {
+                    Some(s) => s.closed().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let upstream_batch = async {
+                match stream.as_mut() {
+                    Some(upstream) if room => next_batch(upstream).await,
+                    _ => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                _ = lease.lost.cancelled() => Step::LeaseLost,
+                _ = cancel.cancelled(), if !ending => Step::Cancel,
+                _ = starter_gone => Step::StarterGone,
+                Some((stored, originals)) = inflight.next(), if !inflight.is_empty() => {
+                    Step::Stored(stored, originals)
+                }
+                batch = upstream_batch => match batch {
+                    None => Step::Ended,
+                    Some(batch) => Step::Events(batch),
+                },
+            }
+        };
+        match step {
+            Step::LeaseLost => {
+                // Lost because the store lost the journal (its lease went
+                // with it)? Checking reloads the thread if so; a store that
+                // does not answer (the usual reason) is not waited for long.
+                let _ = tokio::time::timeout(LOSS_CHECK, thread.read_back()).await;
+                let why = if thread.lost_its_journal(&run_id) {
+                    StoreError::JournalLost
+                } else {
+                    StoreError::Fenced
+                };
+                tracing::warn!(thread = %thread_id, run = %run_id, "run lease lost: stopping the run ({why})");
+                feed.journal_failed(&thread, &why);
+                break;
+            }
+            Step::StarterGone => {
+                starter = None;
+                feed.stop();
+                if thread.viewer_count() == 0 {
+                    tracing::info!(thread = %thread_id, run = %run_id, "requester left and nobody is watching: cancelling");
+                    cancel.cancel();
+                }
+            }
+            Step::Stored(stored, originals) => {
+                if !feed.deliver(&thread, stored, originals) {
+                    break;
+                }
+            }
+            Step::Cancel | Step::Ended => {
+                drop(stream.take()); // drops the upstream request now
+                // What is in flight goes first, in order.
+                while let Some((stored, originals)) = inflight.next().await {
+                    if !feed.deliver(&thread, stored, originals) {
+                        break 'run;
+                    }
+                }
+                let mut closing = Vec::new();
+                if matches!(step, Step::Ended) {
+                    // RunStream always ends with a terminal event; this is a bug guard.
+                    closing.push(run_error(
+                        "internal",
+                        "upstream stream ended without a terminal event",
+                    ));
+                } else {
+                    if !started {
+                        // Through the operator rules like any journaled input.
+                        let (opened, _) = apply_filter(&mut filter, opening(None));
+                        closing.extend(opened.into_iter().map(|(e, _)| e));
+                    }
+                    closing.extend(open.closing());
+                    closing.push(Event::build(json!({"type": "RUN_FINISHED", "threadId": thread_id, "runId": run_id, "outcome": {"type": "cancelled"}})));
+                    outcome = "cancelled";
+                    tracing::info!(thread = %thread_id, run = %run_id, "run cancelled");
+                }
+                feed.journal(&thread, closing, Vec::new()).await;
+                break;
+            }
+            Step::Events(batch) => {
+                if std::mem::take(&mut first_event) {
+                    metrics
+                        .upstream_first_event
+                        .get_or_create(&agent_label)
+                        .observe(began.elapsed().as_secs_f64());
+                }
+                metrics
+                    .events_in
+                    .get_or_create(&agent_label)
+                    .inc_by(batch.len() as u64);
+                // 1. What the journal gets (input on RUN_STARTED, canonical
+                //    interrupts), and what the HTTP requester gets instead:
+                //    (see [`ForRequester`]).
+                let mut staged: Staged = Vec::with_capacity(batch.len() + 2);
+                for event in batch {
+                    let event = match &upstream_thread {
+                        Some(alias) => restore_thread_id(event, alias, &thread_id),
+                        None => event,
+                    };
+                    if !started {
+                        started = true;
+                        if *event.kind() == EventType::RunStarted {
+                            staged.extend(opening(Some(&event)));
+                            continue;
+                        }
+                        // Journal the user's input even when the agent failed before starting.
+                        let mut synthetic = opening(None);
+                        for (_, requester) in &mut synthetic {
+                            *requester = ForRequester::Nothing;
+                        }
+                        staged.extend(synthetic);
+                    }
+                    // The requester gets what the journal holds (canonical
+                    // interrupts), so a stock client sees `pendingInterrupts`
+                    // and resumes as usual.
+                    let mut journaled = interrupts.apply(&event).unwrap_or(event);
+                    if *journaled.kind() == EventType::RunStarted {
+                        // A second RUN_STARTED (a lenient verifier passes
+                        // it) must not name another agent than this run's.
+                        journaled = stamp.apply(&journaled);
+                    }
+                    staged.push((journaled, ForRequester::Same));
+                }
+                // 2. Operator rules, last, over exactly what would be journaled.
+                let (staged, failed) = apply_filter(&mut filter, staged);
+                let terminal = failed || staged.iter().any(|(e, _)| e.kind().is_terminal());
+                let mut events = Vec::with_capacity(staged.len());
+                let mut originals = Vec::with_capacity(staged.len());
+                for (event, original) in staged {
+                    open.track(&event);
+                    if event.kind().is_terminal() {
+                        outcome = outcome_of(&event);
+                    }
+                    events.push(event);
+                    originals.push(original);
+                }
+                // 3. To the journal, without waiting for the commit.
+                match thread.enqueue(events, feed.fence.clone()) {
+                    Ok(pending) => {
+                        let thread = thread.clone();
+                        inflight
+                            .push_back(async move { (thread.settle(pending).await, originals) });
+                    }
+                    Err(e) => {
+                        feed.journal_failed(&thread, &e);
+                        break;
+                    }
+                }
+                if terminal {
+                    ending = true;
+                    drop(stream.take()); // the run is over: stop reading the agent
+                }
+            }
+        }
+    }
+    if feed.store_failed {
+        outcome = "gateway_error";
+    }
+    metrics
+        .runs_ended
+        .get_or_create(&crate::metrics::RunEndLabels {
+            agent: agent.id.clone(),
+            outcome,
+        })
+        .inc();
+    metrics
+        .run_duration
+        .get_or_create(&agent_label)
+        .observe(began.elapsed().as_secs_f64());
+    if feed.store_failed && thread.shared() {
+        close_after_outage(&thread, &run_id, &lease).await;
+    }
+    // Usually a no-op: the slot went with the terminal event's publication
+    // ([`Thread::terminal_published`]); not when the run ended unjournaled.
+    thread.run_ended(&run_id);
+    thread.maybe_compact().await;
+}
+
+/// The metrics class of a run's terminal event.
+fn outcome_of(terminal: &Event) -> &'static str {
+    if *terminal.kind() == EventType::RunError {
+        crate::metrics::outcome_class(true, terminal.str_field("code"))
+    } else {
+        let outcome = terminal
+            .get("outcome")
+            .and_then(|o| o.get("type"))
+            .and_then(Value::as_str);
+        crate::metrics::outcome_class(false, outcome)
+    }
+}
+
+/// Journals `RUN_ERROR journal_unavailable` for a run whose batch the shared
+/// store failed (Redis unreachable), retrying with backoff until the store
+/// takes it or the run's lease is lost (another node then closes the run
+/// with `gateway_node_lost`). The run is not continued: the agent's stream
+/// cannot wait for an outage of unknown length, and whether the failed batch
+/// landed is unknown — if it did, its events reach every viewer like any
+/// others, then this error; if not, no viewer ever saw them.
+async fn close_after_outage(thread: &Thread, run_id: &str, lease: &Lease) {
+    let mut backoff = std::time::Duration::from_millis(100);
+    loop {
+        if !thread.run_is_open(run_id) {
+            return;
+        }
+        let error = run_error(
+            "journal_unavailable",
+            "the gateway could not store this run's events; the run was stopped",
+        );
+        let stored = match thread.enqueue_closing(vec![error], fence_of(lease)) {
+            Ok(pending) => thread.settle(pending).await,
+            Err(e) => Err(e),
+        };
+        match stored {
+            Ok(_) => return,
+            Err(StoreError::Fenced) => {
+                // Another node closed it: bring this copy's viewers the rest.
+                thread.read_back().await;
+                return;
+            }
+            Err(_) => {}
+        }
+        tokio::select! {
+            _ = lease.lost.cancelled() => return,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(std::time::Duration::from_secs(2));
+        thread.read_back().await;
+    }
+}
+
+/// What the HTTP requester gets for a journaled event.
+#[derive(Clone)]
+pub(super) enum ForRequester {
+    /// Nothing: the journal only (input the gateway restates, a synthetic
+    /// opening the agent never sent).
+    Nothing,
+    /// The journaled event itself.
+    Same,
+    /// The agent's own version of it (its `RUN_STARTED`, before the
+    /// gateway normalized the input and stamped it).
+    Instead(Event),
+}
+
+/// Events about to be journaled, each with what the requester gets for it.
+type Staged = Vec<(Event, ForRequester)>;
+
+/// Runs staged events through the run's filter; `true` when the filter ended
+/// the run (its terminal event is then the last one). An event the filter
+/// left unchanged keeps what the requester gets for it; anything the filter
+/// changed or added is sent to the requester as journaled.
+fn apply_filter(filter: &mut Option<Box<dyn EventFilter>>, staged: Staged) -> (Staged, bool) {
+    let Some(filter) = filter else {
+        return (staged, false);
+    };
+    let mut out = Vec::with_capacity(staged.len());
+    for (event, original) in staged {
+        let before = event.json().clone();
+        match filter.filter(event) {
+            Ok(events) => {
+                for e in events {
+                    let keep = if *e.json() == before {
+                        original.clone()
+                    } else {
+                        ForRequester::Same
+                    };
+                    out.push((e, keep));
+                }
+            }
+            Err(end) => {
+                out.push((*end, ForRequester::Same));
+                return (out, true);
+            }
+        }
+    }
+    (out, false)
+}
+
+/// The HTTP requester's stream while the run's task feeds it: the journal
+/// takes over when it lags, and nothing follows once the journal failed.
+struct RequesterFeed {
+    outbox: Option<Arc<Outbox>>,
+    /// What the requester may see (of this run's agent).
+    seen: SeenBy,
+    run_id: String,
+    /// The run lease's fencing token, carried by every append.
+    fence: Option<Arc<str>>,
+    /// Set when the store failed a batch (not a lost lease).
+    store_failed: bool,
+}
+
+impl RequesterFeed {
+    /// Stops feeding (the requester left).
+    fn stop(&mut self) {
+        self.outbox = None;
+    }
+
+    /// Journals `events` and forwards them; `false` when the journal failed
+    /// (see [`RequesterFeed::deliver`]).
+    async fn journal(
+        &mut self,
+        thread: &Thread,
+        events: Vec<Event>,
+        originals: Vec<ForRequester>,
+    ) -> bool {
+        let stored = match thread.enqueue(events, self.fence.clone()) {
+            Ok(pending) => thread.settle(pending).await,
+            Err(e) => Err(e),
+        };
+        self.deliver(thread, stored, originals)
+    }
+
+    /// Forwards a stored batch; `false` when the journal failed it: nothing
+    /// was published, and the requester is told with a `RUN_ERROR
+    /// journal_unavailable` the journal cannot hold.
+    fn deliver(
+        &mut self,
+        thread: &Thread,
+        stored: Result<Vec<Arc<Entry>>, StoreError>,
+        originals: Vec<ForRequester>,
+    ) -> bool {
+        match stored {
+            Ok(entries) => {
+                self.forward(thread, &entries, originals);
+                true
+            }
+            Err(e) => {
+                self.journal_failed(thread, &e);
+                false
+            }
+        }
+    }
+
+    /// Ends the requester's stream with `RUN_ERROR journal_unavailable`.
+    /// A lost lease (fenced) ends it with `gateway_node_lost`, as the node
+    /// that closes the run journals it.
+    fn journal_failed(&mut self, thread: &Thread, why: &StoreError) {
+        self.store_failed |= !matches!(why, StoreError::Fenced | StoreError::JournalLost);
+        if let Some(outbox) = self.outbox.take() {
+            let error = match why {
+                StoreError::JournalLost => run_error(
+                    "journal_lost",
+                    "the journal store lost this run's events (restarted empty, flushed, or restored from an older snapshot); the run was stopped",
+                ),
+                StoreError::Fenced => run_error(
+                    "gateway_node_lost",
+                    "the gateway node running this run lost its lease; the run was stopped",
+                ),
+                _ => run_error(
+                    "journal_unavailable",
+                    "the gateway could not store this run's events; the run was stopped",
+                ),
+            };
+            outbox.push_replay(Outgoing::Event(Arc::new(Entry::new(
+                thread.id.clone(),
+                0,
+                error,
+            ))));
+        }
+    }
+
+    /// Sends a run's entries, `originals[i]` deciding what the requester gets
+    /// for entry `i` (see [`ForRequester`]; missing items mean the entry). A
+    /// requester that falls behind its budget is handed to the journal (it
+    /// reads the rest of the run from there, losing nothing) and is fed no
+    /// more from here.
+    fn forward(&mut self, thread: &Thread, entries: &[Arc<Entry>], originals: Vec<ForRequester>) {
+        let Some(outbox) = &self.outbox else { return };
+        let mut originals = originals.into_iter();
+        for e in entries {
+            let item = match originals.next().unwrap_or(ForRequester::Same) {
+                ForRequester::Nothing => continue,
+                ForRequester::Same => e.clone(),
+                ForRequester::Instead(original) => {
+                    Arc::new(Entry::new(e.thread_id.clone(), e.seq, original))
+                }
+            };
+            // Judged as the journaled entry's run (the agent's own
+            // RUN_STARTED, sent instead, is not folded).
+            if self.seen.hides(e.origin(), &item.event) {
+                continue;
+            }
+            match outbox.push_live(Outgoing::Event(item)) {
+                Live::Queued => {}
+                Live::Closed => return,
+                Live::Full => {
+                    let lagging = outbox.clone();
+                    thread.requester_lagged(
+                        lagging,
+                        self.seen.scope().clone(),
+                        &self.run_id,
+                        e.seq - 1,
+                    );
+                    self.outbox = None;
+                    return;
+                }
+            }
+        }
+    }
+}
