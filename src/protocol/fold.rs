@@ -16,33 +16,10 @@
 use super::authorship::{Authors, RunAgent};
 use super::event::{Event, EventType};
 use super::lineage::{Checkpoint, RunTable};
-use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 
-/// Where the thread's latest run stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RunStatus {
-    Running,
-    Finished,
-    Interrupted,
-    Cancelled,
-    Error,
-}
-
-impl RunStatus {
-    /// The wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Running => "running",
-            RunStatus::Finished => "finished",
-            RunStatus::Interrupted => "interrupted",
-            RunStatus::Cancelled => "cancelled",
-            RunStatus::Error => "error",
-        }
-    }
-}
+pub use super::lineage::RunStatus;
 
 /// The latest run of a thread.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1073,5 +1050,60 @@ mod tests {
             json!({"type":"STATE_DELTA","delta":[{"op":"copy","from":"/a","path":"/b"},{"op":"add","path":"/c","value":[1,2]}]}),
         ]);
         assert_eq!(f.state(), &json!({"a":1,"b":1,"c":[1,2]}));
+    }
+
+    /// A run's checkpoint shares every message its base's holds unchanged:
+    /// a thousand turns cost a pointer per message per kept checkpoint, not
+    /// a copy of the conversation per run.
+    #[test]
+    fn checkpoints_share_what_did_not_change() {
+        let mut f = Fold::new();
+        let mut seq = 0;
+        let mut next = |f: &mut Fold, v: Value| {
+            seq += 1;
+            f.apply(seq, &Event::build(v));
+        };
+        for r in 0..5 {
+            let run = format!("r{r}");
+            next(
+                &mut f,
+                json!({"type": "RUN_STARTED", "threadId": "t", "runId": run,
+                "agui-gateway": {"agent": "a", "kind": "continue", "parentRunId": if r == 0 { Value::Null } else { json!(format!("r{}", r - 1)) }},
+                "input": {"messages": [{"id": format!("u{r}"), "role": "user", "content": "q"}]}}),
+            );
+            next(
+                &mut f,
+                json!({"type": "TEXT_MESSAGE_START", "messageId": format!("a{r}"), "role": "assistant"}),
+            );
+            next(
+                &mut f,
+                json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": format!("a{r}"), "delta": "x"}),
+            );
+            next(
+                &mut f,
+                json!({"type": "TEXT_MESSAGE_END", "messageId": format!("a{r}")}),
+            );
+            next(
+                &mut f,
+                json!({"type": "RUN_FINISHED", "threadId": "t", "runId": run}),
+            );
+        }
+        let c3 = f.runs().get("r3").unwrap().checkpoint().unwrap().clone();
+        let c4 = f.runs().get("r4").unwrap().checkpoint().unwrap().clone();
+        assert_eq!(c4.shared_messages().len(), 10);
+        let shared = c4
+            .shared_messages()
+            .iter()
+            .filter(|m| c3.shared_messages().iter().any(|p| Arc::ptr_eq(p, m)))
+            .count();
+        assert_eq!(shared, 8, "all but r4's own two messages are shared");
+        assert!(c3.shares_state_with(&c4));
+        // The stored form writes each message once and reads back equal.
+        let stored = f.runs().to_json();
+        assert_eq!(stored["messages"].as_array().unwrap().len(), 10);
+        assert_eq!(
+            crate::protocol::lineage::RunTable::from_json(&stored),
+            *f.runs()
+        );
     }
 }

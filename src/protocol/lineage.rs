@@ -26,10 +26,34 @@
 
 use super::authorship::{Authors, GATEWAY_FIELD, RunAgent};
 use super::event::{Event, EventType};
-use super::fold::RunStatus;
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+
+/// Where the thread's latest run stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    Running,
+    Finished,
+    Interrupted,
+    Cancelled,
+    Error,
+}
+
+impl RunStatus {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Finished => "finished",
+            RunStatus::Interrupted => "interrupted",
+            RunStatus::Cancelled => "cancelled",
+            RunStatus::Error => "error",
+        }
+    }
+}
 
 /// How a run relates to its base.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -179,6 +203,11 @@ impl Checkpoint {
             state_origins: authors.of_state().to_vec(),
             interrupts: interrupts.to_vec(),
         }
+    }
+
+    /// True when both hold the very same state value (not a copy).
+    pub fn shares_state_with(&self, other: &Checkpoint) -> bool {
+        Arc::ptr_eq(&self.state, &other.state)
     }
 
     /// The messages, as shared with the fold they were taken from.
@@ -719,66 +748,4 @@ impl RunTable {
 
 fn message_id(m: &Value) -> Option<&str> {
     m.get("id").and_then(Value::as_str)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::protocol::fold::Fold;
-
-    fn ev(v: Value) -> Event {
-        Event::build(v)
-    }
-
-    /// A run's checkpoint shares every message its base's holds unchanged:
-    /// a thousand turns cost a pointer per message per kept checkpoint, not
-    /// a copy of the conversation per run.
-    #[test]
-    fn checkpoints_share_what_did_not_change() {
-        let mut f = Fold::new();
-        let mut seq = 0;
-        let mut next = |f: &mut Fold, v: Value| {
-            seq += 1;
-            f.apply(seq, &ev(v));
-        };
-        for r in 0..5 {
-            let run = format!("r{r}");
-            next(
-                &mut f,
-                json!({"type": "RUN_STARTED", "threadId": "t", "runId": run,
-                "agui-gateway": {"agent": "a", "kind": "continue", "parentRunId": if r == 0 { Value::Null } else { json!(format!("r{}", r - 1)) }},
-                "input": {"messages": [{"id": format!("u{r}"), "role": "user", "content": "q"}]}}),
-            );
-            next(
-                &mut f,
-                json!({"type": "TEXT_MESSAGE_START", "messageId": format!("a{r}"), "role": "assistant"}),
-            );
-            next(
-                &mut f,
-                json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": format!("a{r}"), "delta": "x"}),
-            );
-            next(
-                &mut f,
-                json!({"type": "TEXT_MESSAGE_END", "messageId": format!("a{r}")}),
-            );
-            next(
-                &mut f,
-                json!({"type": "RUN_FINISHED", "threadId": "t", "runId": run}),
-            );
-        }
-        let c3 = f.runs().get("r3").unwrap().checkpoint().unwrap().clone();
-        let c4 = f.runs().get("r4").unwrap().checkpoint().unwrap().clone();
-        assert_eq!(c4.messages.len(), 10);
-        let shared = c4
-            .messages
-            .iter()
-            .filter(|m| c3.messages.iter().any(|p| Arc::ptr_eq(p, m)))
-            .count();
-        assert_eq!(shared, 8, "all but r4's own two messages are shared");
-        assert!(Arc::ptr_eq(&c3.state, &c4.state));
-        // The stored form writes each message once and reads back equal.
-        let stored = f.runs().to_json();
-        assert_eq!(stored["messages"].as_array().unwrap().len(), 10);
-        assert_eq!(RunTable::from_json(&stored), *f.runs());
-    }
 }

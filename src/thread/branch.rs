@@ -16,31 +16,14 @@
 //! tool result being sent back, or pending interrupts are never a branch.
 
 use super::Inner;
-use super::run::RunRefused;
+pub use super::request::BaseRequest;
+use super::request::{RunRefused, RunRequest};
 use crate::protocol::Event;
 use crate::protocol::fold::{Fold, RunStatus};
+use crate::protocol::hooks::RunInput;
 use crate::protocol::lineage::{Checkpoint, RunKind, RunRecord};
 use serde_json::Value;
 use std::sync::Arc;
-
-/// Where a run asks to start from.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub enum BaseRequest {
-    /// The head (or, with a resume, the head's interrupts answered).
-    #[default]
-    Head,
-    /// `parentRunId`: from the end of this run of the thread.
-    Run(String),
-    /// Answer this assistant message again (default: the head's last one).
-    Regenerate(Option<String>),
-    /// This user message (same id) with new content.
-    Edit { message_id: String, message: Value },
-    /// A complete input from a client that does not name a base: a strict
-    /// prefix of the head's history ending in a user message is a
-    /// regenerate, a known user message with new content an edit, anything
-    /// else the head.
-    Detect,
-}
 
 /// A run's base, resolved against the thread.
 #[derive(Debug, Clone)]
@@ -72,6 +55,56 @@ impl Base {
             None => fold.interrupts(),
         }
     }
+}
+
+/// The base `req` resolves to on the thread as it stands, within the
+/// thread's caps and what its agent's `branching.mode` allows.
+pub(super) fn admit(
+    req: &RunRequest,
+    inner: &Inner,
+    caps: &super::ThreadSettings,
+) -> Result<Base, RunRefused> {
+    let sent: Option<Vec<Value>> = match &req.input {
+        RunInput::Complete(i) if req.base == BaseRequest::Detect => Some(
+            i.messages
+                .iter()
+                .map(|m| serde_json::to_value(m).expect("message serializes"))
+                .collect(),
+        ),
+        _ => None,
+    };
+    let base = resolve(inner, &req.base, req.input.has_resume(), sent.as_deref())?;
+    let runs = inner.fold.runs();
+    let (max_runs, max_branches) = (caps.max_runs, caps.max_branches);
+    if max_runs > 0 && runs.started_count() >= max_runs {
+        return Err(RunRefused::TooLarge(format!(
+            "this thread has had its {max_runs} runs (threads.max_runs)"
+        )));
+    }
+    if base.forks() && max_branches > 0 && runs.branch_count() >= max_branches {
+        return Err(RunRefused::TooLarge(format!(
+            "this thread has been forked {max_branches} times (threads.max_branches)"
+        )));
+    }
+    if base.forks() {
+        use crate::config::BranchMode;
+        use crate::protocol::lineage::RunKind;
+        let agent = &req.agent.id;
+        match req.agent.branching.mode {
+            BranchMode::Refuse => {
+                return Err(RunRefused::Invalid(format!(
+                    "agent '{agent}' does not take runs that fork the thread (branching.mode = \"refuse\")"
+                )));
+            }
+            BranchMode::SameThread if !matches!(base.kind, RunKind::Regenerate | RunKind::Edit) => {
+                return Err(RunRefused::Invalid(format!(
+                    "agent '{agent}' keeps its own thread state and forks only by regenerate or edit (branching.mode = \"same-thread\")"
+                )));
+            }
+            _ => {}
+        }
+    }
+    Ok(base)
 }
 
 /// Resolves `request` on the thread as it stands (`resumes`: the run
@@ -290,7 +323,7 @@ fn detect(inner: &Inner, sent: &[Value], resumes: bool) -> Option<BaseRequest> {
     for m in sent.iter().filter(|m| role(m) == "user") {
         if let Some(id) = message_id(m)
             && let Some(known) = fold.message(id)
-            && super::run_input::is_edit(known, m)
+            && is_edit(known, m)
         {
             return Some(BaseRequest::Edit {
                 message_id: id.to_owned(),
@@ -409,6 +442,15 @@ pub(super) fn run_summary(run: &RunRecord) -> Value {
         "parentRunId": run.parent,
         "kind": run.kind.as_str(),
     })
+}
+
+/// True when a client re-sent message `known` (same id) with other content:
+/// role, content, tool calls or the tool call it answers. Other fields
+/// (metadata a client strips or adds) are not an edit.
+pub(super) fn is_edit(known: &Value, sent: &Value) -> bool {
+    ["role", "content", "toolCalls", "toolCallId"]
+        .iter()
+        .any(|k| known.get(k) != sent.get(k))
 }
 
 #[cfg(test)]

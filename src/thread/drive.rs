@@ -10,7 +10,7 @@
 //! lease or a failed write ends the run with the right terminal event.
 
 use super::fanout::{Live, Outbox, Outgoing};
-use super::run::RunRequest;
+use super::request::RunRequest;
 use super::run_input::{PreparedInput, restore_thread_id};
 use super::{Entry, Thread};
 use crate::protocol::event::run_error;

@@ -10,146 +10,25 @@
 //! its journal opens with, [`super::run_input`]; how its task reads the
 //! agent and journals what it sends, [`super::drive`].
 
-use super::branch::{Base, BaseRequest};
+use super::branch::admit;
 use super::drive::{drive, fence_of};
-use super::fanout::{Outbox, Outgoing};
+use super::fanout::Outgoing;
 use super::recent::Recent;
 use super::run_input::build_input;
 use super::{Entry, Inner, Thread};
 use crate::protocol::event::run_error;
 use crate::protocol::fold::RunStatus;
-use crate::protocol::hooks::{EventFilter, RunInput, ViewerVisibility};
+use crate::protocol::hooks::RunInput;
 use crate::protocol::interrupts::is_langgraph;
 use crate::store::lease::{Acquired, Control, Lease};
-use crate::upstream::Agent;
 use bytes::Bytes;
 use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
+pub use super::request::{BaseRequest, RunRefused, RunRequest, Started};
 pub use crate::config::Strategy;
-
-/// A request to run an agent on a thread.
-pub struct RunRequest {
-    pub agent: Arc<Agent>,
-    pub run_id: String,
-    pub input: RunInput,
-    /// The HTTP requester's stream: this run's events only.
-    pub starter: Option<Arc<Outbox>>,
-    /// What the HTTP requester may see.
-    pub starter_visibility: ViewerVisibility,
-    /// A WebSocket requester's connection: it sees the run as a viewer, and
-    /// is told here (an `error` frame naming the run) if the run, queued,
-    /// can never start.
-    pub requester_connection: Option<Arc<Outbox>>,
-    /// Operator rules on the run's events, if any.
-    pub filter: Option<Box<dyn EventFilter>>,
-    /// Extra upstream request headers (the verified identity, when configured).
-    pub upstream_headers: reqwest::header::HeaderMap,
-    /// The run's span (thread, run, agent): the run is driven inside it, so
-    /// the upstream request's span is its child.
-    pub span: tracing::Span,
-    /// Where the run starts from ([`super::branch`]).
-    pub base: BaseRequest,
-    /// Who asked for it (the principal's subject), journaled with the run.
-    pub started_by: Option<String>,
-}
-
-impl RunRequest {
-    /// The base this request resolves to on the thread as it stands.
-    fn resolve_base(
-        &self,
-        inner: &Inner,
-        caps: &super::ThreadSettings,
-    ) -> Result<Base, RunRefused> {
-        let sent: Option<Vec<Value>> = match &self.input {
-            RunInput::Complete(i) if self.base == BaseRequest::Detect => Some(
-                i.messages
-                    .iter()
-                    .map(|m| serde_json::to_value(m).expect("message serializes"))
-                    .collect(),
-            ),
-            _ => None,
-        };
-        let base =
-            super::branch::resolve(inner, &self.base, self.input.has_resume(), sent.as_deref())?;
-        let runs = inner.fold.runs();
-        let (max_runs, max_branches) = (caps.max_runs, caps.max_branches);
-        if max_runs > 0 && runs.started_count() >= max_runs {
-            return Err(RunRefused::TooLarge(format!(
-                "this thread has had its {max_runs} runs (threads.max_runs)"
-            )));
-        }
-        if base.forks() && max_branches > 0 && runs.branch_count() >= max_branches {
-            return Err(RunRefused::TooLarge(format!(
-                "this thread has been forked {max_branches} times (threads.max_branches)"
-            )));
-        }
-        if base.forks() {
-            use crate::config::BranchMode;
-            use crate::protocol::lineage::RunKind;
-            let agent = &self.agent.id;
-            match self.agent.branching.mode {
-                BranchMode::Refuse => {
-                    return Err(RunRefused::Invalid(format!(
-                        "agent '{agent}' does not take runs that fork the thread (branching.mode = \"refuse\")"
-                    )));
-                }
-                BranchMode::SameThread
-                    if !matches!(base.kind, RunKind::Regenerate | RunKind::Edit) =>
-                {
-                    return Err(RunRefused::Invalid(format!(
-                        "agent '{agent}' keeps its own thread state and forks only by regenerate or edit (branching.mode = \"same-thread\")"
-                    )));
-                }
-                _ => {}
-            }
-        }
-        Ok(base)
-    }
-}
-
-/// How a request was taken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Started {
-    Now,
-    /// Queued behind this many runs (active one included).
-    Queued(usize),
-}
-
-/// Why a request was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RunRefused {
-    /// `conflict`: a run is active, interrupts are pending, or they were already answered.
-    #[error("{0}")]
-    Conflict(String),
-    /// `invalid`: a resume that does not answer the pending interrupts.
-    #[error("{0}")]
-    Invalid(String),
-    /// `unavailable`: the store shared with the other nodes cannot be reached.
-    #[error("{0}")]
-    Unavailable(String),
-    /// `not_found`: the run or message a branch names is not (or no longer) known.
-    #[error("{0}")]
-    NotFound(String),
-    /// `too_large`: a per-thread cap on runs or branches is reached.
-    #[error("{0}")]
-    TooLarge(String),
-}
-
-impl RunRefused {
-    /// The contract's stable code.
-    pub fn code(&self) -> &'static str {
-        match self {
-            RunRefused::Conflict(_) => "conflict",
-            RunRefused::Invalid(_) => "invalid",
-            RunRefused::Unavailable(_) => "unavailable",
-            RunRefused::NotFound(_) => "not_found",
-            RunRefused::TooLarge(_) => "too_large",
-        }
-    }
-}
 
 struct ActiveRun {
     run_id: String,
@@ -353,7 +232,7 @@ impl Thread {
         if inner.recovering {
             return Err(RunRefused::Unavailable(JOURNAL_RECOVERING.into()));
         }
-        let base = req.resolve_base(&inner, &self.settings)?;
+        let base = admit(&req, &inner, &self.settings)?;
         let interrupts = base.interrupts(&inner.fold);
         let pending: Vec<String> = interrupts
             .iter()
@@ -745,7 +624,7 @@ impl Thread {
             inner.runs.resume_claimed = Some(req.run_id.clone());
         }
         // Resolved again: the head may have moved while the run was queued.
-        let base = match req.resolve_base(inner, &self.settings) {
+        let base = match admit(&req, inner, &self.settings) {
             Ok(base) => base,
             Err(refused) => {
                 self.leases.release(&self.key, &lease);
@@ -876,10 +755,12 @@ fn check_resume(input: &RunInput, pending: &[Value]) -> Result<bool, RunRefused>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::hooks::EventFilter;
     use crate::protocol::{Event, EventType};
     use crate::store::ThreadKey;
     use crate::store::memory::MemoryStore;
     use crate::thread::{Start, ThreadSettings, Threads, fanout};
+    use crate::upstream::Agent;
 
     #[test]
     fn a_thread_remembers_its_latest_run_ids_and_no_more() {

@@ -19,8 +19,8 @@
 //! `encryptedValue` ("only its producer can read it"; see [`for_upstream`]).
 
 use super::Inner;
-use super::branch::{Base, lineage_event};
-use super::run::RunRequest;
+use super::branch::{Base, is_edit, lineage_event};
+use super::request::RunRequest;
 use crate::config::BranchMode;
 use crate::protocol::authorship::{Authors, RunAgent};
 use crate::protocol::event::now_millis;
@@ -47,15 +47,6 @@ pub(super) struct PreparedInput {
     /// The thread id the agent was sent instead of the thread's own
     /// (`branching.mode = "fork-thread"`); mapped back on what it sends.
     pub upstream_thread: Option<String>,
-}
-
-/// True when a client re-sent message `known` (same id) with other content:
-/// role, content, tool calls or the tool call it answers. Other fields
-/// (metadata a client strips or adds) are not an edit.
-pub(super) fn is_edit(known: &Value, sent: &Value) -> bool {
-    ["role", "content", "toolCalls", "toolCallId"]
-        .iter()
-        .any(|k| known.get(k) != sent.get(k))
 }
 
 /// Keys of `RunAgentInput` that are not journaled (see [`PreparedInput`]).

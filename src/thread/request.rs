@@ -1,0 +1,98 @@
+//! A request for a run, and why one is refused.
+//!
+//! What every face (WebSocket, AG-UI HTTP, AI SDK) hands the thread: the
+//! agent, the input, who follows the run, where it starts from. Below
+//! everything else in `thread/` that looks at a request (`branch`,
+//! `run_input`, `drive`, `run`), so none of them reaches back up.
+
+use super::fanout::Outbox;
+use crate::protocol::hooks::{EventFilter, RunInput, ViewerVisibility};
+use crate::upstream::Agent;
+use serde_json::Value;
+use std::sync::Arc;
+
+/// A request to run an agent on a thread.
+pub struct RunRequest {
+    pub agent: Arc<Agent>,
+    pub run_id: String,
+    pub input: RunInput,
+    /// The HTTP requester's stream: this run's events only.
+    pub starter: Option<Arc<Outbox>>,
+    /// What the HTTP requester may see.
+    pub starter_visibility: ViewerVisibility,
+    /// A WebSocket requester's connection: it sees the run as a viewer, and
+    /// is told here (an `error` frame naming the run) if the run, queued,
+    /// can never start.
+    pub requester_connection: Option<Arc<Outbox>>,
+    /// Operator rules on the run's events, if any.
+    pub filter: Option<Box<dyn EventFilter>>,
+    /// Extra upstream request headers (the verified identity, when configured).
+    pub upstream_headers: reqwest::header::HeaderMap,
+    /// The run's span (thread, run, agent): the run is driven inside it, so
+    /// the upstream request's span is its child.
+    pub span: tracing::Span,
+    /// Where the run starts from ([`super::branch`]).
+    pub base: BaseRequest,
+    /// Who asked for it (the principal's subject), journaled with the run.
+    pub started_by: Option<String>,
+}
+
+/// How a request was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Started {
+    Now,
+    /// Queued behind this many runs (active one included).
+    Queued(usize),
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RunRefused {
+    /// `conflict`: a run is active, interrupts are pending, or they were already answered.
+    #[error("{0}")]
+    Conflict(String),
+    /// `invalid`: a resume that does not answer the pending interrupts.
+    #[error("{0}")]
+    Invalid(String),
+    /// `unavailable`: the store shared with the other nodes cannot be reached.
+    #[error("{0}")]
+    Unavailable(String),
+    /// `not_found`: the run or message a branch names is not (or no longer) known.
+    #[error("{0}")]
+    NotFound(String),
+    /// `too_large`: a per-thread cap on runs or branches is reached.
+    #[error("{0}")]
+    TooLarge(String),
+}
+
+impl RunRefused {
+    /// The contract's stable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            RunRefused::Conflict(_) => "conflict",
+            RunRefused::Invalid(_) => "invalid",
+            RunRefused::Unavailable(_) => "unavailable",
+            RunRefused::NotFound(_) => "not_found",
+            RunRefused::TooLarge(_) => "too_large",
+        }
+    }
+}
+
+/// Where a run asks to start from.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum BaseRequest {
+    /// The head (or, with a resume, the head's interrupts answered).
+    #[default]
+    Head,
+    /// `parentRunId`: from the end of this run of the thread.
+    Run(String),
+    /// Answer this assistant message again (default: the head's last one).
+    Regenerate(Option<String>),
+    /// This user message (same id) with new content.
+    Edit { message_id: String, message: Value },
+    /// A complete input from a client that does not name a base: a strict
+    /// prefix of the head's history ending in a user message is a
+    /// regenerate, a known user message with new content an edit, anything
+    /// else the head.
+    Detect,
+}
