@@ -640,7 +640,11 @@ async fn reused_run_id_is_a_conflict_and_replies_stay_apart() {
     assert_eq!(reply["type"], "error", "{reply}");
     assert_eq!(reply["code"], "conflict");
 
-    assert_eq!(post_run(&url, &t, &input("ru", "r2", "hello")).await.0, 200);
+    // The next turn: a new question (its own message id; the same id again
+    // would be a regenerate of the first, docs/protocol.md "Branches").
+    let mut second = input("ru", "r2", "hello");
+    second["messages"][0]["id"] = "u2".into();
+    assert_eq!(post_run(&url, &t, &second).await.0, 200);
     let (_, snap) = get_json(&gw.url("/v1/threads/ru"), &t).await;
     let assistants = snap["messages"]
         .as_array()

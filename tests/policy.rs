@@ -1006,10 +1006,17 @@ async fn view_only_viewers_see_a_redacted_run_input_without_the_identity() {
         !text.contains("4111") && !text.contains("tok_"),
         "redacted: {text}"
     );
+    // The injected identity never reaches the journal; who started the run
+    // is named by its subject only, in the gateway's lineage stamp (as a
+    // meta event names its poster).
+    let input_text = input.to_string();
     assert!(
-        !text.contains("aguiGateway") && !text.contains("owner-5f2c") && !text.contains("forged"),
+        !text.contains("aguiGateway")
+            && !text.contains("forged")
+            && !input_text.contains("owner-5f2c"),
         "no identity in the journaled input: {text}"
     );
+    assert_eq!(started["agui-gateway"]["by"], "owner-5f2c", "{text}");
     // The snapshot is folded from the same journal.
     let snap = http()
         .get(gw.url("/v1/threads/inp"))
