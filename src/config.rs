@@ -141,6 +141,13 @@ pub struct ServerConfig {
     #[serde(with = "duration")]
     #[schemars(with = "duration::Text")]
     pub header_read_timeout: Duration,
+    /// How long a request body (a run's input, a chat turn, a meta post) may
+    /// take to arrive in full once its head has; past it the request is
+    /// refused `invalid` and the connection closed. A body dripped a byte at
+    /// a time so never holds a request (and its descriptor) for longer.
+    #[serde(with = "duration")]
+    #[schemars(with = "duration::Text")]
+    pub body_read_timeout: Duration,
     /// HTTPS/WSS on the listener; unset: plain HTTP (terminate TLS in front).
     pub tls: Option<TlsConfig>,
 }
@@ -206,6 +213,7 @@ impl Default for ServerConfig {
             ticket_ttl: Duration::from_secs(30),
             max_connections: 0,
             header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
             tls: None,
         }
     }
@@ -921,6 +929,12 @@ impl Config {
                     format!("'{}' is not a header name", h.escape_default()),
                 );
             }
+        }
+        if self.server.body_read_timeout < Duration::from_millis(100) {
+            bad(
+                "server.body_read_timeout".into(),
+                "must be at least 100ms".into(),
+            );
         }
         if self.server.header_read_timeout < Duration::from_millis(100) {
             bad(

@@ -1382,3 +1382,60 @@ async fn unservable_accept_is_406_not_acceptable() {
     let len = u32::from_be_bytes(body[..4].try_into().unwrap()) as usize;
     assert!(body.len() > 4 + len, "more than one length-prefixed frame");
 }
+
+/// A request body dripped a byte at a time used to hold its request (and
+/// descriptor) for as long as the client liked: the head had a deadline,
+/// the body none. Now it is refused `invalid` once
+/// `server.body_read_timeout` passes, and the connection is closed.
+#[tokio::test]
+async fn a_dripped_request_body_is_refused_at_its_deadline() {
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let gw =
+        Gateway::start_with_env(DEMO, &[("AGUI_GATEWAY__SERVER__BODY_READ_TIMEOUT", "1s")]).await;
+    let addr = gw.base.trim_start_matches("http://").to_owned();
+    let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST /v1/agents/demo/run HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: 400\r\n\r\n",
+        token(json!({}))
+    );
+    conn.write_all(head.as_bytes()).await.unwrap();
+    let sent = Instant::now();
+    // A byte every 200 ms, until the gateway answers.
+    let (mut reader, mut writer) = conn.into_split();
+    let drip = tokio::spawn(async move {
+        for b in br#"{"threadId": "slow", "runId": "r1", "messages": []"#
+            .iter()
+            .cycle()
+        {
+            if writer.write_all(&[*b]).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(WAIT, reader.read_to_end(&mut answer)).await;
+    drip.abort();
+    let took = sent.elapsed();
+    assert!(read.is_ok(), "the gateway never answered the dripping request");
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+    assert!(
+        text.contains("\"invalid\"") && text.contains("body_read_timeout"),
+        "{text}"
+    );
+    assert!(
+        (Duration::from_millis(900)..Duration::from_secs(5)).contains(&took),
+        "refused at the deadline: {took:?}"
+    );
+    // A body that arrives in time is served as before.
+    let (status, _) = post_run(
+        &gw.run_url("demo"),
+        &token(json!({})),
+        &input("fast", "r1", "hi"),
+    )
+    .await;
+    assert_eq!(status, 200);
+}

@@ -63,7 +63,7 @@ impl FromRequest<Arc<AppState>> for JsonObject {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
-        let body = read_body(request, state.config.server.max_body_bytes).await?;
+        let body = read_body(request, state).await?;
         if body.is_empty() {
             return Ok(JsonObject(json!({})));
         }
@@ -81,7 +81,9 @@ impl FromRequest<Arc<AppState>> for JsonObject {
 /// `Content-Length` first, so an honest oversize client is refused unread).
 /// A function, not an extractor, for the route that must check its path
 /// before it reads (the run endpoint: an unknown agent is refused unread).
-pub async fn read_body(request: Request, limit: usize) -> Result<Bytes, ApiError> {
+pub async fn read_body(request: Request, state: &AppState) -> Result<Bytes, ApiError> {
+    let limit = state.config.server.max_body_bytes;
+    let deadline = state.config.server.body_read_timeout;
     let too_large = || {
         ApiError::new(
             ErrorCode::TooLarge,
@@ -97,9 +99,19 @@ pub async fn read_body(request: Request, limit: usize) -> Result<Bytes, ApiError
     {
         return Err(too_large());
     }
-    axum::body::to_bytes(request.into_body(), limit)
-        .await
-        .map_err(|_| too_large())
+    // The head's deadline (`server.header_read_timeout`) ends where the body
+    // begins: without this one a body dripped a byte at a time held the
+    // request, and its descriptor, for as long as the client liked.
+    match tokio::time::timeout(deadline, axum::body::to_bytes(request.into_body(), limit)).await {
+        Ok(Ok(body)) => Ok(body),
+        Ok(Err(_)) => Err(too_large()),
+        Err(_) => Err(ApiError::new(
+            ErrorCode::Invalid,
+            format!(
+                "the request body did not arrive within {deadline:?} (server.body_read_timeout)"
+            ),
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -100,7 +100,7 @@ async fn start_run(
 ) -> Result<OutboxReceiver, ApiError> {
     let agent = commands::runnable_agent(state, who, agent_id)?;
     let traceparent = crate::upstream::trace::from_headers(request.headers()).map(str::to_owned);
-    let body = read_body(request, state.config.server.max_body_bytes).await?;
+    let body = read_body(request, state).await?;
     let input = RunAgentInput::from_json(&body)
         .map_err(|e| ApiError::new(ErrorCode::Invalid, format!("invalid RunAgentInput: {e}")))?;
     let (starter, rx) = outbox(state.config.threads.viewer_queue_bytes);

@@ -103,7 +103,7 @@ async fn start_chat(
     let agent = commands::runnable_agent(state, who, agent_id)?;
     let approvals = approval_requests(request.headers())?;
     let traceparent = crate::upstream::trace::from_headers(request.headers()).map(str::to_owned);
-    let body = read_body(request, state.config.server.max_body_bytes).await?;
+    let body = read_body(request, state).await?;
     let invalid = |m: String| ApiError::new(ErrorCode::Invalid, m);
     let body: Map<String, Value> = serde_json::from_slice(&body)
         .map_err(|e| invalid(format!("the chat request must be a JSON object: {e}")))?;
