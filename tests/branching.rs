@@ -573,3 +573,86 @@ async fn forks_and_runs_past_the_threads_caps_are_too_large() {
     let tree = snapshot(&gw, &t, "/v1/threads/cap/runs").await;
     assert_eq!(tree["runs"].as_array().unwrap().len(), 4, "{tree}");
 }
+
+/// A fork restates its base's history in a `MESSAGES_SNAPSHOT` of the new
+/// run — here an `echo` run restating what `full` reasoned. Each restated
+/// message is shown by the rules of the run that introduced it: a guest who
+/// may not see `full`'s reasoning gets the snapshot without it, live and in
+/// a replay; staff get all of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_branch_restating_another_agents_hidden_messages_hides_them_per_viewer() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("visibility.toml");
+    std::fs::write(
+        &policy,
+        "[[rules]]\nname = \"no-reasoning-of-full\"\nkind = \"visibility\"\nagents = [\"full\"]\nroles = [\"guest\"]\nhide = [\"REASONING_*\"]\n",
+    )
+    .unwrap();
+    let gw = Gateway::start(&format!(
+        "[policy]\npath = \"{}\"\n[demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
+         [[agents]]\nid = \"echo\"\nurl = \"demo:\"\n[[agents]]\nid = \"full\"\nurl = \"demo:\"\n",
+        policy.display()
+    ))
+    .await;
+    let staff_t = token(json!({"sub": "sam", "roles": ["staff"]}));
+    let guest_t = token(json!({"sub": "gus", "roles": ["guest"], "threads": {"vis": ["view"]}}));
+    let mut staff = Ws::connect(&gw, WsAuth::Header(&staff_t)).await.unwrap();
+    let demo_turn = |agent: &str, run: &str| {
+        json!({"type": "run", "id": run, "agent": agent, "threadId": "vis", "runId": run,
+               "messages": [{"id": format!("u-{run}"), "role": "user", "content": "hi"}]})
+    };
+    let until_end =
+        |run: &'static str| move |f: &Value| is_terminal_frame(f) && f["event"]["runId"] == run;
+    staff.send(demo_turn("full", "r1")).await;
+    staff.recv_until(until_end("r1")).await;
+    staff.send(demo_turn("echo", "r2")).await;
+    staff.recv_until(until_end("r2")).await;
+    let mut guest = Ws::connect(&gw, WsAuth::Header(&guest_t)).await.unwrap();
+    guest
+        .send(json!({"type": "subscribe", "id": "s", "threadId": "vis"}))
+        .await;
+    guest.recv_until(|f| f["type"] == "snapshot").await;
+    // echo forks from full's run.
+    let mut fork = demo_turn("echo", "r3");
+    fork["parentRunId"] = "r1".into();
+    staff.send(fork).await;
+    let snapshot_in = |frames: &[Value]| -> Vec<String> {
+        let f = frames
+            .iter()
+            .find(|f| {
+                f["event"]["type"] == "MESSAGES_SNAPSHOT" && f["event"]["messages"].is_array()
+            })
+            .unwrap_or_else(|| panic!("no restatement in {frames:#?}"));
+        f["event"]["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let staff_roles = snapshot_in(&staff.recv_until(until_end("r3")).await);
+    assert!(
+        staff_roles.iter().any(|r| r == "reasoning"),
+        "staff see full's reasoning: {staff_roles:?}"
+    );
+    let guest_roles = snapshot_in(&guest.recv_until(until_end("r3")).await);
+    assert!(
+        !guest_roles.iter().any(|r| r == "reasoning"),
+        "live: {guest_roles:?}"
+    );
+    assert!(guest_roles.iter().any(|r| r == "user"), "{guest_roles:?}");
+    // The same from a replay of the journal.
+    let mut late = Ws::connect(&gw, WsAuth::Header(&guest_t)).await.unwrap();
+    late.send(json!({"type": "subscribe", "threadId": "vis", "after": 0}))
+        .await;
+    let replayed = late.recv_until(until_end("r3")).await;
+    let fork_frames: Vec<Value> = replayed
+        .into_iter()
+        .skip_while(|f| f["event"]["runId"] != "r3")
+        .collect();
+    let late_roles = snapshot_in(&fork_frames);
+    assert!(
+        !late_roles.iter().any(|r| r == "reasoning"),
+        "replay: {late_roles:?}"
+    );
+}

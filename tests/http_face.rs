@@ -1419,7 +1419,10 @@ async fn a_dripped_request_body_is_refused_at_its_deadline() {
     let read = tokio::time::timeout(WAIT, reader.read_to_end(&mut answer)).await;
     drip.abort();
     let took = sent.elapsed();
-    assert!(read.is_ok(), "the gateway never answered the dripping request");
+    assert!(
+        read.is_ok(),
+        "the gateway never answered the dripping request"
+    );
     let text = String::from_utf8_lossy(&answer);
     assert!(text.starts_with("HTTP/1.1 400"), "{text}");
     assert!(

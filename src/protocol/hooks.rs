@@ -188,6 +188,48 @@ impl SeenBy {
         self.scope.is_some() && self.visibility(origin).is_some_and(|v| v.hides(event))
     }
 
+    /// `event` (a `MESSAGES_SNAPSHOT` of run `origin`) without the messages
+    /// this viewer may not see, or `None` when it may see all of it. Such a
+    /// snapshot restates messages other runs introduced (a branch restates
+    /// its base's history, an agent its whole conversation), so each
+    /// message must pass the rules of the run that introduced it
+    /// (`authors`; unattributed: every agent's, failing closed) and those
+    /// of the run that sent the snapshot — judging it by the sender alone
+    /// showed another agent's hidden reasoning to the viewer.
+    pub fn redact_messages_snapshot(
+        &mut self,
+        origin: &RunAgent,
+        event: &Event,
+        authors: &Authors,
+    ) -> Option<Event> {
+        if self.scope.is_none() || *event.kind() != super::EventType::MessagesSnapshot {
+            return None;
+        }
+        let messages = event.get("messages")?.as_array()?;
+        let mut changed = false;
+        let mut kept = Vec::with_capacity(messages.len());
+        for m in messages {
+            let mut m = m.clone();
+            let before = m.clone();
+            let id = m.get("id").and_then(Value::as_str).map(str::to_owned);
+            let mut shown = true;
+            for who in [authors.of_message(id.as_deref()).clone(), origin.clone()] {
+                if let Some(v) = self.visibility(&who) {
+                    shown = shown && v.shows_message(&mut m);
+                }
+            }
+            changed |= !shown || m != before;
+            if shown {
+                kept.push(m);
+            }
+        }
+        changed.then(|| {
+            event.modify(|b| {
+                b.insert("messages".into(), Value::Array(kept));
+            })
+        })
+    }
+
     /// Removes from a snapshot what this viewer may not see: each message by
     /// the rules of the run that introduced it, the state if the rules of
     /// any run that wrote it hide it.

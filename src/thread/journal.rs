@@ -400,12 +400,13 @@ impl Thread {
         inner.journal.push_back(entry.clone());
         let mut i = 0;
         while i < inner.viewers.len() {
-            let viewer = &mut inner.viewers[i];
-            if viewer.hides(&entry) {
+            let Inner { viewers, fold, .. } = &mut *inner;
+            let viewer = &mut viewers[i];
+            let Some(item) = viewer.view(&entry, fold.authors()) else {
                 i += 1;
                 continue;
-            }
-            match viewer.outbox.push_live(Outgoing::Event(entry.clone())) {
+            };
+            match viewer.outbox.push_live(Outgoing::Event(item)) {
                 Live::Queued if viewer.ends_with(&entry.event) => {
                     inner.viewers.swap_remove(i);
                 }

@@ -4,6 +4,7 @@
 //! "go live" — and catches up from the journal when it falls behind.
 
 use super::*;
+use crate::protocol::authorship::Authors;
 
 /// A viewer registered on a thread.
 pub(super) struct Viewer {
@@ -20,6 +21,26 @@ impl Viewer {
     pub(super) fn hides(&mut self, entry: &Entry) -> bool {
         (self.run_scope.is_some() && *entry.event.kind() == EventType::Meta)
             || self.seen.hides(entry.origin(), &entry.event)
+    }
+
+    /// What this viewer gets of `entry`: nothing, the entry, or (a
+    /// `MESSAGES_SNAPSHOT` holding messages it may not see) its own copy
+    /// without them ([`SeenBy::redact_messages_snapshot`]).
+    pub(super) fn view(&mut self, entry: &Arc<Entry>, authors: &Authors) -> Option<Arc<Entry>> {
+        if self.hides(entry) {
+            return None;
+        }
+        match self
+            .seen
+            .redact_messages_snapshot(entry.origin(), &entry.event, authors)
+        {
+            Some(redacted) => {
+                let own = Entry::new(entry.thread_id.clone(), entry.seq, redacted);
+                own.set_origin(entry.origin().clone());
+                Some(Arc::new(own))
+            }
+            None => Some(entry.clone()),
+        }
     }
 
     /// True when `event` is the last one this viewer wants.
@@ -190,9 +211,9 @@ impl Thread {
                 break;
             }
             last = e.seq;
-            if !viewer.hides(e) {
-                bytes += e.cost();
-                page.push(Outgoing::Event(e.clone()));
+            if let Some(seen) = viewer.view(e, inner.fold.authors()) {
+                bytes += seen.cost();
+                page.push(Outgoing::Event(seen));
                 if viewer.ends_with(&e.event) {
                     inner.catching_up.remove(&viewer.id);
                     return (page, None);
