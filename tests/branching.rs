@@ -585,7 +585,7 @@ async fn a_branch_restating_another_agents_hidden_messages_hides_them_per_viewer
     let policy = dir.path().join("visibility.toml");
     std::fs::write(
         &policy,
-        "[[rules]]\nname = \"no-reasoning-of-full\"\nkind = \"visibility\"\nagents = [\"full\"]\nroles = [\"guest\"]\nhide = [\"REASONING_*\"]\n",
+        "[[rules]]\nname = \"no-reasoning-of-full\"\nkind = \"visibility\"\nagents = [\"full\"]\nroles = [\"guest\"]\nhide = [\"REASONING_*\", \"STATE_*\"]\n",
     )
     .unwrap();
     let gw = Gateway::start(&format!(
@@ -630,16 +630,35 @@ async fn a_branch_restating_another_agents_hidden_messages_hides_them_per_viewer
             .map(|m| m["role"].as_str().unwrap().to_owned())
             .collect()
     };
-    let staff_roles = snapshot_in(&staff.recv_until(until_end("r3")).await);
+    let states = |frames: &[Value]| {
+        frames
+            .iter()
+            .filter(|f| {
+                matches!(
+                    f["event"]["type"].as_str(),
+                    Some("STATE_SNAPSHOT" | "STATE_DELTA")
+                )
+            })
+            .count()
+    };
+    let staff_frames = staff.recv_until(until_end("r3")).await;
+    let staff_roles = snapshot_in(&staff_frames);
+    assert!(
+        states(&staff_frames) > 0,
+        "staff see the state: {staff_frames:#?}"
+    );
     assert!(
         staff_roles.iter().any(|r| r == "reasoning"),
         "staff see full's reasoning: {staff_roles:?}"
     );
-    let guest_roles = snapshot_in(&guest.recv_until(until_end("r3")).await);
+    let guest_frames = guest.recv_until(until_end("r3")).await;
+    let guest_roles = snapshot_in(&guest_frames);
     assert!(
         !guest_roles.iter().any(|r| r == "reasoning"),
         "live: {guest_roles:?}"
     );
+    // The restated state is full's: hidden from the guest too.
+    assert_eq!(states(&guest_frames), 0, "{guest_frames:#?}");
     assert!(guest_roles.iter().any(|r| r == "user"), "{guest_roles:?}");
     // The same from a replay of the journal.
     let mut late = Ws::connect(&gw, WsAuth::Header(&guest_t)).await.unwrap();

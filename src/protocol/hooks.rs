@@ -230,6 +230,15 @@ impl SeenBy {
         })
     }
 
+    /// True when the rules of any of the state's `writers` hide the state
+    /// from this viewer.
+    pub fn hides_state_of(&mut self, writers: &[RunAgent]) -> bool {
+        self.scope.is_some()
+            && writers
+                .iter()
+                .any(|w| self.visibility(w).is_some_and(|v| v.hides_state()))
+    }
+
     /// Removes from a snapshot what this viewer may not see: each message by
     /// the rules of the run that introduced it, the state if the rules of
     /// any run that wrote it hide it.

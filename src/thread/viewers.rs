@@ -30,6 +30,16 @@ impl Viewer {
         if self.hides(entry) {
             return None;
         }
+        // The state is one value every run writes to: a change to it is
+        // shown only where every writer's rules show the state (as in a
+        // snapshot) — a fork's restated state is another run's.
+        if matches!(
+            entry.event.kind(),
+            EventType::StateSnapshot | EventType::StateDelta
+        ) && self.seen.hides_state_of(authors.of_state())
+        {
+            return None;
+        }
         match self
             .seen
             .redact_messages_snapshot(entry.origin(), &entry.event, authors)
