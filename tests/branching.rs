@@ -179,7 +179,18 @@ async fn a_stock_client_replaying_the_journal_from_any_seq_ends_on_the_head_bran
     let mut fork = turn("j", "r4", "four from one");
     fork["parentRunId"] = "r1".into();
     run(&mut ws, fork).await.unwrap();
+    // Back to the abandoned branch: the reducer holds r4's messages when
+    // r5's restatement arrives, and must end in r3's order, not its own.
+    let mut back = turn("j", "r5", "five from three");
+    back["parentRunId"] = "r3".into();
+    run(&mut ws, back).await.unwrap();
     let head = snapshot(&gw, &t, "/v1/threads/j").await;
+    assert_eq!(
+        ids(&head["messages"]),
+        [
+            "u-r1", "a-r1", "u-r2", "a-r2", "u-r3", "a-r3", "u-r5", "a-r5"
+        ]
+    );
     let last = head["seq"].as_u64().unwrap();
     let tree = snapshot(&gw, &t, "/v1/threads/j/runs").await;
     let fork_start = tree["runs"][3]["startedSeq"].as_u64().unwrap();

@@ -839,7 +839,9 @@ async fn sigterm_with_a_run_past_the_drain_window_journals_it_cancelled() {
     // An HTTP run queued behind it (never started before the drain ends).
     let queued = {
         let (url, t) = (gw.run_url("queued"), t.clone());
-        tokio::spawn(async move { post_run(&url, &t, &input("late", "q1", "next")).await })
+        let mut next = input("late", "q1", "next");
+        next["messages"][0]["id"] = "u-q1".into();
+        tokio::spawn(async move { post_run(&url, &t, &next).await })
     };
     let deadline = std::time::Instant::now() + WAIT;
     while !gw.metrics().await.contains("agui_active_runs 2") {

@@ -123,6 +123,10 @@ pub struct Stamp {
     pub by: Option<String>,
     /// Milliseconds since the epoch, when the gateway journaled it.
     pub at: u64,
+    /// For a fork, whose journaled input restates the whole branch (so a
+    /// stock client's reducer, which appends what it lacks, keeps the
+    /// branch's order): how many of its last messages are new.
+    pub new_messages: Option<usize>,
 }
 
 impl Stamp {
@@ -154,6 +158,9 @@ impl Stamp {
             m.insert("by".into(), by.clone().into());
         }
         m.insert("at".into(), self.at.into());
+        if let Some(n) = self.new_messages {
+            m.insert("newMessages".into(), n.into());
+        }
         Value::Object(m)
     }
 }
@@ -602,11 +609,19 @@ impl RunTable {
             created_at: field("at")
                 .and_then(Value::as_u64)
                 .or_else(|| b.get("timestamp").and_then(Value::as_u64)),
-            input: input
-                .and_then(|i| i.get("messages"))
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default(),
+            input: {
+                let all = input
+                    .and_then(|i| i.get("messages"))
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                // A fork's input restates its branch: only the last
+                // `newMessages` are its own.
+                match field("newMessages").and_then(Value::as_u64) {
+                    Some(n) => all[all.len().saturating_sub(n as usize)..].to_vec(),
+                    None => all,
+                }
+            },
             output_ids: Vec::new(),
             checkpoint: None,
         };

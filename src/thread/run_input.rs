@@ -64,6 +64,7 @@ pub(super) fn build_input(
         kind: base.kind,
         by: req.started_by.clone(),
         at: now_millis(),
+        new_messages: None,
     };
     let mut prepared = if base.forks() {
         fork_input(thread_id, inner, req, base, stamp)
@@ -307,6 +308,8 @@ fn fork_input(
     };
     let mut all = view.message_values();
     all.extend(new.iter().cloned());
+    let mut stamp = stamp;
+    stamp.new_messages = Some(new.len());
     let history = for_upstream(&all, &view.authors(), &req.agent.id);
     let parent = base.parent.as_deref();
     let (body, journal_input, state) = match &req.input {
@@ -320,7 +323,7 @@ fn fork_input(
                 thread_id,
                 req,
                 parent,
-                new,
+                all.clone(),
                 history,
                 state.clone(),
                 forwarded_props,
@@ -344,7 +347,7 @@ fn fork_input(
                 for k in UNJOURNALED_INPUT {
                     obj.remove(k);
                 }
-                obj.insert("messages".into(), Value::Array(new));
+                obj.insert("messages".into(), Value::Array(all.clone()));
                 set_parent(obj);
             }
             let body = Bytes::from(serde_json::to_vec(&body).expect("input serializes"));

@@ -34,6 +34,11 @@ struct Subscriptions {
     id: u64,
     outbox: Arc<Outbox>,
     threads: HashMap<ThreadKey, Arc<Thread>>,
+    /// A thread a `run` is about to make it watch, from the seq it had
+    /// before the run: subscribed once the run's `ack` is queued
+    /// ([`Subscriptions::start_pending`]), so the ack comes before the
+    /// run's first event and the replay from that seq loses nothing.
+    pending: Option<(Arc<Thread>, u64, ViewerVisibility)>,
 }
 
 impl Subscriptions {
@@ -41,6 +46,16 @@ impl Subscriptions {
     fn add(&mut self, thread: Arc<Thread>, start: Start, visibility: ViewerVisibility) {
         thread.subscribe(self.id, self.outbox.clone(), start, visibility);
         self.threads.insert(thread.key.clone(), thread);
+    }
+
+    /// Subscribes to the thread a run made it watch, from before the run
+    /// (the run's `ack` is already queued ahead of everything this sends).
+    fn start_pending(&mut self) {
+        if let Some((thread, seen, visibility)) = self.pending.take()
+            && self.threads.contains_key(&thread.key)
+        {
+            thread.subscribe(self.id, self.outbox.clone(), Start::After(seen), visibility);
+        }
     }
 
     /// Stops watching the thread `key`, if it did.
@@ -65,11 +80,19 @@ impl Viewer for Subscriptions {
     }
 
     fn watch(&mut self, thread: &Arc<Thread>, visibility: ViewerVisibility) {
-        self.add(thread.clone(), Start::Live, visibility);
+        self.threads.insert(thread.key.clone(), thread.clone());
+        self.pending = Some((thread.clone(), thread.seq(), visibility));
     }
 
     fn unwatch(&mut self, thread: &Thread) {
         self.threads.remove(&thread.key);
+        if self
+            .pending
+            .as_ref()
+            .is_some_and(|(t, _, _)| t.key == thread.key)
+        {
+            self.pending = None;
+        }
         thread.unsubscribe(self.id);
     }
 
@@ -85,6 +108,7 @@ impl Client {
             id: state.next_connection_id(),
             outbox: outbox.clone(),
             threads: HashMap::new(),
+            pending: None,
         };
         Client {
             state,
@@ -223,13 +247,14 @@ impl Client {
         Ok(())
     }
 
-    /// `run`: the connection watches the thread (live) from before the run
-    /// starts.
+    /// `run`: the connection watches the thread from before the run
+    /// starts; its `ack` comes first, then every event after that point.
     async fn run(&mut self, v: &Value) -> Result<(), ApiError> {
         let cmd = run_command(&self.state, &self.principal, v)?;
         let requester = Requester::Viewer(&mut self.subs);
         let ack = commands::run(&self.state, &self.principal, cmd, requester).await?;
         self.ack(v.get("id"), ack);
+        self.subs.start_pending();
         Ok(())
     }
 
@@ -251,6 +276,7 @@ impl Client {
         let requester = Requester::Viewer(&mut self.subs);
         let ack = commands::run(&self.state, &self.principal, cmd, requester).await?;
         self.ack(v.get("id"), ack);
+        self.subs.start_pending();
         Ok(())
     }
 
@@ -260,6 +286,7 @@ impl Client {
         let requester = Requester::Viewer(&mut self.subs);
         let ack = commands::resume(&self.state, &self.principal, cmd, requester).await?;
         self.ack(v.get("id"), ack);
+        self.subs.start_pending();
         Ok(())
     }
 
