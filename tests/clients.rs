@@ -408,7 +408,11 @@ async fn sessions_regenerate_edit_and_branch_and_every_viewer_ends_on_the_head()
     let sent = &seen["sent"];
     assert_eq!(sent["r3"], json!(["u1", "a-r1", "u2"]), "{seen:#}");
     assert_eq!(sent["r4"], json!(["u1", "a-r1", "u2"]), "{seen:#}");
-    assert_eq!(sent["r5"], json!(["u1", "a-r1", "u2", "a-r3", "u3"]), "{seen:#}");
+    assert_eq!(
+        sent["r5"],
+        json!(["u1", "a-r1", "u2", "a-r3", "u3"]),
+        "{seen:#}"
+    );
     // After every fork, the agent that forked and the one that joined after
     // the first run (live) hold exactly the gateway's snapshot.
     for (run, expected) in [
@@ -437,7 +441,11 @@ async fn sessions_regenerate_edit_and_branch_and_every_viewer_ends_on_the_head()
     // fresh snapshot) and ends where the gateway does.
     let l = &seen["l"];
     assert_eq!(l["resumedFrom"], seen["lJoinedAt"], "{l:#}");
-    assert_eq!(l["snapshots"], json!([]), "resumed, not re-snapshotted: {l:#}");
+    assert_eq!(
+        l["snapshots"],
+        json!([]),
+        "resumed, not re-snapshotted: {l:#}"
+    );
     assert_eq!(l["messages"], seen["final"], "{l:#}");
     assert_eq!(l["head"], "r5");
     // The tree: r2, r3 and r4 are siblings on r1; r5 continues r3.

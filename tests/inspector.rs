@@ -851,13 +851,22 @@ async fn regenerate_and_edit_from_the_page_and_view_an_older_sibling() {
         ],
         "{after:#}"
     );
-    assert_eq!(after["runs"], after["benRuns"], "both pages list the same tree");
-    assert_eq!(format!("a-{}", after["runs"][1]["run"].as_str().unwrap()), old);
+    assert_eq!(
+        after["runs"], after["benRuns"],
+        "both pages list the same tree"
+    );
+    assert_eq!(
+        format!("a-{}", after["runs"][1]["run"].as_str().unwrap()),
+        old
+    );
     // The answer shown is the regenerated run's, not the replaced one.
     let new = format!("a-{}", after["runs"][2]["run"].as_str().unwrap());
     for who in ["annIds", "benIds"] {
         assert_eq!(after[who][3], json!(new), "{who}: {after:#}");
-        assert!(!after[who].as_array().unwrap().contains(&json!(old)), "{who}: {after:#}");
+        assert!(
+            !after[who].as_array().unwrap().contains(&json!(old)),
+            "{who}: {after:#}"
+        );
     }
     // The older sibling: its own answer, shown read-only over the live view.
     let at = &seen["atOld"];
