@@ -385,3 +385,109 @@ async fn http_answers_and_websocket_frames_match_their_descriptions() {
         );
     }
 }
+
+#[tokio::test]
+async fn sessions_regenerate_edit_and_branch_and_every_viewer_ends_on_the_head() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = Gateway::start(&format!(
+        "[[agents]]\nid = \"h\"\nurl = \"{}\"\n",
+        py.url("history")
+    ))
+    .await;
+    let t = token(json!({"sub": "bea"}));
+    let seen = script("branching.mjs", &[&gw.base, &t, "h"]).await;
+    let ids = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    // What each fork's agent was sent: its base's path plus the new input,
+    // never the answer it replaces.
+    let sent = &seen["sent"];
+    assert_eq!(sent["r3"], json!(["u1", "a-r1", "u2"]), "{seen:#}");
+    assert_eq!(sent["r4"], json!(["u1", "a-r1", "u2"]), "{seen:#}");
+    assert_eq!(
+        sent["r5"],
+        json!(["u1", "a-r1", "u2", "a-r3", "u3"]),
+        "{seen:#}"
+    );
+    // After every fork, the agent that forked and the one that joined after
+    // the first run (live) hold exactly the gateway's snapshot.
+    for (run, expected) in [
+        ("r3", vec!["u1", "a-r1", "u2", "a-r3"]),
+        ("r4", vec!["u1", "a-r1", "u2", "a-r4"]),
+        ("r5", vec!["u1", "a-r1", "u2", "a-r3", "u3", "a-r5"]),
+    ] {
+        let v = &seen["views"][run];
+        assert_eq!(ids(&v["snapshot"]), expected, "{run}: {v:#}");
+        assert_eq!(v["a"], v["snapshot"], "{run}: the forking agent: {v:#}");
+        assert_eq!(v["b"], v["snapshot"], "{run}: the live viewer: {v:#}");
+        assert_eq!(v["ackRunId"], run);
+        assert_eq!(v["headRunId"], run);
+        assert_eq!(v["aHead"], run);
+        assert_eq!(v["bHead"], run);
+        assert_eq!(v["bRun"]["runId"], run);
+        assert_eq!(v["bRun"]["status"], "finished");
+    }
+    assert_eq!(seen["views"]["r3"]["bRun"]["parentRunId"], "r1");
+    assert_eq!(seen["views"]["r3"]["bRun"]["kind"], "regenerate");
+    assert_eq!(seen["views"]["r4"]["bRun"]["kind"], "edit");
+    assert_eq!(seen["views"]["r4"]["snapshot"][2]["content"], "two, edited");
+    assert_eq!(seen["views"]["r5"]["bRun"]["parentRunId"], "r3");
+    assert_eq!(seen["views"]["r5"]["bRun"]["kind"], "branch");
+    // The viewer cut off before the forks resumed after its last seq (no
+    // fresh snapshot) and ends where the gateway does.
+    let l = &seen["l"];
+    assert_eq!(l["resumedFrom"], seen["lJoinedAt"], "{l:#}");
+    assert_eq!(
+        l["snapshots"],
+        json!([]),
+        "resumed, not re-snapshotted: {l:#}"
+    );
+    assert_eq!(l["messages"], seen["final"], "{l:#}");
+    assert_eq!(l["head"], "r5");
+    // The tree: r2, r3 and r4 are siblings on r1; r5 continues r3.
+    let tree = &seen["tree"];
+    assert_eq!(tree["headRunId"], "r5");
+    let runs: Vec<(String, Value, String)> = tree["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["runId"].as_str().unwrap().to_owned(),
+                r["parentRunId"].clone(),
+                r["kind"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        runs,
+        vec![
+            ("r1".into(), Value::Null, "continue".into()),
+            ("r2".into(), json!("r1"), "continue".into()),
+            ("r3".into(), json!("r1"), "regenerate".into()),
+            ("r4".into(), json!("r1"), "edit".into()),
+            ("r5".into(), json!("r3"), "branch".into()),
+        ],
+        "{tree:#}"
+    );
+    assert_eq!(seen["page1"], 2, "a page of two has a next cursor");
+    // The view at a run that is no longer on the head's branch.
+    assert_eq!(
+        seen["at"]["r2"],
+        json!(["u1:one", "a-r1:re: one", "u2:two", "a-r2:re: two"])
+    );
+    assert_eq!(
+        seen["at"]["r4"],
+        json!([
+            "u1:one",
+            "a-r1:re: one",
+            "u2:two, edited",
+            "a-r4:re: two, edited"
+        ])
+    );
+    assert_eq!(seen["unknownMessage"], "not_found");
+}

@@ -790,3 +790,124 @@ async fn two_people_on_development_tokens_share_a_thread_and_see_its_answer_live
         "{seen:#}"
     );
 }
+
+/// Branches from the page: regenerate an answer and edit a question (sent
+/// through the package's session), watched by a second browser. Both
+/// conversations follow the head — the newest answer only — the run list
+/// shows the siblings (n/m), and the older sibling's view shows its old
+/// answer, read-only. `UPDATE_SCREENSHOTS=1` writes docs/inspector-branches.png.
+#[tokio::test]
+async fn regenerate_and_edit_from_the_page_and_view_an_older_sibling() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = Gateway::start(&format!(
+        "[inspector]\nenabled = true\n[[agents]]\nid = \"h\"\nurl = \"{}\"\n",
+        py.url("history")
+    ))
+    .await;
+    let t = token(json!({"sub": "ann"}));
+    let shots = std::env::var("UPDATE_SCREENSHOTS")
+        .ok()
+        .map(|_| repo().join("docs").display().to_string());
+    let mut args = vec![gw.base.as_str(), t.as_str(), "branch-1"];
+    if let Some(dir) = &shots {
+        args.push(dir);
+    }
+    let seen = page_script("inspector_branch.mjs", &args).await;
+    assert_eq!(seen["errors"], json!([]), "no page errors: {seen:#}");
+    let runs = |v: &Value| -> Vec<(String, String, Value, bool)> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["parent"].as_str().unwrap().to_owned(),
+                    r["kind"].as_str().unwrap().to_owned(),
+                    r["sibling"].clone(),
+                    r["head"].as_bool().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let old = seen["replaced"].as_str().unwrap();
+    let before = &seen["before"];
+    assert_eq!(before.as_array().unwrap().len(), 4, "{seen:#}");
+    assert_eq!(before[3], "assistant:re: two");
+    // After the regenerate: one answer to "two" (the new one), for both.
+    let after = &seen["afterRegenerate"];
+    for who in ["ann", "ben"] {
+        let shown = after[who].as_array().unwrap();
+        assert_eq!(shown.len(), 4, "{who}: the new answer only: {after:#}");
+        assert_eq!(shown[..3], before.as_array().unwrap()[..3], "{who}");
+        assert_eq!(shown[3], "assistant:re: two");
+    }
+    // The run list: the first run, then the two siblings on it.
+    let first = after["runs"][0]["run"].as_str().unwrap().to_owned();
+    assert_eq!(
+        runs(&after["runs"]),
+        vec![
+            (String::new(), "continue".into(), Value::Null, false),
+            (first.clone(), "continue".into(), json!("1/2"), false),
+            (first.clone(), "regenerate".into(), json!("2/2"), true),
+        ],
+        "{after:#}"
+    );
+    assert_eq!(
+        after["runs"], after["benRuns"],
+        "both pages list the same tree"
+    );
+    assert_eq!(
+        format!("a-{}", after["runs"][1]["run"].as_str().unwrap()),
+        old
+    );
+    // The answer shown is the regenerated run's, not the replaced one.
+    let new = format!("a-{}", after["runs"][2]["run"].as_str().unwrap());
+    for who in ["annIds", "benIds"] {
+        assert_eq!(after[who][3], json!(new), "{who}: {after:#}");
+        assert!(
+            !after[who].as_array().unwrap().contains(&json!(old)),
+            "{who}: {after:#}"
+        );
+    }
+    // The older sibling: its own answer, shown read-only over the live view.
+    let at = &seen["atOld"];
+    assert_eq!(at["shown"].as_array().unwrap().len(), 4, "{at:#}");
+    assert_eq!(at["shown"][3], "assistant:re: two");
+    assert_eq!(at["ids"][3], old, "the older sibling's own answer: {at:#}");
+    assert_eq!(at["liveHidden"], true);
+    assert!(at["runs"][1]["viewing"].as_bool().unwrap(), "{at:#}");
+    assert!(
+        at["label"]
+            .as_str()
+            .unwrap()
+            .contains(old.trim_start_matches("a-")),
+        "{at:#}"
+    );
+    assert_eq!(seen["backToLive"]["shown"], after["ann"]);
+    assert_eq!(seen["backToLive"]["atHidden"], true);
+    // The edit: a third sibling; both pages show the edited question and
+    // its answer only.
+    let edit = &seen["afterEdit"];
+    for who in ["ann", "ben"] {
+        assert_eq!(
+            edit[who],
+            json!([
+                before[0],
+                before[1],
+                "user:two, edited",
+                "assistant:re: two, edited"
+            ]),
+            "{who}: {edit:#}"
+        );
+    }
+    assert_eq!(
+        runs(&edit["runs"])[1..],
+        [
+            (first.clone(), "continue".into(), json!("1/3"), false),
+            (first.clone(), "regenerate".into(), json!("2/3"), false),
+            (first, "edit".into(), json!("3/3"), true),
+        ],
+        "{edit:#}"
+    );
+    let edited = format!("a-{}", edit["runs"][3]["run"].as_str().unwrap());
+    assert_eq!(edit["annIds"][3], json!(edited), "{edit:#}");
+}

@@ -11,6 +11,13 @@ import { GatewayConnection, GatewayError } from './index.js';
 
 const TERMINAL = new Set(['RUN_FINISHED', 'RUN_ERROR']);
 
+/** A message as @ag-ui/client keeps it (`subagentRunId: null` omitted). */
+function withoutNullSubagent(message) {
+  if (message.subagentRunId !== null) return message;
+  const { subagentRunId, ...rest } = message;
+  return rest;
+}
+
 export class GatewayAgent extends AbstractAgent {
   /**
    * @param {object} config `agent` (the gateway's agent id), `threadId`,
@@ -45,6 +52,12 @@ export class GatewayAgent extends AbstractAgent {
     this.joinedMidRun = null;
     this.subscribe({
       onRunFinalized: ({ state }) => { this.threadState = JSON.stringify(state ?? {}); },
+      // A journaled MESSAGES_SNAPSHOT is the thread's conversation as the
+      // gateway folds it (a fork journals its branch's history this way):
+      // taken exactly, in its order. @ag-ui/client's own merge keeps the
+      // order it first saw messages in, so a branch from a run further back
+      // (its answer arriving after a newer question) would end reordered.
+      onMessagesSnapshotEvent: ({ event }) => ({ messages: event.messages.map(withoutNullSubagent) }),
     });
     this.stops = [
       this.session.on('snapshot', (frame) => this.#snapshot(frame)),

@@ -14,13 +14,11 @@ export declare const PROTOCOL: {
   readonly closeCodes: Readonly<Record<CloseCode, string>>;
 };
 
-/** Commands that need a gateway with branching. */
-export declare const BRANCHING: {
-  readonly commands: Readonly<Record<'regenerate' | 'edit', FieldList>>;
-  readonly runFields: FieldList;
-};
+/** What a run is to its base (docs/protocol.md "Branches"). */
+export type RunKind = 'continue' | 'branch' | 'regenerate' | 'edit' | 'resume' | 'handoff';
+export declare const RUN_KINDS: readonly RunKind[];
 
-export type CommandType = 'auth' | 'run' | 'resume' | 'cancel' | 'subscribe' | 'unsubscribe' | 'meta' | 'ping';
+export type CommandType = 'auth' | 'run' | 'resume' | 'regenerate' | 'edit' | 'cancel' | 'subscribe' | 'unsubscribe' | 'meta' | 'ping';
 export type ReplyType = 'event' | 'snapshot' | 'ack' | 'error' | 'pong';
 /** The contract's stable error codes. */
 export type ErrorCode =
@@ -68,13 +66,16 @@ export interface RunInfo {
   runId: string | null;
   agent: string | null;
   status: RunStatus;
+  /** The run it started from (null for a thread's first run). */
+  parentRunId?: string | null;
+  kind?: RunKind;
 }
 
 // ----- frames -----
 
 export interface AuthCommand { type: 'auth'; id?: string | number; token: string }
 export interface RunCommand {
-  type: 'run'; id?: string | number; agent: string; threadId: string; runId?: string; strategy?: RunStrategy;
+  type: 'run'; id?: string | number; agent: string; threadId: string; runId?: string; parentRunId?: string; strategy?: RunStrategy;
   messages?: AgUiMessage[]; tools?: unknown[]; context?: unknown[]; state?: unknown; forwardedProps?: unknown;
 }
 export interface ResumeCommand {
@@ -88,10 +89,14 @@ export interface MetaCommand {
   type: 'meta'; id?: string | number; threadId: string; metaType: string; payload: Record<string, unknown>; clientEventId?: string;
 }
 export interface PingCommand { type: 'ping'; id?: string | number }
-/** Needs a gateway with branching. */
-export interface RegenerateCommand { type: 'regenerate'; id?: string | number; threadId: string; messageId?: string }
-/** Needs a gateway with branching. */
-export interface EditCommand { type: 'edit'; id?: string | number; threadId: string; messageId: string; message: AgUiMessage }
+/** What `regenerate` and `edit` may carry besides their own fields. */
+export interface BranchOptions {
+  agent?: string; runId?: string; strategy?: RunStrategy; tools?: unknown[]; context?: unknown[]; state?: unknown; forwardedProps?: unknown;
+}
+/** Answer again: a sibling of the run that produced `messageId`. */
+export interface RegenerateCommand extends BranchOptions { type: 'regenerate'; id?: string | number; threadId: string; messageId?: string }
+/** A user message replaced (same id) on a sibling of the run that introduced it. */
+export interface EditCommand extends BranchOptions { type: 'edit'; id?: string | number; threadId: string; messageId: string; message: AgUiMessage }
 export type Command =
   | AuthCommand | RunCommand | ResumeCommand | CancelCommand | SubscribeCommand
   | UnsubscribeCommand | MetaCommand | PingCommand | RegenerateCommand | EditCommand;
@@ -99,7 +104,7 @@ export type Command =
 export interface EventFrame { type: 'event'; threadId: string; seq: number; event: AgUiEvent }
 export interface SnapshotFrame {
   type: 'snapshot'; threadId: string; seq: number; messages: AgUiMessage[]; state: unknown;
-  run: RunInfo | null; interrupts: Interrupt[]; reset?: boolean;
+  run: RunInfo | null; headRunId: string | null; interrupts: Interrupt[]; reset?: boolean;
 }
 export interface AckFrame {
   type: 'ack'; id: string | number | null; threadId?: string; runId?: string | null;
@@ -224,13 +229,34 @@ export interface RunParams {
   state?: unknown;
   forwardedProps?: unknown;
   strategy?: RunStrategy;
-  /** Needs a gateway with branching: the run continues from this run. */
+  /** Start from the end of this run of the thread instead of the head (a branch). */
   parentRunId?: string;
 }
 
+/** One run of a thread's tree (`GET /v1/threads/{id}/runs`). */
+export interface RunRecord {
+  runId: string;
+  /** Its base; siblings share it (null for the first run). */
+  parentRunId: string | null;
+  kind: RunKind;
+  agent: string | null;
+  startedBy: string | null;
+  status: RunStatus;
+  outcome: unknown;
+  startedSeq: number | null;
+  endedSeq: number | null;
+  createdAt: number | string | null;
+  inputMessageIds: string[];
+  outputMessageIds: string[];
+  [field: string]: unknown;
+}
+
 export interface RunTree {
+  threadId: string;
   headRunId: string | null;
-  runs: Array<{ runId: string; parentRunId?: string | null; [field: string]: unknown }>;
+  runs: RunRecord[];
+  /** The `cursor` of the next page, null on the last. */
+  nextCursor: number | null;
 }
 
 export declare class ThreadSession extends Emitter<SessionEvents> {
@@ -242,6 +268,8 @@ export declare class ThreadSession extends Emitter<SessionEvents> {
   readonly messages: AgUiMessage[];
   readonly state: unknown;
   readonly latestRun: RunInfo | null;
+  /** The thread's head: the newest run started (what the live view shows). */
+  readonly headRunId: string | null;
   readonly interrupts: Interrupt[];
   subscribe(): Promise<void>;
   whenReady(): Promise<void>;
@@ -253,11 +281,12 @@ export declare class ThreadSession extends Emitter<SessionEvents> {
   resume(resume: ResumeEntry[], extra?: Omit<ResumeCommand, 'type' | 'threadId' | 'resume'>): Promise<AckFrame>;
   cancel(runId?: string): Promise<AckFrame>;
   meta(metaType: string, payload: Record<string, unknown>, clientEventId?: string): Promise<AckFrame>;
-  fetchSnapshot(): Promise<Omit<SnapshotFrame, 'type'>>;
-  /** Needs a gateway with branching. */
-  regenerate(messageId?: string): Promise<AckFrame>;
-  /** Needs a gateway with branching. */
-  edit(messageId: string, message: AgUiMessage): Promise<AckFrame>;
-  /** Needs a gateway with branching. */
-  runs(): Promise<RunTree>;
+  /** The snapshot now, or at the end of run `runId` (its branch). */
+  fetchSnapshot(runId?: string): Promise<Omit<SnapshotFrame, 'type'>>;
+  regenerate(messageId?: string, extra?: BranchOptions): Promise<AckFrame>;
+  edit(messageId: string, message: Omit<AgUiMessage, 'id'> & { id?: string }, extra?: BranchOptions): Promise<AckFrame>;
+  /** One page of the run tree. */
+  runs(page?: { cursor?: number; limit?: number }): Promise<RunTree>;
+  /** Every page of the run tree. */
+  allRuns(): Promise<RunTree>;
 }

@@ -17,7 +17,9 @@ export const PROTOCOL = Object.freeze({
   subprotocol: 'agui-gateway.v1',
   commands: {
     auth: ['token'],
-    run: ['agent', 'threadId', 'runId?', 'strategy?', 'messages?', 'tools?', 'context?', 'state?', 'forwardedProps?'],
+    run: ['agent', 'threadId', 'runId?', 'parentRunId?', 'strategy?', 'messages?', 'tools?', 'context?', 'state?', 'forwardedProps?'],
+    regenerate: ['threadId', 'messageId?', 'agent?', 'runId?', 'strategy?', 'tools?', 'context?', 'state?', 'forwardedProps?'],
+    edit: ['threadId', 'messageId', 'message', 'agent?', 'runId?', 'strategy?', 'tools?', 'context?', 'state?', 'forwardedProps?'],
     resume: ['threadId', 'resume', 'agent?', 'runId?', 'messages?', 'tools?', 'context?', 'forwardedProps?'],
     cancel: ['threadId', 'runId?'],
     subscribe: ['threadId', 'after?'],
@@ -27,7 +29,7 @@ export const PROTOCOL = Object.freeze({
   },
   replies: {
     event: ['threadId', 'seq', 'event'],
-    snapshot: ['threadId', 'seq', 'messages', 'state', 'run', 'interrupts', 'reset?'],
+    snapshot: ['threadId', 'seq', 'messages', 'state', 'run', 'headRunId', 'interrupts', 'reset?'],
     ack: ['id', 'threadId?', 'runId?'],
     error: ['id?', 'code', 'message'],
     pong: ['id?'],
@@ -51,18 +53,11 @@ export const PROTOCOL = Object.freeze({
   },
 });
 
-/**
- * Commands of the branching work (`run.parentRunId`, `regenerate`, `edit`,
- * `GET /v1/threads/{id}/runs`): they need a gateway with branching, and are
- * kept apart from PROTOCOL until docs/protocol.md describes them.
- */
-export const BRANCHING = Object.freeze({
-  commands: {
-    regenerate: ['threadId', 'messageId?'],
-    edit: ['threadId', 'messageId', 'message'],
-  },
-  runFields: ['parentRunId?'],
-});
+/** The kinds of run a thread's tree records (docs/protocol.md "Branches"). */
+export const RUN_KINDS = Object.freeze(['continue', 'branch', 'regenerate', 'edit', 'resume', 'handoff']);
+
+/** Commands that start a run (and subscribe the connection to its thread). */
+const STARTS_RUN = new Set(['run', 'resume', 'regenerate', 'edit']);
 
 /** Codes this client gives errors that never reached the gateway. */
 export const CLIENT_ERROR_CODES = Object.freeze(['disconnected', 'closed', 'timeout']);
@@ -387,7 +382,7 @@ export class GatewayConnection extends Emitter {
     const frame = { ...command, id };
     // A run or resume subscribes the connection to its thread: its session
     // (if any) is resubscribed after a reconnect from then on.
-    if ((command.type === 'run' || command.type === 'resume') && this.sessions.has(command.threadId)) {
+    if (STARTS_RUN.has(command.type) && this.sessions.has(command.threadId)) {
       this.sessions.get(command.threadId)._joinedByRun();
     }
     return new Promise((resolve, reject) => {
@@ -490,8 +485,12 @@ export class ThreadSession extends Emitter {
     this.seq = null;
     this.messages = [];
     this.state = {};
-    /** `{runId, agent, status}` of the thread's latest run, or null. */
+    /** `{runId, agent, status, parentRunId, kind}` of the thread's latest
+     *  run, or null. */
     this.latestRun = null;
+    /** The thread's head (the newest run started: what the next plain run
+     *  continues from and what the live view shows), or null. */
+    this.headRunId = null;
     this.interrupts = [];
     this.wanted = false;
     this.joinedByRun = false;
@@ -576,6 +575,7 @@ export class ThreadSession extends Emitter {
       this.messages = frame.messages || [];
       this.state = frame.state ?? {};
       this.latestRun = frame.run ?? null;
+      this.headRunId = frame.headRunId ?? frame.run?.runId ?? null;
       this.interrupts = frame.interrupts || [];
       if (frame.reset) this.emit('reset', { previousSeq: previous, snapshot: frame });
       this.emit('snapshot', frame);
@@ -592,10 +592,16 @@ export class ThreadSession extends Emitter {
     this.seq = frame.seq;
     const event = frame.event;
     switch (event.type) {
-      case 'RUN_STARTED':
-        this.latestRun = { runId: event.runId, agent: event['agui-gateway']?.agent ?? this.latestRun?.agent ?? null, status: 'running' };
+      case 'RUN_STARTED': {
+        // The gateway stamps every run's base and kind (docs/protocol.md
+        // "Branches"); a linear run's base is the head it continued.
+        const stamp = event['agui-gateway'] || {};
+        const parentRunId = event.parentRunId ?? stamp.parentRunId ?? this.headRunId ?? null;
+        this.latestRun = { runId: event.runId, agent: stamp.agent ?? this.latestRun?.agent ?? null, status: 'running', parentRunId, kind: stamp.kind ?? 'continue' };
+        this.headRunId = event.runId;
         this.interrupts = [];
         break;
+      }
       case 'RUN_FINISHED': {
         const outcome = event.outcome?.type;
         const status = outcome === 'interrupt' ? 'interrupted' : outcome === 'cancelled' ? 'cancelled' : 'finished';
@@ -648,29 +654,51 @@ export class ThreadSession extends Emitter {
     return this.connection.send({ type: 'meta', threadId: this.threadId, metaType, payload, ...(clientEventId ? { clientEventId } : {}) });
   }
 
-  /** The thread's snapshot over HTTP (`GET /v1/threads/{id}`). */
-  fetchSnapshot() {
-    return this.connection.request(`/v1/threads/${encodeURIComponent(this.threadId)}`);
+  /** The thread's snapshot over HTTP (`GET /v1/threads/{id}`); with
+   *  `runId`: the conversation as it was at the end of that run. */
+  fetchSnapshot(runId) {
+    return this.connection.request(`/v1/threads/${encodeURIComponent(this.threadId)}${runId ? `?runId=${encodeURIComponent(runId)}` : ''}`);
   }
 
-  // ----- branching: needs a gateway with branching (see BRANCHING) -----
+  // ----- branches (docs/protocol.md "Branches") -----
 
-  /** `regenerate`: a new run from before `messageId` (default: the last
-   *  assistant turn); the ack carries its `runId`. Needs branching. */
-  regenerate(messageId) {
-    return this.connection.send({ type: 'regenerate', threadId: this.threadId, ...(messageId ? { messageId } : {}) });
+  /** `regenerate`: answers again — a run that is a sibling of the run that
+   *  produced `messageId` (default: the head's last assistant message; a
+   *  user message id regenerates the answer to it). `extra`: `agent`,
+   *  `runId`, `strategy`, `tools`, `context`, `state`, `forwardedProps`.
+   *  Resolves with the ack (its `runId`). */
+  regenerate(messageId, extra = {}) {
+    return this.connection.send({ ...extra, type: 'regenerate', threadId: this.threadId, ...(messageId ? { messageId } : {}) });
   }
 
-  /** `edit`: replaces message `messageId` with `message` on a new branch
-   *  and runs from there; the ack carries its `runId`. Needs branching. */
-  edit(messageId, message) {
-    return this.connection.send({ type: 'edit', threadId: this.threadId, messageId, message });
+  /** `edit`: `message` (role `user`) replaces user message `messageId`
+   *  (same id) on a sibling of the run that introduced it, and runs from
+   *  there. Resolves with the ack (its `runId`). */
+  edit(messageId, message, extra = {}) {
+    return this.connection.send({ ...extra, type: 'edit', threadId: this.threadId, messageId, message: { ...message, id: messageId } });
   }
 
-  /** The thread's run tree (`GET /v1/threads/{id}/runs`: `headRunId`,
-   *  `runs`). Needs branching. */
-  runs() {
-    return this.connection.request(`/v1/threads/${encodeURIComponent(this.threadId)}/runs`);
+  /** One page of the thread's run tree (`GET /v1/threads/{id}/runs`):
+   *  `{threadId, headRunId, runs, nextCursor}`, oldest first; siblings
+   *  share a `parentRunId`. */
+  runs({ cursor, limit } = {}) {
+    const q = new URLSearchParams();
+    if (cursor != null) q.set('cursor', String(cursor));
+    if (limit) q.set('limit', String(limit));
+    const query = q.toString();
+    return this.connection.request(`/v1/threads/${encodeURIComponent(this.threadId)}/runs${query ? `?${query}` : ''}`);
+  }
+
+  /** The whole run tree: every page of `runs()`, `{headRunId, runs}`. */
+  async allRuns() {
+    const runs = [];
+    let page = await this.runs();
+    runs.push(...page.runs);
+    while (page.nextCursor != null) {
+      page = await this.runs({ cursor: page.nextCursor });
+      runs.push(...page.runs);
+    }
+    return { threadId: this.threadId, headRunId: page.headRunId, runs };
   }
 }
 

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import Ajv2020 from 'ajv/dist/2020.js';
 import { Validator } from '@seriousme/openapi-schema-validator';
-import { PROTOCOL, BRANCHING, GatewayError } from '../src/index.js';
+import { PROTOCOL, RUN_KINDS, GatewayError } from '../src/index.js';
 
 const docs = new URL('../../../docs/', import.meta.url);
 const read = (name) => readFileSync(new URL(name, docs), 'utf8');
@@ -86,8 +86,22 @@ await check('docs/ws-protocol.schema.json = PROTOCOL (commands, replies, codes)'
   }
   assert.deepEqual(defs.errorCode.enum, PROTOCOL.errorCodes);
   assert.deepEqual(Object.keys(schema['x-close-codes']).sort(), Object.keys(PROTOCOL.closeCodes).sort());
-  // Branching is not described yet (it needs the coordinator's gateway).
-  for (const type of Object.keys(BRANCHING.commands)) assert.equal(defs[`command.${type}`], undefined);
+  assert.deepEqual(defs.runInfo.properties.kind.enum, RUN_KINDS);
+});
+
+await check('branches: run kinds and routes = docs/protocol.md and docs/openapi.json', () => {
+  const md = read('protocol.md');
+  const from = md.indexOf('## Branches');
+  assert.ok(from >= 0, 'docs/protocol.md has "Branches"');
+  const kinds = md.slice(from, md.indexOf('The journaled', from));
+  assert.deepEqual([...kinds.matchAll(/`([a-z]+)`/g)].map((m) => m[1]).filter((k) => k !== 'parentRunId'), RUN_KINDS);
+  const api = JSON.parse(read('openapi.json'));
+  const runs = api.paths['/v1/threads/{threadId}/runs']?.get;
+  assert.ok(runs, 'openapi: GET /v1/threads/{threadId}/runs');
+  const params = (op) => (op.parameters || []).map((p) => p.$ref ? api.components.parameters[p.$ref.split('/').pop()].name : p.name);
+  assert.ok(params(runs).includes('cursor') && params(runs).includes('limit'), 'runs is paginated');
+  assert.ok(params(api.paths['/v1/threads/{threadId}'].get).includes('runId'), 'the snapshot takes ?runId=');
+  assert.ok(params(api.paths['/v1/threads/{threadId}/messages'].get).includes('runId'), 'the exports take ?runId=');
 });
 
 await check('docs/ws-protocol.schema.json is valid JSON Schema 2020-12', () => {

@@ -1,7 +1,7 @@
 // Compiled by `npm test` (tsc --noEmit): the declarations are usable the way
 // the README shows, and GatewayAgent is an @ag-ui/client AbstractAgent.
 import { AbstractAgent } from '@ag-ui/client';
-import { GatewayConnection, GatewayError, PROTOCOL, type ErrorCode, type SnapshotFrame } from '@agui-gateway/client';
+import { GatewayConnection, GatewayError, PROTOCOL, RUN_KINDS, type ErrorCode, type RunKind, type SnapshotFrame } from '@agui-gateway/client';
 import { GatewayAgent } from '@agui-gateway/client/agent';
 
 const connection = new GatewayConnection({ url: 'https://gateway.example', token: async () => 'jwt' });
@@ -27,5 +27,15 @@ async function use(): Promise<void> {
   await base.runAgent();
   const codes: readonly ErrorCode[] = PROTOCOL.errorCodes;
   void codes;
+  // Branches.
+  const again = await session.regenerate(undefined, { runId: 'r2' });
+  await session.edit('u1', { role: 'user', content: 'better' });
+  await session.run({ agent: 'demo', parentRunId: again.runId ?? 'r1', messages: [] });
+  const tree = await session.allRuns();
+  const siblings = tree.runs.filter((r) => r.parentRunId === tree.runs[0]?.parentRunId).map((r): RunKind => r.kind);
+  void siblings;
+  const head: string | null = session.headRunId;
+  const then = await session.fetchSnapshot(tree.runs[0]?.runId);
+  void head; void then.headRunId; void RUN_KINDS;
 }
 void use;

@@ -56,6 +56,10 @@ const app = {
   threadsStale: false,
   refreshTimer: null,
   countdownTimer: null,
+  // The run whose end the read-only view shows (null: the live view, which
+  // follows the head), and a counter that drops stale run-tree answers.
+  atRun: null,
+  runsGeneration: 0,
 };
 
 // ---------- errors, said plainly ----------
@@ -352,9 +356,12 @@ function send(command) {
 
 // ---------- a thread ----------
 
-function newThreadView(id) {
+/** The rendering of one thread's conversation into `box` (the live view
+ *  `#conversation`, or `#conversation-at` for the read-only view at a run). */
+function newThreadView(id, box = '#conversation') {
   return {
     id,
+    box: () => $(box),
     lastSeq: null,
     // Rendered entities by id. Every map here points into #conversation:
     // whatever clears the conversation clears them all (resetConversation),
@@ -373,7 +380,7 @@ function newThreadView(id) {
     snapshot(frame) {
       if (frame.reset) notice(`Reset: the journal no longer holds what followed seq ${this.lastSeq ?? 0}; showing the snapshot at seq ${frame.seq}.`, 'gap');
       this.lastSeq = frame.seq;
-      const conversation = $('#conversation');
+      const conversation = this.box();
       following(conversation, () => {
         this.resetConversation();
         for (const message of frame.messages || []) this.renderMessage(message);
@@ -381,7 +388,9 @@ function newThreadView(id) {
       this.state = frame.state ?? {};
       renderState(this.state);
       this.run = frame.run;
+      this.headRunId = frame.headRunId ?? frame.run?.runId ?? null;
       this.setRun(frame.run?.status || 'idle', frame.run?.runId);
+      loadRuns(this);
       this.interrupts = frame.interrupts || [];
       renderInterrupts(this);
       timelineRow(frame.seq, frame.reset ? 'snapshot (reset)' : 'snapshot', Date.now(), JSON.stringify(frame).length, frame.reset);
@@ -396,7 +405,12 @@ function newThreadView(id) {
       timelineRow(frame.seq, event.type, event.timestamp || Date.now(), JSON.stringify(event).length, gap);
       this.apply(event);
       // The thread's status in the list changes with its runs.
-      if (['RUN_STARTED', 'RUN_FINISHED', 'RUN_ERROR'].includes(event.type)) refreshThreads();
+      if (['RUN_STARTED', 'RUN_FINISHED', 'RUN_ERROR'].includes(event.type)) {
+        refreshThreads();
+        // …and so does the run tree (a new head, a run's end).
+        if (event.type === 'RUN_STARTED') this.headRunId = event.runId;
+        loadRuns(this);
+      }
     },
 
     setRun(status, runId) {
@@ -408,11 +422,11 @@ function newThreadView(id) {
 
     resetConversation() {
       for (const map of [this.messages, this.tools, this.reasoning, this.activities, this.subagents, this.customs]) map.clear();
-      $('#conversation').replaceChildren();
+      this.box().replaceChildren();
     },
 
     apply(e) {
-      const conversation = $('#conversation');
+      const conversation = this.box();
       following(conversation, () => this.applyTo(conversation, e));
     },
 
@@ -535,7 +549,7 @@ function newThreadView(id) {
     /** Where an entity attributed to `subagentRunId` is shown: inside its
      *  subagent's group, or in the conversation for the parent agent. */
     place(subagentRunId) {
-      return subagentRunId ? this.subagent(subagentRunId).body : $('#conversation');
+      return subagentRunId ? this.subagent(subagentRunId).body : this.box();
     },
 
     /** A tool call belongs where its parent message is, unless it says otherwise. */
@@ -548,6 +562,10 @@ function newThreadView(id) {
       if (!message) {
         const body = el('span', { class: 'body' });
         const node = el('div', { class: 'msg', 'data-role': role, 'data-id': id || '' }, el('span', { class: 'role', text: role }), body);
+        // A branch starts from a message of the agent's own conversation:
+        // answer it again, or say the question differently.
+        if (id && !subagentRunId && role === 'assistant') node.append(el('button', { class: 'msg-action regenerate', title: 'answer this again (a sibling run)', text: '↻ regenerate' }));
+        if (id && !subagentRunId && role === 'user') node.append(el('button', { class: 'msg-action edit', title: 'edit this message (a sibling run)', text: '✎ edit' }));
         this.place(subagentRunId).append(node);
         message = { node, body, subagentRunId };
         this.messages.set(id, message);
@@ -680,7 +698,7 @@ function newThreadView(id) {
         // Set before placing: a parent chain must not recurse into itself.
         group = { node, name, status, body, outcome };
         this.subagents.set(id, group);
-        (parentSubagentRunId && parentSubagentRunId !== id ? this.place(parentSubagentRunId) : $('#conversation')).append(node);
+        (parentSubagentRunId && parentSubagentRunId !== id ? this.place(parentSubagentRunId) : this.box()).append(node);
       }
       return group;
     },
@@ -736,6 +754,137 @@ function textOf(content) {
   return content === undefined || content === null ? '' : JSON.stringify(content);
 }
 
+// ---------- branches: the run tree, the view at a run, regenerate and edit ----------
+
+/** The most runs a thread remembers, and the run route's page limit: the
+ *  whole tree in one read. */
+const RUNS_LIMIT = 1000;
+
+/** Reads the open thread's run tree again (on its snapshot and whenever a
+ *  run starts or ends); an answer to an older read is dropped. */
+async function loadRuns(view) {
+  if (app.thread !== view || !app.session) return;
+  const generation = ++app.runsGeneration;
+  try {
+    const tree = await app.session.runs({ limit: RUNS_LIMIT });
+    if (app.thread === view && generation === app.runsGeneration) renderRuns(view, tree);
+  } catch (e) {
+    // A thread its first run has not created yet has no tree.
+    if (e.code !== 'not_found' && app.thread === view) notice(`The run tree did not load — ${describeError(e)}`, 'error');
+  }
+}
+
+/** The run tree as a compact list, oldest first: a run's only child stays
+ *  in line (a plain conversation is a column), siblings (runs on the same
+ *  base: a regenerate, an edit, a branch) are indented and numbered n/m.
+ *  The head's path is marked; clicking a run shows the conversation at its
+ *  end (the head: the live view). */
+function renderRuns(view, tree) {
+  view.headRunId = tree.headRunId;
+  const runs = tree.runs || [];
+  const known = new Set(runs.map((r) => r.runId));
+  const children = new Map();
+  for (const run of runs) {
+    const base = run.parentRunId && known.has(run.parentRunId) ? run.parentRunId : '';
+    if (!children.has(base)) children.set(base, []);
+    children.get(base).push(run);
+  }
+  const byId = new Map(runs.map((r) => [r.runId, r]));
+  const onPath = new Set();
+  for (let id = tree.headRunId; id && byId.has(id) && !onPath.has(id); id = byId.get(id).parentRunId) onPath.add(id);
+  const list = $('#runs');
+  list.replaceChildren();
+  const walk = (base, depth) => {
+    const siblings = children.get(base) || [];
+    siblings.forEach((run, i) => {
+      const indent = siblings.length > 1 ? depth + 1 : depth;
+      const classes = ['run-item', run.runId === tree.headRunId ? 'head' : '', onPath.has(run.runId) ? 'on-path' : '', run.runId === app.atRun ? 'viewing' : ''];
+      const item = el('li', { class: classes.filter(Boolean).join(' '), 'data-run': run.runId, 'data-parent': run.parentRunId || '', 'data-kind': run.kind || '' },
+        el('button', { class: 'run-view', title: run.runId === tree.headRunId ? 'the head: the live view' : 'view the conversation at the end of this run' },
+          siblings.length > 1 ? el('span', { class: 'sibling', text: `${i + 1}/${siblings.length}` }) : null,
+          // Run ids are often UUIDs: the start tells them apart, the
+          // tooltip has the whole id.
+          el('span', { class: 'run-id', title: run.runId, text: run.runId.length > 14 ? `${run.runId.slice(0, 12)}…` : run.runId })),
+        el('small', { text: ` ${run.kind || 'run'} · ${run.status}${run.runId === tree.headRunId ? ' · head' : ''}` }));
+      item.style.paddingLeft = `${indent * 12}px`;
+      list.append(item);
+      walk(run.runId, indent);
+    });
+  };
+  walk('', 0);
+  $('#runs-count').textContent = runs.length ? `${runs.length}` : '';
+}
+
+/** Shows the conversation at the end of run `runId` (read-only: the live
+ *  view keeps following the head underneath). The head itself is the live
+ *  view. */
+async function viewAtRun(runId) {
+  const view = app.thread;
+  if (!view || !app.session) return;
+  if (runId === view.headRunId) {
+    backToLive();
+    return;
+  }
+  try {
+    const snapshot = await app.session.fetchSnapshot(runId);
+    if (app.thread !== view) return;
+    app.atRun = runId;
+    const at = newThreadView(view.id, '#conversation-at');
+    at.resetConversation();
+    for (const message of snapshot.messages || []) at.renderMessage(message);
+    $('#run-view-label').textContent = `The conversation at the end of run ${runId} (read-only; the live view follows the head).`;
+    $('#run-view').hidden = false;
+    $('#conversation').hidden = true;
+    $('#conversation-at').hidden = false;
+    markViewing();
+  } catch (e) {
+    notice(`Run ${runId} could not be shown — ${describeError(e)}`, 'error');
+  }
+}
+
+/** Leaves the view at a run: the live conversation again. */
+function backToLive() {
+  app.atRun = null;
+  $('#run-view').hidden = true;
+  $('#conversation-at').hidden = true;
+  $('#conversation-at').replaceChildren();
+  $('#conversation').hidden = false;
+  markViewing();
+}
+
+function markViewing() {
+  document.querySelectorAll('#runs .run-item').forEach((i) => i.classList.toggle('viewing', i.dataset.run === app.atRun));
+}
+
+/** A message's "regenerate" or "edit" (in the live view or a view at a
+ *  run): sent through the package's session; the new run becomes the head,
+ *  so the page goes back to the live view to watch it. */
+function messageAction(event) {
+  const button = event.target.closest('button');
+  const message = button?.closest('.msg');
+  if (!button || !message || !app.session) return;
+  const id = message.dataset.id;
+  if (button.classList.contains('regenerate')) {
+    backToLive();
+    app.session.regenerate(id).catch((e) => notice(`Not regenerated — ${describeError(e)}`, 'error'));
+  } else if (button.classList.contains('edit')) {
+    if (message.querySelector('.edit-form')) return;
+    const text = el('textarea', { class: 'edit-text', rows: '2' });
+    text.value = message.querySelector('.body').textContent;
+    const form = el('div', { class: 'edit-form row' }, text,
+      el('button', { class: 'edit-send primary', text: 'Send edit' }), el('button', { class: 'edit-cancel', text: 'Cancel' }));
+    message.append(form);
+    text.focus();
+  } else if (button.classList.contains('edit-cancel')) {
+    message.querySelector('.edit-form')?.remove();
+  } else if (button.classList.contains('edit-send')) {
+    const content = message.querySelector('.edit-text').value;
+    message.querySelector('.edit-form')?.remove();
+    backToLive();
+    app.session.edit(id, { role: 'user', content }).catch((e) => notice(`Not edited — ${describeError(e)}`, 'error'));
+  }
+}
+
 /** Shows thread `id`. `mayNotExist`: a thread about to be created by a run
  *  (the run subscribes the page), so "not found" is expected, not news. */
 function openThread(id, mayNotExist = false) {
@@ -748,7 +897,8 @@ function openThread(id, mayNotExist = false) {
   $('#thread-title').textContent = id;
   // Nothing of the previous thread stays on screen (a new thread has no
   // snapshot to replace it).
-  for (const box of ['#notices', '#meta-list', '#timeline tbody', '#conversation', '#state-tree', '#interrupts']) $(box).replaceChildren();
+  for (const box of ['#notices', '#meta-list', '#timeline tbody', '#conversation', '#state-tree', '#interrupts', '#runs', '#runs-count']) $(box).replaceChildren();
+  backToLive();
   $('#run-status').textContent = '';
   $('#cancel-run').hidden = true;
   $('#timeline-filter').replaceChildren(el('option', { value: '', text: 'all types' }));
@@ -1039,6 +1189,13 @@ document.addEventListener('DOMContentLoaded', async () => {
     $('#tags-text').value = '';
   });
   $('#threads-refresh').addEventListener('click', () => loadThreads(true));
+  $('#conversation').addEventListener('click', messageAction);
+  $('#conversation-at').addEventListener('click', messageAction);
+  $('#run-view-live').addEventListener('click', backToLive);
+  $('#runs').addEventListener('click', (e) => {
+    const item = e.target.closest('.run-item');
+    if (item && e.target.closest('button')) viewAtRun(item.dataset.run);
+  });
   $('#threads-more').addEventListener('click', () => loadThreads(false));
   $('#filter-agent').addEventListener('change', () => loadThreads(true));
   $('#filter-status').addEventListener('change', () => loadThreads(true));
