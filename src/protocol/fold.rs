@@ -133,11 +133,6 @@ impl Fold {
         &self.runs
     }
 
-    /// The runs table, to set its bounds.
-    pub fn runs_mut(&mut self) -> &mut RunTable {
-        &mut self.runs
-    }
-
     /// This fold as a checkpoint (what a run ending now leaves): its
     /// messages shared, its state shared with `previous` when unchanged.
     pub fn checkpoint(&self, previous: Option<&Checkpoint>) -> Checkpoint {

@@ -475,38 +475,9 @@ pub struct RunTable {
     runs: HashMap<String, RunRecord>,
     /// Runs ever started on the thread (the per-thread cap counts them).
     started: u64,
-    limits: Limits,
-}
-
-/// How much the table keeps (not part of its value).
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    pub runs: usize,
-    pub checkpoints: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            runs: RUNS_KEPT,
-            checkpoints: CHECKPOINTS_KEPT,
-        }
-    }
-}
-
-impl PartialEq for Limits {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
 }
 
 impl RunTable {
-    /// Applies new bounds (and evicts what they no longer allow).
-    pub fn set_limits(&mut self, limits: Limits) {
-        self.limits = limits;
-        self.evict();
-    }
-
     /// The head: the newest run started.
     pub fn head(&self) -> Option<&RunRecord> {
         self.order.back().and_then(|id| self.runs.get(id))
@@ -692,7 +663,7 @@ impl RunTable {
     /// Drops the oldest runs past the run bound, then the oldest
     /// checkpoints past theirs (never the head's).
     fn evict(&mut self) {
-        while self.order.len() > self.limits.runs.max(1) {
+        while self.order.len() > RUNS_KEPT {
             if let Some(id) = self.order.pop_front() {
                 self.runs.remove(&id);
             }
@@ -703,7 +674,7 @@ impl RunTable {
                 && run.checkpoint.is_some()
             {
                 kept += 1;
-                if kept > self.limits.checkpoints.max(1) {
+                if kept > CHECKPOINTS_KEPT {
                     run.checkpoint = None;
                 }
             }

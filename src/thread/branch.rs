@@ -462,12 +462,9 @@ mod tests {
     //! snapshots say exactly what each branch holds.
     use super::*;
     use crate::protocol::hooks::RunInput;
-    use crate::store::ThreadKey;
-    use crate::store::memory::MemoryStore;
+    use crate::thread::Start;
     use crate::thread::fanout::{self, Outgoing};
     use crate::thread::run::RunRequest;
-    use crate::thread::{Start, ThreadSettings, Threads};
-    use crate::upstream::Agent;
     use proptest::prelude::*;
     use serde_json::json;
 
@@ -491,27 +488,7 @@ mod tests {
     }
 
     async fn run_ops(ops: Vec<Op>) {
-        let demo = crate::demo::start(&crate::config::DemoConfig {
-            token_delay: std::time::Duration::ZERO,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-        let cfg: crate::config::AgentConfig =
-            toml::from_str("id = \"demo\"\nurl = \"demo:\"").unwrap();
-        let agent = Arc::new(Agent::from_config(&cfg, Some(demo)).unwrap());
-        let threads = Threads::new(
-            Arc::new(MemoryStore::new()),
-            ThreadSettings {
-                max_events: 100_000,
-                idle_ttl: std::time::Duration::ZERO,
-                ..Default::default()
-            },
-        );
-        let t = threads
-            .get_or_create(&ThreadKey::new("ten", "th"), "u")
-            .await
-            .unwrap();
+        let (agent, _threads, t) = crate::thread::demo_thread(100_000).await;
         let (ob, mut rx) = fanout::outbox(1 << 24);
         t.subscribe(1, ob, Start::Live, None);
         let mut run_ids: Vec<String> = Vec::new();

@@ -236,6 +236,35 @@ impl Thread {
     }
 }
 
+/// A thread on an in-memory store, and the built-in demo agent answering
+/// at once: for tests that drive real runs through a thread.
+#[cfg(test)]
+pub(crate) async fn demo_thread(
+    max_events: usize,
+) -> (Arc<crate::upstream::Agent>, Threads, Arc<Thread>) {
+    let demo = crate::demo::start(&crate::config::DemoConfig {
+        token_delay: std::time::Duration::ZERO,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let cfg: crate::config::AgentConfig = toml::from_str("id = \"demo\"\nurl = \"demo:\"").unwrap();
+    let agent = Arc::new(crate::upstream::Agent::from_config(&cfg, Some(demo)).unwrap());
+    let threads = Threads::new(
+        Arc::new(crate::store::memory::MemoryStore::new()),
+        ThreadSettings {
+            max_events,
+            idle_ttl: std::time::Duration::ZERO,
+            ..Default::default()
+        },
+    );
+    let thread = threads
+        .get_or_create(&ThreadKey::new("ten", "th"), "u")
+        .await
+        .unwrap();
+    (agent, threads, thread)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

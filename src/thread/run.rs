@@ -757,10 +757,7 @@ mod tests {
     use super::*;
     use crate::protocol::hooks::EventFilter;
     use crate::protocol::{Event, EventType};
-    use crate::store::ThreadKey;
-    use crate::store::memory::MemoryStore;
-    use crate::thread::{Start, ThreadSettings, Threads, fanout};
-    use crate::upstream::Agent;
+    use crate::thread::{Start, fanout};
 
     #[test]
     fn a_thread_remembers_its_latest_run_ids_and_no_more() {
@@ -805,27 +802,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_panicking_run_is_closed_and_frees_the_thread() {
-        let demo = crate::demo::start(&crate::config::DemoConfig {
-            token_delay: std::time::Duration::ZERO,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-        let cfg: crate::config::AgentConfig =
-            toml::from_str("id = \"demo\"\nurl = \"demo:\"").unwrap();
-        let agent = Arc::new(Agent::from_config(&cfg, Some(demo)).unwrap());
-        let threads = Threads::new(
-            Arc::new(MemoryStore::new()),
-            ThreadSettings {
-                max_events: 1000,
-                idle_ttl: std::time::Duration::ZERO,
-                ..Default::default()
-            },
-        );
-        let t = threads
-            .get_or_create(&ThreadKey::new("ten", "th"), "u")
-            .await
-            .unwrap();
+        let (agent, _threads, t) = crate::thread::demo_thread(1000).await;
         let (ob, mut rx) = fanout::outbox(1 << 20);
         t.subscribe(1, ob, Start::Live, None);
         let req = |run: &str, filter: Option<Box<dyn EventFilter>>| RunRequest {
