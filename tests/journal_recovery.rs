@@ -110,13 +110,20 @@ async fn a_thread_whose_journal_hit_a_full_disk_recovers_once_there_is_room() {
 
     // The disk fills mid-run: the requester is told, viewers see nothing
     // unstored.
-    let (status, body) = post_run(&gw.run_url("flood"), &t, &input("disk", "r2", "go")).await;
+    // Each turn a new question (the same message id again would be an
+    // edit: a fork, docs/protocol.md "Branches").
+    let turn = |run: &str, text: &str| {
+        let mut body = input("disk", run, text);
+        body["messages"][0]["id"] = format!("u-{run}").into();
+        body
+    };
+    let (status, body) = post_run(&gw.run_url("flood"), &t, &turn("r2", "go")).await;
     assert_eq!(status, 200);
     assert_run_error(&sse_events(&body), "journal_unavailable");
     gw.proc.expect_stderr("journal write failed").await;
     assert_eq!(ready(&gw).await, 503, "readiness false while writes fail");
     // While it lasts, the thread says why it takes no run and no cancel.
-    let (status, body) = post_run(&gw.run_url("demo"), &t, &input("disk", "r3", "again")).await;
+    let (status, body) = post_run(&gw.run_url("demo"), &t, &turn("r3", "again")).await;
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("unavailable"), "{body}");
     let cancel: Value = json_of(
@@ -149,7 +156,7 @@ async fn a_thread_whose_journal_hit_a_full_disk_recovers_once_there_is_room() {
     assert_eq!(snap["run"]["status"], "error", "{}", snap["run"]);
     assert_eq!(snap["seq"], last);
     // And takes runs again, which every viewer follows.
-    let (status, body) = post_run(&gw.run_url("demo"), &t, &input("disk", "r4", "hello")).await;
+    let (status, body) = post_run(&gw.run_url("demo"), &t, &turn("r4", "hello")).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(
         types(&sse_events(&body)).last().map(String::as_str),
