@@ -688,6 +688,13 @@ pub struct AgentConfig {
     /// from an earlier run).
     #[serde(default)]
     pub branching: Branching,
+    /// Which agents this one may hand the thread to, and how (docs/
+    /// configuration.md, "Handoff"). Kept as written here: the policy's
+    /// handoff kind owns its fields and validates them (`check-config`
+    /// reports its errors like any other).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<serde_json::Map<String, serde_json::Value>>")]
+    pub handoff: Option<serde_json::Value>,
 }
 
 /// An agent's branching settings (docs/protocol.md, "Branches").

@@ -60,6 +60,15 @@ pub struct PolicyLabels {
     pub decision: &'static str,
 }
 
+/// A handoff, by source and target agent and what came of it (`started`,
+/// `refused`, `approval`, `declined`, `failed`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HandoffLabels {
+    pub from: String,
+    pub to: String,
+    pub result: &'static str,
+}
+
 /// A configuration reload, by result (`ok`, `refused`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReloadLabel {
@@ -100,6 +109,8 @@ pub struct Metrics {
     /// Events per journal batch.
     pub journal_batch_events: Histogram,
     pub policy_decisions: Family<PolicyLabels, Counter>,
+    /// Handoffs between agents (`handoffs_total{from,to,result}`).
+    pub handoffs: Family<HandoffLabels, Counter>,
     pub auth_failures: Family<AuthFailureLabels, Counter>,
     /// Fetches of `auth.jwks_url`: what the key server sees of the gateway.
     pub jwks_fetches: Family<FetchLabel, Counter>,
@@ -150,6 +161,7 @@ impl Metrics {
             journal_append: latency_buckets(),
             journal_batch_events: Histogram::new(exponential_buckets(1.0, 2.0, 14)),
             policy_decisions: Family::default(),
+            handoffs: Family::default(),
             auth_failures: Family::default(),
             jwks_fetches: Family::default(),
             reloads: Family::default(),
@@ -235,6 +247,11 @@ impl Metrics {
             "policy_decisions",
             "Policy rules that denied, redacted, limited or rate-limited.",
             m.policy_decisions.clone(),
+        );
+        r.register(
+            "handoffs",
+            "Handoffs between agents, by source, target and result.",
+            m.handoffs.clone(),
         );
         r.register(
             "auth_failures",
@@ -380,6 +397,18 @@ pub fn metrics() -> &'static Metrics {
     &METRICS
 }
 
+/// Counts a handoff from `from` to `to` that ended as `result`.
+pub fn handoff(from: &str, to: &str, result: &'static str) {
+    metrics()
+        .handoffs
+        .get_or_create(&HandoffLabels {
+            from: from.to_owned(),
+            to: to.to_owned(),
+            result,
+        })
+        .inc();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,3 +444,4 @@ mod tests {
         assert!(text.contains("agui_build_info{version="), "{text}");
     }
 }
+

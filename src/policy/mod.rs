@@ -13,6 +13,7 @@
 //! rule removed is ever journaled or shown.
 
 pub mod cel;
+pub mod handoff;
 pub mod identity;
 pub mod limits;
 pub mod rate;
@@ -165,6 +166,7 @@ pub struct Policy {
     pub rates: Vec<rate::RateRule>,
     pub redactions: Vec<redaction::RedactionRule>,
     pub visibility: Vec<visibility::VisibilityRule>,
+    pub handoff: handoff::HandoffPolicy,
     /// One shared hidden-set per policy class, built on first use.
     classes: dashmap::DashMap<visibility::ClassKey, Arc<visibility::Hidden>>,
 }
@@ -176,6 +178,24 @@ impl Policy {
     /// problems read as configuration errors (`<config>: policy.path: …`),
     /// as the operator fixes them starting from that key.
     pub fn from_config(config: &Config) -> Result<Policy, Vec<String>> {
+        let mut policy = Self::from_file_of(config)?;
+        policy.handoff = handoff::HandoffPolicy::from_config(config).map_err(|errors| {
+            errors
+                .into_iter()
+                .map(|(key, message)| {
+                    ConfigError {
+                        file: config.origin(),
+                        key,
+                        message,
+                    }
+                    .to_string()
+                })
+                .collect::<Vec<_>>()
+        })?;
+        Ok(policy)
+    }
+
+    fn from_file_of(config: &Config) -> Result<Policy, Vec<String>> {
         match &config.policy.path {
             Some(p) => Self::load(p).map_err(|errors| {
                 errors

@@ -15,6 +15,7 @@
 
 use super::authorship::{Authors, RunAgent};
 use super::event::{Event, EventType};
+use super::handoff::ActiveAgent;
 use super::lineage::{Checkpoint, RunTable};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
@@ -58,6 +59,9 @@ pub struct Fold {
     /// messages exactly (no client-only message of the abandoned branch
     /// stays, as the stock reducer's merge would keep).
     restating: bool,
+    /// Who speaks on the thread and who the turn began with: where its
+    /// next plain run goes ([`super::handoff`]).
+    agents: ActiveAgent,
 }
 
 /// An upper estimate of the state's serialized size (exact after a reload
@@ -101,6 +105,11 @@ impl Fold {
     /// The shared state.
     pub fn state(&self) -> &Value {
         &self.state
+    }
+
+    /// Who speaks on the thread now, and who its turn began with.
+    pub fn agents(&self) -> &ActiveAgent {
+        &self.agents
     }
 
     /// Interrupts raised by the last run and not answered yet.
@@ -186,6 +195,9 @@ impl Fold {
             self.restate(event);
         } else {
             self.fold_in(event);
+        }
+        if matches!(kind, EventType::RunStarted | EventType::Custom) {
+            self.agents.observe(event);
         }
         let origin = match (&self.run, in_run) {
             (Some(run), true) => run.agent.clone(),
@@ -653,6 +665,7 @@ impl Fold {
         );
         m.insert("state".into(), self.state.clone());
         m.insert("interrupts".into(), Value::Array(self.interrupts.clone()));
+        m.insert("activeAgent".into(), self.agents.active.clone().into());
         m
     }
 
@@ -662,6 +675,7 @@ impl Fold {
         let mut m = self.to_json();
         m.insert("authors".into(), self.authors.to_json());
         m.insert("runs".into(), self.runs.to_json());
+        m.insert("agents".into(), self.agents.to_json());
         if self.restating {
             m.insert("restating".into(), true.into());
         }
@@ -677,6 +691,10 @@ impl Fold {
             authors: v.get("authors").map(Authors::from_json).unwrap_or_default(),
             runs: v.get("runs").map(RunTable::from_json).unwrap_or_default(),
             restating: v.get("restating") == Some(&Value::Bool(true)),
+            agents: v
+                .get("agents")
+                .map(ActiveAgent::from_json)
+                .unwrap_or_default(),
             seq: v.get("seq").and_then(Value::as_u64).unwrap_or(0),
             messages: v
                 .get("messages")

@@ -17,6 +17,7 @@ pub mod chunks;
 pub mod event;
 pub mod export;
 pub mod fold;
+pub mod handoff;
 pub mod hooks;
 pub mod input;
 pub mod interrupts;

@@ -9,11 +9,12 @@
 //! WebSocket sends in an `ack` frame and HTTP as its JSON answer.
 
 use super::access::{AccessError, thread_for};
+use super::handoff::Handoffs;
+use super::run_request::run_request;
 use super::error::{ApiError, ErrorCode};
 use super::state::AppState;
 use crate::auth::{Permission, Principal};
 use crate::config::Strategy;
-use crate::policy::Prepared;
 use crate::protocol::hooks::{RunInput, ViewerVisibility};
 use crate::thread::Thread;
 use crate::thread::branch::BaseRequest;
@@ -152,6 +153,13 @@ pub async fn run(
             .await
             .map_err(AccessError::into_api)?;
     }
+    let handoffs = Handoffs::new(state.agents(), state.policy(), who, &thread_id, &input);
+    if need == Permission::Resume
+        && let Some(answer) = approval(&handoffs, &thread, &run_id, &input).await?
+    {
+        return launch(state, who, &thread, answer, strategy, requester).await;
+    }
+    let plan = handoffs.plan_for(&agent, None);
     let mut request = run_request(
         agent,
         run_id,
@@ -161,7 +169,29 @@ pub async fn run(
         traceparent.as_deref(),
     );
     request.base = base;
+    request.handoff = plan;
     launch(state, who, &thread, request, strategy, requester).await
+}
+
+/// The run answering a transfer's approval, when the thread's pending
+/// interrupts hold one (see [`super::handoff::answer_approval`]); it
+/// takes the client's runId.
+async fn approval(
+    handoffs: &Handoffs,
+    thread: &Thread,
+    run_id: &str,
+    input: &RunInput,
+) -> Result<Option<RunRequest>, ApiError> {
+    thread.refresh().await;
+    let pending = thread.pending_interrupts();
+    let Some(mut run) = super::handoff::answer_approval(handoffs, &pending, input)? else {
+        return Ok(None);
+    };
+    run.run_id = run_id.to_owned();
+    if let Some(incoming) = &mut run.handoff.incoming {
+        incoming.record["toRunId"] = run_id.into();
+    }
+    Ok(Some(run))
 }
 
 /// Answers a thread's pending interrupts with a run, sent to the agent that
@@ -202,7 +232,13 @@ pub async fn resume(
     state
         .check_shared_rate(crate::policy::rate::Action::Run, who, &agent.id, &thread_id)
         .await?;
-    let request = run_request(agent, run_id, input, prepared, (who, &thread_id), None);
+    let handoffs = Handoffs::new(state.agents(), state.policy(), who, &thread_id, &input);
+    if let Some(answer) = approval(&handoffs, &thread, &run_id, &input).await? {
+        return launch(state, who, &thread, answer, strategy, requester).await;
+    }
+    let plan = handoffs.plan_for(&agent, None);
+    let mut request = run_request(agent, run_id, input, prepared, (who, &thread_id), None);
+    request.handoff = plan;
     launch(state, who, &thread, request, strategy, requester).await
 }
 
@@ -214,50 +250,6 @@ fn answers_interrupts(input: &RunInput) -> bool {
             .as_ref()
             .and_then(Value::as_array)
             .is_some_and(|r| !r.is_empty()),
-    }
-}
-
-/// The thread's request for a run the policy prepared, in a `run` span (a
-/// child of the request's); who follows it is attached by [`launch`].
-///
-/// The upstream `traceparent` continues the client's (`traceparent`, HTTP)
-/// or starts a trace; with OpenTelemetry export on it is the exported spans'
-/// trace instead (the request span continued the client's), and the
-/// upstream request's own span replaces it with its context.
-fn run_request(
-    agent: Arc<Agent>,
-    run_id: String,
-    input: RunInput,
-    mut prepared: Prepared,
-    (who, thread_id): (&Principal, &str),
-    traceparent: Option<&str>,
-) -> RunRequest {
-    let tenant = &who.tenant;
-    let span = tracing::info_span!(
-        "run",
-        tenant = %tenant,
-        thread = %thread_id,
-        run = %run_id,
-        agent = %agent.id,
-    );
-    let trace = crate::upstream::trace::of_span(&span)
-        .unwrap_or_else(|| crate::upstream::trace::child_of(traceparent));
-    tracing::info!(run = %run_id, agent = %agent.id, trace_id = %&trace[3..35], "run traced upstream");
-    if let Ok(value) = reqwest::header::HeaderValue::from_str(&trace) {
-        prepared.upstream_headers.insert("traceparent", value);
-    }
-    RunRequest {
-        agent,
-        run_id,
-        input,
-        starter: None,
-        requester_connection: None,
-        starter_visibility: None,
-        filter: prepared.filter,
-        upstream_headers: prepared.upstream_headers,
-        span,
-        base: BaseRequest::Head,
-        started_by: Some(who.subject.clone()),
     }
 }
 

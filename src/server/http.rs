@@ -139,12 +139,20 @@ fn run_response(state: Arc<AppState>, enc: &'static dyn Encoder, rx: OutboxRecei
     let counted = metrics.connection("http");
     let stream = async_stream(move |tx| {
         let _counted = counted;
+        // Set when the run hands the thread over: the response goes on with
+        // the next agent's run after this one's RUN_FINISHED.
+        let mut continues = false;
         pump(rx, tx, enc, keepalive, move |item, chunk| match item {
+            Outgoing::Continues => {
+                continues = true;
+                Next::More
+            }
             Outgoing::Event(e) => {
                 events_out.inc();
                 chunk.extend_from_slice(&enc.entry(&e));
                 match e.event.kind() {
                     EventType::RunError => Next::End,
+                    EventType::RunFinished if std::mem::take(&mut continues) => Next::More,
                     // A late RUN_ERROR may follow (AG-UI 1.1, `events/
                     // lifecycle`: "A producer MAY emit RUN_ERROR after
                     // RUN_FINISHED"); the run journals it in the same batch,

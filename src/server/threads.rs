@@ -256,6 +256,7 @@ pub async fn join(
                     }
                 }
                 Outgoing::Close(..) => return Next::End,
+                Outgoing::Continues => {}
             }
             Next::More
         })

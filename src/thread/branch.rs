@@ -133,6 +133,7 @@ pub(super) fn resolve(
     };
     match request {
         BaseRequest::Head => Ok(linear(plain)),
+        BaseRequest::Handoff => Ok(linear(RunKind::Handoff)),
         BaseRequest::Run(id) if Some(id) == head.as_ref() => Ok(linear(plain)),
         BaseRequest::Run(id) => {
             let run = known_run(inner, id)?;

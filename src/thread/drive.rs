@@ -10,10 +10,11 @@
 //! lease or a failed write ends the run with the right terminal event.
 
 use super::fanout::{Live, Outbox, Outgoing};
-use super::request::RunRequest;
+use super::request::{Ended, Incoming, RunRequest, Then};
 use super::run_input::{PreparedInput, restore_thread_id};
 use super::{Entry, Thread};
 use crate::protocol::event::run_error;
+use crate::protocol::handoff::{HANDOFF_EVENT, SignalWatch, is_gateway_event};
 use crate::protocol::hooks::{EventFilter, SeenBy};
 use crate::protocol::interrupts::InterruptNormalizer;
 use crate::protocol::open::OpenEntities;
@@ -78,13 +79,122 @@ pub(super) fn fence_of(lease: &Lease) -> Option<Arc<str>> {
     (!lease.token.is_empty()).then(|| lease.token.clone())
 }
 
+/// A run's task: the run, then each run a handoff chains after it in the
+/// same slot ([`super::handoff`]), each in its own span.
 pub(super) async fn drive(
     thread: Arc<Thread>,
     req: RunRequest,
     input: PreparedInput,
     cancel: CancellationToken,
     lease: Lease,
+    current: Arc<std::sync::Mutex<String>>,
 ) {
+    let mut leg = Some((req, input));
+    let mut last = String::new();
+    while let Some((req, input)) = leg.take() {
+        last = req.run_id.clone();
+        if let Ok(mut current) = current.lock() {
+            current.clone_from(&last);
+        }
+        let span = req.span.clone();
+        let Some(next) =
+            tracing::Instrument::instrument(drive_leg(&thread, req, input, &cancel, &lease), span)
+                .await
+        else {
+            break;
+        };
+        let run_id = next.run_id.clone();
+        match thread.next_leg(&next) {
+            Ok(input) => leg = Some((*next, input)),
+            Err(refused) => {
+                tracing::warn!(thread = %thread.key.thread_id, run = %run_id, "handoff run refused at its start: {refused}");
+                last = run_id;
+            }
+        }
+    }
+    // Usually a no-op: the slot went with the terminal event's publication
+    // ([`Thread::terminal_published`]); not when the run ended unjournaled
+    // or a handoff it was passed to did not start.
+    thread.run_ended(&last);
+    thread.maybe_compact().await;
+}
+
+/// The journal's opening of a run: `RUN_STARTED` with the normalized input
+/// (the agent's own, when it sent one, goes to the requester), then the
+/// edited history, if the client changed a known message, and, for a run
+/// that takes the thread over, the handoff's record.
+struct Opening {
+    thread_id: String,
+    run_id: String,
+    journal_input: Value,
+    stamp: crate::protocol::lineage::Stamp,
+    restated: Vec<Event>,
+    incoming: Option<Incoming>,
+}
+
+impl Opening {
+    fn events(&self, agent_start: Option<&Event>, result: &str) -> Staged {
+        let start = match agent_start {
+            Some(e) => e.modify(|b| {
+                b.insert("input".into(), self.journal_input.clone());
+            }),
+            None => Event::build(
+                json!({"type": "RUN_STARTED", "threadId": self.thread_id, "runId": self.run_id,
+                    "protocolVersion": PROTOCOL_VERSION, "input": self.journal_input}),
+            ),
+        };
+        // The journal names the run's agent (every reader of the journal
+        // judges the run's events by that agent's visibility rules) and its
+        // place in the run tree.
+        let start = self.stamp.apply(&start);
+        // A requester whose run handed over did not send this input: it gets
+        // the journal's (it carries the transfer call's result).
+        let for_requester = match agent_start {
+            Some(_) if self.incoming.is_some() => ForRequester::Same,
+            Some(e) => ForRequester::Instead(e.clone()),
+            None => ForRequester::Nothing,
+        };
+        let mut staged: Staged = vec![(start, for_requester)];
+        staged.extend(
+            self.restated
+                .iter()
+                .map(|e| (e.clone(), ForRequester::Nothing)),
+        );
+        if let Some(incoming) = &self.incoming {
+            let mut value = incoming.record.clone();
+            value["result"] = result.into();
+            let record = Event::build(json!({"type": "CUSTOM", "name": HANDOFF_EVENT, "value": value}));
+            staged.push((record, ForRequester::Same));
+        }
+        staged
+    }
+
+    /// The agent taking the thread over never started (`why`): the transfer
+    /// call's result in the journaled input says so, so the next turn's
+    /// agent reads a failure, not a transfer that never happened.
+    fn handoff_failed(&mut self, why: &str) {
+        let Some(incoming) = &self.incoming else { return };
+        let Some(call) = &incoming.tool_call_id else { return };
+        let to = incoming.record["toAgent"].as_str().unwrap_or_default();
+        if let Some(Value::Array(messages)) = self.journal_input.get_mut("messages") {
+            for m in messages.iter_mut() {
+                if m.get("toolCallId").and_then(Value::as_str) == Some(call) {
+                    m["content"] = format!("The transfer to '{to}' failed: {why}").into();
+                }
+            }
+        }
+    }
+}
+
+/// One run of a run's task; returns the run a handoff starts next, whose
+/// slot this run has already passed on ([`Thread::hand_over`]).
+async fn drive_leg(
+    thread: &Arc<Thread>,
+    req: RunRequest,
+    input: PreparedInput,
+    cancel: &CancellationToken,
+    lease: &Lease,
+) -> Option<Box<RunRequest>> {
     let RunRequest {
         agent,
         run_id,
@@ -92,6 +202,8 @@ pub(super) async fn drive(
         mut filter,
         starter_visibility,
         upstream_headers,
+        handoff,
+        requester_connection,
         ..
     } = req;
     let thread_id = thread.key.thread_id.clone();
@@ -102,31 +214,18 @@ pub(super) async fn drive(
         restated,
         upstream_thread,
     } = input;
-    // The journal's opening of the run: RUN_STARTED with the normalized
-    // input (the agent's own, when it sent one, goes to the requester), then
-    // the edited history, if the client changed a known message.
-    let opening = |agent_start: Option<&Event>| -> Staged {
-        let start = match agent_start {
-            Some(e) => e.modify(|b| {
-                b.insert("input".into(), journal_input.clone());
-            }),
-            None => Event::build(
-                json!({"type": "RUN_STARTED", "threadId": thread_id, "runId": run_id,
-                    "protocolVersion": PROTOCOL_VERSION, "input": journal_input}),
-            ),
-        };
-        // The journal names the run's agent (every reader of the journal
-        // judges the run's events by that agent's visibility rules) and its
-        // place in the run tree.
-        let start = stamp.apply(&start);
-        let for_requester = match agent_start {
-            Some(e) => ForRequester::Instead(e.clone()),
-            None => ForRequester::Nothing,
-        };
-        let mut staged: Staged = vec![(start, for_requester)];
-        staged.extend(restated.iter().map(|e| (e.clone(), ForRequester::Nothing)));
-        staged
+    let mut opening = Opening {
+        thread_id: thread_id.clone(),
+        run_id: run_id.clone(),
+        journal_input,
+        stamp: stamp.clone(),
+        restated,
+        incoming: handoff.incoming,
     };
+    let hook = handoff.hook;
+    let mut signals = SignalWatch::default();
+    let mut next: Option<Box<RunRequest>> = None;
+    let requester_rules = starter_visibility.clone();
     let metrics = crate::metrics::metrics();
     let agent_label = crate::metrics::AgentLabel {
         agent: agent.id.clone(),
@@ -143,7 +242,7 @@ pub(super) async fn drive(
         outbox: starter.clone(),
         seen: SeenBy::new(starter_visibility),
         run_id: run_id.clone(),
-        fence: fence_of(&lease),
+        fence: fence_of(lease),
         store_failed: false,
     };
     let mut open = OpenEntities::default();
@@ -194,13 +293,14 @@ pub(super) async fn drive(
                 // with it)? Checking reloads the thread if so; a store that
                 // does not answer (the usual reason) is not waited for long.
                 let _ = tokio::time::timeout(LOSS_CHECK, thread.read_back()).await;
+                next = None;
                 let why = if thread.lost_its_journal(&run_id) {
                     StoreError::JournalLost
                 } else {
                     StoreError::Fenced
                 };
                 tracing::warn!(thread = %thread_id, run = %run_id, "run lease lost: stopping the run ({why})");
-                feed.journal_failed(&thread, &why);
+                feed.journal_failed(thread, &why);
                 break;
             }
             Step::StarterGone => {
@@ -212,7 +312,8 @@ pub(super) async fn drive(
                 }
             }
             Step::Stored(stored, originals) => {
-                if !feed.deliver(&thread, stored, originals) {
+                if !feed.deliver(thread, stored, originals) {
+                    next = None;
                     break;
                 }
             }
@@ -220,10 +321,13 @@ pub(super) async fn drive(
                 drop(stream.take()); // drops the upstream request now
                 // What is in flight goes first, in order.
                 while let Some((stored, originals)) = inflight.next().await {
-                    if !feed.deliver(&thread, stored, originals) {
+                    if !feed.deliver(thread, stored, originals) {
                         break 'run;
                     }
                 }
+                // Cancelled (or cut short) before a handoff's run began:
+                // nothing follows.
+                next = None;
                 let mut closing = Vec::new();
                 if matches!(step, Step::Ended) {
                     // RunStream always ends with a terminal event; this is a bug guard.
@@ -234,7 +338,7 @@ pub(super) async fn drive(
                 } else {
                     if !started {
                         // Through the operator rules like any journaled input.
-                        let (opened, _) = apply_filter(&mut filter, opening(None));
+                        let (opened, _) = apply_filter(&mut filter, opening.events(None, "cancelled"));
                         closing.extend(opened.into_iter().map(|(e, _)| e));
                     }
                     closing.extend(open.closing());
@@ -242,7 +346,7 @@ pub(super) async fn drive(
                     outcome = "cancelled";
                     tracing::info!(thread = %thread_id, run = %run_id, "run cancelled");
                 }
-                feed.journal(&thread, closing, Vec::new()).await;
+                feed.journal(thread, closing, Vec::new()).await;
                 break;
             }
             Step::Events(batch) => {
@@ -265,16 +369,32 @@ pub(super) async fn drive(
                         Some(alias) => restore_thread_id(event, alias, &thread_id),
                         None => event,
                     };
+                    // The gateway's namespace is the gateway's: an agent's
+                    // handoff request is taken as one, never journaled.
+                    if is_gateway_event(&event) {
+                        if hook.is_some() {
+                            signals.observe(&event, |_| None);
+                        }
+                        continue;
+                    }
                     if !started {
                         started = true;
                         if *event.kind() == EventType::RunStarted {
-                            staged.extend(opening(Some(&event)));
+                            staged.extend(opening.events(Some(&event), "accepted"));
                             continue;
                         }
                         // Journal the user's input even when the agent failed before starting.
-                        let mut synthetic = opening(None);
-                        for (_, requester) in &mut synthetic {
-                            *requester = ForRequester::Nothing;
+                        let failed = *event.kind() == EventType::RunError;
+                        if failed {
+                            opening.handoff_failed(event.str_field("message").unwrap_or("it did not answer"));
+                        }
+                        let mut synthetic =
+                            opening.events(None, if failed { "failed" } else { "accepted" });
+                        for (e, requester) in &mut synthetic {
+                            // (the handoff's record still goes to the requester)
+                            if *e.kind() != EventType::Custom {
+                                *requester = ForRequester::Nothing;
+                            }
                         }
                         staged.extend(synthetic);
                     }
@@ -290,8 +410,56 @@ pub(super) async fn drive(
                     staged.push((journaled, ForRequester::Same));
                 }
                 // 2. Operator rules, last, over exactly what would be journaled.
-                let (staged, failed) = apply_filter(&mut filter, staged);
+                let (mut staged, failed) = apply_filter(&mut filter, staged);
                 let terminal = failed || staged.iter().any(|(e, _)| e.kind().is_terminal());
+                // 3. A handoff the run asked for: decided before its end is
+                //    journaled, so the slot passes on with it.
+                if let Some(hook) = &hook {
+                    for (e, _) in &staged {
+                        signals.observe(e, |name| hook.target(name));
+                    }
+                    if terminal && ends_well(&staged) && !signals.signals().is_empty() {
+                        let ended = Ended {
+                            thread_id: &thread_id,
+                            run_id: &run_id,
+                            agent: &agent.id,
+                            signals: signals.signals(),
+                            chain: thread.handoff_chain(&run_id),
+                        };
+                        let decision = hook.decide(&ended);
+                        let at = staged.len() - 1;
+                        for note in decision.notes.into_iter().rev() {
+                            staged.insert(at, (note, ForRequester::Same));
+                        }
+                        match decision.then {
+                            Then::Start {
+                                mut run,
+                                keep_requester,
+                            } => {
+                                if thread.hand_over(&run_id, &run.run_id) {
+                                    if keep_requester && let Some(outbox) = &feed.outbox {
+                                        outbox.push_replay(Outgoing::Continues);
+                                        run.starter = starter.clone();
+                                        run.starter_visibility = requester_rules.clone();
+                                    }
+                                    run.requester_connection = requester_connection.clone();
+                                    next = Some(run);
+                                }
+                            }
+                            Then::Ask(interrupt) => {
+                                let (end, requester) = &mut staged[at];
+                                *end = end.modify(|b| {
+                                    b.insert(
+                                        "outcome".into(),
+                                        json!({"type": "interrupt", "interrupts": [interrupt]}),
+                                    );
+                                });
+                                *requester = ForRequester::Same;
+                            }
+                            Then::End => {}
+                        }
+                    }
+                }
                 let mut events = Vec::with_capacity(staged.len());
                 let mut originals = Vec::with_capacity(staged.len());
                 for (event, original) in staged {
@@ -310,7 +478,8 @@ pub(super) async fn drive(
                             .push_back(async move { (thread.settle(pending).await, originals) });
                     }
                     Err(e) => {
-                        feed.journal_failed(&thread, &e);
+                        feed.journal_failed(thread, &e);
+                        next = None;
                         break;
                     }
                 }
@@ -336,12 +505,35 @@ pub(super) async fn drive(
         .get_or_create(&agent_label)
         .observe(began.elapsed().as_secs_f64());
     if feed.store_failed && thread.shared() {
-        close_after_outage(&thread, &run_id, &lease).await;
+        close_after_outage(thread, &run_id, lease).await;
     }
-    // Usually a no-op: the slot went with the terminal event's publication
-    // ([`Thread::terminal_published`]); not when the run ended unjournaled.
-    thread.run_ended(&run_id);
-    thread.maybe_compact().await;
+    match next {
+        // Its end was journaled: the handoff's run goes next.
+        Some(next) if thread.run_is_slotted(&next.run_id) => Some(next),
+        // Passed on, but this run did not end as decided: give the slot back.
+        Some(next) => {
+            thread.run_ended(&next.run_id);
+            None
+        }
+        None => {
+            thread.run_ended(&run_id);
+            None
+        }
+    }
+}
+
+/// Whether a run's last staged events end it well (`RUN_FINISHED`, not
+/// interrupted, no `RUN_ERROR`): only such a run hands over.
+fn ends_well(staged: &Staged) -> bool {
+    let Some((last, _)) = staged.last() else {
+        return false;
+    };
+    *last.kind() == EventType::RunFinished
+        && !staged.iter().any(|(e, _)| *e.kind() == EventType::RunError)
+        && matches!(
+            last.get("outcome").and_then(|o| o.get("type")).and_then(Value::as_str),
+            None | Some("success")
+        )
 }
 
 /// The metrics class of a run's terminal event.

@@ -34,6 +34,10 @@ pub enum Outgoing {
     Message(Bytes),
     /// Close the connection with this code and reason.
     Close(u16, String),
+    /// The run this stream follows hands the thread over to another run
+    /// (a handoff): its terminal event does not end the stream, the next
+    /// run's events follow.
+    Continues,
 }
 
 impl Outgoing {
@@ -41,7 +45,7 @@ impl Outgoing {
         match self {
             Outgoing::Event(e) => e.cost(),
             Outgoing::Message(m) => m.len(),
-            Outgoing::Close(..) => 0,
+            Outgoing::Close(..) | Outgoing::Continues => 0,
         }
     }
 }

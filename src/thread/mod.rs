@@ -32,6 +32,7 @@
 pub mod branch;
 mod compaction;
 mod drive;
+pub mod handoff;
 pub mod entry;
 pub mod fanout;
 mod journal;

@@ -6,6 +6,8 @@
 //! `run_input`, `drive`, `run`), so none of them reaches back up.
 
 use super::fanout::Outbox;
+use crate::protocol::Event;
+use crate::protocol::handoff::{HistoryFilter, Signal};
 use crate::protocol::hooks::{EventFilter, RunInput, ViewerVisibility};
 use crate::upstream::Agent;
 use serde_json::Value;
@@ -35,6 +37,80 @@ pub struct RunRequest {
     pub base: BaseRequest,
     /// Who asked for it (the principal's subject), journaled with the run.
     pub started_by: Option<String>,
+    /// Its transfer tools and what follows a handoff ([`super::handoff`]).
+    pub handoff: HandoffPlan,
+}
+
+/// Decides what follows a run that asked for a handoff.
+pub trait HandoffHook: Send + Sync {
+    /// The agent a tool named `tool_name` transfers to, if it is a transfer
+    /// tool of this run (a client's own tool of that name is not).
+    fn target(&self, tool_name: &str) -> Option<String>;
+
+    /// What follows `ended`.
+    fn decide(&self, ended: &Ended<'_>) -> Decision;
+}
+
+/// A run that ended (successfully) asking for a handoff.
+pub struct Ended<'a> {
+    pub thread_id: &'a str,
+    pub run_id: &'a str,
+    pub agent: &'a str,
+    /// Every request the run made, first first (the first one wins).
+    pub signals: &'a [Signal],
+    /// Handoffs in a row that led to this run in the current turn.
+    pub chain: usize,
+}
+
+/// What follows a run that asked for a handoff.
+pub struct Decision {
+    /// Journaled in the ending run, before its terminal event (why a
+    /// handoff was refused).
+    pub notes: Vec<Event>,
+    pub then: Then,
+}
+
+pub enum Then {
+    /// Start this run next, in the same slot. `keep_requester`: the HTTP
+    /// requester's response goes on with it (else it ends with this run).
+    Start {
+        run: Box<RunRequest>,
+        keep_requester: bool,
+    },
+    /// Ask a person first: the run ends with this interrupt pending.
+    Ask(Value),
+    /// Nothing follows: the transfer call stays pending.
+    End,
+}
+
+/// What a run that takes a thread over is given besides its input.
+#[derive(Debug, Clone)]
+pub struct Incoming {
+    /// The `CUSTOM agui-gateway/handoff` value journaled after its
+    /// `RUN_STARTED` (without `result`, which is added once the agent
+    /// answered or failed).
+    pub record: Value,
+    /// The transfer call whose tool result (in the input) says the
+    /// transfer happened; rewritten as a failure if the agent never starts.
+    pub tool_call_id: Option<String>,
+    pub history: HistoryFilter,
+    /// Whether the thread's state is sent (else `{}`).
+    pub carry_state: bool,
+}
+
+/// A run request's handoff parts.
+#[derive(Default)]
+pub struct HandoffPlan {
+    /// Tools offered to the agent besides the client's (its transfer tools):
+    /// in the upstream body only, never in the journal.
+    pub tools: Vec<Value>,
+    /// Decides what follows a handoff request; `None`: requests are ignored.
+    pub hook: Option<std::sync::Arc<dyn HandoffHook>>,
+    /// Set when this run takes the thread over from another.
+    pub incoming: Option<Incoming>,
+    /// The run's `resume` answers the gateway's own interrupt (a transfer's
+    /// approval): journaled, never sent to an agent that did not raise it.
+    pub withhold_resume: bool,
 }
 
 /// How a request was taken.
@@ -90,6 +166,8 @@ pub enum BaseRequest {
     Regenerate(Option<String>),
     /// This user message (same id) with new content.
     Edit { message_id: String, message: Value },
+    /// The head, taken over from the run that just ended there by a handoff.
+    Handoff,
     /// A complete input from a client that does not name a base: a strict
     /// prefix of the head's history ending in a user message is a
     /// regenerate, a known user message with new content an edit, anything

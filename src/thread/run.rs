@@ -14,7 +14,7 @@ use super::branch::admit;
 use super::drive::{drive, fence_of};
 use super::fanout::Outgoing;
 use super::recent::Recent;
-use super::run_input::build_input;
+use super::run_input::{PreparedInput, build_input};
 use super::{Entry, Inner, Thread};
 use crate::protocol::event::run_error;
 use crate::protocol::fold::RunStatus;
@@ -647,20 +647,79 @@ impl Thread {
         tracing::info!(tenant = %self.key.tenant, thread = %self.key.thread_id, run = %req.run_id, agent = %req.agent.id, "run started");
         let run_id = req.run_id.clone();
         let span = req.span.clone();
+        // The run the task is driving (a handoff chains others after it).
+        let current = Arc::new(std::sync::Mutex::new(run_id.clone()));
         let run = tokio::spawn(tracing::Instrument::instrument(
-            drive(self.clone(), req, prepared, cancel, lease),
+            drive(self.clone(), req, prepared, cancel, lease, current.clone()),
             span,
         ));
-        tokio::spawn(self.clone().supervise(run_id, run));
+        tokio::spawn(self.clone().supervise(run_id, current, run));
+    }
+
+    /// Passes the slot of `from`, the run active here, to `to`, the run a
+    /// handoff starts next. `from`'s terminal event then leaves the slot
+    /// taken ([`Thread::terminal_published`] releases only the active
+    /// run's), so nothing starts in between and a cancel naming `to` stops
+    /// it. `false` when `from` no longer holds the slot, or `to` is a runId
+    /// the thread already used.
+    pub(super) fn hand_over(&self, from: &str, to: &str) -> bool {
+        let mut inner = self.lock();
+        if inner.runs.used_ids.contains(to) {
+            return false;
+        }
+        let Some(active) = inner.runs.active.as_mut().filter(|a| a.run_id == from) else {
+            return false;
+        };
+        active.run_id = to.to_owned();
+        inner.runs.used_ids.insert(to.to_owned(), ());
+        if inner.runs.resume_claimed.as_deref() == Some(from) {
+            inner.runs.resume_claimed = None;
+        }
+        true
+    }
+
+    /// Whether `run_id` holds this thread's slot.
+    pub(super) fn run_is_slotted(&self, run_id: &str) -> bool {
+        self.lock()
+            .runs
+            .active
+            .as_ref()
+            .is_some_and(|a| a.run_id == run_id)
+    }
+
+    /// What the run a handoff starts is sent and journaled, resolved on the
+    /// thread as it stands (the run it follows just ended at the head), in
+    /// the slot [`Thread::hand_over`] passed it. A refusal (a thread cap)
+    /// leaves the slot to the caller to give back.
+    pub(super) fn next_leg(&self, req: &RunRequest) -> Result<PreparedInput, RunRefused> {
+        let mut inner = self.lock();
+        let base = admit(req, &inner, &self.settings)?;
+        let prepared = build_input(&self.key.thread_id, &inner, req, &base);
+        inner.meta.agent = Some(req.agent.id.clone());
+        if let Some(active) = inner.runs.active.as_mut() {
+            active.cancel_when_unwatched =
+                req.agent.on_disconnect == crate::config::OnDisconnect::Cancel;
+        }
+        tracing::info!(tenant = %self.key.tenant, thread = %self.key.thread_id, run = %req.run_id, agent = %req.agent.id, "handoff run started");
+        Ok(prepared)
     }
 
     /// Ends a run whose task panicked: without this the thread would stay
     /// "running" (its slot taken) until the process restarts.
-    async fn supervise(self: Arc<Self>, run_id: String, run: tokio::task::JoinHandle<()>) {
+    async fn supervise(
+        self: Arc<Self>,
+        run_id: String,
+        current: Arc<std::sync::Mutex<String>>,
+        run: tokio::task::JoinHandle<()>,
+    ) {
         let Err(e) = run.await else { return };
         if !e.is_panic() {
             return;
         }
+        // A handoff may have passed the slot on to another run.
+        let run_id = current
+            .lock()
+            .map_or(run_id, |current| current.clone());
         tracing::error!(tenant = %self.key.tenant, thread = %self.key.thread_id, run = %run_id, "run task panicked; closing the run with RUN_ERROR internal");
         if self.run_is_open(&run_id) {
             let event = run_error("internal", "the gateway failed while running this run");

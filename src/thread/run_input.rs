@@ -81,7 +81,71 @@ pub(super) fn build_input(
         }
         prepared.upstream_thread = Some(alias);
     }
+    if let Some(body) = upstream_adjusted(&prepared.body, inner, req) {
+        prepared.body = body;
+    }
     prepared
+}
+
+/// The upstream body with what the gateway adds or withholds, when there
+/// is any: the run's transfer tools join the client's (in the body only:
+/// the journal and clients never see them); a run taking the thread over
+/// gets the history and state its source's handoff settings give it (the
+/// journal keeps everything); and a client's complete history loses the
+/// `encryptedValue`s another agent's runs produced (AG-UI 1.1: only the
+/// producer may be fed one), as the history the gateway builds does.
+fn upstream_adjusted(body: &Bytes, inner: &Inner, req: &RunRequest) -> Option<Bytes> {
+    let plan = &req.handoff;
+    let foreign_secrets = matches!(req.input, RunInput::Complete(_))
+        && body.windows(14).any(|w| w == b"encryptedValue");
+    if plan.tools.is_empty() && plan.incoming.is_none() && !foreign_secrets && !plan.withhold_resume
+    {
+        return None;
+    }
+    let mut value: Value = serde_json::from_slice(body).ok()?;
+    let obj = value.as_object_mut()?;
+    if !plan.tools.is_empty() {
+        let tools = obj
+            .entry("tools")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if let Value::Array(tools) = tools {
+            let name = |t: &Value| t.get("name").and_then(Value::as_str).map(str::to_owned);
+            let offered: Vec<String> = tools.iter().filter_map(name).collect();
+            // A client's own tool of the same name stays the client's.
+            tools.extend(
+                plan.tools
+                    .iter()
+                    .filter(|t| name(t).is_some_and(|n| !offered.contains(&n)))
+                    .cloned(),
+            );
+        }
+    }
+    if foreign_secrets && let Some(Value::Array(messages)) = obj.get_mut("messages") {
+        let authors = inner.fold.authors();
+        for m in messages.iter_mut() {
+            let id = message_id(m);
+            if matches!(authors.of_message(id), RunAgent::Agent(a) if **a != *req.agent.id) {
+                *m = without_encrypted_values(m.take());
+            }
+        }
+    }
+    if plan.withhold_resume {
+        obj.remove("resume");
+    }
+    if let Some(incoming) = &plan.incoming {
+        if let Some(Value::Array(messages)) = obj.remove("messages") {
+            obj.insert(
+                "messages".into(),
+                Value::Array(incoming.history.apply(messages)),
+            );
+        }
+        if !incoming.carry_state {
+            obj.insert("state".into(), json!({}));
+        }
+    }
+    Some(Bytes::from(
+        serde_json::to_vec(&value).expect("input serializes"),
+    ))
 }
 
 /// The run that began the branch a run is on (itself, when it forks); `None`

@@ -37,9 +37,11 @@ pub(super) async fn write_loop(
                 None => break 'connection,
                 Some(Outgoing::Event(e)) => {
                     events_out.inc();
-                    Message::Text(event_frame(&e))
+                    Some(Message::Text(event_frame(&e)))
                 }
-                Some(Outgoing::Message(m)) => Message::Text(text(m)),
+                Some(Outgoing::Message(m)) => Some(Message::Text(text(m))),
+                // Only an HTTP run response is told of a handoff.
+                Some(Outgoing::Continues) => None,
                 Some(Outgoing::Close(code, reason)) => {
                     let _ = sink
                         .send(Message::Close(Some(CloseFrame {
@@ -50,7 +52,9 @@ pub(super) async fn write_loop(
                     break 'connection;
                 }
             };
-            if sink.feed(message).await.is_err() {
+            if let Some(message) = message
+                && sink.feed(message).await.is_err()
+            {
                 break 'connection;
             }
             batched += 1;
