@@ -8,10 +8,44 @@
 //! the caller's right to run the target (a handoff never escalates), and a
 //! per-turn chain limit (two agents handing a thread back and forth).
 
-use crate::config::Config;
+use super::Policy;
+use super::kind::{Kind, Rule, RuleStore};
+use crate::config::{Config, ConfigError};
 use crate::protocol::handoff::HistoryFilter;
 use serde::Deserialize;
 use std::collections::HashMap;
+
+/// The kind: its settings come from the agents' tables, not the rule file.
+pub const KIND: Kind = Kind {
+    from_config: Some(|config, store| {
+        let policy = HandoffPolicy::from_config(config).map_err(|errors| {
+            errors
+                .into_iter()
+                .map(|(key, message)| ConfigError {
+                    file: config.origin(),
+                    key,
+                    message,
+                })
+                .collect::<Vec<_>>()
+        })?;
+        store.push(policy);
+        Ok(())
+    }),
+    ..Kind::new("handoff", compile)
+};
+
+fn compile(_: Rule, _: &mut RuleStore) -> Result<(), String> {
+    Err("handoff settings live in each agent's own table: [[agents]] … handoff = { targets = [...] } (docs/configuration.md, \"Handoff\")".into())
+}
+
+/// The handoff settings of `policy` (none: no agent hands off).
+pub fn of(policy: &Policy) -> &HandoffPolicy {
+    static NONE: std::sync::OnceLock<HandoffPolicy> = std::sync::OnceLock::new();
+    policy
+        .rules::<HandoffPolicy>()
+        .first()
+        .unwrap_or_else(|| NONE.get_or_init(HandoffPolicy::default))
+}
 
 /// One agent's handoff settings, as written.
 #[derive(Debug, Deserialize)]

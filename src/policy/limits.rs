@@ -12,21 +12,38 @@
 //! allowed. Event side: event size and events per run (`RUN_ERROR
 //! policy_violation`).
 
-use super::{Policy, RuleFile, Scope};
+use super::kind::{Kind, Rule, RuleStore};
+use super::{Policy, Scope};
 use crate::auth::Principal;
 use crate::protocol::Event;
 use crate::protocol::event::run_error;
 use crate::protocol::hooks::EventFilter;
 use base64::Engine;
 use ipnet::{Ipv4Net, Ipv6Net};
+use serde::Deserialize;
 use serde_json::Value;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
-/// A compiled limits rule.
-#[derive(Debug, Default)]
+/// The `limits` kind.
+pub const KIND: Kind = Kind::new("limits", compile);
+
+fn compile(mut rule: Rule, store: &mut RuleStore) -> Result<(), String> {
+    let mut limits: LimitRule = rule.fields()?;
+    limits.scope = rule.scope_with_when();
+    limits.name = rule.name;
+    store.push(limits);
+    Ok(())
+}
+
+/// A compiled limits rule: its keys are the rule's own (every limit is
+/// optional), read as they are.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LimitRule {
+    #[serde(skip)]
     pub name: String,
+    #[serde(skip)]
     scope: Scope,
     max_request_bytes: Option<usize>,
     max_run_seconds: Option<u64>,
@@ -39,27 +56,6 @@ pub struct LimitRule {
     url_schemes: Option<Vec<String>>,
     url_hosts: Option<Vec<String>>,
     allow_file_sources: Option<bool>,
-}
-
-impl LimitRule {
-    /// Builds a rule from its file form.
-    pub fn new(file: &RuleFile, scope: Scope) -> Result<LimitRule, String> {
-        Ok(LimitRule {
-            name: file.name.clone(),
-            scope,
-            max_request_bytes: file.max_request_bytes,
-            max_run_seconds: file.max_run_seconds,
-            max_messages: file.max_messages,
-            max_tools: file.max_tools,
-            max_event_bytes: file.max_event_bytes,
-            max_events_per_run: file.max_events_per_run,
-            mime_types: file.mime_types.clone(),
-            max_inline_bytes: file.max_inline_bytes,
-            url_schemes: file.url_schemes.clone(),
-            url_hosts: file.url_hosts.clone(),
-            allow_file_sources: file.allow_file_sources,
-        })
-    }
 }
 
 /// A refused request: `too_large` when a size was exceeded, else `forbidden`.
@@ -85,7 +81,7 @@ pub fn check_size(
     bytes: usize,
 ) -> Result<(), Refusal> {
     for rule in policy
-        .limits
+        .rules::<LimitRule>()
         .iter()
         .filter(|r| r.scope.applies_on(who, agent, thread))
     {
@@ -110,7 +106,7 @@ pub fn check_request(
     tools: &[Value],
 ) -> Result<(), Refusal> {
     for rule in policy
-        .limits
+        .rules::<LimitRule>()
         .iter()
         .filter(|r| r.scope.applies_on(who, agent, thread))
     {
@@ -498,7 +494,7 @@ impl EventLimits {
             seen: 0,
         };
         for r in policy
-            .limits
+            .rules::<LimitRule>()
             .iter()
             .filter(|r| r.scope.applies_on(who, agent, thread))
         {
@@ -514,7 +510,7 @@ impl EventLimits {
             }
         }
         for r in policy
-            .limits
+            .rules::<LimitRule>()
             .iter()
             .filter(|r| r.scope.applies_on(who, agent, thread))
         {

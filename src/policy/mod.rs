@@ -2,19 +2,31 @@
 //! forwarded.
 //!
 //! A policy is an ordered list of named rules. Each rule has a kind (one file
-//! per kind: [`tools`], [`limits`]), a scope (agent, role, tenant and user
-//! globs; all default to `*`) and an optional CEL condition ([`cel`]) compiled
-//! at load. Deny beats allow; a set of tool allow-rules makes an allow-list;
-//! a condition that errors denies (fail closed) and is logged. The verified
+//! per kind: [`tools`], [`limits`], [`rate`], [`redaction`], [`visibility`]),
+//! a scope (agent, role, tenant and user globs; all default to `*`) and an
+//! optional CEL condition ([`cel`]) compiled at load. Deny beats allow; a set
+//! of tool allow-rules makes an allow-list; a condition that errors denies
+//! (fail closed) and is logged. The verified
 //! identity can be injected into `forwardedProps` ([`identity`]).
 //!
 //! Request-side checks run before a run is started; event-side rules run as
 //! the run's [`EventFilter`], so nothing a
 //! rule removed is ever journaled or shown.
+//!
+//! **Adding a kind.** This file knows only the keys every rule shares; each
+//! kind owns the rest. A new kind is a file here exporting a
+//! `pub const KIND: Kind` ([`kind::Kind`]: its name, a `compile` that
+//! deserializes its own `Fields` with `deny_unknown_fields`, validates them,
+//! decides where the rule's `when` goes and pushes the compiled rule into the
+//! [`kind::RuleStore`]; optionally a `from_config` hook for settings kept in
+//! the gateway config and a `carry_state` hook for live state kept across a
+//! reload), plus its line in [`KINDS`]. Its users read the compiled rules
+//! with [`Policy::rules`]; nothing else here changes.
 
 pub mod cel;
 pub mod handoff;
 pub mod identity;
+pub mod kind;
 pub mod limits;
 pub mod rate;
 pub mod redaction;
@@ -26,10 +38,21 @@ use crate::auth::access::glob_match;
 use crate::config::{Config, ConfigError};
 use crate::protocol::Event;
 use crate::protocol::hooks::{EventFilter, RunInput};
+use kind::{Kind, RuleStore};
 use serde::Deserialize;
 use serde_json::Value;
 use std::path::Path;
 use std::sync::Arc;
+
+/// Every rule kind: the values `kind` may take, and what compiles them.
+pub const KINDS: &[Kind] = &[
+    tools::KIND,
+    limits::KIND,
+    rate::KIND,
+    redaction::KIND,
+    visibility::KIND,
+    handoff::KIND,
+];
 
 /// `config/policy.toml`, compiled in: the policy of the embedded
 /// configuration (see [`Policy::from_config`]).
@@ -45,65 +68,30 @@ struct PolicyFile {
     rules: Vec<RuleFile>,
 }
 
-/// One rule as written: name, kind, scope, condition, and the fields of its
-/// kind (flat, so unknown keys are still reported).
+/// One rule as written: the keys every rule shares, and the rest for its
+/// kind ([`Kind::compile`] deserializes them with `deny_unknown_fields`;
+/// serde cannot combine that with `flatten` here, so unknown keys are
+/// reported per kind, with the rule's name and line).
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RuleFile {
-    pub name: String,
-    pub kind: Option<RuleKind>,
+struct RuleFile {
+    name: String,
+    kind: Option<String>,
     #[serde(default)]
-    pub agents: Vec<String>,
+    agents: Vec<String>,
     #[serde(default)]
-    pub roles: Vec<String>,
+    roles: Vec<String>,
     #[serde(default)]
-    pub tenants: Vec<String>,
+    tenants: Vec<String>,
     #[serde(default)]
-    pub users: Vec<String>,
-    pub when: Option<String>,
-    // tools
-    pub effect: Option<tools::Effect>,
-    #[serde(default)]
-    pub tools: Vec<String>,
-    pub on_violation: Option<tools::OnViolation>,
-    // limits
-    pub max_request_bytes: Option<usize>,
-    pub max_run_seconds: Option<u64>,
-    pub max_messages: Option<usize>,
-    pub max_tools: Option<usize>,
-    pub max_event_bytes: Option<usize>,
-    pub max_events_per_run: Option<usize>,
-    pub mime_types: Option<Vec<String>>,
-    pub max_inline_bytes: Option<usize>,
-    pub url_schemes: Option<Vec<String>>,
-    pub url_hosts: Option<Vec<String>>,
-    pub allow_file_sources: Option<bool>,
-    // redaction
-    pub pattern: Option<String>,
-    pub replacement: Option<String>,
-    pub max_match_bytes: Option<usize>,
-    pub applies_to: Option<Vec<redaction::Target>>,
-    // visibility
-    pub hide: Option<Vec<String>>,
-    // rate
-    pub action: Option<rate::Action>,
-    pub per: Option<rate::Per>,
-    pub limit: Option<u32>,
+    users: Vec<String>,
+    when: Option<String>,
+    #[serde(flatten)]
+    rest: serde_json::Map<String, Value>,
 }
 
-/// Rule kinds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RuleKind {
-    Tools,
-    Limits,
-    Rate,
-    Redaction,
-    Visibility,
-}
-
-/// Who and what a rule applies to (globs; empty = everyone), plus, for
-/// kinds other than `tools`, the rule's `when` condition.
+/// Who and what a rule applies to (globs; empty = everyone), plus the
+/// rule's `when` condition for kinds that put it here
+/// ([`kind::Rule::scope_with_when`]; `tools` keeps its own).
 #[derive(Debug, Clone, Default)]
 pub struct Scope {
     pub agents: Vec<String>,
@@ -161,43 +149,34 @@ impl Scope {
 #[derive(Debug, Default)]
 pub struct Policy {
     pub identity: identity::IdentityConfig,
-    pub tools: Vec<tools::ToolRule>,
-    pub limits: Vec<limits::LimitRule>,
-    pub rates: Vec<rate::RateRule>,
-    pub redactions: Vec<redaction::RedactionRule>,
-    pub visibility: Vec<visibility::VisibilityRule>,
-    pub handoff: handoff::HandoffPolicy,
+    /// Every kind's compiled rules ([`Policy::rules`]).
+    store: RuleStore,
     /// One shared hidden-set per policy class, built on first use.
     classes: dashmap::DashMap<visibility::ClassKey, Arc<visibility::Hidden>>,
 }
 
 impl Policy {
-    /// The policy `config` names: its file, the compiled-in
-    /// [`EMBEDDED_POLICY`] for the embedded configuration, or none. Loading
-    /// lives here, not in config, so config stays plain settings. A file's
-    /// problems read as configuration errors (`<config>: policy.path: …`),
-    /// as the operator fixes them starting from that key.
-    pub fn from_config(config: &Config) -> Result<Policy, Vec<String>> {
-        let mut policy = Self::from_file_of(config)?;
-        policy.handoff = handoff::HandoffPolicy::from_config(config).map_err(|errors| {
-            errors
-                .into_iter()
-                .map(|(key, message)| {
-                    ConfigError {
-                        file: config.origin(),
-                        key,
-                        message,
-                    }
-                    .to_string()
-                })
-                .collect::<Vec<_>>()
-        })?;
-        Ok(policy)
+    /// The compiled rules of one kind, in file order: `rules::<tools::ToolRule>()`.
+    pub fn rules<R: std::any::Any + Send + Sync + std::fmt::Debug>(&self) -> &[R] {
+        self.store.get::<R>()
     }
 
-    fn from_file_of(config: &Config) -> Result<Policy, Vec<String>> {
-        match &config.policy.path {
-            Some(p) => Self::load(p).map_err(|errors| {
+    /// The policy `config` names: its file, the compiled-in
+    /// [`EMBEDDED_POLICY`] for the embedded configuration, or none, then
+    /// each kind's settings kept in the config itself
+    /// ([`Kind::from_config`]). Loading lives here, not in config, so config
+    /// stays plain settings. A file's problems read as configuration errors
+    /// (`<config>: policy.path: …`), as the operator fixes them starting
+    /// from that key; every problem, of the file and of the config, is
+    /// reported at once.
+    pub fn from_config(config: &Config) -> Result<Policy, Vec<String>> {
+        Self::from_config_with(config, KINDS)
+    }
+
+    /// [`Policy::from_config`] with the kinds `kinds`.
+    fn from_config_with(config: &Config, kinds: &[Kind]) -> Result<Policy, Vec<String>> {
+        let file = match &config.policy.path {
+            Some(p) => Self::load_with(p, kinds).map_err(|errors| {
                 errors
                     .into_iter()
                     .map(|message| {
@@ -211,15 +190,33 @@ impl Policy {
                     .collect()
             }),
             None if config.embedded => {
-                Self::parse(EMBEDDED_POLICY, "<embedded config/policy.toml>")
+                Self::parse_with(EMBEDDED_POLICY, "<embedded config/policy.toml>", kinds)
             }
             None => Ok(Default::default()),
+        };
+        let (mut policy, mut errors) = match file {
+            Ok(p) => (p, Vec::new()),
+            Err(e) => (Policy::default(), e),
+        };
+        for hook in kinds.iter().filter_map(|k| k.from_config) {
+            if let Err(e) = hook(config, &mut policy.store) {
+                errors.extend(e.iter().map(ToString::to_string));
+            }
+        }
+        if errors.is_empty() {
+            Ok(policy)
+        } else {
+            Err(errors)
         }
     }
 
     /// Reads and compiles `path` (TOML, or YAML for `.yaml`/`.yml`).
     /// Errors name `file:line` and the rule.
     pub fn load(path: &Path) -> Result<Policy, Vec<String>> {
+        Self::load_with(path, KINDS)
+    }
+
+    fn load_with(path: &Path, kinds: &[Kind]) -> Result<Policy, Vec<String>> {
         let origin = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|e| vec![format!("{origin}: {e}")])?;
         if matches!(
@@ -231,13 +228,17 @@ impl Policy {
                 .build()
                 .and_then(|c| c.try_deserialize())
                 .map_err(|e| vec![format!("{origin}: {e}")])?;
-            return Self::compile(file, &text, &origin);
+            return Self::compile(file, &text, &origin, kinds);
         }
-        Self::parse(&text, &origin)
+        Self::parse_with(&text, &origin, kinds)
     }
 
     /// Compiles policy text; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Policy, Vec<String>> {
+        Self::parse_with(text, origin, KINDS)
+    }
+
+    fn parse_with(text: &str, origin: &str, kinds: &[Kind]) -> Result<Policy, Vec<String>> {
         let file: PolicyFile = toml::from_str(text).map_err(|e| {
             let line = e
                 .span()
@@ -245,14 +246,24 @@ impl Policy {
                 .unwrap_or(0);
             vec![format!("{origin}:{line}: {}", e.message())]
         })?;
-        Self::compile(file, text, origin)
+        Self::compile(file, text, origin, kinds)
     }
 
-    fn compile(file: PolicyFile, text: &str, origin: &str) -> Result<Policy, Vec<String>> {
+    fn compile(
+        file: PolicyFile,
+        text: &str,
+        origin: &str,
+        kinds: &[Kind],
+    ) -> Result<Policy, Vec<String>> {
+        // The line of `name = "…"` (TOML) or `- name: …` (YAML, quoted or not).
         let line_of = |name: &str| {
             text.lines()
                 .position(|l| {
-                    l.contains(&format!("\"{name}\"")) && l.trim_start().starts_with("name")
+                    let l = l.trim_start();
+                    (l.contains(&format!("\"{name}\"")) && l.starts_with("name"))
+                        || l.trim_start_matches("- ")
+                            .strip_prefix("name:")
+                            .is_some_and(|v| v.trim().trim_matches(['"', '\'']) == name)
                 })
                 .map(|i| i + 1)
                 .unwrap_or(0)
@@ -281,39 +292,35 @@ impl Policy {
                     continue;
                 }
             };
-            let mut scope = Scope {
-                agents: rule.agents.clone(),
-                roles: rule.roles.clone(),
-                tenants: rule.tenants.clone(),
-                users: rule.users.clone(),
-                when: None,
+            let kind = match rule.kind.as_deref() {
+                Some(name) => match kinds.iter().find(|k| k.name == name) {
+                    Some(k) => k,
+                    None => {
+                        errors.push(format!(
+                            "{at}: unknown `kind` '{name}' ({})",
+                            kind::names(kinds)
+                        ));
+                        continue;
+                    }
+                },
+                None => {
+                    errors.push(format!("{at}: missing `kind` ({})", kind::names(kinds)));
+                    continue;
+                }
             };
-            let when = if rule.kind == Some(RuleKind::Tools) {
-                when
-            } else {
-                scope.when = when.map(Arc::new);
-                None
+            let compiled = kind::Rule {
+                name: rule.name,
+                scope: Scope {
+                    agents: rule.agents,
+                    roles: rule.roles,
+                    tenants: rule.tenants,
+                    users: rule.users,
+                    when: None,
+                },
+                when,
+                fields: rule.rest,
             };
-            let result = match rule.kind {
-                Some(RuleKind::Tools) => {
-                    tools::ToolRule::new(&rule, scope, when).map(|r| policy.tools.push(r))
-                }
-                Some(RuleKind::Limits) => {
-                    limits::LimitRule::new(&rule, scope).map(|r| policy.limits.push(r))
-                }
-
-                Some(RuleKind::Rate) => {
-                    rate::RateRule::new(&rule, scope).map(|r| policy.rates.push(r))
-                }
-                Some(RuleKind::Redaction) => {
-                    redaction::RedactionRule::new(&rule, scope).map(|r| policy.redactions.push(r))
-                }
-                Some(RuleKind::Visibility) => {
-                    visibility::VisibilityRule::new(&rule, scope).map(|r| policy.visibility.push(r))
-                }
-                None => Err("missing `kind` (tools, limits, rate, redaction or visibility)".into()),
-            };
-            if let Err(e) = result {
+            if let Err(e) = (kind.compile)(compiled, &mut policy.store) {
                 errors.push(format!("{at}: {e}"));
             }
         }
@@ -406,11 +413,13 @@ impl visibility::PolicySource for PolicySlot {
 
 impl Policy {
     /// Takes over the live state of `old`, the policy this one replaces on
-    /// reload: rate budgets and open-connection counts (see
-    /// [`rate::carry_state`]). Without it a reload, or just touching the
-    /// policy file, would reset every user's quota.
+    /// reload, each kind its own ([`Kind::carry_state`]; rate budgets and
+    /// open-connection counts: [`rate::carry_state`]). Without it a reload,
+    /// or just touching the policy file, would reset every user's quota.
     pub fn carry_state_from(&mut self, old: &Policy) {
-        rate::carry_state(&mut self.rates, &old.rates);
+        for carry in KINDS.iter().filter_map(|k| k.carry_state) {
+            carry(&mut self.store, &old.store);
+        }
     }
 
     /// What `who` may see on `thread` of the events of runs of `origin`
@@ -421,7 +430,7 @@ impl Policy {
         origin: &crate::protocol::authorship::RunAgent,
         thread: &str,
     ) -> Option<Arc<visibility::Hidden>> {
-        let class = visibility::class_of(&self.visibility, who, origin, thread);
+        let class = visibility::class_of(self.rules(), who, origin, thread);
         if class.is_empty() {
             return None;
         }
@@ -433,7 +442,7 @@ impl Policy {
             .entry(class.clone())
             .or_insert_with(|| {
                 let rules: Vec<&visibility::VisibilityRule> = self
-                    .visibility
+                    .rules()
                     .iter()
                     .enumerate()
                     .filter(|(i, _)| class.contains(*i))
@@ -463,7 +472,7 @@ impl Policy {
             tracing::info!(user = %who.subject, tenant = %who.tenant, agent, thread, "policy refused a run: {rule}");
             r
         };
-        rate::check(&self.rates, rate::Action::Run, who, agent, thread)
+        rate::check(self.rules(), rate::Action::Run, who, agent, thread)
             .map_err(|l| refused(Refused::Rate(l)))?;
         let size = match &*input {
             RunInput::Incremental {
@@ -515,14 +524,18 @@ impl Policy {
         if let Some(s) = identity::JournalScrub::new(&self.identity) {
             chain.push(Box::new(s));
         }
-        if self.tools.iter().any(|r| r.applies(who, agent)) {
+        if self
+            .rules::<tools::ToolRule>()
+            .iter()
+            .any(|r| r.applies(who, agent))
+        {
             chain.push(Box::new(decider.guard()));
         }
         if let Some(l) = limits::EventLimits::new(self, who, agent, thread) {
             chain.push(Box::new(l));
         }
         // Last, so it also sees what the other filters emit (their notices).
-        if let Some(r) = redaction::Redactor::new(&self.redactions, who, agent, thread) {
+        if let Some(r) = redaction::Redactor::new(self.rules(), who, agent, thread) {
             // (logs name the rule, the user and the thread, never the content)
             chain.push(Box::new(r));
         }
@@ -589,9 +602,36 @@ mod tests {
     fn yaml_policies_load_too() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("p.yaml");
-        std::fs::write(&p, "rules:\n  - name: no-deletes\n    kind: tools\n    effect: deny\n    tools: [\"delete_*\"]\n").unwrap();
+        std::fs::write(
+            &p,
+            "rules:\n  - name: no-deletes\n    kind: tools\n    effect: deny\n    tools: [\"delete_*\"]\n\
+             \x20 - name: few\n    kind: rate\n    action: run\n    limit: 2\n\
+             \x20 - name: small\n    kind: limits\n    max_messages: 1\n    allow_file_sources: false\n",
+        )
+        .unwrap();
         let policy = Policy::load(&p).unwrap();
-        assert_eq!(policy.tools[0].name, "no-deletes");
+        assert_eq!(policy.rules::<tools::ToolRule>()[0].name, "no-deletes");
+        // The kinds' own keys arrive through the same flattened map as TOML's.
+        let who = Principal::for_test("u", &[]);
+        let rates = policy.rules::<rate::RateRule>();
+        assert!(rate::check(rates, rate::Action::Run, &who, "a", "t").is_ok());
+        assert!(rate::check(rates, rate::Action::Run, &who, "a", "t").is_ok());
+        assert!(rate::check(rates, rate::Action::Run, &who, "a", "t").is_err());
+        let two = vec![serde_json::json!({}), serde_json::json!({})];
+        assert!(limits::check_request(&policy, &who, "a", "t", &two, &[]).is_err());
+        std::fs::write(
+            &p,
+            "rules:\n  - name: a\n    kind: rate\n    action: run\n    limit: 2\n    hide: [RAW]\n",
+        )
+        .unwrap();
+        let errs = Policy::load(&p).unwrap_err();
+        assert!(
+            errs[0].starts_with(&format!(
+                "{}:2 (rule 'a'): unknown field `hide`",
+                p.display()
+            )),
+            "{errs:?}"
+        );
     }
 
     #[test]
@@ -612,5 +652,177 @@ mod tests {
         )
         .unwrap_err();
         assert!(errs[0].contains("bogus"), "{errs:?}");
+    }
+
+    #[test]
+    fn each_kind_owns_its_keys() {
+        // A key of no kind, and a key of another kind, are refused with the
+        // rule's name and line; every rule's problems are reported at once.
+        let text = "[[rules]]\nname = \"a\"\nkind = \"tools\"\neffect = \"deny\"\ntools = [\"x\"]\nbogus = 1\n\
+                    [[rules]]\nname = \"b\"\nkind = \"tools\"\neffect = \"deny\"\ntools = [\"x\"]\nhide = [\"RAW\"]\n\
+                    [[rules]]\nname = \"c\"\nkind = \"rate\"\naction = \"run\"\nlimit = \"many\"\n";
+        let errs = Policy::parse(text, "p.toml").unwrap_err();
+        assert_eq!(errs.len(), 3, "{errs:?}");
+        assert!(
+            errs[0].starts_with(
+                "p.toml:2 (rule 'a'): unknown field `bogus`, expected one of `effect`, `tools`"
+            ),
+            "{errs:?}"
+        );
+        assert!(
+            errs[1].starts_with("p.toml:8 (rule 'b'): unknown field `hide`"),
+            "{errs:?}"
+        );
+        // A value of the wrong type names its key.
+        assert!(
+            errs[2].starts_with("p.toml:14 (rule 'c'): `limit`: invalid type: string \"many\""),
+            "{errs:?}"
+        );
+        // Each kind still validates what it needs.
+        let errs = Policy::parse("[[rules]]\nname = \"a\"\nkind = \"visibility\"\n", "p.toml")
+            .unwrap_err();
+        assert_eq!(
+            errs,
+            ["p.toml:2 (rule 'a'): visibility rules need `hide` (event type globs)"]
+        );
+    }
+
+    #[test]
+    fn kind_values_come_from_the_registration_table() {
+        let errs = Policy::parse(
+            "[[rules]]\nname = \"a\"\nkind = \"handof\"\n[[rules]]\nname = \"b\"\n",
+            "p.toml",
+        )
+        .unwrap_err();
+        assert_eq!(
+            errs,
+            [
+                "p.toml:2 (rule 'a'): unknown `kind` 'handof' (tools, limits, rate, redaction or visibility)",
+                "p.toml:5 (rule 'b'): missing `kind` (tools, limits, rate, redaction or visibility)",
+            ]
+        );
+        // Every registered name is accepted as a `kind`.
+        for k in KINDS {
+            let errs = Policy::parse(
+                &format!(
+                    "[[rules]]\nname = \"a\"\nkind = \"{}\"\nbogus = 1\n",
+                    k.name
+                ),
+                "p.toml",
+            )
+            .unwrap_err();
+            assert!(errs[0].contains("unknown field `bogus`"), "{errs:?}");
+        }
+    }
+
+    /// A kind that exists only here: its rules come from the policy file
+    /// (`label`) and from the gateway config (one per agent, from its
+    /// description), which refuses an agent without one.
+    mod probe {
+        use super::super::kind::{Kind, Rule, RuleStore};
+        use crate::config::{Config, ConfigError};
+
+        #[derive(Debug, PartialEq)]
+        pub struct Probe(pub String);
+
+        pub const KIND: Kind = Kind {
+            from_config: Some(from_config),
+            ..Kind::new("probe", compile)
+        };
+
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Fields {
+            label: String,
+        }
+
+        fn compile(rule: Rule, store: &mut RuleStore) -> Result<(), String> {
+            let f: Fields = rule.fields()?;
+            store.push(Probe(format!("{}={}", rule.name, f.label)));
+            Ok(())
+        }
+
+        fn from_config(config: &Config, store: &mut RuleStore) -> Result<(), Vec<ConfigError>> {
+            let mut errors = Vec::new();
+            for (i, agent) in config.agents.iter().enumerate() {
+                if agent.description.is_empty() {
+                    errors.push(ConfigError {
+                        file: config.origin(),
+                        key: format!("agents[{i}].description"),
+                        message: "a probe needs one".into(),
+                    });
+                } else {
+                    store.push(Probe(format!("{}:{}", agent.id, agent.description)));
+                }
+            }
+            if errors.is_empty() {
+                Ok(())
+            } else {
+                Err(errors)
+            }
+        }
+    }
+
+    #[test]
+    fn a_kind_reads_its_settings_from_the_gateway_config() {
+        let kinds = [tools::KIND, probe::KIND];
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("p.toml"),
+            "[[rules]]\nname = \"r\"\nkind = \"probe\"\nlabel = \"x\"\n",
+        )
+        .unwrap();
+        let cfg = dir.path().join("g.toml");
+        let write = |agents: &str| {
+            std::fs::write(
+                &cfg,
+                format!(
+                    "[auth]\nhs_secret = \"0123456789abcdef0123456789abcdef\"\n[policy]\npath = \"p.toml\"\n{agents}"
+                ),
+            )
+            .unwrap();
+            Config::load(&cfg).unwrap()
+        };
+        let agent = |id: &str, description: &str| {
+            format!(
+                "[[agents]]\nid = \"{id}\"\nurl = \"http://example.com/\"\ndescription = \"{description}\"\n"
+            )
+        };
+        // The file's rules first, then what the hook found in the config.
+        let config = write(&(agent("a", "alpha") + &agent("b", "beta")));
+        let policy = Policy::from_config_with(&config, &kinds).unwrap();
+        assert_eq!(
+            policy.rules::<probe::Probe>(),
+            [
+                probe::Probe("r=x".into()),
+                probe::Probe("a:alpha".into()),
+                probe::Probe("b:beta".into())
+            ]
+        );
+        // Its errors read as configuration errors, beside the file's own.
+        let config = write(&(agent("a", "alpha") + &agent("b", "")));
+        std::fs::write(
+            dir.path().join("p.toml"),
+            "[[rules]]\nname = \"r\"\nkind = \"probe\"\n",
+        )
+        .unwrap();
+        let errs = Policy::from_config_with(&config, &kinds).unwrap_err();
+        assert_eq!(
+            errs,
+            [
+                format!(
+                    "{}: policy.path: {}:2 (rule 'r'): missing field `label`",
+                    cfg.display(),
+                    dir.path().join("p.toml").display()
+                ),
+                format!(
+                    "{}: agents[1].description: a probe needs one",
+                    cfg.display()
+                ),
+            ]
+        );
+        // The gateway's own kinds are the ones `from_config` uses.
+        let errs = Policy::from_config(&config).unwrap_err();
+        assert!(errs[0].contains("unknown `kind` 'probe'"), "{errs:?}");
     }
 }

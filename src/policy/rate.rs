@@ -15,7 +15,8 @@
 //! replaces, so editing (or merely touching) the policy file never resets a
 //! budget or forgets an open connection.
 
-use super::{RuleFile, Scope};
+use super::Scope;
+use super::kind::{Kind, Rule, RuleStore};
 use crate::auth::Principal;
 use crate::store::counters::SharedCounters;
 use dashmap::DashMap;
@@ -44,6 +45,48 @@ pub enum Per {
     #[default]
     User,
     Tenant,
+}
+
+/// The `rate` kind. Its counters outlive a reload ([`carry_state`]).
+pub const KIND: Kind = Kind {
+    carry_state: Some(|new, old| carry_state(new.get_mut(), old.get())),
+    ..Kind::new("rate", compile)
+};
+
+/// A rate rule's own keys.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Fields {
+    action: Option<Action>,
+    per: Option<Per>,
+    limit: Option<u32>,
+}
+
+fn compile(mut rule: Rule, store: &mut RuleStore) -> Result<(), String> {
+    let fields: Fields = rule.fields()?;
+    let action = fields
+        .action
+        .ok_or("rate rules need `action` (run, meta or connection)")?;
+    let limit = fields
+        .limit
+        .filter(|l| *l > 0)
+        .ok_or("rate rules need `limit` > 0")?;
+    let limiter = match (action, NonZeroU32::new(limit)) {
+        (Action::Connection, _) | (_, None) => None,
+        (_, Some(n)) => Some(Arc::new(RateLimiter::keyed(Quota::per_minute(n)))),
+    };
+    store.push(RateRule {
+        scope: rule.scope_with_when(),
+        name: rule.name,
+        action,
+        per: fields.per.unwrap_or_default(),
+        limit,
+        limiter,
+        open: Arc::new(DashMap::new()),
+        next_forget: (FORGET_EVERY.as_millis() as u64).into(),
+        built: std::time::Instant::now(),
+    });
+    Ok(())
 }
 
 /// A compiled rate rule.
@@ -88,32 +131,6 @@ pub struct Limited {
 }
 
 impl RateRule {
-    /// Builds a rule from its file form.
-    pub fn new(file: &RuleFile, scope: Scope) -> Result<RateRule, String> {
-        let action = file
-            .action
-            .ok_or("rate rules need `action` (run, meta or connection)")?;
-        let limit = file
-            .limit
-            .filter(|l| *l > 0)
-            .ok_or("rate rules need `limit` > 0")?;
-        let limiter = match (action, NonZeroU32::new(limit)) {
-            (Action::Connection, _) | (_, None) => None,
-            (_, Some(n)) => Some(Arc::new(RateLimiter::keyed(Quota::per_minute(n)))),
-        };
-        Ok(RateRule {
-            name: file.name.clone(),
-            scope,
-            action,
-            per: file.per.unwrap_or_default(),
-            limit,
-            limiter,
-            open: Arc::new(DashMap::new()),
-            next_forget: (FORGET_EVERY.as_millis() as u64).into(),
-            built: std::time::Instant::now(),
-        })
-    }
-
     /// Forgets, at most once per [`FORGET_EVERY`], the keys whose budget is
     /// full again (indistinguishable from a key never seen), so the limiter
     /// holds only users who spent recently, not every user ever seen.
@@ -341,19 +358,25 @@ mod tests {
             "t",
         )
         .unwrap();
-        assert!(check(&p.rates, Action::Run, &who("a"), "x", "t").is_ok());
-        assert!(check(&p.rates, Action::Run, &who("a"), "x", "t").is_ok());
-        let l = check(&p.rates, Action::Run, &who("a"), "x", "t").unwrap_err();
+        assert!(check(p.rules::<RateRule>(), Action::Run, &who("a"), "x", "t").is_ok());
+        assert!(check(p.rules::<RateRule>(), Action::Run, &who("a"), "x", "t").is_ok());
+        let l = check(p.rules::<RateRule>(), Action::Run, &who("a"), "x", "t").unwrap_err();
         assert_eq!(l.rule, "runs");
         assert!(l.retry_after >= Duration::from_secs(1));
         assert!(
-            check(&p.rates, Action::Run, &who("b"), "x", "t").is_ok(),
+            check(p.rules::<RateRule>(), Action::Run, &who("b"), "x", "t").is_ok(),
             "per user"
         );
-        let slot = connect(&p.rates, &who("a")).unwrap();
-        assert!(connect(&p.rates, &who("b")).is_err(), "per tenant");
+        let slot = connect(p.rules::<RateRule>(), &who("a")).unwrap();
+        assert!(
+            connect(p.rules::<RateRule>(), &who("b")).is_err(),
+            "per tenant"
+        );
         drop(slot);
-        assert!(connect(&p.rates, &who("b")).is_ok(), "released on drop");
+        assert!(
+            connect(p.rules::<RateRule>(), &who("b")).is_ok(),
+            "released on drop"
+        );
     }
 
     #[test]
@@ -365,29 +388,29 @@ mod tests {
             )
         };
         let old = Policy::parse(&text(1, "user"), "t").unwrap();
-        assert!(check(&old.rates, Action::Run, &who("a"), "x", "t").is_ok());
-        let slot = connect(&old.rates, &who("a")).unwrap();
+        assert!(check(old.rules::<RateRule>(), Action::Run, &who("a"), "x", "t").is_ok());
+        let slot = connect(old.rules::<RateRule>(), &who("a")).unwrap();
 
         // The same rules, reloaded: nothing resets.
         let mut same = Policy::parse(&text(1, "user"), "t").unwrap();
         same.carry_state_from(&old);
-        assert!(check(&same.rates, Action::Run, &who("a"), "x", "t").is_err());
-        assert!(connect(&same.rates, &who("a")).is_err());
-        assert!(check(&same.rates, Action::Run, &who("b"), "x", "t").is_ok());
+        assert!(check(same.rules::<RateRule>(), Action::Run, &who("a"), "x", "t").is_err());
+        assert!(connect(same.rules::<RateRule>(), &who("a")).is_err());
+        assert!(check(same.rules::<RateRule>(), Action::Run, &who("b"), "x", "t").is_ok());
 
         // A changed quota starts fresh; the connection is still counted.
         let mut more = Policy::parse(&text(2, "user"), "t").unwrap();
         more.carry_state_from(&same);
-        assert!(check(&more.rates, Action::Run, &who("a"), "x", "t").is_ok());
-        assert!(connect(&more.rates, &who("a")).is_err());
+        assert!(check(more.rules::<RateRule>(), Action::Run, &who("a"), "x", "t").is_ok());
+        assert!(connect(more.rules::<RateRule>(), &who("a")).is_err());
         // Closing the socket opened under the first policy frees the slot in the third.
         drop(slot);
-        let again = connect(&more.rates, &who("a")).unwrap();
+        let again = connect(more.rules::<RateRule>(), &who("a")).unwrap();
 
         // Counting other keys (per tenant now): a fresh count.
         let mut tenant = Policy::parse(&text(2, "tenant"), "t").unwrap();
         tenant.carry_state_from(&more);
-        assert!(connect(&tenant.rates, &who("a")).is_ok());
+        assert!(connect(tenant.rules::<RateRule>(), &who("a")).is_ok());
         drop(again);
     }
 
@@ -400,28 +423,47 @@ mod tests {
         )
         .unwrap();
         let slots: Vec<_> = (0..1000)
-            .map(|i| connect(&p.rates, &who(&format!("u{i}"))).unwrap())
+            .map(|i| connect(p.rules::<RateRule>(), &who(&format!("u{i}"))).unwrap())
             .collect();
-        assert_eq!(p.rates[1].keys_held(), 1000);
+        assert_eq!(p.rules::<RateRule>()[1].keys_held(), 1000);
         drop(slots);
-        assert_eq!(p.rates[1].keys_held(), 0, "closed connections leave no key");
+        assert_eq!(
+            p.rules::<RateRule>()[1].keys_held(),
+            0,
+            "closed connections leave no key"
+        );
         for i in 0..1000 {
-            check(&p.rates, Action::Run, &who(&format!("u{i}")), "x", "t").unwrap();
+            check(
+                p.rules::<RateRule>(),
+                Action::Run,
+                &who(&format!("u{i}")),
+                "x",
+                "t",
+            )
+            .unwrap();
         }
-        assert_eq!(p.rates[0].keys_held(), 1000);
+        assert_eq!(p.rules::<RateRule>()[0].keys_held(), 1000);
         // 60,000 a minute refills one run per millisecond: after a few, every
         // budget is full again and the next sweep forgets those users.
         std::thread::sleep(Duration::from_millis(5));
-        p.rates[0].forget_refilled();
-        assert_eq!(p.rates[0].keys_held(), 1000, "not yet: sweeps are periodic");
-        p.rates[0]
+        p.rules::<RateRule>()[0].forget_refilled();
+        assert_eq!(
+            p.rules::<RateRule>()[0].keys_held(),
+            1000,
+            "not yet: sweeps are periodic"
+        );
+        p.rules::<RateRule>()[0]
             .next_forget
             .store(0, std::sync::atomic::Ordering::Relaxed); // the period is over
-        p.rates[0].forget_refilled();
-        assert_eq!(p.rates[0].keys_held(), 0, "refilled budgets are forgotten");
+        p.rules::<RateRule>()[0].forget_refilled();
+        assert_eq!(
+            p.rules::<RateRule>()[0].keys_held(),
+            0,
+            "refilled budgets are forgotten"
+        );
         // And a forgotten user's budget is intact: a full minute's worth.
         for _ in 0..100 {
-            check(&p.rates, Action::Run, &who("u0"), "x", "t").unwrap();
+            check(p.rules::<RateRule>(), Action::Run, &who("u0"), "x", "t").unwrap();
         }
     }
 }

@@ -11,7 +11,8 @@
 //! or call's END. So a viewer may see text up to that many bytes later than
 //! the agent sent it, and never a secret.
 
-use super::{RuleFile, Scope};
+use super::Scope;
+use super::kind::{Kind, Rule, RuleStore};
 use crate::auth::Principal;
 use crate::protocol::hooks::EventFilter;
 use crate::protocol::{Event, EventType};
@@ -38,6 +39,37 @@ const ALL: [Target; 4] = [
     Target::State,
 ];
 
+/// The `redaction` kind.
+pub const KIND: Kind = Kind::new("redaction", compile);
+
+/// A redaction rule's own keys.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Fields {
+    pattern: Option<String>,
+    replacement: Option<String>,
+    max_match_bytes: Option<usize>,
+    applies_to: Option<Vec<Target>>,
+}
+
+fn compile(mut rule: Rule, store: &mut RuleStore) -> Result<(), String> {
+    let fields: Fields = rule.fields()?;
+    let pattern = fields
+        .pattern
+        .as_deref()
+        .ok_or("redaction rules need `pattern` (a regex)")?;
+    let pattern = Regex::new(pattern).map_err(|e| format!("`pattern` does not compile: {e}"))?;
+    store.push(RedactionRule {
+        scope: rule.scope_with_when(),
+        name: rule.name,
+        pattern,
+        replacement: fields.replacement.unwrap_or_else(|| "[redacted]".into()),
+        max_match_bytes: fields.max_match_bytes.unwrap_or(256).max(1),
+        targets: fields.applies_to.unwrap_or_else(|| ALL.to_vec()),
+    });
+    Ok(())
+}
+
 /// A compiled redaction rule.
 #[derive(Debug)]
 pub struct RedactionRule {
@@ -47,29 +79,6 @@ pub struct RedactionRule {
     replacement: String,
     max_match_bytes: usize,
     targets: Vec<Target>,
-}
-
-impl RedactionRule {
-    /// Builds a rule from its file form.
-    pub fn new(file: &RuleFile, scope: Scope) -> Result<RedactionRule, String> {
-        let pattern = file
-            .pattern
-            .as_deref()
-            .ok_or("redaction rules need `pattern` (a regex)")?;
-        let pattern =
-            Regex::new(pattern).map_err(|e| format!("`pattern` does not compile: {e}"))?;
-        Ok(RedactionRule {
-            name: file.name.clone(),
-            scope,
-            pattern,
-            replacement: file
-                .replacement
-                .clone()
-                .unwrap_or_else(|| "[redacted]".into()),
-            max_match_bytes: file.max_match_bytes.unwrap_or(256).max(1),
-            targets: file.applies_to.clone().unwrap_or_else(|| ALL.to_vec()),
-        })
-    }
 }
 
 /// The redaction filter for one run.
@@ -349,7 +358,7 @@ mod tests {
         )
         .unwrap();
         let who = Principal::for_test("u", &[]);
-        Redactor::new(&p.redactions, &who, "a", "th").unwrap()
+        Redactor::new(p.rules(), &who, "a", "th").unwrap()
     }
 
     fn text(r: &mut Redactor, deltas: &[&str]) -> String {
@@ -451,7 +460,7 @@ mod tests {
         )
         .unwrap();
         let who = Principal::for_test("u", &[]);
-        let mut r = Redactor::new(&p.redactions, &who, "a", "th").unwrap();
+        let mut r = Redactor::new(p.rules(), &who, "a", "th").unwrap();
         let input = json!({
             "threadId": "th", "runId": "r",
             "messages": [

@@ -10,7 +10,8 @@
 //! with `RUN_ERROR policy_violation`.
 
 use super::cel::{Condition, Facts};
-use super::{Policy, RuleFile, Scope};
+use super::kind::{Kind, Rule, RuleStore};
+use super::{Policy, Scope};
 use crate::auth::Principal;
 use crate::auth::access::glob_match;
 use crate::protocol::event::run_error;
@@ -40,6 +41,39 @@ pub enum OnViolation {
     Error,
 }
 
+/// The `tools` kind. Its rules keep their `when` (it sees the call's
+/// arguments, so it is evaluated per call, not as part of the scope).
+pub const KIND: Kind = Kind::new("tools", compile);
+
+/// A tools rule's own keys.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Fields {
+    effect: Option<Effect>,
+    #[serde(default)]
+    tools: Vec<String>,
+    on_violation: Option<OnViolation>,
+}
+
+fn compile(rule: Rule, store: &mut RuleStore) -> Result<(), String> {
+    let fields: Fields = rule.fields()?;
+    let effect = fields
+        .effect
+        .ok_or("tools rules need `effect` (allow or deny)")?;
+    if fields.tools.is_empty() {
+        return Err("tools rules need `tools` (name globs)".into());
+    }
+    store.push(ToolRule {
+        name: rule.name,
+        scope: rule.scope,
+        when: rule.when,
+        effect,
+        tools: fields.tools,
+        on_violation: fields.on_violation.unwrap_or_default(),
+    });
+    Ok(())
+}
+
 /// A compiled tool rule.
 #[derive(Debug)]
 pub struct ToolRule {
@@ -52,24 +86,6 @@ pub struct ToolRule {
 }
 
 impl ToolRule {
-    /// Builds a rule from its file form.
-    pub fn new(file: &RuleFile, scope: Scope, when: Option<Condition>) -> Result<ToolRule, String> {
-        let effect = file
-            .effect
-            .ok_or("tools rules need `effect` (allow or deny)")?;
-        if file.tools.is_empty() {
-            return Err("tools rules need `tools` (name globs)".into());
-        }
-        Ok(ToolRule {
-            name: file.name.clone(),
-            scope,
-            when,
-            effect,
-            tools: file.tools.clone(),
-            on_violation: file.on_violation.unwrap_or_default(),
-        })
-    }
-
     /// Whether the rule's scope covers `who` running `agent`.
     pub fn applies(&self, who: &Principal, agent: &str) -> bool {
         self.scope.applies(who, agent)
@@ -120,7 +136,7 @@ impl ToolDecider {
 
     fn rules(&self) -> impl Iterator<Item = &ToolRule> {
         self.policy
-            .tools
+            .rules::<ToolRule>()
             .iter()
             .filter(|r| r.scope.applies(&self.principal, &self.agent))
     }

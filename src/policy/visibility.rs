@@ -7,7 +7,8 @@
 //! class* (the set of visibility rules that apply to a viewer) and shared by
 //! every viewer in that class; the per-event check is a set lookup.
 
-use super::{Policy, RuleFile, Scope};
+use super::kind::{Kind, Rule, RuleStore};
+use super::{Policy, Scope};
 use crate::auth::Principal;
 use crate::auth::access::glob_match;
 use crate::protocol::authorship::RunAgent;
@@ -17,28 +18,36 @@ use serde_json::Value;
 use std::collections::HashSet;
 use std::sync::Arc;
 
+/// The `visibility` kind.
+pub const KIND: Kind = Kind::new("visibility", compile);
+
+/// A visibility rule's own keys.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Fields {
+    hide: Option<Vec<String>>,
+}
+
+fn compile(mut rule: Rule, store: &mut RuleStore) -> Result<(), String> {
+    let fields: Fields = rule.fields()?;
+    let hide = fields
+        .hide
+        .filter(|h| !h.is_empty())
+        .ok_or("visibility rules need `hide` (event type globs)")?;
+    store.push(VisibilityRule {
+        scope: rule.scope_with_when(),
+        name: rule.name,
+        hide,
+    });
+    Ok(())
+}
+
 /// A compiled visibility rule.
 #[derive(Debug)]
 pub struct VisibilityRule {
     pub name: String,
     pub(super) scope: Scope,
     hide: Vec<String>,
-}
-
-impl VisibilityRule {
-    /// Builds a rule from its file form.
-    pub fn new(file: &RuleFile, scope: Scope) -> Result<VisibilityRule, String> {
-        let hide = file
-            .hide
-            .clone()
-            .filter(|h| !h.is_empty())
-            .ok_or("visibility rules need `hide` (event type globs)")?;
-        Ok(VisibilityRule {
-            name: file.name.clone(),
-            scope,
-            hide,
-        })
-    }
 }
 
 /// What one policy class may not see.

@@ -385,7 +385,7 @@ pub async fn meta(
         .await
         .map_err(AccessError::into_api)?;
     crate::policy::rate::check(
-        &state.policy().rates,
+        state.policy().rules(),
         crate::policy::rate::Action::Meta,
         who,
         "",

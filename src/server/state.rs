@@ -115,7 +115,7 @@ impl AppState {
             return Ok(());
         };
         crate::policy::rate::check_shared(
-            &self.policy().rates,
+            self.policy().rules(),
             counters.as_ref(),
             action,
             who,

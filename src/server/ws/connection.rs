@@ -49,7 +49,7 @@ pub(super) async fn serve(
         Some(p) => p,
         None => match first_frame_auth(&state, &mut stream, cfg.auth_timeout).await {
             Ok(p) => match crate::policy::rate::connect_shared(
-                &state.policy().rates,
+                state.policy().rules(),
                 &p.0,
                 state.counters.as_ref(),
             )

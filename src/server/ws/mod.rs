@@ -84,7 +84,7 @@ pub async fn upgrade(
     // Connection limits, checked before the upgrade when the caller is known.
     let slot = match &principal {
         Some(p) => match crate::policy::rate::connect_shared(
-            &state.policy().rates,
+            state.policy().rules(),
             p,
             state.counters.as_ref(),
         )
