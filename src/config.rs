@@ -695,6 +695,10 @@ pub struct AgentConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<serde_json::Map<String, serde_json::Value>>")]
     pub handoff: Option<serde_json::Value>,
+    /// Where the agent declares its own AG-UI capabilities (a JSON
+    /// `AgentCapabilities`), merged into `GET /v1/agents/{id}/capabilities`.
+    #[serde(default)]
+    pub capabilities_url: Option<String>,
 }
 
 /// An agent's branching settings (docs/protocol.md, "Branches").

@@ -423,3 +423,64 @@ pub async fn meta(
     ack.insert("duplicate".into(), entry.is_none().into());
     Ok(ack)
 }
+
+/// The agent a run that names none goes to on `thread_id`: the thread's
+/// active agent when it is sticky (its `handoff.sticky`, on by default),
+/// else the agent the turn began with; a thread no agent ran on needs one
+/// named.
+pub async fn routed_agent(
+    state: &AppState,
+    who: &Principal,
+    thread_id: &str,
+) -> Result<Arc<Agent>, ApiError> {
+    let thread = thread_for(state, who, thread_id, Permission::Run, false)
+        .await
+        .map_err(AccessError::into_api)?;
+    thread.refresh().await;
+    let agents = thread.active_agent();
+    let policy = state.policy();
+    let handoff = crate::policy::handoff::of(&policy);
+    let id = match (agents.active, agents.entry) {
+        (Some(active), _) if handoff.of(&active).sticky => Some(active),
+        (_, Some(entry)) => Some(entry),
+        (active, None) => active.or(thread.meta().agent),
+    };
+    let id = id.ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::NotFound,
+            "no agent has run on this thread; name one in 'agent'",
+        )
+    })?;
+    runnable_agent(state, who, &id)
+}
+
+/// Switches the thread's active agent to `agent_id` for its next plain run
+/// (a person taking the conversation to another agent): the caller must be
+/// allowed to run on the thread and to run that agent. Journaled as
+/// `CUSTOM agui-gateway/active-agent`, so every viewer and node follows.
+pub async fn switch_agent(
+    state: &AppState,
+    who: &Principal,
+    thread_id: &str,
+    agent_id: &str,
+) -> Result<Map<String, Value>, ApiError> {
+    super::access_log::record_thread(thread_id, None);
+    let agent = runnable_agent(state, who, agent_id)?;
+    let thread = thread_for(state, who, thread_id, Permission::Run, false)
+        .await
+        .map_err(AccessError::into_api)?;
+    let entry = thread
+        .switch_agent(&agent.id, &who.subject)
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                ErrorCode::Unavailable,
+                format!("the switch could not be stored ({e}); nothing changed, retry"),
+            )
+        })?;
+    let mut ack = Map::new();
+    ack.insert("threadId".into(), thread_id.into());
+    ack.insert("agent".into(), agent.id.clone().into());
+    ack.insert("seq".into(), entry.seq.into());
+    Ok(ack)
+}

@@ -83,7 +83,25 @@ pub async fn run_agent(
         Ok(enc) => enc,
         Err(e) => return e.into_response(),
     };
-    match start_run(&state, &who, &agent_id, request).await {
+    match start_run(&state, &who, Some(&agent_id), request).await {
+        Ok(rx) => run_response(state, enc, rx),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `POST /v1/run`: a stock AG-UI run like [`run_agent`]'s, to the agent the
+/// thread routes a plain run to (its active agent after a handoff, see
+/// [`commands::routed_agent`]).
+pub async fn run_routed(
+    State(state): State<Arc<AppState>>,
+    Authenticated(who): Authenticated,
+    request: Request,
+) -> Response {
+    let enc = match encode::negotiate(request.headers()) {
+        Ok(enc) => enc,
+        Err(e) => return e.into_response(),
+    };
+    match start_run(&state, &who, None, request).await {
         Ok(rx) => run_response(state, enc, rx),
         Err(e) => e.into_response(),
     }
@@ -92,17 +110,24 @@ pub async fn run_agent(
 /// Checks the agent, then reads the body (an unknown or forbidden agent is
 /// refused unread) and starts (or queues) the run on its thread; the
 /// returned receiver gets this run's events, as the thread journals them.
+/// No agent: the thread's routed one, once the body named the thread.
 async fn start_run(
     state: &AppState,
     who: &Principal,
-    agent_id: &str,
+    agent_id: Option<&str>,
     request: Request,
 ) -> Result<OutboxReceiver, ApiError> {
-    let agent = commands::runnable_agent(state, who, agent_id)?;
+    let named = agent_id
+        .map(|id| commands::runnable_agent(state, who, id))
+        .transpose()?;
     let traceparent = crate::upstream::trace::from_headers(request.headers()).map(str::to_owned);
     let body = read_body(request, state).await?;
     let input = RunAgentInput::from_json(&body)
         .map_err(|e| ApiError::new(ErrorCode::Invalid, format!("invalid RunAgentInput: {e}")))?;
+    let agent = match named {
+        Some(agent) => agent,
+        None => commands::routed_agent(state, who, &input.thread_id).await?,
+    };
     let (starter, rx) = outbox(state.config.threads.viewer_queue_bytes);
     // A named base wins; otherwise a client that cut or edited its list
     // (CopilotKit's reload) branches, when the agent allows it.

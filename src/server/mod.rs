@@ -14,6 +14,7 @@ pub mod access_log;
 pub mod admission;
 pub mod aisdk;
 pub mod commands;
+pub mod capabilities;
 pub mod cors;
 pub mod encode;
 pub mod error;
@@ -55,6 +56,8 @@ pub fn router(state: Arc<AppState>) -> Router {
     let mut router = Router::new()
         .route("/v1/agents", get(http::list_agents))
         .route("/v1/agents/{agent}/run", post(http::run_agent))
+        .route("/v1/agents/{agent}/capabilities", get(capabilities::get))
+        .route("/v1/run", post(http::run_routed))
         .route("/v1/agents/{agent}/chat", post(aisdk::chat))
         .route(
             "/v1/agents/{agent}/chat/{thread}/stream",
@@ -69,6 +72,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/threads/{thread}/ticket", post(threads::issue_ticket))
         .route("/v1/threads/{thread}/meta", post(sideband::post_meta))
         .route("/v1/threads/{thread}/cancel", post(sideband::post_cancel))
+        .route("/v1/threads/{thread}/agent", post(sideband::post_agent))
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(http::ready))
         .route("/metrics", get(http::metrics))

@@ -37,6 +37,22 @@ pub async fn post_cancel(
     answer(result.await)
 }
 
+/// `POST /v1/threads/{thread}/agent` `{agent}`: switches the thread's
+/// active agent for its next plain run.
+pub async fn post_agent(
+    State(state): State<Arc<AppState>>,
+    Path(thread_id): Path<String>,
+    Authenticated(who): Authenticated,
+    JsonObject(body): JsonObject,
+) -> Response {
+    let result = async {
+        let agent = opt_str(&body, "agent")?
+            .ok_or_else(|| ApiError::new(super::error::ErrorCode::Invalid, "'agent' is required"))?;
+        commands::switch_agent(&state, &who, &thread_id, agent).await
+    };
+    answer(result.await)
+}
+
 /// A command's ack fields as the JSON answer, or its error.
 fn answer(result: Result<Map<String, Value>, ApiError>) -> Response {
     match result {

@@ -33,6 +33,8 @@ pub struct Agent {
     /// Whether a resume of LangGraph-shaped interrupts is also written to
     /// `forwardedProps.command.resume` (see [`AgentConfig`]).
     pub langgraph_resume_command: bool,
+    /// Where the agent declares its own AG-UI capabilities, if anywhere.
+    pub capabilities_url: Option<reqwest::Url>,
     pub http: reqwest::Client,
 }
 
@@ -89,6 +91,12 @@ impl Agent {
             interrupts: cfg.interrupts,
             branching: cfg.branching.clone(),
             langgraph_resume_command: cfg.langgraph_resume_command,
+            capabilities_url: cfg
+                .capabilities_url
+                .as_deref()
+                .map(crate::protocol::url_host::parse)
+                .transpose()
+                .map_err(|e| format!("agent {}: capabilities_url {e}", cfg.id))?,
             http,
         })
     }

@@ -176,6 +176,7 @@ impl Client {
             "resume" => self.resume(&v).await.map(|_| None),
             "regenerate" | "edit" => self.branch(&v).await.map(|_| None),
             "meta" => self.meta(&v).await.map(|_| None),
+            "switch" => self.switch(&v).await.map(|_| None),
             other => Err(ApiError::new(
                 ErrorCode::Invalid,
                 format!("unknown command type '{other}'"),
@@ -250,7 +251,15 @@ impl Client {
     /// `run`: the connection watches the thread from before the run
     /// starts; its `ack` comes first, then every event after that point.
     async fn run(&mut self, v: &Value) -> Result<(), ApiError> {
-        let cmd = run_command(&self.state, &self.principal, v)?;
+        // No agent named: the one the thread routes a plain run to.
+        let routed = match opt_str(v, "agent")? {
+            Some(_) => None,
+            None => {
+                let thread_id = req_str(v, "threadId")?;
+                Some(commands::routed_agent(&self.state, &self.principal, thread_id).await?)
+            }
+        };
+        let cmd = run_command(&self.state, &self.principal, v, routed)?;
         let requester = Requester::Viewer(&mut self.subs);
         let ack = commands::run(&self.state, &self.principal, cmd, requester).await?;
         self.ack(v.get("id"), ack);
@@ -294,6 +303,15 @@ impl Client {
         let thread_id = req_str(v, "threadId")?;
         let run_id = opt_str(v, "runId")?;
         let ack = commands::cancel(&self.state, &self.principal, thread_id, run_id).await?;
+        self.ack(v.get("id"), ack);
+        Ok(())
+    }
+
+    /// `switch`: the thread's next plain run goes to `agent`.
+    async fn switch(&mut self, v: &Value) -> Result<(), ApiError> {
+        let thread_id = req_str(v, "threadId")?;
+        let agent = req_str(v, "agent")?;
+        let ack = commands::switch_agent(&self.state, &self.principal, thread_id, agent).await?;
         self.ack(v.get("id"), ack);
         Ok(())
     }

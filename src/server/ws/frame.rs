@@ -11,7 +11,9 @@ use crate::server::error::{ApiError, ErrorCode};
 use crate::server::fields::{opt_array, opt_str, req_str};
 use crate::server::state::AppState;
 use crate::thread::branch::BaseRequest;
+use crate::upstream::Agent;
 use serde_json::Value;
+use std::sync::Arc;
 
 /// A frame [`decode_command`] refused: the error to answer with, and the
 /// frame's `id` (when the frame was an object that had one) for the answer
@@ -50,16 +52,20 @@ pub fn decode_command(text: &str) -> Result<(Value, String), Box<Refusal>> {
 }
 
 /// A `run` frame: new messages for a thread, to an agent the caller may run
-/// (checked as soon as the frame names it).
+/// (checked as soon as the frame names it), or `routed`, the thread's, when
+/// it names none.
 pub(super) fn run_command(
     state: &AppState,
     who: &Principal,
     v: &Value,
+    routed: Option<Arc<Agent>>,
 ) -> Result<RunCommand, ApiError> {
-    let agent_id = req_str(v, "agent")?;
     let thread_id = req_str(v, "threadId")?;
     let run_id = run_id(v)?;
-    let agent = commands::runnable_agent(state, who, agent_id)?;
+    let agent = match routed {
+        Some(agent) => agent,
+        None => commands::runnable_agent(state, who, req_str(v, "agent")?)?,
+    };
     let strategy = opt_str(v, "strategy")?.map(strategy).transpose()?;
     let messages = opt_array(v, "messages")?;
     for (i, m) in messages.iter().enumerate() {
