@@ -444,4 +444,3 @@ mod tests {
         assert!(text.contains("agui_build_info{version="), "{text}");
     }
 }
-

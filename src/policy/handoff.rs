@@ -254,9 +254,7 @@ mod tests {
     use super::*;
 
     fn config(agents: &str) -> Config {
-        let text = format!(
-            "[auth]\nhs_secret = \"0123456789abcdef0123456789abcdef\"\n{agents}"
-        );
+        let text = format!("[auth]\nhs_secret = \"0123456789abcdef0123456789abcdef\"\n{agents}");
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("g.toml");
         std::fs::write(&path, text).unwrap();
@@ -290,10 +288,28 @@ mod tests {
         );
         let p = HandoffPolicy::from_config(&good).unwrap();
         assert!(p.judge("triage", "billing", 1, true).is_ok());
-        assert!(p.judge("triage", "admin", 1, true).unwrap_err().reason.contains("may not hand off"));
-        assert!(p.judge("triage", "billing", 1, false).unwrap_err().reason.contains("roles"));
-        assert!(p.judge("triage", "billing", 3, true).unwrap_err().reason.contains("max_chain"));
-        assert!(p.judge("admin", "triage", 1, true).is_err(), "no targets, no handoff");
+        assert!(
+            p.judge("triage", "admin", 1, true)
+                .unwrap_err()
+                .reason
+                .contains("may not hand off")
+        );
+        assert!(
+            p.judge("triage", "billing", 1, false)
+                .unwrap_err()
+                .reason
+                .contains("roles")
+        );
+        assert!(
+            p.judge("triage", "billing", 3, true)
+                .unwrap_err()
+                .reason
+                .contains("max_chain")
+        );
+        assert!(
+            p.judge("admin", "triage", 1, true).is_err(),
+            "no targets, no handoff"
+        );
         assert!(!p.of("billing").sticky);
         assert!(p.of("admin").sticky);
     }

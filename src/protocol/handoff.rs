@@ -143,9 +143,9 @@ impl SignalWatch {
                     && let Some(i) = self.args.iter().position(|(i, _)| i == id)
                 {
                     let (_, args) = self.args.swap_remove(i);
-                    let reason = serde_json::from_str::<Value>(&args).ok().and_then(|a| {
-                        a.get("reason").and_then(Value::as_str).map(str::to_owned)
-                    });
+                    let reason = serde_json::from_str::<Value>(&args)
+                        .ok()
+                        .and_then(|a| a.get("reason").and_then(Value::as_str).map(str::to_owned));
                     if let Some(signal) = self
                         .signals
                         .iter_mut()
@@ -339,7 +339,11 @@ mod tests {
     #[test]
     fn a_transfer_call_left_unanswered_is_a_request_with_its_reason() {
         let mut w = SignalWatch::default();
-        let target = |name: &str| target_of(name).filter(|t| *t == "billing").map(str::to_owned);
+        let target = |name: &str| {
+            target_of(name)
+                .filter(|t| *t == "billing")
+                .map(str::to_owned)
+        };
         for e in [
             json!({"type": "TOOL_CALL_START", "toolCallId": "c1", "toolCallName": "transfer_to_billing"}),
             json!({"type": "TOOL_CALL_ARGS", "toolCallId": "c1", "delta": "{\"reason\": \"inv"}),
@@ -393,12 +397,20 @@ mod tests {
         ];
         assert_eq!(HistoryFilter::Full.apply(h.clone()).len(), 4);
         let ids = |v: Vec<Value>| -> Vec<String> {
-            v.iter().map(|m| m["id"].as_str().unwrap().to_owned()).collect()
+            v.iter()
+                .map(|m| m["id"].as_str().unwrap().to_owned())
+                .collect()
         };
-        assert_eq!(ids(HistoryFilter::NoToolCalls.apply(h.clone())), ["u1", "a2"]);
+        assert_eq!(
+            ids(HistoryFilter::NoToolCalls.apply(h.clone())),
+            ["u1", "a2"]
+        );
         assert_eq!(ids(HistoryFilter::LastN(2).apply(h.clone())), ["a2"]);
         assert_eq!(ids(HistoryFilter::SinceLastUser.apply(h.clone())).len(), 4);
-        assert_eq!(HistoryFilter::parse("last-n:3"), Ok(HistoryFilter::LastN(3)));
+        assert_eq!(
+            HistoryFilter::parse("last-n:3"),
+            Ok(HistoryFilter::LastN(3))
+        );
         assert!(HistoryFilter::parse("last-n:0").is_err());
         assert!(HistoryFilter::parse("some").is_err());
     }

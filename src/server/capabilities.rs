@@ -75,7 +75,10 @@ async fn upstream(agent: &crate::upstream::Agent, url: &reqwest::Url) -> Result<
     if !response.status().is_success() {
         return Err(format!("HTTP {}", response.status().as_u16()));
     }
-    let value: Value = response.json().await.map_err(|e| e.without_url().to_string())?;
+    let value: Value = response
+        .json()
+        .await
+        .map_err(|e| e.without_url().to_string())?;
     value
         .is_object()
         .then_some(value)
@@ -98,4 +101,3 @@ fn merged(base: Value, over: Value) -> Value {
         (_, over) => over,
     }
 }
-

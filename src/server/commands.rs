@@ -9,9 +9,9 @@
 //! WebSocket sends in an `ack` frame and HTTP as its JSON answer.
 
 use super::access::{AccessError, thread_for};
+use super::error::{ApiError, ErrorCode};
 use super::handoff::Handoffs;
 use super::run_request::run_request;
-use super::error::{ApiError, ErrorCode};
 use super::state::AppState;
 use crate::auth::{Permission, Principal};
 use crate::config::Strategy;

@@ -10,8 +10,8 @@
 //! ([`answer_approval`]) or, declined, the source's run again with a
 //! result saying so.
 
-use super::run_request::run_request;
 use super::error::{ApiError, ErrorCode};
+use super::run_request::run_request;
 use crate::auth::Principal;
 use crate::policy::Policy;
 use crate::policy::handoff::{Approval, OnRefusal, Respond};
@@ -19,8 +19,8 @@ use crate::protocol::Event;
 use crate::protocol::handoff::{APPROVAL_REASON, Signal, Trigger, target_of, transfer_tool};
 use crate::protocol::hooks::RunInput;
 use crate::thread::branch::BaseRequest;
-use crate::thread::run::RunRequest;
 use crate::thread::handoff::{Decision, Ended, HandoffHook, HandoffPlan, Incoming, Then};
+use crate::thread::run::RunRequest;
 use crate::upstream::{Agent, AgentRegistry};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -191,6 +191,9 @@ impl Handoffs {
         let mut again = self.clone();
         again.rerun = true;
         let mut run = again.request(agent.clone(), results).ok()?;
+        // Of kind handoff too: a gateway-started link of the turn's chain,
+        // counted against its limit.
+        run.base = BaseRequest::Handoff;
         run.handoff = again.plan_for(&agent, None);
         Some(run)
     }
@@ -260,7 +263,10 @@ impl HandoffHook for Handoffs {
     }
 
     fn decide(&self, ended: &Ended<'_>) -> Decision {
-        let (first, later) = ended.signals.split_first().expect("a handoff was asked for");
+        let (first, later) = ended
+            .signals
+            .split_first()
+            .expect("a handoff was asked for");
         // Every other transfer call of the turn gets a result too: no call
         // is ever left dangling.
         let others: Vec<Value> = later
@@ -354,7 +360,10 @@ pub fn answer_approval(
     else {
         return Ok(None);
     };
-    let id = approval.get("id").and_then(Value::as_str).unwrap_or_default();
+    let id = approval
+        .get("id")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     let entries = input.resume_entries();
     let entry = entries
         .iter()
@@ -428,9 +437,8 @@ pub fn answer_approval(
             .iter()
             .map(|call| tool_result(call, &format!("The user declined the transfer to '{to}'.")))
             .collect();
-        hook.rerun(&ended, results).ok_or_else(|| {
-            ApiError::new(ErrorCode::NotFound, format!("no agent '{from}'"))
-        })?
+        hook.rerun(&ended, results)
+            .ok_or_else(|| ApiError::new(ErrorCode::NotFound, format!("no agent '{from}'")))?
     };
     if let RunInput::Incremental { resume: r, .. } = &mut run.input {
         *r = resume;

@@ -54,4 +54,3 @@ pub fn run_request(
         handoff: Default::default(),
     }
 }
-

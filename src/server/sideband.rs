@@ -46,8 +46,9 @@ pub async fn post_agent(
     JsonObject(body): JsonObject,
 ) -> Response {
     let result = async {
-        let agent = opt_str(&body, "agent")?
-            .ok_or_else(|| ApiError::new(super::error::ErrorCode::Invalid, "'agent' is required"))?;
+        let agent = opt_str(&body, "agent")?.ok_or_else(|| {
+            ApiError::new(super::error::ErrorCode::Invalid, "'agent' is required")
+        })?;
         commands::switch_agent(&state, &who, &thread_id, agent).await
     };
     answer(result.await)

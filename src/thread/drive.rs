@@ -163,7 +163,8 @@ impl Opening {
         if let Some(incoming) = &self.incoming {
             let mut value = incoming.record.clone();
             value["result"] = result.into();
-            let record = Event::build(json!({"type": "CUSTOM", "name": HANDOFF_EVENT, "value": value}));
+            let record =
+                Event::build(json!({"type": "CUSTOM", "name": HANDOFF_EVENT, "value": value}));
             staged.push((record, ForRequester::Same));
         }
         staged
@@ -173,8 +174,12 @@ impl Opening {
     /// call's result in the journaled input says so, so the next turn's
     /// agent reads a failure, not a transfer that never happened.
     fn handoff_failed(&mut self, why: &str) {
-        let Some(incoming) = &self.incoming else { return };
-        let Some(call) = &incoming.tool_call_id else { return };
+        let Some(incoming) = &self.incoming else {
+            return;
+        };
+        let Some(call) = &incoming.tool_call_id else {
+            return;
+        };
         let to = incoming.record["toAgent"].as_str().unwrap_or_default();
         if let Some(Value::Array(messages)) = self.journal_input.get_mut("messages") {
             for m in messages.iter_mut() {
@@ -338,7 +343,8 @@ async fn drive_leg(
                 } else {
                     if !started {
                         // Through the operator rules like any journaled input.
-                        let (opened, _) = apply_filter(&mut filter, opening.events(None, "cancelled"));
+                        let (opened, _) =
+                            apply_filter(&mut filter, opening.events(None, "cancelled"));
                         closing.extend(opened.into_iter().map(|(e, _)| e));
                     }
                     closing.extend(open.closing());
@@ -386,7 +392,9 @@ async fn drive_leg(
                         // Journal the user's input even when the agent failed before starting.
                         let failed = *event.kind() == EventType::RunError;
                         if failed {
-                            opening.handoff_failed(event.str_field("message").unwrap_or("it did not answer"));
+                            opening.handoff_failed(
+                                event.str_field("message").unwrap_or("it did not answer"),
+                            );
                         }
                         let mut synthetic =
                             opening.events(None, if failed { "failed" } else { "accepted" });
@@ -531,7 +539,9 @@ fn ends_well(staged: &Staged) -> bool {
     *last.kind() == EventType::RunFinished
         && !staged.iter().any(|(e, _)| *e.kind() == EventType::RunError)
         && matches!(
-            last.get("outcome").and_then(|o| o.get("type")).and_then(Value::as_str),
+            last.get("outcome")
+                .and_then(|o| o.get("type"))
+                .and_then(Value::as_str),
             None | Some("success")
         )
 }

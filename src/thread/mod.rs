@@ -32,9 +32,9 @@
 pub mod branch;
 mod compaction;
 mod drive;
-pub mod handoff;
 pub mod entry;
 pub mod fanout;
+pub mod handoff;
 mod journal;
 mod journal_lost;
 mod load;

@@ -717,9 +717,7 @@ impl Thread {
             return;
         }
         // A handoff may have passed the slot on to another run.
-        let run_id = current
-            .lock()
-            .map_or(run_id, |current| current.clone());
+        let run_id = current.lock().map_or(run_id, |current| current.clone());
         tracing::error!(tenant = %self.key.tenant, thread = %self.key.thread_id, run = %run_id, "run task panicked; closing the run with RUN_ERROR internal");
         if self.run_is_open(&run_id) {
             let event = run_error("internal", "the gateway failed while running this run");

@@ -1,0 +1,497 @@
+//! Handoff between agents on one thread (docs/protocol.md, "Handoff"): real
+//! pydantic-ai agents calling the transfer tools the gateway offers
+//! (`tests/agents/handoff_agents.py`), a scripted `ag_ui.core` agent sending
+//! `CUSTOM agui-gateway/handoff`, the stock `@ag-ui/client`, WebSocket
+//! viewers, and the thread's journal, runs and metrics.
+
+mod common;
+use common::*;
+use serde_json::{Value, json};
+
+/// The agents, with `billing_extra` / `triage_extra` TOML inside their
+/// tables (a `handoff = {…}` line replaces the default one).
+fn agents(py: &PyAgent, triage: &str, billing: &str) -> String {
+    format!(
+        "[[agents]]\nid = \"triage\"\nurl = \"{}\"\ndescription = \"Routes the user\"\n{triage}\n\
+         [[agents]]\nid = \"billing\"\nurl = \"{}\"\ndescription = \"Answers invoice and payment questions\"\n{billing}\n\
+         [[agents]]\nid = \"support\"\nurl = \"{}\"\n\
+         [[agents]]\nid = \"scripted\"\nurl = \"{}\"\nhandoff = {{ targets = [\"billing\", \"vault\"] }}\n\
+         [[agents]]\nid = \"vault\"\nurl = \"{}\"\nroles = [\"admin\"]\n",
+        py.url("triage"),
+        py.url("billing"),
+        py.url("scripted"),
+        py.url("scripted"),
+        py.url("scripted"),
+    )
+}
+
+const TRIAGE: &str = "handoff = { targets = [\"billing\", \"support\"] }";
+const BILLING: &str = "handoff = { targets = [\"triage\"] }";
+
+async fn received(py: &PyAgent, agent: &str) -> Vec<Value> {
+    let v = json_of(http().get(py.url(&format!("received/{agent}")))).await;
+    v.as_array().unwrap().clone()
+}
+
+/// The thread's journal from the start, as a join stream gives it (read up
+/// to the last seq the snapshot names; the stream itself follows on).
+async fn journal(gw: &Gateway, t: &str, thread: &str) -> Vec<Value> {
+    let snap = json_of(
+        http()
+            .get(gw.url(&format!("/v1/threads/{thread}")))
+            .bearer_auth(t),
+    )
+    .await;
+    let last = format!("id: {}\n", snap["seq"].as_u64().unwrap());
+    let mut resp = http()
+        .get(gw.url(&format!("/v1/threads/{thread}/events?after=0")))
+        .bearer_auth(t)
+        .send()
+        .await
+        .unwrap();
+    let mut body = String::new();
+    while !body.contains(&last) {
+        let chunk = resp.chunk().await.unwrap().expect("the stream goes on");
+        body.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    // Up to the end of that frame.
+    let end = body.find(&last).unwrap();
+    let end = end + body[end..].find("\n\n").map_or(body.len() - end, |i| i + 2);
+    sse_events(&body[..end])
+}
+
+/// The thread's runs, oldest first.
+async fn runs(gw: &Gateway, t: &str, thread: &str) -> Vec<Value> {
+    let v = json_of(
+        http()
+            .get(gw.url(&format!("/v1/threads/{thread}/runs")))
+            .bearer_auth(t),
+    )
+    .await;
+    v["runs"].as_array().unwrap().clone()
+}
+
+fn handoff_records(events: &[Value]) -> Vec<Value> {
+    events
+        .iter()
+        .filter(|e| e["type"] == "CUSTOM" && e["name"] == "agui-gateway/handoff")
+        .map(|e| e["value"].clone())
+        .collect()
+}
+
+fn refusals(events: &[Value]) -> Vec<Value> {
+    events
+        .iter()
+        .filter(|e| {
+            e["type"] == "CUSTOM"
+                && e["name"] == "agui-gateway/policy"
+                && e["value"]["action"] == "handoff_refused"
+        })
+        .map(|e| e["value"].clone())
+        .collect()
+}
+
+fn text_of(messages: &Value) -> String {
+    messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfer_call_hands_the_thread_to_billing_within_one_stock_request() {
+    let py = PyAgent::start("handoff_agents.py").await;
+    let gw = Gateway::start(&agents(&py, TRIAGE, BILLING)).await;
+    let t = token(json!({}));
+    let out = node_client(
+        "httpagent.mjs",
+        &[
+            &gw.run_url("triage"),
+            &t,
+            "h1",
+            "r1",
+            "I have a bill question",
+        ],
+    )
+    .await;
+    assert_eq!(out["error"], Value::Null, "{out}");
+    let events = out["events"].as_array().unwrap();
+    let started: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "RUN_STARTED")
+        .collect();
+    assert_eq!(started.len(), 2, "one request, two runs: {events:#?}");
+    let billing_run = started[1]["runId"].as_str().unwrap().to_owned();
+    assert_ne!(billing_run, "r1");
+    let all = text_of(&out["messages"]);
+    assert!(all.contains("Billing here: your invoice is paid."), "{all}");
+    assert!(
+        all.contains("Transferred to 'billing'."),
+        "the transfer call has its result: {all}"
+    );
+
+    // What billing was sent: the transfer's result, its own transfer tool,
+    // none of triage's, and no encrypted value triage produced.
+    let billing_in = received(&py, "billing").await;
+    let sent = billing_in.last().unwrap();
+    let tools: Vec<&str> = sent["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["transfer_to_triage"], "{sent}");
+    assert!(
+        sent["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["role"] == "tool" && m["content"] == "Transferred to 'billing'."),
+        "{sent}"
+    );
+    let triage_in = received(&py, "triage").await;
+    assert!(
+        triage_in[0]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "transfer_to_billing"),
+        "triage was offered the transfer"
+    );
+    let journal_text = serde_json::to_string(&journal(&gw, &t, "h1").await).unwrap();
+    assert!(
+        journal_text.contains("triage-only-secret"),
+        "triage's encrypted thinking is journaled"
+    );
+    assert!(
+        !serde_json::to_string(sent)
+            .unwrap()
+            .contains("triage-only-secret"),
+        "billing never gets triage's encryptedValue: {sent}"
+    );
+
+    // Injected tools never reach the journal.
+    let events = journal(&gw, &t, "h1").await;
+    for start in events.iter().filter(|e| e["type"] == "RUN_STARTED") {
+        let tools = serde_json::to_string(&start["input"]["tools"]).unwrap();
+        assert!(!tools.contains("transfer_to_"), "{start}");
+    }
+    let records = handoff_records(&events);
+    assert_eq!(records.len(), 1, "{records:?}");
+    let r = &records[0];
+    assert_eq!(
+        (
+            &r["fromAgent"],
+            &r["toAgent"],
+            &r["fromRunId"],
+            &r["toRunId"],
+            &r["trigger"],
+            &r["result"]
+        ),
+        (
+            &json!("triage"),
+            &json!("billing"),
+            &json!("r1"),
+            &json!(billing_run),
+            &json!("tool"),
+            &json!("accepted")
+        )
+    );
+    assert_eq!(r["reason"], "invoice question");
+    // A viewer joining from the start sees A's run, the handoff, then B's run.
+    let mut ws = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
+    ws.send(json!({"type": "subscribe", "threadId": "h1", "after": 0}))
+        .await;
+    let frames = ws
+        .recv_until(|f| is_terminal_frame(f) && f["event"]["runId"] == billing_run.as_str())
+        .await;
+    let seen: Vec<String> = frames
+        .iter()
+        .filter(|f| f["type"] == "event")
+        .map(|f| {
+            let e = &f["event"];
+            format!(
+                "{}:{}",
+                e["type"].as_str().unwrap(),
+                e["name"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    let handoff_at = seen.iter().position(|s| s == "CUSTOM:agui-gateway/handoff");
+    let first_end = seen.iter().position(|s| s == "RUN_FINISHED:");
+    assert!(
+        handoff_at.is_some() && first_end < handoff_at,
+        "the handoff comes after triage's run: {seen:?}"
+    );
+
+    // The run tree and the snapshot say who speaks now.
+    let listed = runs(&gw, &t, "h1").await;
+    assert_eq!(listed.len(), 2);
+    assert_eq!(listed[1]["kind"], "handoff");
+    assert_eq!(listed[1]["parentRunId"], "r1");
+    assert_eq!(listed[1]["agent"], "billing");
+    let snap = json_of(http().get(gw.url("/v1/threads/h1")).bearer_auth(&t)).await;
+    assert_eq!(snap["activeAgent"], "billing", "{snap}");
+
+    // The next plain run (no agent named) reaches billing.
+    let (status, body) = post_run(
+        &gw.url("/v1/run"),
+        &t,
+        &json!({"threadId": "h1", "runId": "r3", "tools": [], "context": [],
+                "messages": [{"id": "u2", "role": "user", "content": "and my balance?"}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"delta\":\"Billing \""), "{body}");
+    assert_eq!(runs(&gw, &t, "h1").await[2]["agent"], "billing");
+    let metrics = gw.metrics().await;
+    assert!(
+        metrics
+            .contains("agui_handoffs_total{from=\"triage\",to=\"billing\",result=\"started\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_sticky_agent_hands_the_next_plain_run_back_to_the_entry_agent() {
+    let py = PyAgent::start("handoff_agents.py").await;
+    let gw = Gateway::start(&agents(
+        &py,
+        TRIAGE,
+        "handoff = { targets = [\"triage\"], sticky = false }",
+    ))
+    .await;
+    let t = token(json!({}));
+    let (status, body) = post_run(&gw.run_url("triage"), &t, &input("h2", "r1", "a bill?")).await;
+    assert_eq!(status, 200);
+    assert!(body.contains("\"delta\":\"Billing \""), "{body}");
+    // The plain run over WebSocket: no agent in the frame.
+    let mut ws = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
+    ws.send(
+        json!({"type": "run", "id": "x", "threadId": "h2", "runId": "r3",
+                   "messages": [{"id": "u2", "role": "user", "content": "hello"}]}),
+    )
+    .await;
+    ws.recv_until(|f| is_terminal_frame(f) && f["event"]["runId"] == "r3")
+        .await;
+    let listed = runs(&gw, &t, "h2").await;
+    assert_eq!(listed.last().unwrap()["agent"], "triage", "{listed:?}");
+    // A person switches the thread to billing: the next plain run goes there.
+    let ack = json_of(
+        http()
+            .post(gw.url("/v1/threads/h2/agent"))
+            .bearer_auth(&t)
+            .json(&json!({"agent": "billing"})),
+    )
+    .await;
+    assert_eq!(ack["agent"], "billing", "{ack}");
+    let snap = json_of(http().get(gw.url("/v1/threads/h2")).bearer_auth(&t)).await;
+    assert_eq!(snap["activeAgent"], "billing");
+    ws.send(
+        json!({"type": "run", "id": "y", "threadId": "h2", "runId": "r4",
+                   "messages": [{"id": "u3", "role": "user", "content": "hi"}]}),
+    )
+    .await;
+    ws.recv_until(|f| is_terminal_frame(f) && f["event"]["runId"] == "r4")
+        .await;
+    assert_eq!(
+        runs(&gw, &t, "h2").await.last().unwrap()["agent"],
+        "billing"
+    );
+    // Switching to an agent the caller may not run is refused.
+    let resp = http()
+        .post(gw.url("/v1/threads/h2/agent"))
+        .bearer_auth(&t)
+        .json(&json!({"agent": "vault"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 403);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handoff_policy_refuses_unlisted_targets_escalation_and_ping_pong() {
+    let py = PyAgent::start("handoff_agents.py").await;
+    let gw = Gateway::start(&agents(
+        &py,
+        "handoff = { targets = [\"billing\", \"support\"], max_chain = 3 }",
+        "handoff = { targets = [\"triage\"], max_chain = 3 }",
+    ))
+    .await;
+    let t = token(json!({}));
+
+    // A target not in the agent's list: refused, noted, nothing follows.
+    let orders = json!({"handoff": "triage"}).to_string();
+    let (_, body) = post_run(&gw.run_url("scripted"), &t, &input("p1", "r1", &orders)).await;
+    let events = sse_events(&body);
+    assert_eq!(
+        types(&events)
+            .iter()
+            .filter(|t| *t == "RUN_STARTED")
+            .count(),
+        1
+    );
+    let refused = refusals(&events);
+    assert_eq!(refused.len(), 1, "{events:#?}");
+    assert!(
+        refused[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("may not hand off")
+    );
+    assert!(
+        !body.contains("\"name\":\"agui-gateway/handoff\""),
+        "an agent's own handoff request is never forwarded: {body}"
+    );
+
+    // A target the caller's roles may not run: a handoff never escalates.
+    let orders = json!({"handoff": "vault"}).to_string();
+    let (_, body) = post_run(&gw.run_url("scripted"), &t, &input("p2", "r1", &orders)).await;
+    let refused = refusals(&sse_events(&body));
+    assert!(
+        refused[0]["reason"].as_str().unwrap().contains("roles"),
+        "{refused:?}"
+    );
+    let admin = token(json!({"roles": ["admin"]}));
+    let (_, body) = post_run(&gw.run_url("scripted"), &admin, &input("p3", "r1", &orders)).await;
+    assert_eq!(
+        types(&sse_events(&body))
+            .iter()
+            .filter(|t| *t == "RUN_STARTED")
+            .count(),
+        2,
+        "{body}"
+    );
+
+    // Ping-pong stops at the chain limit; the last agent is told why.
+    let (_, body) = post_run(&gw.run_url("triage"), &t, &input("p4", "r1", "pingpong")).await;
+    let events = sse_events(&body);
+    let refused = refusals(&events);
+    assert!(!refused.is_empty(), "{events:#?}");
+    assert!(
+        refused[0]["reason"].as_str().unwrap().contains("max_chain"),
+        "{refused:?}"
+    );
+    let listed = runs(&gw, &t, "p4").await;
+    assert!(listed.len() <= 6, "bounded: {listed:#?}");
+    let handoffs = handoff_records(&journal(&gw, &t, "p4").await);
+    assert_eq!(handoffs.len(), 3, "{handoffs:#?}");
+
+    // Two transfer calls in one turn: the first wins, the other is answered.
+    let (_, body) = post_run(&gw.run_url("triage"), &t, &input("p5", "r1", "twice")).await;
+    assert!(body.contains("\"delta\":\"Billing \""), "{body}");
+    let sent = received(&py, "billing").await;
+    let sent = serde_json::to_string(sent.last().unwrap()).unwrap();
+    assert!(
+        sent.contains("Not transferred: only the first transfer"),
+        "{sent}"
+    );
+    assert!(
+        received(&py, "scripted")
+            .await
+            .iter()
+            .all(|b| b["threadId"] != "p5")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_is_asked_then_approved_or_declined_through_a_stock_resume() {
+    let py = PyAgent::start("handoff_agents.py").await;
+    let gw = Gateway::start(&agents(
+        &py,
+        "handoff = { targets = [\"billing\"], approval = \"user\" }",
+        BILLING,
+    ))
+    .await;
+    let t = token(json!({}));
+    for (thread, approved) in [("a1", true), ("a2", false)] {
+        let out = node_client(
+            "httpagent.mjs",
+            &[&gw.run_url("triage"), &t, thread, "r1", "a bill question"],
+        )
+        .await;
+        assert_eq!(out["error"], Value::Null, "{out}");
+        let pending = out["pendingInterrupts"].as_array().expect("an interrupt");
+        assert_eq!(pending.len(), 1, "{out}");
+        assert_eq!(pending[0]["message"], "Transfer to billing?");
+        let resume = json!([{"interruptId": pending[0]["id"], "status": "resolved",
+                             "payload": {"approved": approved}}]);
+        let out = node_client(
+            "httpagent.mjs",
+            &[
+                &gw.run_url("triage"),
+                &t,
+                thread,
+                "r2",
+                "a bill question",
+                &resume.to_string(),
+            ],
+        )
+        .await;
+        assert_eq!(out["error"], Value::Null, "{out}");
+        let all = text_of(&out["messages"]);
+        let listed = runs(&gw, &t, thread).await;
+        if approved {
+            assert!(all.contains("Billing here"), "{all}");
+            assert_eq!(listed[1]["agent"], "billing");
+            assert_eq!(listed[1]["kind"], "handoff");
+            // Billing never sees the answer to the gateway's own interrupt.
+            let sent = received(&py, "billing").await;
+            assert!(
+                sent.last()
+                    .unwrap()
+                    .get("resume")
+                    .is_none_or(Value::is_null),
+                "{sent:?}"
+            );
+        } else {
+            assert!(
+                all.contains("Triage again: The user declined the transfer to 'billing'."),
+                "{all}"
+            );
+            assert_eq!(listed[1]["agent"], "triage");
+        }
+        assert_eq!(
+            listed[1]["runId"], "r2",
+            "the resume keeps the client's runId"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_that_never_answers_leaves_the_source_speaking_with_a_failure_result() {
+    let py = PyAgent::start("handoff_agents.py").await;
+    let gw = Gateway::start(&format!(
+        "[[agents]]\nid = \"triage\"\nurl = \"{}\"\n{TRIAGE}\n\
+         [[agents]]\nid = \"billing\"\nurl = \"http://127.0.0.1:9/down\"\n\
+         [[agents]]\nid = \"support\"\nurl = \"{}\"\n",
+        py.url("triage"),
+        py.url("scripted"),
+    ))
+    .await;
+    let t = token(json!({}));
+    let (_, body) = post_run(&gw.run_url("triage"), &t, &input("f1", "r1", "a bill?")).await;
+    let events = sse_events(&body);
+    assert_eq!(events.last().unwrap()["type"], "RUN_ERROR", "{events:#?}");
+    let records = handoff_records(&journal(&gw, &t, "f1").await);
+    assert_eq!(records[0]["result"], "failed", "{records:?}");
+    let snap = json_of(http().get(gw.url("/v1/threads/f1")).bearer_auth(&t)).await;
+    assert_eq!(snap["activeAgent"], "triage");
+    // The next plain turn (the gateway builds the history): triage, told
+    // the transfer failed.
+    let mut ws = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
+    ws.send(
+        json!({"type": "run", "id": "x", "threadId": "f1", "runId": "r3",
+                   "messages": [{"id": "u2", "role": "user", "content": "so?"}]}),
+    )
+    .await;
+    ws.recv_until(|f| is_terminal_frame(f) && f["event"]["runId"] == "r3")
+        .await;
+    let sent = received(&py, "triage").await;
+    let sent = serde_json::to_string(sent.last().unwrap()).unwrap();
+    assert!(sent.contains("The transfer to 'billing' failed"), "{sent}");
+    assert_eq!(runs(&gw, &t, "f1").await.last().unwrap()["agent"], "triage");
+}
