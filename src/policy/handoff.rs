@@ -34,7 +34,13 @@ pub const KIND: Kind = Kind {
     ..Kind::new("handoff", compile)
 };
 
-fn compile(_: Rule, _: &mut RuleStore) -> Result<(), String> {
+/// A rule of the policy file has no handoff keys of its own.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoFields {}
+
+fn compile(rule: Rule, _: &mut RuleStore) -> Result<(), String> {
+    rule.fields::<NoFields>()?;
     Err("handoff settings live in each agent's own table: [[agents]] … handoff = { targets = [...] } (docs/configuration.md, \"Handoff\")".into())
 }
 

@@ -697,8 +697,8 @@ mod tests {
         assert_eq!(
             errs,
             [
-                "p.toml:2 (rule 'a'): unknown `kind` 'handof' (tools, limits, rate, redaction or visibility)",
-                "p.toml:5 (rule 'b'): missing `kind` (tools, limits, rate, redaction or visibility)",
+                "p.toml:2 (rule 'a'): unknown `kind` 'handof' (tools, limits, rate, redaction, visibility or handoff)",
+                "p.toml:5 (rule 'b'): missing `kind` (tools, limits, rate, redaction, visibility or handoff)",
             ]
         );
         // Every registered name is accepted as a `kind`.

@@ -543,6 +543,7 @@ mod tests {
                 span: tracing::Span::none(),
                 base,
                 started_by: Some("u".into()),
+                handoff: Default::default(),
             };
             if t.start_run(req, crate::config::Strategy::Reject)
                 .await

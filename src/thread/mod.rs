@@ -306,6 +306,7 @@ mod tests {
                 }),
                 Outgoing::Message(m) => serde_json::from_slice(&m).unwrap(),
                 Outgoing::Close(c, _) => json!({"close": c}),
+                Outgoing::Continues => json!({"continues": true}),
             });
         }
         out

@@ -881,6 +881,7 @@ mod tests {
             base: Default::default(),
             started_by: None,
             span: tracing::Span::none(),
+            handoff: Default::default(),
         };
         t.start_run(req("r1", Some(Box::new(Explodes))), Strategy::Reject)
             .await
