@@ -247,11 +247,32 @@ async fn a_transfer_call_hands_the_thread_to_billing_within_one_stock_request() 
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"delta\":\"Billing \""), "{body}");
     assert_eq!(runs(&gw, &t, "h1").await[2]["agent"], "billing");
-    let metrics = gw.metrics().await;
+    // A client sending its complete history to another agent (the stock
+    // client's way) has triage's encrypted value stripped too.
+    let snap = json_of(http().get(gw.url("/v1/threads/h1")).bearer_auth(&t)).await;
+    let mut history = snap["messages"].as_array().unwrap().clone();
     assert!(
-        metrics
-            .contains("agui_handoffs_total{from=\"triage\",to=\"billing\",result=\"started\"} 1"),
-        "{metrics}"
+        serde_json::to_string(&history).unwrap().contains("triage-only-secret"),
+        "the snapshot keeps it: {history:?}"
+    );
+    history.push(json!({"id": "u9", "role": "user", "content": "one more"}));
+    let (status, body) = post_run(
+        &gw.run_url("billing"),
+        &t,
+        &json!({"threadId": "h1", "runId": "r9", "tools": [], "context": [], "messages": history}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let sent = received(&py, "billing").await;
+    let sent = serde_json::to_string(sent.last().unwrap()).unwrap();
+    assert!(sent.contains("one more"), "{sent}");
+    assert!(!sent.contains("triage-only-secret"), "{sent}");
+    // Counted by the node that ran the turn.
+    let metrics = gw.metrics_of_every_node().await;
+    assert!(
+        metrics.iter().any(|m| m
+            .contains("agui_handoffs_total{from=\"triage\",to=\"billing\",result=\"started\"} 1")),
+        "{metrics:?}"
     );
 }
 
@@ -494,4 +515,110 @@ async fn a_target_that_never_answers_leaves_the_source_speaking_with_a_failure_r
     let sent = serde_json::to_string(sent.last().unwrap()).unwrap();
     assert!(sent.contains("The transfer to 'billing' failed"), "{sent}");
     assert_eq!(runs(&gw, &t, "f1").await.last().unwrap()["agent"], "triage");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_run_a_handoff_started_can_be_cancelled_and_frees_the_thread() {
+    let py = PyAgent::start("handoff_agents.py").await;
+    let gw = Gateway::start(&agents(&py, TRIAGE, BILLING)).await;
+    let t = token(json!({}));
+    let mut ws = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
+    ws.send(json!({"type": "run", "id": "go", "agent": "triage", "threadId": "c1", "runId": "r1",
+                   "messages": [{"id": "u1", "role": "user", "content": "slow bill"}]}))
+        .await;
+    // Billing's run: its handoff record names it; it is under way once it speaks.
+    let frames = ws
+        .recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_CONTENT" && f["event"]["delta"] == "Billing is thinking")
+        .await;
+    let record = frames
+        .iter()
+        .find(|f| f["event"]["name"] == "agui-gateway/handoff")
+        .expect("the handoff record");
+    let billing_run = record["event"]["value"]["toRunId"].as_str().unwrap().to_owned();
+    // Triage's run is over: a cancel naming it is refused; naming billing's stops it.
+    let refused = http()
+        .post(gw.url("/v1/threads/c1/cancel"))
+        .bearer_auth(&t)
+        .json(&json!({"runId": "r1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 409);
+    let ack = json_of(
+        http()
+            .post(gw.url("/v1/threads/c1/cancel"))
+            .bearer_auth(&t)
+            .json(&json!({"runId": billing_run})),
+    )
+    .await;
+    assert_eq!(ack["runId"], billing_run.as_str(), "{ack}");
+    let frames = ws
+        .recv_until(|f| is_terminal_frame(f) && f["event"]["runId"] == billing_run.as_str())
+        .await;
+    assert_eq!(frames.last().unwrap()["event"]["outcome"]["type"], "cancelled");
+    // The slot is free: the next run starts at once.
+    ws.send(json!({"type": "run", "id": "next", "agent": "triage", "threadId": "c1", "runId": "r3",
+                   "messages": [{"id": "u2", "role": "user", "content": "hello"}]}))
+        .await;
+    let ack = ws.recv_until(|f| f["id"] == "next").await;
+    assert_eq!(ack.last().unwrap()["type"], "ack", "{ack:?}");
+    ws.recv_until(|f| is_terminal_frame(f) && f["event"]["runId"] == "r3")
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capabilities_name_the_handoff_targets_the_caller_may_run() {
+    let py = PyAgent::start("handoff_agents.py").await;
+    let triage = format!("{TRIAGE}\ncapabilities_url = \"{}\"", py.url("capabilities"));
+    let gw = Gateway::start(&agents(&py, &triage, BILLING)).await;
+    let caps = json_of(
+        http()
+            .get(gw.url("/v1/agents/scripted/capabilities"))
+            .bearer_auth(token(json!({}))),
+    )
+    .await;
+    assert_eq!(caps["transport"]["streaming"], true, "{caps}");
+    assert_eq!(caps["transport"]["websocket"], true);
+    assert_eq!(caps["humanInTheLoop"]["interrupts"], true);
+    let names = |c: &Value| -> Vec<String> {
+        c["multiAgent"]["subagents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    // `vault` needs the admin role: not a target for this caller.
+    assert_eq!(names(&caps), ["billing"]);
+    assert_eq!(caps["multiAgent"]["handoffs"], true);
+    let admin = json_of(
+        http()
+            .get(gw.url("/v1/agents/scripted/capabilities"))
+            .bearer_auth(token(json!({"roles": ["admin"]}))),
+    )
+    .await;
+    assert_eq!(names(&admin), ["billing", "vault"]);
+    // An agent's own declaration is merged under the gateway's.
+    let triage = json_of(
+        http()
+            .get(gw.url("/v1/agents/triage/capabilities"))
+            .bearer_auth(token(json!({}))),
+    )
+    .await;
+    assert_eq!(triage["reasoning"]["encrypted"], true, "{triage}");
+    assert_eq!(triage["transport"]["streaming"], true, "{triage}");
+    let none = json_of(
+        http()
+            .get(gw.url("/v1/agents/support/capabilities"))
+            .bearer_auth(token(json!({}))),
+    )
+    .await;
+    assert_eq!(none["multiAgent"]["handoffs"], false);
+    let missing = http()
+        .get(gw.url("/v1/agents/nope/capabilities"))
+        .bearer_auth(token(json!({})))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status().as_u16(), 404);
 }

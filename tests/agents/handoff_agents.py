@@ -11,16 +11,19 @@ as with a real LLM. What each does depends on the user's latest words:
   `transfer_to_billing` and `transfer_to_support` in one response;
   "pingpong" → calls `transfer_to_billing` every time; after a transfer's
   result it answers with that result; else "Triage here.".
-- billing: "pingpong" → calls `transfer_to_triage`; else answers.
+- billing: "pingpong" → calls `transfer_to_triage`; "slow…" → starts
+  answering, then waits 30 s (a run to cancel); else answers.
 
 `/scripted` is written with `ag_ui.core` events and takes its orders from
 the last user message as JSON: `{"handoff": "<agent>"}` sends
 `CUSTOM agui-gateway/handoff`; anything else is answered with text.
 
-Every agent keeps the bodies it received: `GET /received/<agent>`.
+Every agent keeps the bodies it received: `GET /received/<agent>`;
+`GET /capabilities` is a declaration of AG-UI capabilities.
 Prints "listening <port>" on stdout.
 """
 
+import asyncio
 import json
 import sys
 import uuid
@@ -91,9 +94,13 @@ async def triage_model(messages: list[ModelMessage], info: AgentInfo):
 
 
 async def billing_model(messages: list[ModelMessage], info: AgentInfo):
-    if "pingpong" in last_user_text(messages).lower():
+    text = last_user_text(messages).lower()
+    if "pingpong" in text:
         yield {0: call("transfer_to_triage", {"reason": "pingpong"})}
         return
+    if "slow" in text:
+        yield "Billing is thinking"
+        await asyncio.sleep(30)
     for word in ["Billing ", "here: ", "your ", "invoice ", "is ", "paid."]:
         yield word
 
@@ -148,6 +155,11 @@ async def scripted(request: Request):
     return StreamingResponse(events(), media_type="text/event-stream")
 
 
+async def capabilities(request: Request):
+    # What an agent might declare of itself; the gateway's own transport wins.
+    return JSONResponse({"reasoning": {"supported": True, "encrypted": True}, "transport": {"streaming": False}})
+
+
 async def received(request: Request):
     return JSONResponse(RECEIVED.get(request.path_params["name"], []))
 
@@ -156,6 +168,7 @@ def main() -> None:
     routes = [Route(f"/{name}", handler(name), methods=["POST"]) for name in AGENTS]
     routes.append(Route("/scripted", scripted, methods=["POST"]))
     routes.append(Route("/received/{name}", received, methods=["GET"]))
+    routes.append(Route("/capabilities", capabilities, methods=["GET"]))
     serve(Starlette(routes=routes))
 
 
