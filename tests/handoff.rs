@@ -252,7 +252,9 @@ async fn a_transfer_call_hands_the_thread_to_billing_within_one_stock_request() 
     let snap = json_of(http().get(gw.url("/v1/threads/h1")).bearer_auth(&t)).await;
     let mut history = snap["messages"].as_array().unwrap().clone();
     assert!(
-        serde_json::to_string(&history).unwrap().contains("triage-only-secret"),
+        serde_json::to_string(&history)
+            .unwrap()
+            .contains("triage-only-secret"),
         "the snapshot keeps it: {history:?}"
     );
     history.push(json!({"id": "u9", "role": "user", "content": "one more"}));
@@ -281,16 +283,48 @@ async fn a_non_sticky_agent_hands_the_next_plain_run_back_to_the_entry_agent() {
     let py = PyAgent::start("handoff_agents.py").await;
     let gw = Gateway::start(&agents(
         &py,
-        TRIAGE,
+        "handoff = { targets = [\"billing\"], respond = \"end\", history = \"since-last-user\", carry_state = false }",
         "handoff = { targets = [\"triage\"], sticky = false }",
     ))
     .await;
     let t = token(json!({}));
-    let (status, body) = post_run(&gw.run_url("triage"), &t, &input("h2", "r1", "a bill?")).await;
+    let mut first = input("h2", "r1", "a bill?");
+    first["state"] = json!({"cart": 3});
+    first["messages"] = json!([
+        {"id": "u0", "role": "user", "content": "hello"},
+        {"id": "a0", "role": "assistant", "content": "hi"},
+        {"id": "u1", "role": "user", "content": "a bill?"}
+    ]);
+    let (status, body) = post_run(&gw.run_url("triage"), &t, &first).await;
     assert_eq!(status, 200);
-    assert!(body.contains("\"delta\":\"Billing \""), "{body}");
-    // The plain run over WebSocket: no agent in the frame.
+    // `respond = "end"`: the response ends with triage's run…
+    let events = sse_events(&body);
+    assert_eq!(
+        types(&events)
+            .iter()
+            .filter(|t| *t == "RUN_STARTED")
+            .count(),
+        1,
+        "{body}"
+    );
+    assert_eq!(events.last().unwrap()["type"], "RUN_FINISHED");
+    // …and billing's run is on the thread.
     let mut ws = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
+    ws.send(json!({"type": "subscribe", "threadId": "h2", "after": 0}))
+        .await;
+    let frames = ws
+        .recv_until(|f| is_terminal_frame(f) && f["event"]["runId"] != "r1")
+        .await;
+    assert!(
+        frames.iter().any(|f| f["event"]["delta"] == "Billing "),
+        "{frames:#?}"
+    );
+    // Billing got the history from the last user message on, and no state.
+    let sent = received(&py, "billing").await;
+    let sent = sent.last().unwrap();
+    assert_eq!(sent["messages"][0]["id"], "u1", "{sent}");
+    assert_eq!(sent["state"], json!({}), "{sent}");
+    // The plain run over WebSocket: no agent in the frame.
     ws.send(
         json!({"type": "run", "id": "x", "threadId": "h2", "runId": "r3",
                    "messages": [{"id": "u2", "role": "user", "content": "hello"}]}),
@@ -523,18 +557,26 @@ async fn the_run_a_handoff_started_can_be_cancelled_and_frees_the_thread() {
     let gw = Gateway::start(&agents(&py, TRIAGE, BILLING)).await;
     let t = token(json!({}));
     let mut ws = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
-    ws.send(json!({"type": "run", "id": "go", "agent": "triage", "threadId": "c1", "runId": "r1",
-                   "messages": [{"id": "u1", "role": "user", "content": "slow bill"}]}))
-        .await;
+    ws.send(
+        json!({"type": "run", "id": "go", "agent": "triage", "threadId": "c1", "runId": "r1",
+                   "messages": [{"id": "u1", "role": "user", "content": "slow bill"}]}),
+    )
+    .await;
     // Billing's run: its handoff record names it; it is under way once it speaks.
     let frames = ws
-        .recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_CONTENT" && f["event"]["delta"] == "Billing is thinking")
+        .recv_until(|f| {
+            f["event"]["type"] == "TEXT_MESSAGE_CONTENT"
+                && f["event"]["delta"] == "Billing is thinking"
+        })
         .await;
     let record = frames
         .iter()
         .find(|f| f["event"]["name"] == "agui-gateway/handoff")
         .expect("the handoff record");
-    let billing_run = record["event"]["value"]["toRunId"].as_str().unwrap().to_owned();
+    let billing_run = record["event"]["value"]["toRunId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     // Triage's run is over: a cancel naming it is refused; naming billing's stops it.
     let refused = http()
         .post(gw.url("/v1/threads/c1/cancel"))
@@ -555,11 +597,16 @@ async fn the_run_a_handoff_started_can_be_cancelled_and_frees_the_thread() {
     let frames = ws
         .recv_until(|f| is_terminal_frame(f) && f["event"]["runId"] == billing_run.as_str())
         .await;
-    assert_eq!(frames.last().unwrap()["event"]["outcome"]["type"], "cancelled");
+    assert_eq!(
+        frames.last().unwrap()["event"]["outcome"]["type"],
+        "cancelled"
+    );
     // The slot is free: the next run starts at once.
-    ws.send(json!({"type": "run", "id": "next", "agent": "triage", "threadId": "c1", "runId": "r3",
-                   "messages": [{"id": "u2", "role": "user", "content": "hello"}]}))
-        .await;
+    ws.send(
+        json!({"type": "run", "id": "next", "agent": "triage", "threadId": "c1", "runId": "r3",
+                   "messages": [{"id": "u2", "role": "user", "content": "hello"}]}),
+    )
+    .await;
     let ack = ws.recv_until(|f| f["id"] == "next").await;
     assert_eq!(ack.last().unwrap()["type"], "ack", "{ack:?}");
     ws.recv_until(|f| is_terminal_frame(f) && f["event"]["runId"] == "r3")
@@ -569,7 +616,10 @@ async fn the_run_a_handoff_started_can_be_cancelled_and_frees_the_thread() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capabilities_name_the_handoff_targets_the_caller_may_run() {
     let py = PyAgent::start("handoff_agents.py").await;
-    let triage = format!("{TRIAGE}\ncapabilities_url = \"{}\"", py.url("capabilities"));
+    let triage = format!(
+        "{TRIAGE}\ncapabilities_url = \"{}\"",
+        py.url("capabilities")
+    );
     let gw = Gateway::start(&agents(&py, &triage, BILLING)).await;
     let caps = json_of(
         http()

@@ -139,6 +139,18 @@ impl Thread {
         inner.next_assign = first + events.len() as u64;
         let mut meta = inner.meta.clone();
         meta.status = status_after(&inner.meta.status, events.iter());
+        // A run that handed the thread over ends, but the thread runs on.
+        // (The run is the one its `RUN_FINISHED` names: the fold may not
+        // have published the run's start yet, its batch still in flight.)
+        let open = events
+            .iter()
+            .rev()
+            .find(|e| matches!(e.kind(), EventType::RunFinished | EventType::RunStarted))
+            .and_then(|e| e.str_field("runId"))
+            .or(inner.fold.run().map(|r| r.run_id.as_str()));
+        if meta.status != "running" && inner.runs.handed_over(open) {
+            meta.status = "running".into();
+        }
         meta.updated_ms = now_millis();
         meta.last_seq = inner.next_assign - 1;
         inner.meta.status = meta.status.clone();

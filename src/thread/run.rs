@@ -109,6 +109,16 @@ impl RunSlot {
         self.active.is_none() && self.queue.is_empty()
     }
 
+    /// Whether the run slot was handed over to a run that has not started
+    /// yet: the journal's open run (`open`) is not the one holding the
+    /// slot. Its terminal event then leaves the thread running, and a
+    /// shared store keeps the lease for the run that follows.
+    pub(super) fn handed_over(&self, open: Option<&str>) -> bool {
+        self.active
+            .as_ref()
+            .is_some_and(|a| a.lease.is_some() && open.is_some_and(|o| o != a.run_id))
+    }
+
     /// Cancels the active run, if any (the journal failed: nothing it does
     /// could be stored).
     pub(super) fn cancel_active(&self) {
