@@ -136,7 +136,14 @@ pub(super) async fn drive(
     let mut first_event = true;
     // How the run ended, for the metrics (a fixed set of classes).
     let mut outcome = "gateway_error";
-    let mut stream = Some(RunStream::start(agent.clone(), body, upstream_headers));
+    // Thread affinity (upstream pools): the key names tenant and thread.
+    let affinity = crate::upstream::affinity::key(&thread.key.tenant, &thread_id);
+    let mut stream = Some(RunStream::start_for(
+        agent.clone(),
+        Some(affinity),
+        body,
+        upstream_headers,
+    ));
     // The requester's outbox while this task feeds it (the journal takes
     // over if it lags); `starter` itself is kept to notice the requester leave.
     let mut feed = RequesterFeed {

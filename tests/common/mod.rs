@@ -265,8 +265,14 @@ pub struct PyAgent {
 impl PyAgent {
     /// Starts `tests/agents/<script>` and waits until it listens.
     pub async fn start(script: &str) -> PyAgent {
+        Self::start_args(script, &[]).await
+    }
+
+    /// Like [`PyAgent::start`], with command-line arguments for the script.
+    pub async fn start_args(script: &str, args: &[&str]) -> PyAgent {
         let mut cmd = Command::new(python());
         cmd.arg(repo().join("tests/agents").join(script))
+            .args(args)
             .env("PYTHONUNBUFFERED", "1")
             .current_dir(repo());
         let mut proc = Proc::spawn(cmd);

@@ -1,0 +1,379 @@
+//! Backend pools (issue 24) against the real gateway binary and three real
+//! AG-UI agent processes per pool (`tests/agents/pool_agent.py`, built with
+//! PyPI `ag-ui-protocol`). Each replica appends every run id it receives to
+//! a file of its own, before it answers, so the tests count where each run
+//! went — and that none went to two replicas — even for a replica that was
+//! killed.
+
+mod common;
+
+use common::*;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// One replica and the file it records its runs in.
+struct Replica {
+    agent: PyAgent,
+    record: PathBuf,
+}
+
+impl Replica {
+    async fn start(dir: &tempfile::TempDir, n: usize) -> Replica {
+        let record = dir.path().join(format!("replica-{n}.runs"));
+        let agent = PyAgent::start_args("pool_agent.py", &[record.to_str().unwrap()]).await;
+        Replica { agent, record }
+    }
+
+    fn url(&self, path: &str) -> String {
+        self.agent.url(path)
+    }
+
+    /// The (run id, thread id) of every run request it received.
+    fn received(&self) -> Vec<(String, String)> {
+        std::fs::read_to_string(&self.record)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                let (run, thread) = l.split_once(' ').unwrap();
+                (run.to_owned(), thread.to_owned())
+            })
+            .collect()
+    }
+
+    fn runs(&self) -> Vec<String> {
+        self.received().into_iter().map(|(r, _)| r).collect()
+    }
+}
+
+async fn replicas(n: usize) -> (tempfile::TempDir, Vec<Replica>) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut out = Vec::new();
+    for i in 0..n {
+        out.push(Replica::start(&dir, i).await);
+    }
+    (dir, out)
+}
+
+/// An `[[agents]]` entry `p` over `backends` (url, weight), with `pool`
+/// lines for `[agents.pool]`.
+fn pool_agent(backends: &[(String, u32)], pool: &str) -> String {
+    let list: Vec<String> = backends
+        .iter()
+        .map(|(url, w)| format!("{{ url = \"{url}\", weight = {w} }}"))
+        .collect();
+    format!(
+        "[[agents]]\nid = \"p\"\nbackends = [{}]\n[agents.pool]\n{pool}\n",
+        list.join(", ")
+    )
+}
+
+/// How one run ended: `Ok(())`, or the `RUN_ERROR` code.
+type Outcome = Result<(), String>;
+
+/// Runs `run` on `thread` of agent `p` over HTTP; its events and outcome.
+async fn run(gw: &Gateway, thread: &str, run: &str) -> (Vec<Value>, Outcome) {
+    let body = json!({"threadId": thread, "runId": run,
+        "messages": [{"id": format!("u-{run}"), "role": "user", "content": "hi"}],
+        "tools": [], "context": []});
+    let (status, text) = post_run(&gw.run_url("p"), &token(json!({})), &body).await;
+    assert_eq!(status, 200, "{text}");
+    let events = sse_events(&text);
+    let last = events.last().cloned().unwrap_or(Value::Null);
+    let outcome = match last["type"].as_str() {
+        Some("RUN_FINISHED") => Ok(()),
+        Some("RUN_ERROR") => Err(last["code"].as_str().unwrap_or("?").to_owned()),
+        _ => panic!("no terminal event: {events:?}"),
+    };
+    (events, outcome)
+}
+
+/// Runs `runs` (thread, run id) with `parallel` at a time; outcome by run id.
+async fn run_all(
+    gw: &Gateway,
+    runs: Vec<(String, String)>,
+    parallel: usize,
+    done: Option<&tokio::sync::watch::Sender<usize>>,
+) -> HashMap<String, Outcome> {
+    futures::stream::iter(runs)
+        .map(|(thread, id)| async move {
+            let (_, outcome) = run(gw, &thread, &id).await;
+            if let Some(done) = done {
+                done.send_modify(|n| *n += 1);
+            }
+            (id, outcome)
+        })
+        .buffer_unordered(parallel)
+        .collect()
+        .await
+}
+
+/// A run id on a thread of its own, per `i`.
+fn fresh(prefix: &str, n: usize) -> Vec<(String, String)> {
+    (0..n)
+        .map(|i| (format!("{prefix}-t{i}"), format!("{prefix}-r{i}")))
+        .collect()
+}
+
+/// How many times each run id was received, over all `replicas`.
+fn receipts(replicas: &[&Replica]) -> HashMap<String, usize> {
+    let mut seen = HashMap::new();
+    for r in replicas {
+        for id in r.runs() {
+            *seen.entry(id).or_default() += 1;
+        }
+    }
+    seen
+}
+
+/// The value of the metric line starting with `series` (0 when absent).
+fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weights_hold_over_a_thousand_runs_and_each_reaches_one_backend_once() {
+    let (_dir, r) = replicas(3).await;
+    let weights = [1u32, 2, 3];
+    let backends: Vec<_> = r
+        .iter()
+        .zip(weights)
+        .map(|(r, w)| (r.url("ok"), w))
+        .collect();
+    let gw = Gateway::start(&pool_agent(&backends, "")).await;
+
+    let runs = fresh("w", 1000);
+    let outcomes = run_all(&gw, runs.clone(), 8, None).await;
+    assert!(outcomes.values().all(Result::is_ok), "every run finished");
+
+    let seen = receipts(&r.iter().collect::<Vec<_>>());
+    assert_eq!(seen.len(), 1000, "every run reached a backend");
+    assert!(seen.values().all(|&n| n == 1), "none reached two");
+    for (replica, w) in r.iter().zip(weights) {
+        let share = replica.runs().len() as f64 / 1000.0;
+        let want = f64::from(w) / 6.0;
+        eprintln!(
+            "weight {w}: {:.1} % (want {:.1} %)",
+            share * 100.0,
+            want * 100.0
+        );
+        assert!(
+            (share - want).abs() < 0.03,
+            "weight {w}: share {share}, want {want}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_500_before_the_first_event_is_retried_elsewhere_and_after_an_event_is_not() {
+    let (_dir, r) = replicas(3).await;
+    // Before the first event: replica 0 answers 500 (never ejected here,
+    // so it keeps being tried), 1 and 2 serve.
+    let backends = vec![
+        (r[0].url("fail500"), 1),
+        (r[1].url("ok"), 1),
+        (r[2].url("ok"), 1),
+    ];
+    let gw = Gateway::start(&pool_agent(&backends, "eject_after = 1000")).await;
+    let outcomes = run_all(&gw, fresh("b", 30), 1, None).await;
+    assert!(outcomes.values().all(Result::is_ok), "{outcomes:?}");
+    let failed = r[0].runs();
+    assert_eq!(
+        failed.len(),
+        10,
+        "a third of the runs tried the failing replica first"
+    );
+    let served = receipts(&[&r[1], &r[2]]);
+    assert_eq!(served.len(), 30);
+    assert!(
+        served.values().all(|&n| n == 1),
+        "each run served once: {served:?}"
+    );
+    for id in &failed {
+        assert!(
+            served.contains_key(id),
+            "{id} was retried on a healthy replica"
+        );
+    }
+    if !single_node_only("counts this process's metrics") {
+        let m = gw.metrics().await;
+        assert_eq!(metric(&m, "agui_upstream_retries_total{agent=\"p\"}"), 10.0);
+        let failing = format!(
+            "agui_upstream_backend_failures_total{{agent=\"p\",backend=\"{}\"}}",
+            r[0].url("fail500")
+        );
+        assert_eq!(metric(&m, &failing), 10.0, "{m}");
+    }
+
+    // After an event: replica 0 sent RUN_STARTED, then its response broke.
+    // The run ends with its own error and is not sent anywhere else.
+    let (_dir2, r) = replicas(2).await;
+    let backends = vec![(r[0].url("fail-after"), 1), (r[1].url("ok"), 1)];
+    let gw = Gateway::start(&pool_agent(&backends, "")).await;
+    let outcomes = run_all(&gw, fresh("a", 10), 1, None).await;
+    let broke: HashSet<String> = r[0].runs().into_iter().collect();
+    let served: HashSet<String> = r[1].runs().into_iter().collect();
+    assert_eq!(broke.len(), 5, "half the runs went to the breaking replica");
+    assert!(broke.is_disjoint(&served), "no run was sent twice");
+    for (id, outcome) in &outcomes {
+        if broke.contains(id) {
+            assert_eq!(outcome, &Err("upstream_incomplete".to_owned()), "{id}");
+        } else {
+            assert_eq!(outcome, &Ok(()), "{id}");
+            assert!(served.contains(id));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_a_backend_mid_traffic_loses_no_unstarted_run_and_duplicates_none() {
+    let (_dir, mut r) = replicas(3).await;
+    let backends: Vec<_> = r.iter().map(|r| (r.url("slow"), 1)).collect();
+    let gw = Arc::new(Gateway::start(&pool_agent(&backends, "")).await);
+    let (done, mut progress) = tokio::sync::watch::channel(0usize);
+    let traffic = {
+        let gw = gw.clone();
+        tokio::spawn(async move { run_all(&gw, fresh("k", 150), 6, Some(&done)).await })
+    };
+    progress.wait_for(|&n| n >= 40).await.unwrap();
+    r[2].agent.proc.child.kill().await.unwrap();
+    let outcomes = traffic.await.unwrap();
+
+    let seen = receipts(&r.iter().collect::<Vec<_>>());
+    assert!(
+        seen.values().all(|&n| n == 1),
+        "no run reached two replicas: {seen:?}"
+    );
+    let killed: HashSet<String> = r[2].runs().into_iter().collect();
+    let mut lost = 0;
+    for (id, outcome) in &outcomes {
+        match outcome {
+            Ok(()) => assert_eq!(seen.get(id), Some(&1), "{id} served once"),
+            Err(code) => {
+                // Only a run the killed replica had started may fail.
+                assert!(
+                    killed.contains(id),
+                    "{id} failed ({code}) though it never started"
+                );
+                assert_eq!(code, "upstream_incomplete", "{id}");
+                lost += 1;
+            }
+        }
+    }
+    eprintln!("{lost} runs cut by the kill (at most the 6 in flight)");
+    assert!(lost <= 6);
+    assert_eq!(outcomes.len(), 150);
+    // Every run that did not fail reached a replica exactly once.
+    assert_eq!(outcomes.values().filter(|o| o.is_ok()).count() + lost, 150);
+}
+
+/// The pool of agent `p` as an admin sees it in `GET /v1/agents`.
+async fn pool_listing(gw: &Gateway) -> Value {
+    let agents: Value = json_of(
+        http()
+            .get(gw.url("/v1/agents"))
+            .bearer_auth(token(json!({"roles": ["admin"]}))),
+    )
+    .await;
+    agents["agents"][0]["pool"].clone()
+}
+
+#[tokio::test]
+async fn an_ejected_backend_comes_back_through_the_half_open_run() {
+    if single_node_only("ejections are per node") {
+        return;
+    }
+    let (_dir, r) = replicas(2).await;
+    let backends = vec![(r[0].url("flaky"), 1), (r[1].url("ok"), 1)];
+    let gw = Gateway::start(&pool_agent(
+        &backends,
+        "eject_after = 2\neject_base = \"300ms\"",
+    ))
+    .await;
+    // Users see no backends; admins do.
+    let plain: Value = json_of(
+        http()
+            .get(gw.url("/v1/agents"))
+            .bearer_auth(token(json!({}))),
+    )
+    .await;
+    assert!(plain["agents"][0].get("pool").is_none(), "{plain}");
+
+    // Two failures in a row eject the flaky replica: runs still succeed
+    // (retried), and then stop reaching it.
+    let outcomes = run_all(&gw, fresh("e", 4), 1, None).await;
+    assert!(outcomes.values().all(Result::is_ok));
+    assert_eq!(r[0].runs().len(), 2, "tried twice, then ejected");
+    let listing = pool_listing(&gw).await;
+    assert_eq!(listing["backends"][0]["health"], "ejected", "{listing}");
+    assert_eq!(listing["backends"][0]["ejections"], 1);
+    assert_eq!(listing["backends"][0]["failures"], 2);
+    assert_eq!(listing["backends"][1]["health"], "healthy");
+
+    // Healed, and past its ejection: one run probes it and closes the circuit.
+    http().post(r[0].url("heal")).send().await.unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while pool_listing(&gw).await["backends"][0]["health"] != "half-open" {
+        assert!(tokio::time::Instant::now() < deadline, "never half-open");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let before = r[0].runs().len();
+    let outcomes = run_all(&gw, fresh("h", 4), 1, None).await;
+    assert!(outcomes.values().all(Result::is_ok));
+    assert!(r[0].runs().len() > before, "the probe reached it");
+    let listing = pool_listing(&gw).await;
+    assert_eq!(listing["backends"][0]["health"], "healthy", "{listing}");
+    assert_eq!(listing["backends"][0]["inFlight"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn least_in_flight_sends_fewer_runs_to_a_slower_backend() {
+    let (_dir, r) = replicas(2).await;
+    let backends = vec![(r[0].url("slow"), 1), (r[1].url("ok"), 1)];
+    let gw = Gateway::start(&pool_agent(&backends, "balance = \"least-in-flight\"")).await;
+    let outcomes = run_all(&gw, fresh("l", 60), 4, None).await;
+    assert!(outcomes.values().all(Result::is_ok));
+    let (slow, fast) = (r[0].runs().len(), r[1].runs().len());
+    eprintln!("slow replica {slow} runs, fast replica {fast}");
+    assert_eq!(slow + fast, 60);
+    // Weighted, both would get 30; measured about 20/40.
+    assert!(2 * fast > 3 * slow, "slow {slow}, fast {fast}");
+}
+
+#[tokio::test]
+async fn a_capped_backend_makes_runs_wait_then_unavailable() {
+    if single_node_only("a cap holds per node") {
+        return;
+    }
+    let (_dir, r) = replicas(1).await;
+    let gw = Gateway::start(&format!(
+        "[[agents]]\nid = \"p\"\nbackends = [{{ url = \"{}\", max_in_flight = 1 }}]\n[agents.pool]\nqueue_timeout = \"50ms\"\n",
+        r[0].url("slow")
+    ))
+    .await;
+    // Two at once: one waits and is served after the other (100 ms > 50 ms:
+    // it gives up), so exactly one run is refused and never reaches the agent.
+    let outcomes = run_all(&gw, fresh("c", 2), 2, None).await;
+    let refused: Vec<_> = outcomes
+        .iter()
+        .filter(|(_, o)| o.is_err())
+        .map(|(id, o)| (id.clone(), o.clone()))
+        .collect();
+    assert_eq!(refused.len(), 1, "{outcomes:?}");
+    assert_eq!(refused[0].1, Err("upstream_unavailable".to_owned()));
+    assert!(!r[0].runs().contains(&refused[0].0));
+    // With room to wait, both are served in turn.
+    let gw2 = Gateway::start(&format!(
+        "[[agents]]\nid = \"p\"\nbackends = [{{ url = \"{}\", max_in_flight = 1 }}]\n",
+        r[0].url("slow")
+    ))
+    .await;
+    let outcomes = run_all(&gw2, fresh("d", 4), 4, None).await;
+    assert!(outcomes.values().all(Result::is_ok), "{outcomes:?}");
+}
