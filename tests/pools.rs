@@ -377,3 +377,187 @@ async fn a_capped_backend_makes_runs_wait_then_unavailable() {
     let outcomes = run_all(&gw2, fresh("d", 4), 4, None).await;
     assert!(outcomes.values().all(Result::is_ok), "{outcomes:?}");
 }
+
+/// Rewrites the gateway's config with `edit` and waits for its reload.
+async fn reload(gw: &Gateway, edit: impl FnOnce(String) -> String) {
+    const RELOADED: &str = "configuration reloaded";
+    let before = gw.proc.stderr().matches(RELOADED).count();
+    let cfg = std::fs::read_to_string(&gw.config_path).unwrap();
+    std::fs::write(&gw.config_path, edit(cfg)).unwrap();
+    gw.signal("HUP");
+    gw.proc.expect_stderr_times(RELOADED, before + 1).await;
+}
+
+/// The replica (index) each thread's runs among `runs` went to.
+fn homes(r: &[Replica], runs: &HashSet<String>) -> HashMap<String, HashSet<usize>> {
+    let mut homes: HashMap<String, HashSet<usize>> = HashMap::new();
+    for (i, replica) in r.iter().enumerate() {
+        for (run, thread) in replica.received() {
+            if runs.contains(&run) {
+                homes.entry(thread).or_default().insert(i);
+            }
+        }
+    }
+    homes
+}
+
+/// The `agui-gateway/upstream` notes among a run's events.
+fn moved_notes(events: &[Value]) -> usize {
+    events
+        .iter()
+        .filter(|e| e["type"] == "CUSTOM" && e["name"] == "agui-gateway/upstream")
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn affinity_holds_over_100_runs_and_a_removal_moves_only_that_backends_threads() {
+    if single_node_only("reloads and kills one node's view") {
+        return;
+    }
+    let (_dir, mut r) = replicas(3).await;
+    let backends: Vec<_> = r.iter().map(|r| (r.url("ok"), 1)).collect();
+    let gw = Gateway::start(&pool_agent(&backends, "affinity = true")).await;
+    let round = |tag: &str, threads: std::ops::Range<usize>| -> Vec<(String, String)> {
+        threads
+            .map(|t| (format!("at{t}"), format!("at{t}-{tag}")))
+            .collect()
+    };
+    // 20 threads × 5 runs: the threads in parallel, each thread's in turn.
+    let mut runs = HashSet::new();
+    for n in 0..5 {
+        let batch = round(&format!("r{n}"), 0..20);
+        runs.extend(batch.iter().map(|(_, id)| id.clone()));
+        let outcomes = run_all(&gw, batch, 5, None).await;
+        assert!(outcomes.values().all(Result::is_ok), "{outcomes:?}");
+    }
+    let before = homes(&r, &runs);
+    assert_eq!(before.len(), 20);
+    assert!(
+        before.values().all(|h| h.len() == 1),
+        "each thread on one replica: {before:?}"
+    );
+    let home = |t: &str| *before[t].iter().next().unwrap();
+    let used: HashSet<usize> = before.values().flatten().copied().collect();
+    assert!(used.len() >= 2, "threads spread over replicas: {before:?}");
+
+    // Admins see it on.
+    assert_eq!(pool_listing(&gw).await["affinity"], true);
+
+    // Replica 2 removed by a reload: only its threads move.
+    let gone = format!(", {{ url = \"{}\", weight = 1 }}", r[2].url("ok"));
+    reload(&gw, |cfg| cfg.replace(&gone, "")).await;
+    let batch = round("after-removal", 0..20);
+    let after_ids: HashSet<String> = batch.iter().map(|(_, id)| id.clone()).collect();
+    let outcomes = run_all(&gw, batch, 5, None).await;
+    assert!(outcomes.values().all(Result::is_ok));
+    let after = homes(&r, &after_ids);
+    let mut moved = 0;
+    for (thread, now) in &after {
+        let now = *now.iter().next().unwrap();
+        assert_ne!(now, 2, "nothing reaches the removed replica");
+        if home(thread) == 2 {
+            moved += 1;
+        } else {
+            assert_eq!(
+                now,
+                home(thread),
+                "{thread} moved though its replica stayed"
+            );
+        }
+    }
+    assert_eq!(moved, before.values().filter(|h| h.contains(&2)).count());
+
+    // The affine replica down: its threads' runs go elsewhere, and the
+    // journal says so; the others' runs carry no note.
+    let down = if used.contains(&0) { 0 } else { 1 };
+    r[down].agent.proc.child.kill().await.unwrap();
+    for t in 0..20 {
+        let thread = format!("at{t}");
+        let (events, outcome) = run(&gw, &thread, &format!("{thread}-after-kill")).await;
+        assert_eq!(outcome, Ok(()), "{events:?}");
+        let was = after[&thread].iter().next().copied().unwrap();
+        assert_eq!(
+            moved_notes(&events),
+            usize::from(was == down),
+            "{thread}: {events:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_reload_that_adds_a_backend_leaves_a_running_run_alone() {
+    if single_node_only("reloads one node") {
+        return;
+    }
+    let (_dir, r) = replicas(2).await;
+    // Replica 0 holds every run it gets until released, and takes one at a time.
+    let gw = Gateway::start(&format!(
+        "[[agents]]\nid = \"p\"\nbackends = [{{ url = \"{}\", max_in_flight = 1 }}]\n",
+        r[0].url("hold")
+    ))
+    .await;
+    let held = {
+        let url = gw.run_url("p");
+        let body = json!({"threadId": "held", "runId": "held-r", "tools": [], "context": [],
+            "messages": [{"id": "u", "role": "user", "content": "hi"}]});
+        tokio::spawn(async move { post_run(&url, &token(json!({})), &body).await })
+    };
+    gw.proc.expect_stderr("run requested over HTTP").await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while pool_listing(&gw).await["backends"][0]["inFlight"] != 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the held run never started"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+
+    let added = format!("max_in_flight = 1 }}, {{ url = \"{}\" }}]", r[1].url("ok"));
+    reload(&gw, |cfg| cfg.replacen("max_in_flight = 1 }]", &added, 1)).await;
+    let listing = pool_listing(&gw).await;
+    assert_eq!(
+        listing["backends"].as_array().unwrap().len(),
+        2,
+        "{listing}"
+    );
+    assert_eq!(
+        listing["backends"][0]["inFlight"], 1,
+        "the running run is still counted"
+    );
+    // New runs reach the new backend: replica 0 is still at its cap, since
+    // the reload carried its count over.
+    let outcomes = run_all(&gw, fresh("n", 3), 1, None).await;
+    assert!(outcomes.values().all(Result::is_ok));
+    assert_eq!(r[1].runs(), ["n-r0", "n-r1", "n-r2"]);
+
+    http().post(r[0].url("release")).send().await.unwrap();
+    let (status, body) = held.await.unwrap();
+    assert_eq!(status, 200);
+    let events = sse_events(&body);
+    assert_eq!(events.last().unwrap()["type"], "RUN_FINISHED", "{events:?}");
+    assert_eq!(r[0].runs(), ["held-r"]);
+}
+
+#[tokio::test]
+async fn a_cancel_during_the_retry_backoff_stops_the_run() {
+    if single_node_only("reads one node's log") {
+        return;
+    }
+    let (_dir, r) = replicas(2).await;
+    let backends = vec![(r[0].url("fail500"), 1), (r[1].url("ok"), 1)];
+    let gw = Gateway::start(&pool_agent(&backends, "retry_backoff = \"1500ms\"")).await;
+    // The first run goes to the first backend (weighted, equal weights,
+    // config order breaks the tie): it answers 500 and the run backs off.
+    let url = gw.run_url("p");
+    let requester =
+        tokio::spawn(
+            async move { post_run(&url, &token(json!({})), &input("c-t", "c-r", "hi")).await },
+        );
+    gw.proc.expect_stderr("trying another").await;
+    requester.abort(); // the requester leaves; nobody watches: the run is cancelled
+    gw.proc.expect_stderr("run cancelled").await;
+    // Past the backoff the retry would have reached replica 1: it did not.
+    tokio::time::sleep(std::time::Duration::from_millis(2000)).await;
+    assert_eq!(r[0].runs(), ["c-r"]);
+    assert!(r[1].runs().is_empty(), "{:?}", r[1].runs());
+}

@@ -12,6 +12,7 @@ Paths are behaviours:
   /fail500     HTTP 500 before any event
   /fail-after  RUN_STARTED, then the response ends without a terminal event
   /flaky       HTTP 500 while failing (POST /fail), /ok otherwise (POST /heal)
+  /hold        RUN_STARTED, then the rest once POST /release is called
 
 Usage: pool_agent.py RECORD_FILE  -> prints "listening <port>", then serves.
 """
@@ -37,13 +38,16 @@ from starlette.routing import Route
 ENC = EventEncoder()
 RECORD = open(sys.argv[1], "a", buffering=1)
 FAILING = {"on": True}
+RELEASE = asyncio.Event()
 
 
-def answer(thread_id: str, run_id: str, delay: float = 0.0):
+def answer(thread_id: str, run_id: str, delay: float = 0.0, hold: bool = False):
     async def gen():
         yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
         if delay:
             await asyncio.sleep(delay)
+        if hold:
+            await RELEASE.wait()
         yield ENC.encode(TextMessageStartEvent(message_id="a-" + run_id, role="assistant"))
         yield ENC.encode(TextMessageContentEvent(message_id="a-" + run_id, delta="hi"))
         yield ENC.encode(TextMessageEndEvent(message_id="a-" + run_id))
@@ -60,6 +64,9 @@ async def handle(request: Request) -> Response:
     if scenario == "heal":
         FAILING["on"] = False
         return PlainTextResponse("healed")
+    if scenario == "release":
+        RELEASE.set()
+        return PlainTextResponse("released")
     body = json.loads(await request.body())
     thread_id, run_id = body["threadId"], body["runId"]
     RECORD.write(f"{run_id} {thread_id}\n")
@@ -68,6 +75,8 @@ async def handle(request: Request) -> Response:
         return answer(thread_id, run_id)
     if scenario == "slow":
         return answer(thread_id, run_id, 0.1)
+    if scenario == "hold":
+        return answer(thread_id, run_id, hold=True)
     if scenario == "fail500" or (scenario == "flaky" and FAILING["on"]):
         return PlainTextResponse("replica down", status_code=500)
     if scenario == "flaky":

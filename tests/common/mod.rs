@@ -136,14 +136,22 @@ impl Proc {
 
     /// Waits until the process's stderr contains `needle` (a log line).
     pub async fn expect_stderr(&self, needle: &str) {
+        self.expect_stderr_times(needle, 1).await
+    }
+
+    /// Waits until stderr contains `needle` at least `times` times.
+    pub async fn expect_stderr_times(&self, needle: &str, times: usize) {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
             let grew = self.stderr_grew.notified();
-            if self.stderr().contains(needle) {
+            if self.stderr().matches(needle).count() >= times {
                 return;
             }
             if tokio::time::timeout_at(deadline, grew).await.is_err() {
-                panic!("stderr never contained '{needle}':\n{}", self.stderr());
+                panic!(
+                    "stderr never contained '{needle}' {times} times:\n{}",
+                    self.stderr()
+                );
             }
         }
     }
