@@ -808,6 +808,39 @@ pub struct BackendConfig {
     /// every backend at its cap waits up to `pool.queue_timeout` for a slot.
     #[serde(default)]
     pub max_in_flight: Option<usize>,
+    /// The backend group it belongs to: runs go to the `default` group
+    /// unless a `pool.routes` entry or the `pool.canary` sends them to
+    /// another.
+    #[serde(default = "default_group")]
+    pub group: String,
+}
+
+fn default_group() -> String {
+    DEFAULT_GROUP.into()
+}
+
+/// The backend group runs go to when no route or canary chooses another.
+pub const DEFAULT_GROUP: &str = "default";
+
+/// A routing rule: runs of these tenants go to `group`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct PoolRoute {
+    /// Tenants (the principal's tenant claim) whose runs this rule takes.
+    pub tenants: Vec<String>,
+    /// The backend group they go to.
+    pub group: String,
+}
+
+/// A canary: a share of the threads (the same threads for as long as the
+/// share stays; a larger share keeps them and adds more) go to `group`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Canary {
+    /// The backend group of the new version.
+    pub group: String,
+    /// Share of the threads, 0–100 (fractions allowed).
+    pub percent: f64,
 }
 
 fn one() -> u32 {
@@ -815,7 +848,7 @@ fn one() -> u32 {
 }
 
 /// How an agent's runs pick, retry and avoid backends.
-#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct PoolConfig {
     /// `weighted` (each backend its weight's share of the runs, evenly
@@ -855,6 +888,11 @@ pub struct PoolConfig {
     /// Roles that see this agent's backends and their health in
     /// `GET /v1/agents`.
     pub admin_roles: Vec<String>,
+    /// Tenant rules, first match wins: a matching run goes to the rule's
+    /// backend group (and only there), not to `default` nor the canary.
+    pub routes: Vec<PoolRoute>,
+    /// Sends a share of the other runs' threads to a backend group.
+    pub canary: Option<Canary>,
 }
 
 impl Default for PoolConfig {
@@ -869,6 +907,8 @@ impl Default for PoolConfig {
             eject_max: Duration::from_secs(300),
             affinity: None,
             admin_roles: vec!["admin".into()],
+            routes: Vec::new(),
+            canary: None,
         }
     }
 }
@@ -893,6 +933,7 @@ impl AgentConfig {
                 weight: 1,
                 headers: BTreeMap::new(),
                 max_in_flight: None,
+                group: default_group(),
             }]
         } else {
             self.backends.clone()
@@ -1465,6 +1506,44 @@ impl Config {
             }
         }
         let p = &agent.pool;
+        let list = agent.backend_list();
+        let has_group = |g: &str| list.iter().any(|b| b.group == g);
+        for (j, r) in p.routes.iter().enumerate() {
+            if r.tenants.is_empty() {
+                bad(
+                    k(&format!("pool.routes[{j}].tenants")),
+                    "empty: the rule would take no run".into(),
+                );
+            }
+            if !has_group(&r.group) {
+                bad(
+                    k(&format!("pool.routes[{j}].group")),
+                    format!("no backend is in group '{}'", r.group),
+                );
+            }
+        }
+        if let Some(c) = &p.canary {
+            if !has_group(&c.group) {
+                bad(
+                    k("pool.canary.group"),
+                    format!("no backend is in group '{}'", c.group),
+                );
+            }
+            if !(0.0..=100.0).contains(&c.percent) {
+                bad(k("pool.canary.percent"), "must be 0 to 100".into());
+            }
+        }
+        if !list.is_empty()
+            && !has_group(DEFAULT_GROUP)
+            && p.canary.as_ref().is_none_or(|c| c.percent < 100.0)
+        {
+            bad(
+                k("backends"),
+                format!(
+                    "no backend in group '{DEFAULT_GROUP}': runs that no route or canary takes would have nowhere to go"
+                ),
+            );
+        }
         if p.attempts == 0 || p.attempts > 10 {
             bad(k("pool.attempts"), "must be 1 to 10".into());
         }

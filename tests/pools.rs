@@ -75,10 +75,15 @@ type Outcome = Result<(), String>;
 
 /// Runs `run` on `thread` of agent `p` over HTTP; its events and outcome.
 async fn run(gw: &Gateway, thread: &str, run: &str) -> (Vec<Value>, Outcome) {
+    run_as(gw, &token(json!({})), thread, run).await
+}
+
+/// [`run`] with the token `tok`.
+async fn run_as(gw: &Gateway, tok: &str, thread: &str, run: &str) -> (Vec<Value>, Outcome) {
     let body = json!({"threadId": thread, "runId": run,
         "messages": [{"id": format!("u-{run}"), "role": "user", "content": "hi"}],
         "tools": [], "context": []});
-    let (status, text) = post_run(&gw.run_url("p"), &token(json!({})), &body).await;
+    let (status, text) = post_run(&gw.run_url("p"), tok, &body).await;
     assert_eq!(status, 200, "{text}");
     let events = sse_events(&text);
     let last = events.last().cloned().unwrap_or(Value::Null);
@@ -560,4 +565,87 @@ async fn a_cancel_during_the_retry_backoff_stops_the_run() {
     tokio::time::sleep(std::time::Duration::from_millis(2000)).await;
     assert_eq!(r[0].runs(), ["c-r"]);
     assert!(r[1].runs().is_empty(), "{:?}", r[1].runs());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_rule_and_a_sticky_canary_choose_the_backend_group() {
+    let (_dir, r) = replicas(3).await;
+    let pool = format!(
+        "[[agents]]\nid = \"p\"\nbackends = [{{ url = \"{}\" }}, \
+         {{ url = \"{}\", group = \"acme\" }}, {{ url = \"{}\", group = \"next\" }}]\n\
+         [agents.pool]\ncanary = {{ group = \"next\", percent = 25 }}\n\
+         [[agents.pool.routes]]\ntenants = [\"acme\"]\ngroup = \"acme\"\n",
+        r[0].url("ok"),
+        r[1].url("ok"),
+        r[2].url("ok")
+    );
+    let gw = Gateway::start(&pool).await;
+    // The tenant with its own deployment: every run there, none elsewhere.
+    let acme = token(json!({"tenant": "acme"}));
+    for i in 0..20 {
+        let (_, outcome) = run_as(&gw, &acme, &format!("acme-t{i}"), &format!("acme-r{i}")).await;
+        assert_eq!(outcome, Ok(()));
+    }
+    assert_eq!(r[1].runs().len(), 20);
+    let others = receipts(&[&r[0], &r[2]]);
+    assert!(
+        others.keys().all(|id| !id.starts_with("acme")),
+        "{others:?}"
+    );
+
+    // Everyone else: a quarter of the threads on the canary, the same
+    // threads run after run, and none on the tenant's deployment.
+    let outcomes = run_all(&gw, fresh("c1", 200), 8, None).await;
+    assert!(outcomes.values().all(Result::is_ok));
+    let canary_threads: HashSet<String> = r[2].received().into_iter().map(|(_, t)| t).collect();
+    let share = canary_threads.len() as f64 / 200.0;
+    eprintln!("canary share {:.1} % (want 25 %)", share * 100.0);
+    assert!((0.15..0.35).contains(&share), "canary share {share}");
+    assert_eq!(
+        r[1].runs().len(),
+        20,
+        "no other tenant's run on acme's deployment"
+    );
+    let again: Vec<_> = (0..200)
+        .map(|i| (format!("c1-t{i}"), format!("c1-again-{i}")))
+        .collect();
+    let outcomes = run_all(&gw, again, 8, None).await;
+    assert!(outcomes.values().all(Result::is_ok));
+    let second: HashSet<String> = r[2]
+        .received()
+        .into_iter()
+        .filter(|(run, _)| run.starts_with("c1-again"))
+        .map(|(_, t)| t)
+        .collect();
+    assert_eq!(second, canary_threads, "the canary is sticky per thread");
+}
+
+#[tokio::test]
+async fn check_config_names_bad_pool_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("g.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[auth]\nhs_secret = \"{SECRET}\"\n[[agents]]\nid = \"p\"\n\
+             backends = [{{ url = \"http://127.0.0.1:1/a\", weight = 0 }}]\n\
+             [agents.pool]\ncanary = {{ group = \"nope\", percent = 150 }}\n\
+             [[agents.pool.routes]]\ntenants = [\"acme\"]\ngroup = \"acme\"\n"
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(gateway_bin())
+        .args(["--config", cfg.to_str().unwrap(), "check-config"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for key in [
+        "agents[0].backends[0].weight: must be at least 1",
+        "agents[0].pool.routes[0].group: no backend is in group 'acme'",
+        "agents[0].pool.canary.group: no backend is in group 'nope'",
+        "agents[0].pool.canary.percent: must be 0 to 100",
+    ] {
+        assert!(err.contains(key), "{key}: {err}");
+    }
 }

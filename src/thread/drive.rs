@@ -136,11 +136,14 @@ pub(super) async fn drive(
     let mut first_event = true;
     // How the run ended, for the metrics (a fixed set of classes).
     let mut outcome = "gateway_error";
-    // Thread affinity (upstream pools): the key names tenant and thread.
-    let affinity = crate::upstream::affinity::key(&thread.key.tenant, &thread_id);
+    // Upstream pools route and keep affinity by tenant and thread.
+    let pool_key = crate::upstream::pool::RunKey {
+        tenant: thread.key.tenant.clone(),
+        thread: thread_id.clone(),
+    };
     let mut stream = Some(RunStream::start_for(
         agent.clone(),
-        Some(affinity),
+        Some(pool_key),
         body,
         upstream_headers,
     ));

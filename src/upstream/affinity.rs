@@ -21,6 +21,20 @@ pub fn key(tenant: &str, thread: &str) -> String {
     format!("{tenant}\u{0}{thread}")
 }
 
+/// A number in [0, 1) fixed for `key` and `salt`: which threads a canary
+/// share takes (a thread below `percent / 100` is in; raising the share
+/// keeps the threads it had).
+pub fn unit(key: &str, salt: &str) -> f64 {
+    let digest = Sha256::new()
+        .chain_update(salt.as_bytes())
+        .chain_update([0])
+        .chain_update(key.as_bytes())
+        .finalize();
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(&digest[..8]);
+    (u64::from_be_bytes(bytes) >> 11) as f64 / (1u64 << 53) as f64
+}
+
 /// The score of `backend` (its stable name: the URL) of `weight` for `key`.
 pub fn score(key: &str, backend: &str, weight: u32) -> f64 {
     let mut h = Sha256::new();

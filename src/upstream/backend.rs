@@ -23,6 +23,8 @@ pub struct Backend {
     pub headers: HeaderMap,
     pub weight: u32,
     pub max_in_flight: Option<usize>,
+    /// Its backend group (`pool.routes`, `pool.canary`).
+    pub group: String,
     pub state: Arc<BackendState>,
 }
 

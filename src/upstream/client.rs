@@ -26,7 +26,7 @@
 
 use super::Agent;
 use super::backend::{Backend, Slot};
-use super::pool::NoBackend;
+use super::pool::{NoBackend, RunKey};
 use crate::config::VerifyMode;
 use crate::protocol::chunks::ChunkNormalizer;
 use crate::protocol::event::run_error;
@@ -120,16 +120,17 @@ impl RunStream {
         Self::start_for(agent, None, body, extra)
     }
 
-    /// Like [`RunStream::start`] for a run of the thread whose affinity key
-    /// (see [`super::affinity::key`]) is `thread`: with the agent's
-    /// affinity on, the thread's runs stay on one backend.
+    /// Like [`RunStream::start`] for a run of a known tenant and thread:
+    /// the agent's routes and canary choose its backend group by them,
+    /// and with the agent's affinity on the thread's runs stay on one
+    /// backend.
     ///
     /// The request runs in an `upstream` span (a child of the current one,
     /// the run's); with OpenTelemetry export on, its context is the request's
     /// `traceparent`, replacing the one in `extra`.
     pub fn start_for(
         agent: Arc<Agent>,
-        thread: Option<String>,
+        run: Option<RunKey>,
         body: Bytes,
         mut extra: reqwest::header::HeaderMap,
     ) -> RunStream {
@@ -149,9 +150,7 @@ impl RunStream {
             extra.insert("traceparent", value);
         }
         let work = async move {
-            if let Some((code, message)) =
-                attempts(&agent, thread.as_deref(), body, extra, &tx).await
-            {
+            if let Some((code, message)) = attempts(&agent, run.as_ref(), body, extra, &tx).await {
                 let span = tracing::Span::current();
                 span.record("error.type", code.as_string());
                 span.record("otel.status_code", "ERROR");
@@ -202,7 +201,7 @@ impl UpstreamCode {
 /// leaving (a cancel) stops the search at once, mid-backoff included.
 async fn attempts(
     agent: &Agent,
-    thread: Option<&str>,
+    run: Option<&RunKey>,
     body: Bytes,
     extra: reqwest::header::HeaderMap,
     tx: &mpsc::Sender<Handed>,
@@ -217,7 +216,7 @@ async fn attempts(
     for attempt in 1..=pool.attempts {
         let granted = tokio::select! {
             _ = tx.closed() => return None,
-            g = pool.acquire(thread, &tried) => g,
+            g = pool.acquire(run, &tried) => g,
         };
         let mut granted = match granted {
             Ok(g) => g,

@@ -25,7 +25,7 @@ use super::affinity;
 use super::backend::{Backend, BackendState, Slot};
 use super::balancer::{Balancer, Candidate};
 use super::health::{Admit, Ejection};
-use crate::config::{Balance, PoolConfig};
+use crate::config::{Balance, Canary, DEFAULT_GROUP, PoolConfig, PoolRoute};
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -49,7 +49,17 @@ pub struct Pool {
     pub queue_timeout: Duration,
     pub ejection: Ejection,
     pub admin_roles: Vec<String>,
+    pub routes: Vec<PoolRoute>,
+    pub canary: Option<Canary>,
     pub shared: Arc<PoolShared>,
+}
+
+/// Whose run it is: routing rules and the canary look at the tenant,
+/// affinity and the canary at the thread.
+#[derive(Debug, Clone)]
+pub struct RunKey {
+    pub tenant: String,
+    pub thread: String,
 }
 
 /// A backend granted to a run.
@@ -95,6 +105,8 @@ impl Pool {
                 max: cfg.eject_max,
             },
             admin_roles: cfg.admin_roles.clone(),
+            routes: cfg.routes.clone(),
+            canary: cfg.canary.clone(),
             shared,
         }
     }
@@ -108,16 +120,45 @@ impl Pool {
             .map(|b| b.state.clone())
     }
 
-    /// A backend for a run that has tried `tried`, for the thread `key`
-    /// when affinity is on; waits up to `queue_timeout` for a slot.
-    pub async fn acquire(&self, key: Option<&str>, tried: &[usize]) -> Result<Granted, NoBackend> {
+    /// The backend group of `run`: the first route naming its tenant, else
+    /// the canary's group for the canary's share of threads, else `default`.
+    pub fn group_of(&self, run: Option<&RunKey>) -> &str {
+        let Some(run) = run else {
+            return DEFAULT_GROUP;
+        };
+        if let Some(route) = self.routes.iter().find(|r| r.tenants.contains(&run.tenant)) {
+            return &route.group;
+        }
+        match &self.canary {
+            Some(c)
+                if affinity::unit(&affinity::key(&run.tenant, &run.thread), "canary")
+                    < c.percent / 100.0 =>
+            {
+                &c.group
+            }
+            _ => DEFAULT_GROUP,
+        }
+    }
+
+    /// A backend for a run that has tried `tried`, in the group of `run`
+    /// (and its thread's own backend when affinity is on); waits up to
+    /// `queue_timeout` for a slot.
+    pub async fn acquire(
+        &self,
+        run: Option<&RunKey>,
+        tried: &[usize],
+    ) -> Result<Granted, NoBackend> {
         let deadline = tokio::time::Instant::now() + self.queue_timeout;
+        let group = self.group_of(run);
+        let key = run
+            .filter(|_| self.affinity)
+            .map(|r| affinity::key(&r.tenant, &r.thread));
         loop {
             // Registered before looking, so a slot freed in between wakes us.
             let freed = self.shared.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            match self.pick(key.filter(|_| self.affinity), tried) {
+            match self.pick(group, key.as_deref(), tried) {
                 Pick::Granted(g) => return Ok(g),
                 Pick::Exhausted => return Err(NoBackend::Exhausted),
                 Pick::Busy => {
@@ -129,7 +170,7 @@ impl Pool {
         }
     }
 
-    fn pick(&self, key: Option<&str>, tried: &[usize]) -> Pick {
+    fn pick(&self, group: &str, key: Option<&str>, tried: &[usize]) -> Pick {
         let mut balancer = self
             .shared
             .balancer
@@ -145,7 +186,7 @@ impl Pool {
             .backends
             .iter()
             .enumerate()
-            .filter(|(i, _)| !tried.contains(i))
+            .filter(|(i, b)| b.group == group && !tried.contains(i))
             .map(|(index, b)| Look {
                 index,
                 admit: b.state.circuit().admits(now),
@@ -168,6 +209,7 @@ impl Pool {
                 .backends
                 .iter()
                 .enumerate()
+                .filter(|(_, b)| b.group == group)
                 .map(|(i, b)| (i, b.name.as_str(), b.weight));
             let own = affinity::owner(key, all);
             match candidates.iter().find(|l| Some(l.index) == own) {
@@ -222,6 +264,7 @@ impl Pool {
                 let l = &b.state.labels;
                 json!({
                     "url": b.name,
+                    "group": b.group,
                     "weight": b.weight,
                     "maxInFlight": b.max_in_flight,
                     "inFlight": b.state.in_flight(),

@@ -100,6 +100,7 @@ impl Agent {
                 headers,
                 weight: b.weight,
                 max_in_flight: b.max_in_flight,
+                group: b.group.clone(),
                 state,
             });
         }
