@@ -893,6 +893,33 @@ pub struct PoolConfig {
     pub routes: Vec<PoolRoute>,
     /// Sends a share of the other runs' threads to a backend group.
     pub canary: Option<Canary>,
+    /// An active health check: a GET per backend on an interval.
+    pub probe: Option<Probe>,
+}
+
+/// An active health check of each backend (`[agents.pool.probe]`).
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Probe {
+    /// What to GET, resolved against each backend's URL (`/healthz`: the
+    /// backend's host, that path). A 2xx answer is healthy.
+    pub path: String,
+    /// Between two probes of a backend.
+    #[serde(with = "duration", default = "probe_interval")]
+    #[schemars(with = "duration::Text")]
+    pub interval: Duration,
+    /// Longest wait for the answer (longer counts as a failure).
+    #[serde(with = "duration", default = "probe_timeout")]
+    #[schemars(with = "duration::Text")]
+    pub timeout: Duration,
+}
+
+fn probe_interval() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn probe_timeout() -> Duration {
+    Duration::from_secs(2)
 }
 
 impl Default for PoolConfig {
@@ -909,6 +936,7 @@ impl Default for PoolConfig {
             admin_roles: vec!["admin".into()],
             routes: Vec::new(),
             canary: None,
+            probe: None,
         }
     }
 }
@@ -1543,6 +1571,20 @@ impl Config {
                     "no backend in group '{DEFAULT_GROUP}': runs that no route or canary takes would have nowhere to go"
                 ),
             );
+        }
+        if let Some(probe) = &p.probe {
+            if probe.interval.is_zero() || probe.timeout.is_zero() {
+                bad(
+                    k("pool.probe"),
+                    "interval and timeout must be greater than 0".into(),
+                );
+            }
+            if !probe.path.starts_with('/') {
+                bad(
+                    k("pool.probe.path"),
+                    format!("'{}' must start with /", probe.path),
+                );
+            }
         }
         if p.attempts == 0 || p.attempts > 10 {
             bad(k("pool.attempts"), "must be 1 to 10".into());

@@ -649,3 +649,52 @@ async fn check_config_names_bad_pool_keys() {
         assert!(err.contains(key), "{key}: {err}");
     }
 }
+
+/// Waits until the admin listing shows backend `i` of `p` as `health`.
+async fn await_health(gw: &Gateway, i: usize, health: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let listing = pool_listing(gw).await;
+        if listing["backends"][i]["health"] == health {
+            return listing;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never {health}: {listing}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await; // polling the listing
+    }
+}
+
+#[tokio::test]
+async fn an_active_probe_ejects_and_readmits_a_backend_no_run_was_sent_to() {
+    if single_node_only("ejections are per node") {
+        return;
+    }
+    let (_dir, r) = replicas(2).await;
+    // Replicas start failing their probe: replica 1 is healed from the start.
+    http().post(r[1].url("heal")).send().await.unwrap();
+    let backends = vec![(r[0].url("flaky"), 1), (r[1].url("ok"), 1)];
+    let gw = Gateway::start(&pool_agent(
+        &backends,
+        "eject_after = 2\neject_base = \"1h\"\neject_max = \"1h\"\n\
+         probe = { path = \"/probe\", interval = \"100ms\" }",
+    ))
+    .await;
+    let listing = await_health(&gw, 0, "ejected").await;
+    assert!(
+        listing["backends"][0]["failures"].as_u64().unwrap() >= 2,
+        "{listing}"
+    );
+    assert_eq!(listing["backends"][0]["runs"], 0, "no run was its test");
+    // Ejected: runs go to the other replica.
+    let outcomes = run_all(&gw, fresh("p", 4), 1, None).await;
+    assert!(outcomes.values().all(Result::is_ok));
+    assert!(r[0].runs().is_empty());
+    // Healed: a passing probe readmits it long before its hour is up.
+    http().post(r[0].url("heal")).send().await.unwrap();
+    await_health(&gw, 0, "healthy").await;
+    let outcomes = run_all(&gw, fresh("q", 4), 1, None).await;
+    assert!(outcomes.values().all(Result::is_ok));
+    assert_eq!(r[0].runs().len(), 2, "weighted: back to half the runs");
+}

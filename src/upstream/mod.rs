@@ -1,6 +1,6 @@
 //! Upstream agents: which agent a run goes to ([`routing`]), the backends
 //! it may run on ([`pool`]: [`backend`], [`balancer`], [`affinity`],
-//! [`health`]) and the HTTP client that POSTs `RunAgentInput`, reads its SSE
+//! [`health`], [`probe`]) and the HTTP client that POSTs `RunAgentInput`, reads its SSE
 //! back and fails over before the first event ([`client`]).
 
 pub mod affinity;
@@ -9,6 +9,7 @@ pub mod balancer;
 pub mod client;
 pub mod health;
 pub mod pool;
+pub mod probe;
 pub mod routing;
 pub mod trace;
 

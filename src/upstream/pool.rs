@@ -52,6 +52,8 @@ pub struct Pool {
     pub routes: Vec<PoolRoute>,
     pub canary: Option<Canary>,
     pub shared: Arc<PoolShared>,
+    /// The active health check's task, if configured (ends with the pool).
+    pub probing: Option<tokio_util::task::AbortOnDropHandle<()>>,
 }
 
 /// Whose run it is: routing rules and the canary look at the tenant,
@@ -108,6 +110,7 @@ impl Pool {
             routes: cfg.routes.clone(),
             canary: cfg.canary.clone(),
             shared,
+            probing: None,
         }
     }
 

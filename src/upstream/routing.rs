@@ -105,13 +105,24 @@ impl Agent {
             });
         }
         let shared = previous.map(|p| p.pool.shared.clone()).unwrap_or_default();
-        let pool = Pool::new(&cfg.pool, cfg.affinity(), backends, shared);
+        let mut pool = Pool::new(&cfg.pool, cfg.affinity(), backends, shared);
         let http = reqwest::Client::builder()
             .connect_timeout(cfg.timeouts.connect)
             .pool_idle_timeout(std::time::Duration::from_secs(90))
             .tcp_nodelay(true)
             .build()
             .map_err(|e| format!("agent {}: HTTP client: {e}", cfg.id))?;
+        if let Some(probe) = &cfg.pool.probe {
+            let mut targets = Vec::new();
+            for b in &pool.backends {
+                let url = b
+                    .url
+                    .join(&probe.path)
+                    .map_err(|e| format!("agent {}: pool.probe.path: {e}", cfg.id))?;
+                targets.push((url, b.state.clone()));
+            }
+            pool.probing = super::probe::start(probe, http.clone(), targets, pool.ejection);
+        }
         Ok(Agent {
             id: cfg.id.clone(),
             description: cfg.description.clone(),

@@ -13,6 +13,7 @@ Paths are behaviours:
   /fail-after  RUN_STARTED, then the response ends without a terminal event
   /flaky       HTTP 500 while failing (POST /fail), /ok otherwise (POST /heal)
   /hold        RUN_STARTED, then the rest once POST /release is called
+  GET /probe   the health check: 500 while failing, 200 once healed
 
 Usage: pool_agent.py RECORD_FILE  -> prints "listening <port>", then serves.
 """
@@ -88,8 +89,13 @@ async def handle(request: Request) -> Response:
     return PlainTextResponse(f"unknown scenario {scenario}", status_code=404)
 
 
+async def probe(request: Request) -> Response:
+    """GET /probe: the active health check; 500 while failing (see /flaky)."""
+    return PlainTextResponse("down" if FAILING["on"] else "up", status_code=500 if FAILING["on"] else 200)
+
+
 def main() -> None:
-    serve(Starlette(routes=[Route("/{scenario}", handle, methods=["POST"])]))
+    serve(Starlette(routes=[Route("/probe", probe, methods=["GET"]), Route("/{scenario}", handle, methods=["POST"])]))
 
 
 if __name__ == "__main__":
