@@ -698,3 +698,45 @@ async fn an_active_probe_ejects_and_readmits_a_backend_no_run_was_sent_to() {
     assert!(outcomes.values().all(Result::is_ok));
     assert_eq!(r[0].runs().len(), 2, "weighted: back to half the runs");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_on_redis_agree_on_affinity_and_eject_on_their_own() {
+    let redis = RedisServer::start().await;
+    let (_dir, r) = replicas(3).await;
+    let backends = vec![
+        (r[0].url("flaky"), 1),
+        (r[1].url("ok"), 1),
+        (r[2].url("ok"), 1),
+    ];
+    let agent = pool_agent(
+        &backends,
+        "affinity = true\neject_after = 1\neject_base = \"1h\"\neject_max = \"1h\"",
+    );
+    let a = Gateway::start(&format!("{}{agent}", redis.store_config("a"))).await;
+    let b = Gateway::start(&format!("{}{agent}", redis.store_config("b"))).await;
+    // Each thread's runs alternate between the nodes, and stay on one replica.
+    let mut runs = HashSet::new();
+    for n in 0..4 {
+        let node = if n % 2 == 0 { &a } else { &b };
+        for t in 0..20 {
+            let (thread, id) = (format!("n-t{t}"), format!("n-t{t}-r{n}"));
+            let (events, outcome) = run(node, &thread, &id).await;
+            assert_eq!(outcome, Ok(()), "{events:?}");
+            runs.insert(id);
+        }
+    }
+    let served = homes(&r[1..], &runs);
+    assert_eq!(served.len(), 20);
+    assert!(served.values().all(|h| h.len() == 1), "{served:?}");
+    // Replica 0 fails (ejected after one failure): each node ejected it on
+    // its own, on the first run it sent there.
+    let tried: HashSet<String> = r[0].runs().into_iter().collect();
+    assert_eq!(
+        tried.len(),
+        2,
+        "one failed run per node, then ejected there: {tried:?}"
+    );
+    for node in [&a, &b] {
+        assert_eq!(pool_listing(node).await["backends"][0]["health"], "ejected");
+    }
+}
