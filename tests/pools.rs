@@ -740,3 +740,57 @@ async fn two_nodes_on_redis_agree_on_affinity_and_eject_on_their_own() {
         assert_eq!(pool_listing(node).await["backends"][0]["health"], "ejected");
     }
 }
+
+/// The last assistant message of a run's last `MESSAGES_SNAPSHOT` (the
+/// graph answers without a model, so in snapshots only).
+fn answer(events: &[Value]) -> String {
+    let snapshot = events
+        .iter()
+        .rfind(|e| e["type"] == "MESSAGES_SNAPSHOT")
+        .expect("a MESSAGES_SNAPSHOT");
+    snapshot["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|m| m["role"] == "assistant")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_langgraph_checkpointer_on_two_replicas_keeps_its_threads_by_affinity() {
+    // Two processes, each with its own MemorySaver: a thread's run count
+    // lives only in the checkpoint of the replica that ran it.
+    let a = PyAgent::start("langgraph_agent.py").await;
+    let b = PyAgent::start("langgraph_agent.py").await;
+    let backends = vec![(a.url("turns"), 1), (b.url("turns"), 1)];
+    // `same-thread` marks the agent stateful: affinity is on by default.
+    let gw = Gateway::start(&format!(
+        "{}[agents.branching]\nmode = \"same-thread\"\n",
+        pool_agent(&backends, "")
+    ))
+    .await;
+    assert_eq!(pool_listing(&gw).await["affinity"], true);
+    for t in 0..6 {
+        for n in 1..=3 {
+            let (events, outcome) = run(&gw, &format!("lg-t{t}"), &format!("lg-t{t}-r{n}")).await;
+            assert_eq!(outcome, Ok(()), "{events:?}");
+            assert_eq!(answer(&events), format!("turn {n}"), "lg-t{t}: {events:?}");
+        }
+    }
+    // Without affinity the same runs alternate between the replicas and
+    // each one counts only the runs it saw: the state is lost.
+    let gw = Gateway::start(&format!(
+        "{}[agents.branching]\nmode = \"same-thread\"\n",
+        pool_agent(&backends, "affinity = false")
+    ))
+    .await;
+    let mut lost = 0;
+    for n in 1..=3 {
+        let (events, outcome) = run(&gw, "lg-free", &format!("lg-free-r{n}")).await;
+        assert_eq!(outcome, Ok(()), "{events:?}");
+        lost += usize::from(answer(&events) != format!("turn {n}"));
+    }
+    assert!(lost > 0, "alternating replicas lose the thread's state");
+}
