@@ -1326,20 +1326,7 @@ impl Config {
             }
             // Backends (the one `url` or the `backends` list).
             self.check_backends(agent, &k, &mut bad);
-            for (name, value) in &agent.headers {
-                if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
-                    bad(
-                        k(&format!("headers.{name}")),
-                        "not a valid header name".into(),
-                    );
-                }
-                if let Err(var) = expand_env(value) {
-                    bad(
-                        k(&format!("headers.{name}")),
-                        format!("references unset environment variable {var}"),
-                    );
-                }
-            }
+            check_headers(&agent.headers, &k, &mut bad);
             if agent.roles.is_empty() {
                 bad(
                     k("roles"),
@@ -1510,20 +1497,7 @@ impl Config {
                             "must be at least 1 (leave it out for no cap)".into(),
                         );
                     }
-                    for (name, value) in &b.headers {
-                        if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
-                            bad(
-                                bk(&format!("headers.{name}")),
-                                "not a valid header name".into(),
-                            );
-                        }
-                        if let Err(var) = expand_env(value) {
-                            bad(
-                                bk(&format!("headers.{name}")),
-                                format!("references unset environment variable {var}"),
-                            );
-                        }
-                    }
+                    check_headers(&b.headers, &bk, bad);
                 }
                 if agent.backends.len() > MAX_BACKENDS {
                     bad(
@@ -1599,6 +1573,28 @@ impl Config {
             bad(
                 k("pool.eject_max"),
                 "must not be less than eject_base".into(),
+            );
+        }
+    }
+}
+
+/// Header names and their `${ENV}` references, each under `key("headers.NAME")`.
+fn check_headers(
+    headers: &BTreeMap<String, String>,
+    key: &dyn Fn(&str) -> String,
+    bad: &mut impl FnMut(String, String),
+) {
+    for (name, value) in headers {
+        if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            bad(
+                key(&format!("headers.{name}")),
+                "not a valid header name".into(),
+            );
+        }
+        if let Err(var) = expand_env(value) {
+            bad(
+                key(&format!("headers.{name}")),
+                format!("references unset environment variable {var}"),
             );
         }
     }
