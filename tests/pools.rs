@@ -487,6 +487,12 @@ async fn affinity_holds_over_100_runs_and_a_removal_moves_only_that_backends_thr
             "{thread}: {events:?}"
         );
     }
+    // What the requester got is what the journal holds: the note is there.
+    let journal = String::from_utf8_lossy(&gw.journal_bytes()).into_owned();
+    assert!(
+        journal.contains("agui-gateway/upstream"),
+        "the note is journaled"
+    );
 }
 
 #[tokio::test]
