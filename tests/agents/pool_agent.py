@@ -3,7 +3,7 @@
 Built with the PyPI `ag-ui-protocol` package like the other test agents.
 Every run request it receives is appended to the record file named on the
 command line ("<runId> <threadId>" per line, flushed at once), before it
-answers, so the file survives the process being killed and tells the test
+answers, and "<runId> <threadId> started" once its first event was sent, so the file survives the process being killed and tells the test
 which replica received which run — and whether any run reached two.
 
 Paths are behaviours:
@@ -45,6 +45,9 @@ RELEASE = asyncio.Event()
 def answer(thread_id: str, run_id: str, delay: float = 0.0, hold: bool = False):
     async def gen():
         yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+        # Resumed once the server has sent the first event on: the run has
+        # started (a replica killed before this line had not sent anything).
+        RECORD.write(f"{run_id} {thread_id} started\n")
         if delay:
             await asyncio.sleep(delay)
         if hold:
