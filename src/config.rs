@@ -636,7 +636,19 @@ pub struct AgentConfig {
     /// The name clients use (`/v1/agents/{id}/run`).
     pub id: String,
     /// Where to POST `RunAgentInput`; `demo:` means the built-in demo agent.
+    /// One backend; leave it out and list `backends` for several.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub url: String,
+    /// Several replicas of this agent (instead of `url`): runs are balanced
+    /// over them, failed over before the first event, and kept per thread
+    /// on one of them when `pool.affinity` is on (docs/configuration.md,
+    /// "Backend pools").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backends: Vec<BackendConfig>,
+    /// How runs are spread over `backends` (or the one `url`), retried and
+    /// kept off failing ones.
+    #[serde(default)]
+    pub pool: PoolConfig,
     /// Shown to clients in `GET /v1/agents`.
     #[serde(default)]
     pub description: String,
@@ -787,6 +799,193 @@ impl Default for Timeouts {
             idle: Duration::from_secs(120),
             total: Duration::from_secs(1800),
         }
+    }
+}
+
+/// One replica of an agent (`[[agents]] backends = [{ url = "…" }, …]`).
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct BackendConfig {
+    /// Where to POST `RunAgentInput`; `demo:` means the built-in demo agent.
+    pub url: String,
+    /// Share of the runs relative to the other backends' weights.
+    #[serde(default = "one")]
+    pub weight: u32,
+    /// Request headers for this backend alone, over the agent's `headers`;
+    /// values may use `${ENV_VAR}`. Never logged.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Most runs at once on this backend (none: no cap). A run that finds
+    /// every backend at its cap waits up to `pool.queue_timeout` for a slot.
+    #[serde(default)]
+    pub max_in_flight: Option<usize>,
+    /// The backend group it belongs to: runs go to the `default` group
+    /// unless a `pool.routes` entry or the `pool.canary` sends them to
+    /// another.
+    #[serde(default = "default_group")]
+    pub group: String,
+}
+
+fn default_group() -> String {
+    DEFAULT_GROUP.into()
+}
+
+/// The backend group runs go to when no route or canary chooses another.
+pub const DEFAULT_GROUP: &str = "default";
+
+/// A routing rule: runs of these tenants go to `group`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct PoolRoute {
+    /// Tenants (the principal's tenant claim) whose runs this rule takes.
+    pub tenants: Vec<String>,
+    /// The backend group they go to.
+    pub group: String,
+}
+
+/// A canary: a share of the threads (the same threads for as long as the
+/// share stays; a larger share keeps them and adds more) go to `group`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Canary {
+    /// The backend group of the new version.
+    pub group: String,
+    /// Share of the threads, 0–100 (fractions allowed).
+    pub percent: f64,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// How an agent's runs pick, retry and avoid backends.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PoolConfig {
+    /// `weighted` (each backend its weight's share of the runs, evenly
+    /// interleaved) or `least-in-flight` (the backend with the fewest runs
+    /// in flight for its weight, ties shared by weight: a replica slowed
+    /// by long runs gets fewer new ones, so shares follow speed more than
+    /// weight).
+    pub balance: Balance,
+    /// How long a run waits for a slot when every backend is at its
+    /// `max_in_flight`, before it ends `upstream_unavailable`.
+    #[serde(with = "duration")]
+    #[schemars(with = "duration::Text")]
+    pub queue_timeout: Duration,
+    /// Backends tried for one run, the first included, as long as each
+    /// failed before the agent's first event (never once it sent one).
+    pub attempts: u32,
+    /// Pause before a retry; doubled after each.
+    #[serde(with = "duration")]
+    #[schemars(with = "duration::Text")]
+    pub retry_backoff: Duration,
+    /// Consecutive failures before the first event (connect, 5xx, timeout)
+    /// that eject a backend.
+    pub eject_after: u32,
+    /// How long a first ejection lasts; each ejection in a row doubles it.
+    #[serde(with = "duration")]
+    #[schemars(with = "duration::Text")]
+    pub eject_base: Duration,
+    /// The longest ejection.
+    #[serde(with = "duration")]
+    #[schemars(with = "duration::Text")]
+    pub eject_max: Duration,
+    /// Keep each thread's runs on one backend while it is healthy
+    /// (consistent hashing on tenant and thread). None: on for an agent
+    /// whose `branching.mode` says it keeps state (`same-thread`,
+    /// `fork-thread`), off otherwise.
+    pub affinity: Option<bool>,
+    /// Roles that see this agent's backends and their health in
+    /// `GET /v1/agents`.
+    pub admin_roles: Vec<String>,
+    /// Tenant rules, first match wins: a matching run goes to the rule's
+    /// backend group (and only there), not to `default` nor the canary.
+    pub routes: Vec<PoolRoute>,
+    /// Sends a share of the other runs' threads to a backend group.
+    pub canary: Option<Canary>,
+    /// An active health check: a GET per backend on an interval.
+    pub probe: Option<Probe>,
+}
+
+/// An active health check of each backend (`[agents.pool.probe]`).
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Probe {
+    /// What to GET, resolved against each backend's URL (`/healthz`: the
+    /// backend's host, that path). A 2xx answer is healthy.
+    pub path: String,
+    /// Between two probes of a backend.
+    #[serde(with = "duration", default = "probe_interval")]
+    #[schemars(with = "duration::Text")]
+    pub interval: Duration,
+    /// Longest wait for the answer (longer counts as a failure).
+    #[serde(with = "duration", default = "probe_timeout")]
+    #[schemars(with = "duration::Text")]
+    pub timeout: Duration,
+}
+
+fn probe_interval() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn probe_timeout() -> Duration {
+    Duration::from_secs(2)
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig {
+            balance: Balance::Weighted,
+            queue_timeout: Duration::from_secs(5),
+            attempts: 3,
+            retry_backoff: Duration::from_millis(100),
+            eject_after: 3,
+            eject_base: Duration::from_secs(5),
+            eject_max: Duration::from_secs(300),
+            affinity: None,
+            admin_roles: vec!["admin".into()],
+            routes: Vec::new(),
+            canary: None,
+            probe: None,
+        }
+    }
+}
+
+/// How a backend is chosen for a run without affinity.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Balance {
+    /// By weight alone (smooth weighted round robin).
+    #[default]
+    Weighted,
+    /// Fewest runs in flight for its weight; ties by weight.
+    LeastInFlight,
+}
+
+impl AgentConfig {
+    /// The agent's backends: `backends`, or the one `url`.
+    pub fn backend_list(&self) -> Vec<BackendConfig> {
+        if self.backends.is_empty() {
+            vec![BackendConfig {
+                url: self.url.clone(),
+                weight: 1,
+                headers: BTreeMap::new(),
+                max_in_flight: None,
+                group: default_group(),
+            }]
+        } else {
+            self.backends.clone()
+        }
+    }
+
+    /// Whether runs of a thread stay on one backend (`pool.affinity`, by
+    /// default on for agents that keep state).
+    pub fn affinity(&self) -> bool {
+        self.pool.affinity.unwrap_or(matches!(
+            self.branching.mode,
+            BranchMode::SameThread | BranchMode::ForkThread
+        ))
     }
 }
 
@@ -1136,27 +1335,9 @@ impl Config {
             if !seen.insert(agent.id.as_str()) {
                 bad(k("id"), format!("duplicate agent id '{}'", agent.id));
             }
-            if agent.url == DEMO_URL {
-                if !self.demo.enabled {
-                    bad(k("url"), "'demo:' needs [demo] enabled = true".into());
-                }
-            } else {
-                check_http_url(&agent.url, &mut |e| bad(k("url"), e));
-            }
-            for (name, value) in &agent.headers {
-                if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
-                    bad(
-                        k(&format!("headers.{name}")),
-                        "not a valid header name".into(),
-                    );
-                }
-                if let Err(var) = expand_env(value) {
-                    bad(
-                        k(&format!("headers.{name}")),
-                        format!("references unset environment variable {var}"),
-                    );
-                }
-            }
+            // Backends (the one `url` or the `backends` list).
+            self.check_backends(agent, &k, &mut bad);
+            check_headers(&agent.headers, &k, &mut bad);
             if agent.roles.is_empty() {
                 bad(
                     k("roles"),
@@ -1282,6 +1463,158 @@ pub mod duration {
 /// client reads with the same host ([`crate::protocol::url_host`]): the
 /// gateway checks it with one parser, and the exporter or client library
 /// that fetches it may use another.
+impl Config {
+    /// An agent's `url`/`backends` and `pool` keys.
+    fn check_backends(
+        &self,
+        agent: &AgentConfig,
+        k: &dyn Fn(&str) -> String,
+        bad: &mut impl FnMut(String, String),
+    ) {
+        let demo = self.demo.enabled;
+        let check_url = |key: String, url: &str, bad: &mut dyn FnMut(String, String)| {
+            if url == DEMO_URL {
+                if !demo {
+                    bad(key, "'demo:' needs [demo] enabled = true".into());
+                }
+            } else {
+                check_http_url(url, &mut |e| bad(key.clone(), e));
+            }
+        };
+        match (agent.url.is_empty(), agent.backends.is_empty()) {
+            (false, false) => bad(
+                k("backends"),
+                "set either url (one backend) or backends, not both".into(),
+            ),
+            (true, true) => bad(
+                k("url"),
+                "missing: set url (one backend) or backends".into(),
+            ),
+            (false, true) => check_url(k("url"), &agent.url, bad),
+            (true, false) => {
+                let mut seen = std::collections::HashSet::new();
+                for (j, b) in agent.backends.iter().enumerate() {
+                    let bk = |f: &str| k(&format!("backends[{j}].{f}"));
+                    check_url(bk("url"), &b.url, bad);
+                    if !seen.insert(b.url.as_str()) {
+                        bad(bk("url"), format!("duplicate backend url '{}'", b.url));
+                    }
+                    if b.weight == 0 {
+                        bad(bk("weight"), "must be at least 1".into());
+                    }
+                    if b.max_in_flight == Some(0) {
+                        bad(
+                            bk("max_in_flight"),
+                            "must be at least 1 (leave it out for no cap)".into(),
+                        );
+                    }
+                    check_headers(&b.headers, &bk, bad);
+                }
+                if agent.backends.len() > MAX_BACKENDS {
+                    bad(
+                        k("backends"),
+                        format!("at most {MAX_BACKENDS} backends per agent"),
+                    );
+                }
+            }
+        }
+        let p = &agent.pool;
+        let list = agent.backend_list();
+        let has_group = |g: &str| list.iter().any(|b| b.group == g);
+        for (j, r) in p.routes.iter().enumerate() {
+            if r.tenants.is_empty() {
+                bad(
+                    k(&format!("pool.routes[{j}].tenants")),
+                    "empty: the rule would take no run".into(),
+                );
+            }
+            if !has_group(&r.group) {
+                bad(
+                    k(&format!("pool.routes[{j}].group")),
+                    format!("no backend is in group '{}'", r.group),
+                );
+            }
+        }
+        if let Some(c) = &p.canary {
+            if !has_group(&c.group) {
+                bad(
+                    k("pool.canary.group"),
+                    format!("no backend is in group '{}'", c.group),
+                );
+            }
+            if !(0.0..=100.0).contains(&c.percent) {
+                bad(k("pool.canary.percent"), "must be 0 to 100".into());
+            }
+        }
+        if !list.is_empty()
+            && !has_group(DEFAULT_GROUP)
+            && p.canary.as_ref().is_none_or(|c| c.percent < 100.0)
+        {
+            bad(
+                k("backends"),
+                format!(
+                    "no backend in group '{DEFAULT_GROUP}': runs that no route or canary takes would have nowhere to go"
+                ),
+            );
+        }
+        if let Some(probe) = &p.probe {
+            if probe.interval.is_zero() || probe.timeout.is_zero() {
+                bad(
+                    k("pool.probe"),
+                    "interval and timeout must be greater than 0".into(),
+                );
+            }
+            if !probe.path.starts_with('/') {
+                bad(
+                    k("pool.probe.path"),
+                    format!("'{}' must start with /", probe.path),
+                );
+            }
+        }
+        if p.attempts == 0 || p.attempts > 10 {
+            bad(k("pool.attempts"), "must be 1 to 10".into());
+        }
+        if p.eject_after == 0 {
+            bad(k("pool.eject_after"), "must be at least 1".into());
+        }
+        if p.eject_base.is_zero() {
+            bad(k("pool.eject_base"), "must be greater than 0".into());
+        }
+        if p.eject_max < p.eject_base {
+            bad(
+                k("pool.eject_max"),
+                "must not be less than eject_base".into(),
+            );
+        }
+    }
+}
+
+/// Header names and their `${ENV}` references, each under `key("headers.NAME")`.
+fn check_headers(
+    headers: &BTreeMap<String, String>,
+    key: &dyn Fn(&str) -> String,
+    bad: &mut impl FnMut(String, String),
+) {
+    for (name, value) in headers {
+        if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            bad(
+                key(&format!("headers.{name}")),
+                "not a valid header name".into(),
+            );
+        }
+        if let Err(var) = expand_env(value) {
+            bad(
+                key(&format!("headers.{name}")),
+                format!("references unset environment variable {var}"),
+            );
+        }
+    }
+}
+
+/// Most backends one agent may list (a pool is a handful of replicas; the
+/// balancer scans them all for each run).
+pub const MAX_BACKENDS: usize = 64;
+
 fn check_http_url(raw: &str, bad: &mut impl FnMut(String)) {
     match crate::protocol::url_host::parse(raw) {
         Ok(u) if matches!(u.scheme(), "http" | "https") => {}
@@ -1385,6 +1718,54 @@ mod tests {
             "{text:?}"
         );
         assert!(text.iter().all(|t| t.starts_with(&p.display().to_string())));
+    }
+
+    #[test]
+    fn backend_pools_are_checked_key_by_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(
+            &dir,
+            &format!(
+                "[auth]\nhs_secret = \"{SECRET}\"\n\
+                 [[agents]]\nid=\"both\"\nurl=\"http://a\"\nbackends=[{{url=\"http://b\"}}]\n\
+                 [[agents]]\nid=\"none\"\n\
+                 [[agents]]\nid=\"bad\"\nbackends=[{{url=\"http://b\", weight=0, max_in_flight=0}}, \
+                 {{url=\"http://b\"}}, {{url=\"ftp://c\", headers={{\"X k\"=\"v\"}}}}]\n\
+                 [agents.pool]\nattempts=0\neject_base=\"10s\"\neject_max=\"1s\"\n"
+            ),
+        );
+        let errs = Config::load(&p).unwrap_err();
+        let keys: Vec<String> = errs
+            .iter()
+            .map(|e| format!("{}: {}", e.key, e.message))
+            .collect();
+        for want in [
+            "agents[0].backends: set either url (one backend) or backends, not both",
+            "agents[1].url: missing: set url (one backend) or backends",
+            "agents[2].backends[0].weight: must be at least 1",
+            "agents[2].backends[0].max_in_flight: must be at least 1",
+            "agents[2].backends[1].url: duplicate backend url 'http://b'",
+            "agents[2].backends[2].url: 'ftp://c' is not an http(s) URL",
+            "agents[2].backends[2].headers.X k: not a valid header name",
+            "agents[2].pool.attempts: must be 1 to 10",
+            "agents[2].pool.eject_max: must not be less than eject_base",
+        ] {
+            assert!(
+                keys.iter().any(|k| k.starts_with(want)),
+                "{want}: {keys:#?}"
+            );
+        }
+        // `url` alone is one backend of weight 1; affinity follows `branching.mode`.
+        let p = write(
+            &dir,
+            &format!(
+                "[auth]\nhs_secret = \"{SECRET}\"\n[[agents]]\nid=\"a\"\nurl=\"http://a\"\n\
+                 [agents.branching]\nmode=\"same-thread\"\n"
+            ),
+        );
+        let c = Config::load(&p).unwrap();
+        assert_eq!(c.agents[0].backend_list()[0].url, "http://a");
+        assert!(c.agents[0].affinity());
     }
 
     #[test]

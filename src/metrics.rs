@@ -40,6 +40,14 @@ pub struct UpstreamErrorLabels {
     pub code: String,
 }
 
+/// One backend of an agent's pool, named by its URL without credentials
+/// or query (bounded by configuration).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BackendLabels {
+    pub agent: String,
+    pub backend: String,
+}
+
 /// A client transport: `ws`, `sse` (join streams) or `http` (run responses).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TransportLabel {
@@ -100,6 +108,14 @@ pub struct Metrics {
     /// From sending the request to the agent's first event.
     pub upstream_first_event: Family<AgentLabel, Histogram>,
     pub upstream_errors: Family<UpstreamErrorLabels, Counter>,
+    /// Per backend of a pool (docs/operations.md, "Backend pools").
+    pub backend_runs: Family<BackendLabels, Counter>,
+    pub backend_failures: Family<BackendLabels, Counter>,
+    pub backend_ejections: Family<BackendLabels, Counter>,
+    pub backend_in_flight: Family<BackendLabels, Gauge>,
+    pub backend_first_event: Family<BackendLabels, Histogram>,
+    /// Runs sent to another backend after a failure before the first event.
+    pub upstream_retries: Family<AgentLabel, Counter>,
     /// Events received from agents.
     pub events_in: Family<AgentLabel, Counter>,
     /// Events sent to clients.
@@ -156,6 +172,12 @@ impl Metrics {
             run_duration: Family::new_with_constructor(seconds_buckets),
             upstream_first_event: Family::new_with_constructor(seconds_buckets),
             upstream_errors: Family::default(),
+            backend_runs: Family::default(),
+            backend_failures: Family::default(),
+            backend_ejections: Family::default(),
+            backend_in_flight: Family::default(),
+            backend_first_event: Family::new_with_constructor(seconds_buckets),
+            upstream_retries: Family::default(),
             events_in: Family::default(),
             events_out: Family::default(),
             journal_append: latency_buckets(),
@@ -222,6 +244,36 @@ impl Metrics {
             "upstream_errors",
             "Runs the gateway ended for an upstream failure, by code class.",
             m.upstream_errors.clone(),
+        );
+        r.register(
+            "upstream_backend_runs",
+            "Requests sent to each backend of an agent (a retried run counts on each).",
+            m.backend_runs.clone(),
+        );
+        r.register(
+            "upstream_backend_failures",
+            "Requests to a backend that failed before the agent's first event (connect, 5xx, timeout).",
+            m.backend_failures.clone(),
+        );
+        r.register(
+            "upstream_backend_ejections",
+            "Times a backend was ejected after failures in a row.",
+            m.backend_ejections.clone(),
+        );
+        r.register(
+            "upstream_backend_in_flight",
+            "Runs in flight on each backend.",
+            m.backend_in_flight.clone(),
+        );
+        r.register(
+            "upstream_backend_first_event_seconds",
+            "Time from the request to a backend to the agent's first event.",
+            m.backend_first_event.clone(),
+        );
+        r.register(
+            "upstream_retries",
+            "Runs retried on another backend after a failure before the first event.",
+            m.upstream_retries.clone(),
         );
         r.register(
             "events_in",

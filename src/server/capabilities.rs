@@ -62,12 +62,19 @@ pub async fn get(
     Json(ours).into_response()
 }
 
-/// The agent's own declaration, read from `url` with its configured headers.
+/// The agent's own declaration, read from `url` with its first backend's
+/// configured headers (the same credentials a run carries).
 async fn upstream(agent: &crate::upstream::Agent, url: &reqwest::Url) -> Result<Value, String> {
+    let headers = agent
+        .pool
+        .backends
+        .first()
+        .map(|b| b.headers.clone())
+        .unwrap_or_default();
     let response = agent
         .http
         .get(url.clone())
-        .headers(agent.headers.clone())
+        .headers(headers)
         .timeout(UPSTREAM_WAIT)
         .send()
         .await

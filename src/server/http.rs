@@ -34,7 +34,7 @@ pub async fn list_agents(
     let agents: Vec<_> = state
         .agents()
         .visible_to(&who)
-        .map(|a| json!({"id": a.id, "description": a.description}))
+        .map(|a| a.listing(&who))
         .collect();
     Json(json!({ "agents": agents })).into_response()
 }

@@ -74,7 +74,10 @@ pub fn reload(state: &AppState, demo_addr: Option<SocketAddr>) -> Result<Config,
             Config::load(&state.config.source)
         }
         .map_err(|e| e.iter().map(|e| e.to_string()).collect::<Vec<_>>())?;
-        let agents = AgentRegistry::from_config(&config.agents, demo_addr).map_err(|e| vec![e])?;
+        // Backends an agent keeps keep their live state (runs in flight, ejections).
+        let agents =
+            AgentRegistry::from_config_after(&config.agents, demo_addr, Some(&state.agents()))
+                .map_err(|e| vec![e])?;
         let policy = crate::policy::Policy::from_config(&config)?;
         state.swap(agents, policy);
         Ok(config)

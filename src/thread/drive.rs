@@ -240,7 +240,17 @@ async fn drive_leg(
     let mut first_event = true;
     // How the run ended, for the metrics (a fixed set of classes).
     let mut outcome = "gateway_error";
-    let mut stream = Some(RunStream::start(agent.clone(), body, upstream_headers));
+    // Upstream pools route and keep affinity by tenant and thread.
+    let pool_key = crate::upstream::pool::RunKey {
+        tenant: thread.key.tenant.clone(),
+        thread: thread_id.clone(),
+    };
+    let mut stream = Some(RunStream::start_for(
+        agent.clone(),
+        Some(pool_key),
+        body,
+        upstream_headers,
+    ));
     // The requester's outbox while this task feeds it (the journal takes
     // over if it lags); `starter` itself is kept to notice the requester leave.
     let mut feed = RequesterFeed {

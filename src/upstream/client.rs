@@ -25,6 +25,8 @@
 //! turn a run the agent reported finished into a failure.
 
 use super::Agent;
+use super::backend::{Backend, Slot};
+use super::pool::{NoBackend, RunKey};
 use crate::config::VerifyMode;
 use crate::protocol::chunks::ChunkNormalizer;
 use crate::protocol::event::run_error;
@@ -114,12 +116,21 @@ impl Stream for RunStream {
 impl RunStream {
     /// Starts a run on `agent` with `body` (serialized `RunAgentInput`);
     /// `extra` headers (e.g. the verified identity) go after the agent's own.
+    pub fn start(agent: Arc<Agent>, body: Bytes, extra: reqwest::header::HeaderMap) -> RunStream {
+        Self::start_for(agent, None, body, extra)
+    }
+
+    /// Like [`RunStream::start`] for a run of a known tenant and thread:
+    /// the agent's routes and canary choose its backend group by them,
+    /// and with the agent's affinity on the thread's runs stay on one
+    /// backend.
     ///
     /// The request runs in an `upstream` span (a child of the current one,
     /// the run's); with OpenTelemetry export on, its context is the request's
     /// `traceparent`, replacing the one in `extra`.
-    pub fn start(
+    pub fn start_for(
         agent: Arc<Agent>,
+        run: Option<RunKey>,
         body: Bytes,
         mut extra: reqwest::header::HeaderMap,
     ) -> RunStream {
@@ -139,20 +150,7 @@ impl RunStream {
             extra.insert("traceparent", value);
         }
         let work = async move {
-            let mut run = Run {
-                agent: &agent,
-                tx: &tx,
-                chunks: ChunkNormalizer::new(),
-                verifier: Verifier::new(),
-                frames: Vec::new(),
-                events: Vec::new(),
-                ended: false,
-                finished: None,
-                seen_any: false,
-            };
-            if let Err(failure) = run.drive(body, extra).await
-                && let Some((code, message)) = failure
-            {
+            if let Some((code, message)) = attempts(&agent, run.as_ref(), body, extra, &tx).await {
                 let span = tracing::Span::current();
                 span.record("error.type", code.as_string());
                 span.record("otel.status_code", "ERROR");
@@ -176,11 +174,139 @@ impl RunStream {
     }
 }
 
+impl UpstreamCode {
+    /// Whether this failure, *before the agent's first event*, says the
+    /// backend did not serve the run, so another may: a failed or refused
+    /// connection, a 5xx, a timeout. A 4xx (the request was refused as it
+    /// was) or a response that is not an event stream would fail the same
+    /// way anywhere.
+    fn fails_over(self) -> bool {
+        matches!(
+            self,
+            UpstreamCode::Unavailable | UpstreamCode::Timeout | UpstreamCode::Http(500..=599)
+        )
+    }
+}
+
+/// Sends the run to the agent's backends in turn until one serves it;
+/// `Some` is the failure that ends the run.
+///
+/// **No duplicates.** A backend is given up for the next only when it
+/// failed before sending a single frame, with a failure that says it did
+/// not serve the run (see [`UpstreamCode::fails_over`]); once the agent
+/// sent anything it may have acted, and any failure ends the run with its
+/// own code, as for an agent of one backend. At most `pool.attempts`
+/// backends, each at most once, with `pool.retry_backoff` (doubling)
+/// between them, all within the run's `total` timeout; the consumer
+/// leaving (a cancel) stops the search at once, mid-backoff included.
+async fn attempts(
+    agent: &Agent,
+    run: Option<&RunKey>,
+    body: Bytes,
+    extra: reqwest::header::HeaderMap,
+    tx: &mpsc::Sender<Handed>,
+) -> Failure {
+    let pool = &agent.pool;
+    let started = Instant::now();
+    let total_deadline = started + agent.timeouts.total;
+    let mut tried = Vec::new();
+    let mut backoff = pool.retry_backoff;
+    let mut last: Failure = None;
+    let mut note = None;
+    for attempt in 1..=pool.attempts {
+        let granted = tokio::select! {
+            _ = tx.closed() => return None,
+            g = pool.acquire(run, &tried) => g,
+        };
+        let mut granted = match granted {
+            Ok(g) => g,
+            Err(NoBackend::Exhausted) => break,
+            Err(NoBackend::Busy) => {
+                return fail(
+                    UpstreamCode::Unavailable,
+                    format!(
+                        "every backend of agent '{}' stayed at its max_in_flight for queue_timeout {:?}",
+                        agent.id, pool.queue_timeout
+                    ),
+                );
+            }
+        };
+        tried.push(granted.index);
+        if granted.moved && note.is_none() {
+            note = Some(moved_note());
+        }
+        let backend = &pool.backends[granted.index];
+        let mut run = Run {
+            agent,
+            backend,
+            slot: &mut granted.slot,
+            note: note.take(),
+            tx,
+            chunks: ChunkNormalizer::new(),
+            verifier: Verifier::new(),
+            frames: Vec::new(),
+            events: Vec::new(),
+            ended: false,
+            finished: None,
+            seen_any: false,
+        };
+        let result = run.drive(body.clone(), extra.clone(), total_deadline).await;
+        // An unsent note goes with the run to the next backend.
+        note = run.note.take();
+        let seen_any = run.seen_any;
+        let (code, message) = match result {
+            Ok(()) | Err(None) => return None,
+            Err(Some(failure)) => failure,
+        };
+        if seen_any || !code.fails_over() {
+            return fail(code, message);
+        }
+        granted.slot.failed(&pool.ejection);
+        drop(granted);
+        if attempt == pool.attempts || Instant::now() + backoff >= total_deadline {
+            return fail(code, message);
+        }
+        tracing::warn!(agent = %agent.id, backend = %backend.name, code = %code.as_string(), attempt,
+            "backend failed before the agent's first event: trying another");
+        crate::metrics::metrics()
+            .upstream_retries
+            .get_or_create(&crate::metrics::AgentLabel {
+                agent: agent.id.clone(),
+            })
+            .inc();
+        last = fail(code, message);
+        tokio::select! {
+            _ = tx.closed() => return None,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = backoff.saturating_mul(2);
+    }
+    last
+}
+
+/// The journal's note on a run that could not go to its thread's backend
+/// (affinity): the agent that served it may not hold the thread's state.
+fn moved_note() -> Event {
+    Event::build(serde_json::json!({
+        "type": "CUSTOM",
+        "name": "agui-gateway/upstream",
+        "value": {
+            "affinity": "moved",
+            "message": "this thread's backend was unavailable: the run went to another backend, which may not hold the thread's state",
+        },
+    }))
+}
+
 /// `Err(Some(..))`: end the run with this code; `Err(None)`: the consumer left.
 type Failure = Option<(UpstreamCode, String)>;
 
 struct Run<'a> {
     agent: &'a Agent,
+    backend: &'a Backend,
+    /// The run's hold on `backend`, told of the first event.
+    slot: &'a mut Slot,
+    /// A note to send right after the agent's first event (see [`moved_note`]).
+    note: Option<Event>,
     tx: &'a mpsc::Sender<Handed>,
     chunks: ChunkNormalizer,
     verifier: Verifier,
@@ -200,21 +326,22 @@ fn fail(code: UpstreamCode, message: impl Into<String>) -> Failure {
 }
 
 impl Run<'_> {
+    /// One attempt on `self.backend`; `total_deadline` is the whole run's.
     async fn drive(
         &mut self,
         body: Bytes,
         extra: reqwest::header::HeaderMap,
+        total_deadline: Instant,
     ) -> Result<(), Failure> {
         let t = &self.agent.timeouts;
         let started = Instant::now();
-        let total_deadline = started + t.total;
         let first_deadline = (started + t.first_event).min(total_deadline);
 
         let request = self
             .agent
             .http
-            .post(self.agent.url.clone())
-            .headers(self.agent.headers.clone())
+            .post(self.backend.url.clone())
+            .headers(self.backend.headers.clone())
             .headers(extra)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header(reqwest::header::ACCEPT, "text/event-stream")
@@ -372,7 +499,9 @@ impl Run<'_> {
         let mut frames = std::mem::take(&mut self.frames);
         let mut events = std::mem::take(&mut self.events);
         for frame in frames.drain(..) {
-            self.seen_any = true;
+            if !std::mem::replace(&mut self.seen_any, true) {
+                self.slot.first_event();
+            }
             if self.finished.is_some() {
                 // The run has closed: only a late RUN_ERROR is admitted.
                 match Event::parse(frame.data) {
@@ -435,6 +564,9 @@ impl Run<'_> {
                 if terminal {
                     self.ended = true;
                     return Ok(());
+                }
+                if let Some(note) = self.note.take() {
+                    self.tx.send((note, None)).await.map_err(|_| None)?;
                 }
             }
         }

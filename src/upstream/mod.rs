@@ -1,7 +1,15 @@
-//! Upstream agents: which agent a run goes to ([`routing`]) and the HTTP
-//! client that POSTs `RunAgentInput` and reads its SSE back ([`client`]).
+//! Upstream agents: which agent a run goes to ([`routing`]), the backends
+//! it may run on ([`pool`]: [`backend`], [`balancer`], [`affinity`],
+//! [`health`], [`probe`]) and the HTTP client that POSTs `RunAgentInput`, reads its SSE
+//! back and fails over before the first event ([`client`]).
 
+pub mod affinity;
+pub mod backend;
+pub mod balancer;
 pub mod client;
+pub mod health;
+pub mod pool;
+pub mod probe;
 pub mod routing;
 pub mod trace;
 

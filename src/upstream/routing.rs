@@ -1,6 +1,8 @@
 //! The agent table: config entries resolved into ready-to-call agents.
 
 use super::DEMO_URL;
+use super::backend::{Backend, BackendState};
+use super::pool::Pool;
 use crate::auth::Principal;
 use crate::config::{AgentConfig, OnDisconnect, Strategy, Timeouts, VerifyMode, expand_env};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
@@ -14,10 +16,10 @@ use std::sync::Arc;
 pub struct Agent {
     pub id: String,
     pub description: String,
-    pub url: reqwest::Url,
-    /// Configured headers with `${ENV}` expanded; marked sensitive so they
-    /// never appear in `Debug` output or logs.
-    pub headers: HeaderMap,
+    /// Its backends (one for an agent with a `url`) and how runs use them;
+    /// their headers are marked sensitive so they never appear in `Debug`
+    /// output or logs.
+    pub pool: Pool,
     pub roles: Vec<String>,
     pub verify: VerifyMode,
     pub timeouts: Timeouts,
@@ -42,8 +44,15 @@ impl fmt::Debug for Agent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Agent")
             .field("id", &self.id)
-            .field("url", &self.url.as_str())
-            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field(
+                "backends",
+                &self
+                    .pool
+                    .backends
+                    .iter()
+                    .map(|b| &b.name)
+                    .collect::<Vec<_>>(),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -51,36 +60,75 @@ impl fmt::Debug for Agent {
 impl Agent {
     /// Builds an agent from its config; `demo_addr` resolves `url = "demo:"`.
     pub fn from_config(cfg: &AgentConfig, demo_addr: Option<SocketAddr>) -> Result<Agent, String> {
-        let url = if cfg.url == DEMO_URL {
-            let addr = demo_addr.ok_or("url 'demo:' but the demo agent is not running")?;
-            format!("http://{addr}/agent")
-        } else {
-            cfg.url.clone()
-        };
-        let url = crate::protocol::url_host::parse(&url)
-            .map_err(|e| format!("agent {}: url {e}", cfg.id))?;
-        let mut headers = HeaderMap::new();
-        for (name, value) in &cfg.headers {
-            let value = expand_env(value)
-                .map_err(|v| format!("agent {}: header {name}: unset variable {v}", cfg.id))?;
-            let mut value = HeaderValue::from_str(&value)
-                .map_err(|_| format!("agent {}: header {name}: invalid value", cfg.id))?;
-            value.set_sensitive(true);
-            let name = HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| format!("agent {}: invalid header name {name}", cfg.id))?;
-            headers.insert(name, value);
+        Self::from_config_after(cfg, demo_addr, None)
+    }
+
+    /// Like [`Agent::from_config`], carrying over what `previous` (the same
+    /// agent before a reload) knows of the backends it keeps.
+    pub fn from_config_after(
+        cfg: &AgentConfig,
+        demo_addr: Option<SocketAddr>,
+        previous: Option<&Agent>,
+    ) -> Result<Agent, String> {
+        let agent_headers = header_map(&cfg.headers, &cfg.id, "header")?;
+        let mut backends = Vec::new();
+        for (j, b) in cfg.backend_list().iter().enumerate() {
+            let which = if cfg.backends.is_empty() {
+                "url".to_owned()
+            } else {
+                format!("backends[{j}].url")
+            };
+            let url = if b.url == DEMO_URL {
+                let addr = demo_addr.ok_or("url 'demo:' but the demo agent is not running")?;
+                format!("http://{addr}/agent")
+            } else {
+                b.url.clone()
+            };
+            let url = crate::protocol::url_host::parse(&url)
+                .map_err(|e| format!("agent {}: {which} {e}", cfg.id))?;
+            let mut headers = agent_headers.clone();
+            headers.extend(header_map(
+                &b.headers,
+                &cfg.id,
+                &format!("backends[{j}] header"),
+            )?);
+            let name = Backend::name_of(&url);
+            let state = previous
+                .and_then(|p| p.pool.state_of(&name))
+                .unwrap_or_else(|| Arc::new(BackendState::new(&cfg.id, &name)));
+            backends.push(Backend {
+                url,
+                name,
+                headers,
+                weight: b.weight,
+                max_in_flight: b.max_in_flight,
+                group: b.group.clone(),
+                state,
+            });
         }
+        let shared = previous.map(|p| p.pool.shared.clone()).unwrap_or_default();
+        let mut pool = Pool::new(&cfg.pool, cfg.affinity(), backends, shared);
         let http = reqwest::Client::builder()
             .connect_timeout(cfg.timeouts.connect)
             .pool_idle_timeout(std::time::Duration::from_secs(90))
             .tcp_nodelay(true)
             .build()
             .map_err(|e| format!("agent {}: HTTP client: {e}", cfg.id))?;
+        if let Some(probe) = &cfg.pool.probe {
+            let mut targets = Vec::new();
+            for b in &pool.backends {
+                let url = b
+                    .url
+                    .join(&probe.path)
+                    .map_err(|e| format!("agent {}: pool.probe.path: {e}", cfg.id))?;
+                targets.push((url, b.state.clone()));
+            }
+            pool.probing = super::probe::start(probe, http.clone(), targets, pool.ejection);
+        }
         Ok(Agent {
             id: cfg.id.clone(),
             description: cfg.description.clone(),
-            url,
-            headers,
+            pool,
             roles: cfg.roles.clone(),
             verify: cfg.verify,
             timeouts: cfg.timeouts.clone(),
@@ -105,6 +153,36 @@ impl Agent {
     pub fn allows(&self, who: &Principal) -> bool {
         who.has_any_role(&self.roles)
     }
+
+    /// The agent as `GET /v1/agents` shows it to `who`: its backends and
+    /// their health only to the pool's `admin_roles`.
+    pub fn listing(&self, who: &Principal) -> serde_json::Value {
+        let mut v = serde_json::json!({"id": self.id, "description": self.description});
+        if who.has_any_role(&self.pool.admin_roles) {
+            v["pool"] = self.pool.listing();
+        }
+        v
+    }
+}
+
+/// Headers from config, `${ENV}` expanded and marked sensitive.
+fn header_map(
+    from: &std::collections::BTreeMap<String, String>,
+    agent: &str,
+    what: &str,
+) -> Result<HeaderMap, String> {
+    let mut headers = HeaderMap::new();
+    for (name, value) in from {
+        let value = expand_env(value)
+            .map_err(|v| format!("agent {agent}: {what} {name}: unset variable {v}"))?;
+        let mut value = HeaderValue::from_str(&value)
+            .map_err(|_| format!("agent {agent}: {what} {name}: invalid value"))?;
+        value.set_sensitive(true);
+        let name = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("agent {agent}: invalid {what} name {name}"))?;
+        headers.insert(name, value);
+    }
+    Ok(headers)
 }
 
 /// All configured agents by id.
@@ -120,9 +198,20 @@ impl AgentRegistry {
         agents: &[AgentConfig],
         demo_addr: Option<SocketAddr>,
     ) -> Result<AgentRegistry, String> {
+        Self::from_config_after(agents, demo_addr, None)
+    }
+
+    /// Like [`AgentRegistry::from_config`] on a reload: each agent keeps
+    /// what `previous` knew of its backends (runs in flight, ejections).
+    pub fn from_config_after(
+        agents: &[AgentConfig],
+        demo_addr: Option<SocketAddr>,
+        previous: Option<&AgentRegistry>,
+    ) -> Result<AgentRegistry, String> {
         let mut reg = AgentRegistry::default();
         for cfg in agents {
-            let agent = Agent::from_config(cfg, demo_addr)?;
+            let before = previous.and_then(|p| p.agents.get(&cfg.id));
+            let agent = Agent::from_config_after(cfg, demo_addr, before.map(|a| &**a))?;
             reg.order.push(agent.id.clone());
             reg.agents.insert(agent.id.clone(), Arc::new(agent));
         }

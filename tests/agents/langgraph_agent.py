@@ -59,6 +59,26 @@ memory.add_edge("recall", END)
 memory_graph = memory.compile(checkpointer=MemorySaver())
 
 
+class TurnState(MessagesState):
+    turns: int
+
+
+def count(state: TurnState):
+    """Counts this thread's runs in a key only the checkpoint holds (it is
+    not in the output schema, so it never reaches the client's state and
+    cannot come back in `RunAgentInput.state`): a replica without the
+    thread's checkpoint starts again at 1 (tests/pools.rs, affinity)."""
+    n = state.get("turns", 0) + 1
+    return {"turns": n, "messages": [AIMessage(content="turn %d" % n)]}
+
+
+turns = StateGraph(TurnState, output_schema=MessagesState)
+turns.add_node("count", count)
+turns.add_edge(START, "count")
+turns.add_edge("count", END)
+turns_graph = turns.compile(checkpointer=MemorySaver())
+
+
 class LogForwardedProps:
     """ASGI wrapper: prints each request's forwardedProps, then replays the body."""
 
@@ -94,6 +114,7 @@ def main() -> None:
     app = FastAPI()
     add_langgraph_fastapi_endpoint(app, LangGraphAgent(name="lg", graph=graph), "/agent")
     add_langgraph_fastapi_endpoint(app, LangGraphAgent(name="memory", graph=memory_graph), "/memory")
+    add_langgraph_fastapi_endpoint(app, LangGraphAgent(name="turns", graph=turns_graph), "/turns")
     serve(LogForwardedProps(app))
 
 

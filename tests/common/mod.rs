@@ -136,14 +136,22 @@ impl Proc {
 
     /// Waits until the process's stderr contains `needle` (a log line).
     pub async fn expect_stderr(&self, needle: &str) {
+        self.expect_stderr_times(needle, 1).await
+    }
+
+    /// Waits until stderr contains `needle` at least `times` times.
+    pub async fn expect_stderr_times(&self, needle: &str, times: usize) {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
             let grew = self.stderr_grew.notified();
-            if self.stderr().contains(needle) {
+            if self.stderr().matches(needle).count() >= times {
                 return;
             }
             if tokio::time::timeout_at(deadline, grew).await.is_err() {
-                panic!("stderr never contained '{needle}':\n{}", self.stderr());
+                panic!(
+                    "stderr never contained '{needle}' {times} times:\n{}",
+                    self.stderr()
+                );
             }
         }
     }
@@ -265,8 +273,14 @@ pub struct PyAgent {
 impl PyAgent {
     /// Starts `tests/agents/<script>` and waits until it listens.
     pub async fn start(script: &str) -> PyAgent {
+        Self::start_args(script, &[]).await
+    }
+
+    /// Like [`PyAgent::start`], with command-line arguments for the script.
+    pub async fn start_args(script: &str, args: &[&str]) -> PyAgent {
         let mut cmd = Command::new(python());
         cmd.arg(repo().join("tests/agents").join(script))
+            .args(args)
             .env("PYTHONUNBUFFERED", "1")
             .current_dir(repo());
         let mut proc = Proc::spawn(cmd);
