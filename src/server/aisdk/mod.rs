@@ -209,7 +209,9 @@ async fn start_chat(
         }
     };
     tracing::info!(agent = %agent.id, user = %who.subject, tenant = %who.tenant, "run requested over the AI SDK chat face");
-    let mut translator = UiStream::new(message_id).with_approval_requests(approvals);
+    let mut translator = UiStream::new(message_id)
+        .with_approval_requests(approvals)
+        .with_agent(&agent.id);
     translator.before_run_snapshot(&before);
     Ok((rx, translator))
 }
@@ -240,6 +242,9 @@ fn chat_response(
         // keepalive comment; the frames are this translator's.
         pump(rx, tx.clone(), &SSE, keepalive, |item, out| {
             match item {
+                // The run hands the thread over: the next agent's run goes
+                // on in this message (see `UiStream::continues`).
+                Outgoing::Continues => translator.continues(),
                 Outgoing::Event(e) => {
                     if let Some(run) = &skip_to {
                         if e.event.kind() != &crate::protocol::EventType::RunStarted
@@ -279,6 +284,15 @@ fn chat_response(
             }
         })
         .await;
+        // The run handed over but the next one never started: the message
+        // still ends.
+        let closing = translator.close();
+        if !closing.is_empty() {
+            let mut out = BytesMut::new();
+            closing.iter().for_each(|c| chunk_frame(c, &mut out));
+            out.extend_from_slice(b"data: [DONE]\n\n");
+            let _ = tx.send(out.freeze()).await;
+        }
     });
     let mut resp = stream_response(&SSE, stream);
     resp.headers_mut()
