@@ -1024,8 +1024,55 @@ async fn exports_of_a_handoff_name_each_agent() {
     for format in ["ag-ui", "ai-sdk", "agentscope"] {
         let (_, v) = export(&gw, json!({}), "ho-x", format).await;
         assert!(
-            !v.to_string().contains("Transfer the conversation to the agent"),
+            !v.to_string()
+                .contains("Transfer the conversation to the agent"),
             "{format}: {v}"
         );
     }
+}
+
+/// A handoff whose target never answers: the one message answers the
+/// transfer call with a failure and ends with the error, then `[DONE]`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_handoff_answers_the_transfer_with_an_error_in_the_ai_sdk_stream() {
+    let py = PyAgent::start("handoff_agents.py").await;
+    let gw = Gateway::start(&format!(
+        "[[agents]]\nid = \"triage\"\nurl = \"{}\"\nhandoff = {{ targets = [\"billing\"] }}\n\
+         [[agents]]\nid = \"billing\"\nurl = \"http://127.0.0.1:9/down\"\n",
+        py.url("triage"),
+    ))
+    .await;
+    let body = http()
+        .post(chat_url(&gw, "triage"))
+        .bearer_auth(token(json!({})))
+        .json(
+            &json!({"id": "ho-f", "messages": [{"id": "u1", "role": "user",
+            "parts": [{"type": "text", "text": "a bill question"}]}]}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let data: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .collect();
+    assert_eq!(data.last(), Some(&"[DONE]"), "{body}");
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let of = |t: &str| -> Vec<&Value> { chunks.iter().filter(|c| c["type"] == t).collect() };
+    assert_eq!(of("start").len(), 1, "{body}");
+    let failed = of("tool-output-error");
+    assert_eq!(failed.len(), 1, "{body}");
+    assert_eq!(failed[0]["errorText"], "The transfer to 'billing' failed.");
+    assert_eq!(
+        failed[0]["toolCallId"],
+        of("tool-input-start")[0]["toolCallId"]
+    );
+    assert_eq!(chunks.last().unwrap()["type"], "error", "{body}");
+    assert!(of("data-agent").is_empty(), "nobody took over: {body}");
 }

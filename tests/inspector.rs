@@ -953,9 +953,7 @@ async fn a_handoff_shows_who_speaks_and_its_approval_is_answered_in_the_page() {
             .collect();
         assert_eq!(
             said,
-            [
-                ("Billing here: your invoice is paid.", &json!("billing"))
-            ],
+            [("Billing here: your invoice is paid.", &json!("billing"))],
             "{when}: {v:#}"
         );
         let billing = v["messages"]

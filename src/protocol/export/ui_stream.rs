@@ -463,7 +463,9 @@ impl UiStream {
                     out.push(json!({"type": "data-agent", "data": {"agent": to,
                         "from": record.get("fromAgent"), "reason": record.get("reason"),
                         "runId": record.get("toRunId"), "result": "accepted"}}));
-                    out.push(json!({"type": "message-metadata", "messageMetadata": self.metadata()}));
+                    out.push(
+                        json!({"type": "message-metadata", "messageMetadata": self.metadata()}),
+                    );
                 }
             }
             Some(result) => {
@@ -761,19 +763,40 @@ mod tests {
         let mut t = UiStream::new(Some("m".into())).with_agent("triage");
         let mut chunks = Vec::new();
         let mut feed = |t: &mut UiStream, e: Value| chunks.extend(t.event(&Event::build(e)));
-        feed(&mut t, json!({"type": "RUN_STARTED", "threadId": "t", "runId": "a"}));
-        feed(&mut t, json!({"type": "TOOL_CALL_START", "toolCallId": "c", "toolCallName": "transfer_to_billing", "parentMessageId": "m1"}));
+        feed(
+            &mut t,
+            json!({"type": "RUN_STARTED", "threadId": "t", "runId": "a"}),
+        );
+        feed(
+            &mut t,
+            json!({"type": "TOOL_CALL_START", "toolCallId": "c", "toolCallName": "transfer_to_billing", "parentMessageId": "m1"}),
+        );
         feed(&mut t, json!({"type": "TOOL_CALL_END", "toolCallId": "c"}));
         t.continues();
-        feed(&mut t, json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "a"}));
+        feed(
+            &mut t,
+            json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "a"}),
+        );
         assert!(!t.done(), "the message goes on");
-        feed(&mut t, json!({"type": "RUN_STARTED", "threadId": "t", "runId": "b",
+        feed(
+            &mut t,
+            json!({"type": "RUN_STARTED", "threadId": "t", "runId": "b",
             "agui-gateway": {"agent": "billing", "kind": "handoff", "parentRunId": "a"},
-            "input": {"messages": [{"id": "r", "role": "tool", "toolCallId": "c", "content": "Transferred."}]}}));
-        feed(&mut t, json!({"type": "CUSTOM", "name": HANDOFF_EVENT, "value": {"fromAgent": "triage",
-            "toAgent": "billing", "toRunId": "b", "toolCallId": "c", "result": "accepted"}}));
-        feed(&mut t, json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m2", "delta": "paid"}));
-        feed(&mut t, json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "b"}));
+            "input": {"messages": [{"id": "r", "role": "tool", "toolCallId": "c", "content": "Transferred."}]}}),
+        );
+        feed(
+            &mut t,
+            json!({"type": "CUSTOM", "name": HANDOFF_EVENT, "value": {"fromAgent": "triage",
+            "toAgent": "billing", "toRunId": "b", "toolCallId": "c", "result": "accepted"}}),
+        );
+        feed(
+            &mut t,
+            json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m2", "delta": "paid"}),
+        );
+        feed(
+            &mut t,
+            json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "b"}),
+        );
         assert!(t.done());
         let kinds: Vec<&str> = chunks.iter().map(|c| c["type"].as_str().unwrap()).collect();
         assert_eq!(
