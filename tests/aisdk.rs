@@ -1076,3 +1076,43 @@ async fn a_failed_handoff_answers_the_transfer_with_an_error_in_the_ai_sdk_strea
     assert_eq!(chunks.last().unwrap()["type"], "error", "{body}");
     assert!(of("data-agent").is_empty(), "nobody took over: {body}");
 }
+
+/// A transfer that needs approval, answered in the AI SDK chat the way each
+/// version answers a tool approval (`ai` 7's approval response, `ai` 5's
+/// tool output): billing's answer continues the message, the transfer call
+/// gets its result, the switch is named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approved_handoff_continues_the_ai_sdk_message() {
+    let py = PyAgent::start("handoff_agents.py").await;
+    let gw = Gateway::start(&format!(
+        "[[agents]]\nid = \"triage\"\nurl = \"{}\"\nhandoff = {{ targets = [\"billing\"], approval = \"user\" }}\n\
+         [[agents]]\nid = \"billing\"\nurl = \"{}\"\n",
+        py.url("triage"),
+        py.url("billing"),
+    ))
+    .await;
+    for (version, chat) in [(AI7, "hoa-7"), (AI5, "hoa-5")] {
+        let v = ai_chat_with(
+            version,
+            &gw,
+            "triage",
+            json!({}),
+            chat,
+            "approve",
+            "a bill question",
+        )
+        .await;
+        let messages = v["messages"].as_array().unwrap();
+        assert_eq!(messages.len(), 2, "{v:#}");
+        let m = answer(&v);
+        let transfer = tool_part(m, "transfer_to_billing");
+        assert_eq!(transfer["state"], "output-available", "{m:#}");
+        assert_eq!(texts(m), "Billing here: your invoice is paid.", "{m:#}");
+        assert_eq!(m["metadata"]["agent"], "billing", "{m:#}");
+        assert_eq!(
+            parts_of(m, "data-agent")[0]["data"]["from"],
+            "triage",
+            "{m:#}"
+        );
+    }
+}

@@ -128,6 +128,18 @@ impl UiStream {
         json!({"agent": self.agent, "agents": self.agents})
     }
 
+    /// The tool calls (id, name) of the message this response continues
+    /// (an approval's answer): an approved transfer's run answers its call.
+    pub fn with_open_calls(
+        mut self,
+        calls: impl IntoIterator<Item = (String, String)>,
+    ) -> UiStream {
+        for (id, name) in calls {
+            self.tools.insert(id, (name, String::new()));
+        }
+        self
+    }
+
     /// The gateway hands the thread over after the current run (its outbox
     /// got [`crate::thread::fanout::Outgoing::Continues`] ahead of the
     /// run's end): the next run goes on in this message.
@@ -259,9 +271,18 @@ impl UiStream {
                 self.speaks(&agent);
             }
         }
+        let first = !self.started;
         let mut out = self.open();
-        if event.kind() == &EventType::RunStarted && std::mem::take(&mut self.handing_over) {
-            self.next_run(event, &mut out);
+        if event.kind() == &EventType::RunStarted {
+            if std::mem::take(&mut self.handing_over) {
+                self.next_run(event, &mut out);
+                out.push(json!({"type": "start-step"}));
+            } else if first && is_handoff_run(event) {
+                // A handoff's run opening this response (an approved
+                // transfer): it answers the transfer call of the message
+                // the response continues.
+                self.next_run(event, &mut out);
+            }
         }
         self.know(message_of(b));
         use EventType::*;
@@ -435,7 +456,7 @@ impl UiStream {
 
     /// The `RUN_STARTED` of the run a handoff started, in the message of the
     /// run that handed over: the transfer calls its input answers get their
-    /// output, then its step begins.
+    /// output.
     fn next_run(&mut self, event: &Event, out: &mut Vec<Value>) {
         let messages = event.get("input").and_then(|i| i.get("messages"));
         for m in messages.and_then(Value::as_array).into_iter().flatten() {
@@ -446,7 +467,6 @@ impl UiStream {
             }
             self.know(m["id"].as_str());
         }
-        out.push(json!({"type": "start-step"}));
     }
 
     /// The gateway's record of a handoff: the agent now speaking, as a
@@ -516,6 +536,15 @@ fn stamped_agent(event: &Event) -> Option<String> {
         .and_then(|g| g.get("agent"))
         .and_then(Value::as_str)
         .map(str::to_owned)
+}
+
+/// True for the journaled `RUN_STARTED` of a run a handoff started.
+fn is_handoff_run(event: &Event) -> bool {
+    event
+        .get(GATEWAY_FIELD)
+        .and_then(|g| g.get("kind"))
+        .and_then(Value::as_str)
+        == Some("handoff")
 }
 
 /// The `id`s of an AG-UI `Message[]`.
