@@ -4,7 +4,8 @@
 //! version's `convertToModelMessages` by `tests/interop/aisdk_convert.mjs`)
 //! on the chat route for the demo agent, for pydantic-ai agents (a
 //! tool-calling one and one whose tool needs approval) and for a LangGraph
-//! graph that calls `interrupt()`, a WebSocket viewer of the same thread,
+//! graph that calls `interrupt()`, two pydantic-ai agents handing a thread
+//! over (`handoff_agents.py`), a WebSocket viewer of the same thread,
 //! and PyPI `agentscope` 2.0.11 loading the AgentScope export.
 
 mod common;
@@ -858,4 +859,260 @@ async fn an_ai_sdk_export_converts_to_model_messages_in_order_with_ai_5_6_and_7(
         exported["messages"][1]["id"], start["messageId"],
         "{stream}"
     );
+}
+
+/// The handoff agents (`tests/agents/handoff_agents.py`: real pydantic-ai
+/// agents; triage calls `transfer_to_billing` on "bill…", billing answers).
+async fn handoff_gateway() -> (PyAgent, Gateway) {
+    let py = PyAgent::start("handoff_agents.py").await;
+    let gw = Gateway::start(&format!(
+        "[[agents]]\nid = \"triage\"\nurl = \"{}\"\nhandoff = {{ targets = [\"billing\"] }}\n\
+         [[agents]]\nid = \"billing\"\nurl = \"{}\"\ndescription = \"Answers invoice questions\"\n",
+        py.url("triage"),
+        py.url("billing"),
+    ))
+    .await;
+    (py, gw)
+}
+
+/// The parts of type `t`.
+fn parts_of<'a>(m: &'a Value, t: &str) -> Vec<&'a Value> {
+    m["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["type"] == t)
+        .collect()
+}
+
+/// One chat request whose run hands over is ONE assistant message across
+/// both agents' steps, with `ai` 7 and `ai` 5: the transfer call has its
+/// result, a `data-agent` part marks the switch and the message metadata
+/// names the agent speaking; regenerating it replaces the whole answer (a
+/// new triage run, a new handoff), never merging into the old one; the
+/// export agrees with the live chat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_streams_one_ai_sdk_message_across_both_agents() {
+    let (_py, gw) = handoff_gateway().await;
+    for (version, chat) in [(AI7, "ho-7"), (AI5, "ho-5")] {
+        let v = ai_chat_with(
+            version,
+            &gw,
+            "triage",
+            json!({}),
+            chat,
+            "regenerate",
+            "I have a bill question",
+        )
+        .await;
+        let mut calls = Vec::new();
+        for step in v["steps"].as_array().unwrap() {
+            let roles: Vec<&str> = step
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["role"].as_str().unwrap())
+                .collect();
+            assert_eq!(roles, ["user", "assistant"], "one message: {step:#}");
+            let m = &step[1];
+            let transfer = parts_of(m, "tool-transfer_to_billing");
+            assert_eq!(transfer.len(), 1, "{m:#}");
+            assert_eq!(
+                (&transfer[0]["state"], &transfer[0]["output"]),
+                (
+                    &json!("output-available"),
+                    &json!("Transferred to 'billing'.")
+                ),
+                "{m:#}"
+            );
+            calls.push(transfer[0]["toolCallId"].clone());
+            assert_eq!(texts(m), "Billing here: your invoice is paid.", "{m:#}");
+            assert_eq!(
+                parts_of(m, "reasoning").len(),
+                1,
+                "triage's thinking: {m:#}"
+            );
+            let switch = parts_of(m, "data-agent");
+            assert_eq!(switch.len(), 1, "{m:#}");
+            assert_eq!(
+                (&switch[0]["data"]["agent"], &switch[0]["data"]["from"]),
+                (&json!("billing"), &json!("triage"))
+            );
+            assert_eq!(
+                m["metadata"],
+                json!({"agent": "billing", "agents": ["triage", "billing"]}),
+                "{m:#}"
+            );
+            // The switch comes after triage's step, before billing's text.
+            let types = part_types(m);
+            let at = |t: &str| types.iter().position(|x| x == t).unwrap();
+            assert!(at("tool-transfer_to_billing") < at("data-agent"));
+            assert!(at("data-agent") < at("text"), "{types:?}");
+            assert!(
+                types.iter().filter(|t| *t == "step-start").count() >= 2,
+                "{types:?}"
+            );
+        }
+        assert_ne!(calls[0], calls[1], "regenerated: a new transfer call");
+        // The export is the regenerated conversation, as the chat shows it.
+        let (_, exported) = export(&gw, json!({}), chat, "ai-sdk").await;
+        let msgs = exported["messages"].as_array().unwrap();
+        assert_eq!(msgs.len(), 2, "{exported:#}");
+        let last = v["steps"][1][1].clone();
+        assert_eq!(comparable(&msgs[1]), comparable(&last));
+        assert_eq!(msgs[1]["metadata"], last["metadata"]);
+        assert_eq!(
+            parts_of(&msgs[1], "data-agent")[0]["data"],
+            json!({"agent": "billing", "from": "triage"})
+        );
+    }
+}
+
+/// The exports of a thread a handoff passed on: AgentScope Msgs split where
+/// the agent changes, each named after it (the real `agentscope` package
+/// loads them); the injected transfer tool's definition appears nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exports_of_a_handoff_name_each_agent() {
+    let (_py, gw) = handoff_gateway().await;
+    ai_chat(
+        &gw,
+        "triage",
+        json!({}),
+        "ho-x",
+        "send",
+        "I have a bill question",
+    )
+    .await;
+    let (_, exported) = export(&gw, json!({}), "ho-x", "agentscope").await;
+    let loaded = agentscope_load(&exported).await;
+    assert!(loaded["error"].is_null(), "agentscope refused it: {loaded}");
+    let summary: Vec<(String, String, Vec<String>)> = loaded["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap().to_owned(),
+                m["name"].as_str().unwrap().to_owned(),
+                m["blocks"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|b| b.as_str().unwrap().to_owned())
+                    .collect(),
+            )
+        })
+        .collect();
+    let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        summary,
+        vec![
+            ("user".into(), "user".into(), s(&["text"])),
+            (
+                "assistant".into(),
+                "triage".into(),
+                s(&["thinking", "tool_call", "tool_result"])
+            ),
+            ("assistant".into(), "billing".into(), s(&["text"])),
+        ],
+        "{loaded:#}"
+    );
+    assert_eq!(
+        loaded["messages"][2]["text"],
+        "Billing here: your invoice is paid."
+    );
+    for format in ["ag-ui", "ai-sdk", "agentscope"] {
+        let (_, v) = export(&gw, json!({}), "ho-x", format).await;
+        assert!(
+            !v.to_string()
+                .contains("Transfer the conversation to the agent"),
+            "{format}: {v}"
+        );
+    }
+}
+
+/// A handoff whose target never answers: the one message answers the
+/// transfer call with a failure and ends with the error, then `[DONE]`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_handoff_answers_the_transfer_with_an_error_in_the_ai_sdk_stream() {
+    let py = PyAgent::start("handoff_agents.py").await;
+    let gw = Gateway::start(&format!(
+        "[[agents]]\nid = \"triage\"\nurl = \"{}\"\nhandoff = {{ targets = [\"billing\"] }}\n\
+         [[agents]]\nid = \"billing\"\nurl = \"http://127.0.0.1:9/down\"\n",
+        py.url("triage"),
+    ))
+    .await;
+    let body = http()
+        .post(chat_url(&gw, "triage"))
+        .bearer_auth(token(json!({})))
+        .json(
+            &json!({"id": "ho-f", "messages": [{"id": "u1", "role": "user",
+            "parts": [{"type": "text", "text": "a bill question"}]}]}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let data: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .collect();
+    assert_eq!(data.last(), Some(&"[DONE]"), "{body}");
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let of = |t: &str| -> Vec<&Value> { chunks.iter().filter(|c| c["type"] == t).collect() };
+    assert_eq!(of("start").len(), 1, "{body}");
+    let failed = of("tool-output-error");
+    assert_eq!(failed.len(), 1, "{body}");
+    assert_eq!(failed[0]["errorText"], "The transfer to 'billing' failed.");
+    assert_eq!(
+        failed[0]["toolCallId"],
+        of("tool-input-start")[0]["toolCallId"]
+    );
+    assert_eq!(chunks.last().unwrap()["type"], "error", "{body}");
+    assert!(of("data-agent").is_empty(), "nobody took over: {body}");
+}
+
+/// A transfer that needs approval, answered in the AI SDK chat the way each
+/// version answers a tool approval (`ai` 7's approval response, `ai` 5's
+/// tool output): billing's answer continues the message, the transfer call
+/// gets its result, the switch is named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approved_handoff_continues_the_ai_sdk_message() {
+    let py = PyAgent::start("handoff_agents.py").await;
+    let gw = Gateway::start(&format!(
+        "[[agents]]\nid = \"triage\"\nurl = \"{}\"\nhandoff = {{ targets = [\"billing\"], approval = \"user\" }}\n\
+         [[agents]]\nid = \"billing\"\nurl = \"{}\"\n",
+        py.url("triage"),
+        py.url("billing"),
+    ))
+    .await;
+    for (version, chat) in [(AI7, "hoa-7"), (AI5, "hoa-5")] {
+        let v = ai_chat_with(
+            version,
+            &gw,
+            "triage",
+            json!({}),
+            chat,
+            "approve",
+            "a bill question",
+        )
+        .await;
+        let messages = v["messages"].as_array().unwrap();
+        assert_eq!(messages.len(), 2, "{v:#}");
+        let m = answer(&v);
+        let transfer = tool_part(m, "transfer_to_billing");
+        assert_eq!(transfer["state"], "output-available", "{m:#}");
+        assert_eq!(texts(m), "Billing here: your invoice is paid.", "{m:#}");
+        assert_eq!(m["metadata"]["agent"], "billing", "{m:#}");
+        assert_eq!(
+            parts_of(m, "data-agent")[0]["data"]["from"],
+            "triage",
+            "{m:#}"
+        );
+    }
 }

@@ -911,3 +911,90 @@ async fn regenerate_and_edit_from_the_page_and_view_an_older_sibling() {
     let edited = format!("a-{}", edit["runs"][3]["run"].as_str().unwrap());
     assert_eq!(edit["annIds"][3], json!(edited), "{edit:#}");
 }
+
+/// A handoff in the page: the approval the transfer needs is answered with
+/// the page's own interrupt form (its message, Approve/Reject, no other
+/// field), and then — live and from a snapshot — each assistant message
+/// names the agent that spoke it, the handoff is marked in the conversation
+/// (live) and on the timeline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_shows_who_speaks_and_its_approval_is_answered_in_the_page() {
+    let py = PyAgent::start("handoff_agents.py").await;
+    let gw = Gateway::start(&format!(
+        "[inspector]\nenabled = true\n\
+         [[agents]]\nid = \"triage\"\nurl = \"{}\"\nhandoff = {{ targets = [\"billing\"], approval = \"user\" }}\n\
+         [[agents]]\nid = \"billing\"\nurl = \"{}\"\n",
+        py.url("triage"),
+        py.url("billing"),
+    ))
+    .await;
+    let t = token(json!({"sub": "ada"}));
+    let seen = page_script("inspector_handoff.mjs", &[&gw.base, &t, "ho-page"]).await;
+    assert_eq!(seen["errors"], Value::Null, "no page errors: {seen:#}");
+    let asked = &seen["interrupt"];
+    assert!(
+        asked["text"]
+            .as_str()
+            .unwrap()
+            .contains("Transfer to billing?"),
+        "{asked}"
+    );
+    assert_eq!(asked["buttons"], json!(["Approve", "Reject"]));
+    assert_eq!(asked["fields"], 0, "`approved` is the buttons: {asked}");
+    for (when, v) in [("live", &seen["live"]), ("snapshot", &seen["snapshot"])] {
+        let said: Vec<(&str, &Value)> = v["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            // (triage's text message before its tool call is empty: only
+            // the live page, which saw it start, shows it)
+            .filter(|m| m["role"] == "assistant" && m["text"] != "")
+            .map(|m| (m["text"].as_str().unwrap(), &m["agent"]))
+            .collect();
+        assert_eq!(
+            said,
+            [("Billing here: your invoice is paid.", &json!("billing"))],
+            "{when}: {v:#}"
+        );
+        let billing = v["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["agent"] == "billing")
+            .unwrap();
+        assert!(
+            billing["label"].as_str().unwrap().contains("billing"),
+            "{when}: {billing}"
+        );
+    }
+    let live = &seen["live"];
+    assert!(
+        live["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["role"] == "assistant" && m["agent"] == "triage"),
+        "triage's own message is named: {live:#}"
+    );
+    // The handoff record of billing's run, in the conversation and marked
+    // on the timeline.
+    assert_eq!(
+        live["handoffs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| (&h["from"], &h["to"], &h["result"]))
+            .collect::<Vec<_>>(),
+        [(&json!("triage"), &json!("billing"), &json!("accepted"))],
+        "{live:#}"
+    );
+    let rows = live["timeline"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{live:#}");
+    assert!(
+        rows[0]
+            .as_str()
+            .unwrap()
+            .contains("handoff triage → billing (accepted)"),
+        "{rows:?}"
+    );
+}

@@ -9,7 +9,8 @@ use super::error::{ApiError, ErrorCode};
 use super::extract::Authenticated;
 use super::state::AppState;
 use crate::auth::Permission;
-use crate::protocol::export::{agentscope, ai_sdk};
+use crate::protocol::export::{Speakers, agentscope, ai_sdk};
+use crate::thread::Thread;
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
@@ -62,10 +63,10 @@ pub async fn messages(
     };
     let (messages, interrupts) = (list("messages"), list("interrupts"));
     let out = match format {
-        "ai-sdk" => ai_sdk::ui_messages(&messages, &interrupts),
+        "ai-sdk" => ai_sdk::ui_messages(&messages, &interrupts, &speakers(&thread)),
         "agentscope" => {
             let agent = thread.meta().agent.unwrap_or_else(|| "assistant".into());
-            agentscope::msgs(&messages, &interrupts, &agent)
+            agentscope::msgs(&messages, &interrupts, &agent, &speakers(&thread))
         }
         _ => messages,
     };
@@ -74,4 +75,18 @@ pub async fn messages(
         "messages": out}),
     )
     .into_response()
+}
+
+/// Which agent produced each message, from the thread's run table (one
+/// page at a time: the table is bounded, a page is a cheap copy of ids).
+fn speakers(thread: &Thread) -> Speakers {
+    const PAGE: usize = 500;
+    let mut speakers = Speakers::default();
+    let mut cursor = Some(0);
+    while let Some(at) = cursor {
+        let page = thread.runs_page(at, PAGE);
+        speakers.note_runs(page["runs"].as_array().into_iter().flatten());
+        cursor = page["nextCursor"].as_u64().map(|n| n as usize);
+    }
+    speakers
 }

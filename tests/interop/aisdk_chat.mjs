@@ -24,6 +24,8 @@
 //               `{approved: true}` in the request body's `resume`, the way
 //               docs/ai-sdk.md tells a client to, and wait for the answer
 //   reconnect — a fresh chat with this id calls resumeStream()
+//   regenerate — send <text>, then regenerate() the answer; `steps` holds
+//               the messages after each
 //   branch    — send <text>, send "two", regenerate() the last answer, then
 //               edit the second question (sendMessage with its messageId);
 //               `steps` holds the messages after each of the four
@@ -97,6 +99,13 @@ const steps = [];
 if (scenario === "reconnect") {
   await chat.resumeStream();
   await settled();
+} else if (scenario === "regenerate") {
+  await chat.sendMessage({ text });
+  await settled();
+  steps.push(structuredClone(chat.messages));
+  await chat.regenerate();
+  await settled();
+  steps.push(structuredClone(chat.messages));
 } else if (scenario === "branch") {
   await chat.sendMessage({ text });
   await settled();

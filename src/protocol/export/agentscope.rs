@@ -5,20 +5,29 @@
 //! only `text` and `data` blocks, `system` only `text`, `assistant`
 //! anything. So: user → `user` (text, media as `data` blocks); system and
 //! developer → `system` (text only); every run of consecutive assistant,
-//! reasoning, tool and activity messages → ONE `assistant` Msg, as
-//! AgentScope's own agents write a reply: `thinking` blocks, `text` blocks,
+//! reasoning, tool and activity messages of one agent → ONE `assistant`
+//! Msg named after that agent, as AgentScope's own agents write a reply
+//! (where the producing agent changes — a handoff — a new Msg begins, as
+//! each AgentScope agent writes its own replies): `thinking` blocks, `text` blocks,
 //! `tool_call` blocks (raw JSON input string) each followed by its
 //! `tool_result` block in the same Msg. Activities go to the Msg's
 //! `metadata.agui_activities`; the AG-UI message ids of a merged Msg to
-//! `metadata.agui_message_ids`.
+//! `metadata.agui_message_ids`; the producing agent, when a run names it,
+//! to `metadata.agui_agent`.
 
-use super::{content_text, interrupt_for_call, media, tool_calls};
+use super::{Speakers, content_text, interrupt_for_call, media, tool_calls};
 use serde_json::{Value, json};
 
 /// The conversation `messages` (AG-UI, as folded) as AgentScope `Msg`
-/// objects; `agent` names the assistant (`name` of its Msgs), `interrupts`
+/// objects; `speakers` say which agent produced each message (the `name` of
+/// its Msg; `agent` for a Msg whose messages no run claims), `interrupts`
 /// are the thread's pending ones (their tool calls are `asking`).
-pub fn msgs(messages: &[Value], interrupts: &[Value], agent: &str) -> Vec<Value> {
+pub fn msgs(
+    messages: &[Value],
+    interrupts: &[Value],
+    agent: &str,
+    speakers: &Speakers,
+) -> Vec<Value> {
     let calls = tool_calls(messages);
     let mut out: Vec<Value> = Vec::new();
     let mut open: Option<Value> = None;
@@ -47,10 +56,29 @@ pub fn msgs(messages: &[Value], interrupts: &[Value], agent: &str) -> Vec<Value>
                 out.push(msg);
             }
             role => {
+                // A tool result in the Msg of its call says nothing of who
+                // speaks; anything else does.
+                let answers_a_call = role == "tool"
+                    && calls
+                        .iter()
+                        .any(|(c, ..)| m["toolCallId"].as_str() == Some(c.as_str()));
+                let speaker = speakers.of(id).filter(|_| !answers_a_call);
+                let named = open.as_ref().map(|o| o["metadata"]["agui_agent"].clone());
+                if let (Some(s), Some(Value::String(current))) = (speaker, &named)
+                    && s != current.as_str()
+                {
+                    close(&mut open, &mut out);
+                }
                 let msg = open.get_or_insert_with(|| {
                     json!({"id": id, "name": agent, "role": "assistant", "content": [],
                         "metadata": {"agui_message_ids": []}})
                 });
+                if let Some(s) = speaker
+                    && msg["metadata"].get("agui_agent").is_none()
+                {
+                    msg["name"] = s.into();
+                    msg["metadata"]["agui_agent"] = s.into();
+                }
                 if let Some(ids) = msg["metadata"]["agui_message_ids"].as_array_mut() {
                     ids.push(id.into());
                 }
@@ -174,6 +202,7 @@ mod tests {
             &messages,
             &[json!({"id": "int-d", "toolCallId": "d"})],
             "bot",
+            &Speakers::default(),
         );
         assert_eq!(out.len(), 3);
         assert_eq!(out[0]["role"], "system");
@@ -191,5 +220,30 @@ mod tests {
                 {"type": "tool_call", "id": "d", "name": "pay", "input": "{}", "state": "asking"},
             ], "metadata": {"agui_message_ids": ["r", "a", "t"]}})
         );
+    }
+
+    #[test]
+    fn a_handoff_starts_a_msg_named_after_the_agent_now_speaking() {
+        let messages = vec![
+            json!({"id": "u", "role": "user", "content": "bill?"}),
+            json!({"id": "a", "role": "assistant", "toolCalls": [
+                {"id": "c", "type": "function", "function": {"name": "transfer_to_billing", "arguments": "{}"}}]}),
+            json!({"id": "t", "role": "tool", "toolCallId": "c", "content": "Transferred."}),
+            json!({"id": "b", "role": "assistant", "content": "paid"}),
+        ];
+        let mut speakers = Speakers::default();
+        speakers.note_runs(&[
+            json!({"agent": "triage", "outputMessageIds": ["a"]}),
+            json!({"agent": "billing", "outputMessageIds": ["b"]}),
+        ]);
+        let out = msgs(&messages, &[], "thread-agent", &speakers);
+        let names: Vec<&str> = out.iter().map(|m| m["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["user", "triage", "billing"]);
+        assert_eq!(out[1]["content"][1]["type"], "tool_result");
+        assert_eq!(out[2]["content"], json!([{"type": "text", "text": "paid"}]));
+        // Without speakers, one Msg under the thread's agent, as before.
+        let out = msgs(&messages, &[], "thread-agent", &Speakers::default());
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[1]["name"], "thread-agent");
     }
 }

@@ -23,7 +23,7 @@
 //! answers pending interrupts (approval responses of `ai` 6+, or tool
 //! outputs the client added, as `ai` 5 answers) — the run's `resume` entries.
 
-use super::{content_text, interrupt_for_call, media, parse_args, tool_calls};
+use super::{Speakers, content_text, interrupt_for_call, media, parse_args, tool_calls};
 use serde_json::{Map, Value, json};
 
 /// The id of the assistant `UIMessage` answering user message `user_id`.
@@ -35,13 +35,19 @@ pub fn answer_id(user_id: &str) -> String {
 struct Answer {
     id: String,
     parts: Vec<Value>,
+    /// The agents that spoke in it, in order (its metadata).
+    agents: Vec<String>,
     /// The current step called tools: what the agent says next is a new step.
     step_called_tools: bool,
 }
 
 /// The conversation `messages` (AG-UI, as folded) as AI SDK `UIMessage`s;
-/// `interrupts` are the thread's pending ones.
-pub fn ui_messages(messages: &[Value], interrupts: &[Value]) -> Vec<Value> {
+/// `interrupts` are the thread's pending ones, `speakers` which agent
+/// produced each message: an answer's `metadata` is `{agent, agents}` (the
+/// agent that spoke last, and all in order), as the chat stream sends it,
+/// and where a handoff changed the agent a `data-agent` part
+/// `{agent, from}` marks the switch.
+pub fn ui_messages(messages: &[Value], interrupts: &[Value], speakers: &Speakers) -> Vec<Value> {
     let calls = tool_calls(messages);
     let results: Vec<&Value> = messages.iter().filter(|m| m["role"] == "tool").collect();
     let mut out: Vec<Value> = Vec::new();
@@ -50,7 +56,11 @@ pub fn ui_messages(messages: &[Value], interrupts: &[Value]) -> Vec<Value> {
     let mut asked: Option<String> = None;
     let close = |open: &mut Option<Answer>, out: &mut Vec<Value>| {
         if let Some(a) = open.take() {
-            out.push(json!({"id": a.id, "role": "assistant", "parts": a.parts}));
+            let mut m = json!({"id": a.id, "role": "assistant", "parts": a.parts});
+            if let Some(last) = a.agents.last() {
+                m["metadata"] = json!({"agent": last, "agents": a.agents});
+            }
+            out.push(m);
         }
     };
     let step = || json!({"type": "step-start"});
@@ -75,11 +85,24 @@ pub fn ui_messages(messages: &[Value], interrupts: &[Value]) -> Vec<Value> {
                 let answer = open.get_or_insert_with(|| Answer {
                     id: asked.take().map(|u| answer_id(&u)).unwrap_or(id.clone()),
                     parts: vec![step()],
+                    agents: Vec::new(),
                     step_called_tools: false,
                 });
                 if matches!(role, "reasoning" | "assistant") && answer.step_called_tools {
                     answer.parts.push(step());
                     answer.step_called_tools = false;
+                }
+                // A tool result answering a call says nothing of who speaks.
+                let speaker = speakers.of(&id).filter(|_| role != "tool");
+                if let Some(s) = speaker
+                    && answer.agents.last().map(String::as_str) != Some(s)
+                {
+                    if let Some(from) = answer.agents.last() {
+                        answer.parts.push(
+                            json!({"type": "data-agent", "data": {"agent": s, "from": from}}),
+                        );
+                    }
+                    answer.agents.push(s.to_owned());
                 }
                 let parts = &mut answer.parts;
                 match role {
@@ -138,6 +161,7 @@ pub fn ui_messages(messages: &[Value], interrupts: &[Value]) -> Vec<Value> {
             id: (asked.take().map(|u| answer_id(&u)))
                 .unwrap_or_else(|| first["id"].as_str().unwrap_or("interrupt").to_owned()),
             parts: vec![step()],
+            agents: Vec::new(),
             step_called_tools: false,
         });
         for i in interrupts {
@@ -347,7 +371,7 @@ mod tests {
             json!({"id": "x1", "role": "activity", "activityType": "plan", "content": {"n": 1}}),
         ];
         let interrupts = vec![json!({"id": "int-c2", "toolCallId": "c2"})];
-        let ui = ui_messages(&messages, &interrupts);
+        let ui = ui_messages(&messages, &interrupts, &Speakers::default());
         assert_eq!(ui.len(), 2);
         assert_eq!(
             ui[0],
@@ -381,6 +405,7 @@ mod tests {
         let ui = ui_messages(
             &[json!({"id": "u", "role": "user", "content": content})],
             &[],
+            &Speakers::default(),
         );
         let parts = ui[0]["parts"].as_array().unwrap();
         assert_eq!(

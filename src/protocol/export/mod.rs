@@ -10,6 +10,39 @@ pub mod ai_sdk;
 pub mod ui_stream;
 
 use serde_json::Value;
+use std::collections::HashMap;
+
+/// Which agent produced each message of a thread that several agents spoke
+/// on (a handoff, or a person naming another agent): message id → agent,
+/// from the runs table's `outputMessageIds` and `agent` (what
+/// `GET /v1/threads/{id}/runs` shows). A message no run claims (a user's,
+/// a tool result sent in a run's input, one journaled before runs were
+/// recorded) has no speaker; the exports then keep the message with its
+/// neighbours.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Speakers(HashMap<String, String>);
+
+impl Speakers {
+    /// Notes the runs (the public run form), oldest first: a later run
+    /// claiming a message wins.
+    pub fn note_runs<'a>(&mut self, runs: impl IntoIterator<Item = &'a Value>) {
+        for run in runs {
+            let Some(agent) = run["agent"].as_str() else {
+                continue;
+            };
+            for id in run["outputMessageIds"].as_array().into_iter().flatten() {
+                if let Some(id) = id.as_str() {
+                    self.0.insert(id.to_owned(), agent.to_owned());
+                }
+            }
+        }
+    }
+
+    /// The agent that produced message `id`, if a run claims it.
+    pub fn of(&self, id: &str) -> Option<&str> {
+        self.0.get(id).map(String::as_str)
+    }
+}
 
 /// The tool calls of the conversation's assistant messages, by id:
 /// (tool name, raw JSON arguments).

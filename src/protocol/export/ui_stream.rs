@@ -21,6 +21,17 @@
 //! `tool-approval-request` (approval id = interrupt id) for each interrupt
 //! that waits on a tool call of the run.
 //!
+//! A run that hands the thread to another agent (docs/protocol.md,
+//! "Handoff") goes on in the same response when the gateway says so
+//! ([`UiStream::continues`]): the first run's `RUN_FINISHED` closes only its
+//! step, the next run's `RUN_STARTED` opens the next step of the SAME
+//! assistant message (no second `start`), answers the transfer tool call
+//! with the result that run's input carries, and the gateway's handoff
+//! record becomes a `data-agent` part (`{agent, from, reason, result}`) and
+//! a `message-metadata` chunk naming the agent now speaking (`start` names
+//! the first one). So one user turn is one message, however many agents
+//! answered it, as the export writes it.
+//!
 //! Agents that deliver a message whole in `MESSAGES_SNAPSHOT` instead of
 //! streaming it (LangGraph nodes that return an `AIMessage` without a chat
 //! model, say) would otherwise show nothing in the chat: an assistant
@@ -31,7 +42,9 @@
 
 use super::ai_sdk::answer_id;
 use super::parse_args;
+use crate::protocol::authorship::GATEWAY_FIELD;
 use crate::protocol::event::{Event, EventType};
+use crate::protocol::handoff::HANDOFF_EVENT;
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
 
@@ -63,6 +76,15 @@ pub struct UiStream {
     step_tools: Option<String>,
     /// The newest user message known, which the response answers.
     last_user: Option<String>,
+    /// The agent speaking now (message metadata `agent`), once known.
+    agent: Option<String>,
+    /// Every agent that spoke in this message, in order.
+    agents: Vec<String>,
+    /// The gateway said the current run hands over: its `RUN_FINISHED`
+    /// ends a step, not the message.
+    continues: bool,
+    /// Between a run that handed over and the next run's first event.
+    handing_over: bool,
 }
 
 impl UiStream {
@@ -81,7 +103,59 @@ impl UiStream {
             approval_requests: false,
             step_tools: None,
             last_user: None,
+            agent: None,
+            agents: Vec::new(),
+            continues: false,
+            handing_over: false,
         }
+    }
+
+    /// Names the agent the response starts with (the chat route's); else
+    /// the first journaled `RUN_STARTED`'s stamp names it.
+    pub fn with_agent(mut self, agent: &str) -> UiStream {
+        self.speaks(agent);
+        self
+    }
+
+    fn speaks(&mut self, agent: &str) {
+        self.agent = Some(agent.to_owned());
+        if self.agents.last().map(String::as_str) != Some(agent) {
+            self.agents.push(agent.to_owned());
+        }
+    }
+
+    fn metadata(&self) -> Value {
+        json!({"agent": self.agent, "agents": self.agents})
+    }
+
+    /// The tool calls (id, name) of the message this response continues
+    /// (an approval's answer): an approved transfer's run answers its call.
+    pub fn with_open_calls(
+        mut self,
+        calls: impl IntoIterator<Item = (String, String)>,
+    ) -> UiStream {
+        for (id, name) in calls {
+            self.tools.insert(id, (name, String::new()));
+        }
+        self
+    }
+
+    /// The gateway hands the thread over after the current run (its outbox
+    /// got [`crate::thread::fanout::Outgoing::Continues`] ahead of the
+    /// run's end): the next run goes on in this message.
+    pub fn continues(&mut self) {
+        self.continues = true;
+    }
+
+    /// The chunks that end the message when the stream ends without a
+    /// terminal event after a run that handed over (the next run never
+    /// started): the message still finishes. Nothing otherwise.
+    pub fn close(&mut self) -> Vec<Value> {
+        if !self.handing_over || self.done {
+            return Vec::new();
+        }
+        self.done = true;
+        vec![json!({"type": "finish", "finishReason": "stop"})]
     }
 
     /// Also sends `tool-approval-request` chunks, which only `ai` 6 and
@@ -164,6 +238,9 @@ impl UiStream {
         if let Some(id) = id {
             start["messageId"] = id.into();
         }
+        if self.agent.is_some() {
+            start["messageMetadata"] = self.metadata();
+        }
         vec![start, json!({"type": "start-step"})]
     }
 
@@ -188,8 +265,25 @@ impl UiStream {
         if event.kind() == &EventType::RunStarted && !self.started {
             // The user message it answers names the response.
             self.users(event.get("input").and_then(|i| i.get("messages")));
+            if self.agent.is_none()
+                && let Some(agent) = stamped_agent(event)
+            {
+                self.speaks(&agent);
+            }
         }
+        let first = !self.started;
         let mut out = self.open();
+        if event.kind() == &EventType::RunStarted {
+            if std::mem::take(&mut self.handing_over) {
+                self.next_run(event, &mut out);
+                out.push(json!({"type": "start-step"}));
+            } else if first && is_handoff_run(event) {
+                // A handoff's run opening this response (an approved
+                // transfer): it answers the transfer call of the message
+                // the response continues.
+                self.next_run(event, &mut out);
+            }
+        }
         self.know(message_of(b));
         use EventType::*;
         match event.kind() {
@@ -290,8 +384,13 @@ impl UiStream {
                         "data": {"activityType": b.get("activityType"), "content": content}}));
                 }
             }
-            Custom => out.push(json!({"type": "data-custom",
-                "data": {"name": b.get("name"), "value": b.get("value")}})),
+            Custom => {
+                if s("name") == HANDOFF_EVENT {
+                    self.handoff(b.get("value").unwrap_or(&Value::Null), &mut out);
+                }
+                out.push(json!({"type": "data-custom",
+                    "data": {"name": b.get("name"), "value": b.get("value")}}))
+            }
             Meta => out.push(json!({"type": "data-meta", "data": b})),
             RunFinished => {
                 let outcome = b.get("outcome");
@@ -301,6 +400,13 @@ impl UiStream {
                     .and_then(Value::as_array)
                     .cloned()
                     .unwrap_or_default();
+                if std::mem::take(&mut self.continues) && interrupts.is_empty() {
+                    // The next agent's run goes on in this message.
+                    self.handing_over = true;
+                    self.step_tools = None;
+                    out.push(json!({"type": "finish-step"}));
+                    return out;
+                }
                 let mut approvals = false;
                 for i in &interrupts {
                     out.push(json!({"type": "data-interrupt", "id": i["id"], "data": i}));
@@ -348,6 +454,51 @@ impl UiStream {
         out
     }
 
+    /// The `RUN_STARTED` of the run a handoff started, in the message of the
+    /// run that handed over: the transfer calls its input answers get their
+    /// output.
+    fn next_run(&mut self, event: &Event, out: &mut Vec<Value>) {
+        let messages = event.get("input").and_then(|i| i.get("messages"));
+        for m in messages.and_then(Value::as_array).into_iter().flatten() {
+            let call = m["toolCallId"].as_str().unwrap_or_default();
+            if m["role"] == "tool" && self.tools.contains_key(call) {
+                out.push(json!({"type": "tool-output-available", "toolCallId": call,
+                    "output": m.get("content").cloned().unwrap_or(Value::Null)}));
+            }
+            self.know(m["id"].as_str());
+        }
+    }
+
+    /// The gateway's record of a handoff: the agent now speaking, as a
+    /// `data-agent` part where the switch happened and as message metadata;
+    /// a transfer that failed answers its call with the failure (the next
+    /// run never started, so no input carried the result).
+    fn handoff(&mut self, record: &Value, out: &mut Vec<Value>) {
+        let field = |k: &str| record.get(k).and_then(Value::as_str);
+        let call = field("toolCallId");
+        match field("result") {
+            Some("accepted") => {
+                if let Some(to) = field("toAgent") {
+                    self.speaks(to);
+                    out.push(json!({"type": "data-agent", "data": {"agent": to,
+                        "from": record.get("fromAgent"), "reason": record.get("reason"),
+                        "runId": record.get("toRunId"), "result": "accepted"}}));
+                    out.push(
+                        json!({"type": "message-metadata", "messageMetadata": self.metadata()}),
+                    );
+                }
+            }
+            Some(result) => {
+                if let Some(call) = call.filter(|c| self.tools.contains_key(*c)) {
+                    let to = field("toAgent").unwrap_or_default();
+                    out.push(json!({"type": "tool-output-error", "toolCallId": call,
+                        "errorText": format!("The transfer to '{to}' {result}.")}));
+                }
+            }
+            None => {}
+        }
+    }
+
     /// Applies a `STATE_SNAPSHOT` or `STATE_DELTA`; false when a delta does
     /// not apply (the client keeps the state it has).
     fn apply_state(&mut self, event: &Event) -> bool {
@@ -376,6 +527,24 @@ impl UiStream {
     fn state_part(&self) -> Value {
         json!({"type": "data-state", "id": "state", "data": self.state})
     }
+}
+
+/// The agent a journaled `RUN_STARTED` names (the gateway's stamp).
+fn stamped_agent(event: &Event) -> Option<String> {
+    event
+        .get(GATEWAY_FIELD)
+        .and_then(|g| g.get("agent"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+/// True for the journaled `RUN_STARTED` of a run a handoff started.
+fn is_handoff_run(event: &Event) -> bool {
+    event
+        .get(GATEWAY_FIELD)
+        .and_then(|g| g.get("kind"))
+        .and_then(Value::as_str)
+        == Some("handoff")
 }
 
 /// The `id`s of an AG-UI `Message[]`.
@@ -615,6 +784,75 @@ mod tests {
         assert_eq!(
             chunks,
             [json!({"type": "data-state", "id": "state", "data": {"n": 2, "m": 3}})]
+        );
+    }
+
+    #[test]
+    fn a_handoff_goes_on_in_the_same_message_naming_the_agent_now_speaking() {
+        let mut t = UiStream::new(Some("m".into())).with_agent("triage");
+        let mut chunks = Vec::new();
+        let mut feed = |t: &mut UiStream, e: Value| chunks.extend(t.event(&Event::build(e)));
+        feed(
+            &mut t,
+            json!({"type": "RUN_STARTED", "threadId": "t", "runId": "a"}),
+        );
+        feed(
+            &mut t,
+            json!({"type": "TOOL_CALL_START", "toolCallId": "c", "toolCallName": "transfer_to_billing", "parentMessageId": "m1"}),
+        );
+        feed(&mut t, json!({"type": "TOOL_CALL_END", "toolCallId": "c"}));
+        t.continues();
+        feed(
+            &mut t,
+            json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "a"}),
+        );
+        assert!(!t.done(), "the message goes on");
+        feed(
+            &mut t,
+            json!({"type": "RUN_STARTED", "threadId": "t", "runId": "b",
+            "agui-gateway": {"agent": "billing", "kind": "handoff", "parentRunId": "a"},
+            "input": {"messages": [{"id": "r", "role": "tool", "toolCallId": "c", "content": "Transferred."}]}}),
+        );
+        feed(
+            &mut t,
+            json!({"type": "CUSTOM", "name": HANDOFF_EVENT, "value": {"fromAgent": "triage",
+            "toAgent": "billing", "toRunId": "b", "toolCallId": "c", "result": "accepted"}}),
+        );
+        feed(
+            &mut t,
+            json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m2", "delta": "paid"}),
+        );
+        feed(
+            &mut t,
+            json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "b"}),
+        );
+        assert!(t.done());
+        let kinds: Vec<&str> = chunks.iter().map(|c| c["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "start",
+                "start-step",
+                "tool-input-start",
+                "tool-input-available",
+                "finish-step",
+                "tool-output-available",
+                "start-step",
+                "data-agent",
+                "message-metadata",
+                "data-custom",
+                "text-start",
+                "text-delta",
+                "finish-step",
+                "finish"
+            ]
+        );
+        assert_eq!(chunks[0]["messageMetadata"]["agent"], "triage");
+        assert_eq!(chunks[5]["output"], "Transferred.");
+        assert_eq!(chunks[7]["data"]["from"], "triage");
+        assert_eq!(
+            chunks[8]["messageMetadata"],
+            json!({"agent": "billing", "agents": ["triage", "billing"]})
         );
     }
 }

@@ -161,6 +161,8 @@ async fn start_chat(
     let run_id = format!("aisdk-{}", uuid::Uuid::new_v4());
     let (starter, rx) = outbox(state.config.threads.viewer_queue_bytes);
     let requester = Requester::Feed(starter);
+    // The tool calls of the message an approval's answer continues.
+    let mut open_calls = Vec::new();
     let message_id = match turn {
         ChatTurn::User(message) => {
             // The answer is named after the question, as in the export.
@@ -202,6 +204,9 @@ async fn start_chat(
                 },
             };
             commands::resume(state, who, cmd, requester).await?;
+            if last["role"] == "assistant" {
+                open_calls = tool_calls_of(last);
+            }
             // The answer continues the assistant message that asked.
             (last["role"] == "assistant")
                 .then(|| last["id"].as_str().map(str::to_owned))
@@ -209,9 +214,28 @@ async fn start_chat(
         }
     };
     tracing::info!(agent = %agent.id, user = %who.subject, tenant = %who.tenant, "run requested over the AI SDK chat face");
-    let mut translator = UiStream::new(message_id).with_approval_requests(approvals);
+    let mut translator = UiStream::new(message_id)
+        .with_approval_requests(approvals)
+        .with_agent(&agent.id)
+        .with_open_calls(open_calls);
     translator.before_run_snapshot(&before);
     Ok((rx, translator))
+}
+
+/// The tool calls (id, tool name) of a `UIMessage`'s tool parts.
+fn tool_calls_of(message: &Value) -> Vec<(String, String)> {
+    let parts = message["parts"].as_array().into_iter().flatten();
+    parts
+        .filter_map(|p| {
+            let kind = p["type"].as_str()?;
+            let name = match kind.strip_prefix("tool-") {
+                Some(name) => name,
+                None if kind == "dynamic-tool" => p["toolName"].as_str()?,
+                None => return None,
+            };
+            Some((p["toolCallId"].as_str()?.to_owned(), name.to_owned()))
+        })
+        .collect()
 }
 
 /// One UI message stream chunk as an SSE frame.
@@ -240,6 +264,9 @@ fn chat_response(
         // keepalive comment; the frames are this translator's.
         pump(rx, tx.clone(), &SSE, keepalive, |item, out| {
             match item {
+                // The run hands the thread over: the next agent's run goes
+                // on in this message (see `UiStream::continues`).
+                Outgoing::Continues => translator.continues(),
                 Outgoing::Event(e) => {
                     if let Some(run) = &skip_to {
                         if e.event.kind() != &crate::protocol::EventType::RunStarted
@@ -279,6 +306,15 @@ fn chat_response(
             }
         })
         .await;
+        // The run handed over but the next one never started: the message
+        // still ends.
+        let closing = translator.close();
+        if !closing.is_empty() {
+            let mut out = BytesMut::new();
+            closing.iter().for_each(|c| chunk_frame(c, &mut out));
+            out.extend_from_slice(b"data: [DONE]\n\n");
+            let _ = tx.send(out.freeze()).await;
+        }
     });
     let mut resp = stream_response(&SSE, stream);
     resp.headers_mut()

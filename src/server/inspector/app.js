@@ -376,11 +376,18 @@ function newThreadView(id, box = '#conversation') {
     interrupts: [],
     run: null,
     types: new Set(),
+    // Who spoke each message (message id → agent), from the run tree's
+    // `outputMessageIds`; and the agent of the run streaming now (its
+    // journaled RUN_STARTED names it), for messages still being written.
+    speakers: new Map(),
+    liveAgent: null,
 
     snapshot(frame) {
       if (frame.reset) notice(`Reset: the journal no longer holds what followed seq ${this.lastSeq ?? 0}; showing the snapshot at seq ${frame.seq}.`, 'gap');
       this.lastSeq = frame.seq;
       const conversation = this.box();
+      // The snapshot's messages are named when the run tree arrives.
+      this.liveAgent = frame.run?.status === 'running' ? frame.run.agent : null;
       following(conversation, () => {
         this.resetConversation();
         for (const message of frame.messages || []) this.renderMessage(message);
@@ -402,7 +409,7 @@ function newThreadView(id, box = '#conversation') {
       const gap = this.lastSeq !== null && frame.seq !== this.lastSeq + 1;
       if (gap) notice(`Gap: seq ${this.lastSeq + 1}–${frame.seq - 1} never arrived.`, 'gap');
       this.lastSeq = frame.seq;
-      timelineRow(frame.seq, event.type, event.timestamp || Date.now(), JSON.stringify(event).length, gap);
+      timelineRow(frame.seq, event.type, event.timestamp || Date.now(), JSON.stringify(event).length, gap, timelineNote(event));
       this.apply(event);
       // The thread's status in the list changes with its runs.
       if (['RUN_STARTED', 'RUN_FINISHED', 'RUN_ERROR'].includes(event.type)) {
@@ -434,6 +441,7 @@ function newThreadView(id, box = '#conversation') {
       switch (e.type) {
         case 'RUN_STARTED':
           this.setRun('running', e.runId);
+          this.liveAgent = e['agui-gateway']?.agent ?? this.liveAgent;
           // A run that answers interrupts: everyone watching sees the
           // answer where the question was, before the form goes away.
           if (Array.isArray(e.input?.resume)) for (const entry of e.input.resume) this.renderAnswer(entry);
@@ -515,6 +523,7 @@ function newThreadView(id, box = '#conversation') {
           break;
         case 'CUSTOM':
           if (e.name === 'agui-gateway/policy') notice(`Policy: ${json(e.value)}`);
+          else if (e.name === 'agui-gateway/handoff' || e.name === 'agui-gateway/active-agent') this.handoff(e);
           else this.custom(e);
           break;
         default:
@@ -566,11 +575,50 @@ function newThreadView(id, box = '#conversation') {
         // answer it again, or say the question differently.
         if (id && !subagentRunId && role === 'assistant') node.append(el('button', { class: 'msg-action regenerate', title: 'answer this again (a sibling run)', text: '↻ regenerate' }));
         if (id && !subagentRunId && role === 'user') node.append(el('button', { class: 'msg-action edit', title: 'edit this message (a sibling run)', text: '✎ edit' }));
+        // Several agents may speak on one thread (a handoff): each of its
+        // own messages says whose it is.
+        const speaker = role === 'assistant' && !subagentRunId ? el('span', { class: 'agent' }) : null;
+        if (speaker) node.querySelector('.role').append(' · ', speaker);
         this.place(subagentRunId).append(node);
-        message = { node, body, subagentRunId };
+        message = { node, body, subagentRunId, speaker };
         this.messages.set(id, message);
+        this.nameSpeaker(id, this.speakers.get(id) ?? app.thread?.speakers.get(id) ?? this.liveAgent);
       }
       return message;
+    },
+
+    /** Shows `agent` as the speaker of message `id` (if it is one of the
+     *  agent's own messages). */
+    nameSpeaker(id, agent) {
+      const message = this.messages.get(id);
+      if (!message?.speaker || !agent) return;
+      message.speaker.textContent = agent;
+      message.node.dataset.agent = agent;
+    },
+
+    /** Learns who spoke each message from the run tree and names them. */
+    learnSpeakers(runs) {
+      for (const run of runs) {
+        if (typeof run.agent !== 'string') continue;
+        for (const id of run.outputMessageIds || []) {
+          this.speakers.set(id, run.agent);
+          this.nameSpeaker(id, run.agent);
+        }
+      }
+    },
+
+    /** A handoff (or a person's switch of the active agent): a line in the
+     *  conversation where the next agent takes over. */
+    handoff(e) {
+      const v = e.value || {};
+      const switched = e.name === 'agui-gateway/active-agent';
+      const to = switched ? v.agent : v.toAgent;
+      const result = switched ? 'switched' : v.result || 'accepted';
+      if (result === 'accepted' || switched) this.liveAgent = to;
+      const text = switched
+        ? `⇄ ${v.by || 'someone'} switched the thread to ${to}`
+        : `⇄ handoff ${v.fromAgent || '?'} → ${to || '?'}${result === 'accepted' ? '' : ` (${result})`}${v.reason ? `: ${v.reason}` : ''}`;
+      this.place(e.subagentRunId).append(el('div', { class: 'marker handoff', 'data-from': v.fromAgent || '', 'data-to': to || '', 'data-result': result, text }));
     },
 
     thinking(id, subagentRunId) {
@@ -782,6 +830,7 @@ async function loadRuns(view) {
 function renderRuns(view, tree) {
   view.headRunId = tree.headRunId;
   const runs = tree.runs || [];
+  view.learnSpeakers(runs);
   const known = new Set(runs.map((r) => r.runId));
   const children = new Map();
   for (const run of runs) {
@@ -805,7 +854,7 @@ function renderRuns(view, tree) {
           // Run ids are often UUIDs: the start tells them apart, the
           // tooltip has the whole id.
           el('span', { class: 'run-id', title: run.runId, text: run.runId.length > 14 ? `${run.runId.slice(0, 12)}…` : run.runId })),
-        el('small', { text: ` ${run.kind || 'run'} · ${run.status}${run.runId === tree.headRunId ? ' · head' : ''}` }));
+        el('small', { text: ` ${run.kind || 'run'} · ${typeof run.agent === 'string' ? `${run.agent} · ` : ''}${run.status}${run.runId === tree.headRunId ? ' · head' : ''}` }));
       item.style.paddingLeft = `${indent * 12}px`;
       list.append(item);
       walk(run.runId, indent);
@@ -1107,15 +1156,27 @@ function renderMeta(e) {
     `${new Date(e.timestamp || Date.now()).toLocaleTimeString()} ${payload.userId || '?'} — ${e.metaType}${what}`));
 }
 
-function timelineRow(seq, type, time, bytes, gap) {
+/** What a timeline row says besides its type: who a handoff passed the
+ *  thread to (the row is marked), the agent a run is of. */
+function timelineNote(e) {
+  if (e.type === 'CUSTOM' && e.name === 'agui-gateway/handoff') {
+    const v = e.value || {};
+    return { mark: 'handoff', text: `handoff ${v.fromAgent || '?'} → ${v.toAgent || '?'} (${v.result || '?'})` };
+  }
+  if (e.type === 'CUSTOM' && e.name === 'agui-gateway/active-agent') return { mark: 'handoff', text: `switched to ${e.value?.agent || '?'}` };
+  const agent = e.type === 'RUN_STARTED' ? e['agui-gateway']?.agent : null;
+  return agent ? { text: `${agent}${e['agui-gateway']?.kind === 'handoff' ? ' (handoff)' : ''}` } : null;
+}
+
+function timelineRow(seq, type, time, bytes, gap, note = null) {
   const view = app.thread;
   const filter = $('#timeline-filter');
   if (view && !view.types.has(type)) {
     view.types.add(type);
     filter.append(el('option', { value: type, text: type }));
   }
-  const row = el('tr', { class: `tl-row${gap ? ' gap' : ''}`, 'data-seq': String(seq), 'data-type': type },
-    el('td', { text: String(seq) }), el('td', { text: type }),
+  const row = el('tr', { class: `tl-row${gap ? ' gap' : ''}${note?.mark ? ` ${note.mark}` : ''}`, 'data-seq': String(seq), 'data-type': type },
+    el('td', { text: String(seq) }), el('td', { text: note ? `${type} · ${note.text}` : type }),
     el('td', { text: new Date(time).toLocaleTimeString() }), el('td', { text: String(bytes) }));
   row.hidden = filter.value !== '' && filter.value !== type;
   const body = $('#timeline tbody');
