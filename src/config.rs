@@ -833,12 +833,24 @@ fn default_group() -> String {
 /// The backend group runs go to when no route or canary chooses another.
 pub const DEFAULT_GROUP: &str = "default";
 
-/// A routing rule: runs of these tenants go to `group`.
+/// A routing rule: runs of these tenants, roles, or matching `when` go to
+/// `group` (all given criteria must hold; first matching rule wins).
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct PoolRoute {
-    /// Tenants (the principal's tenant claim) whose runs this rule takes.
+    /// Tenants (the principal's tenant claim) whose runs this rule takes;
+    /// empty: any tenant.
+    #[serde(default)]
     pub tenants: Vec<String>,
+    /// Roles, any of which the principal must hold; empty: any roles.
+    #[serde(default)]
+    pub roles: Vec<String>,
+    /// A CEL condition over `principal`, `agent`, `thread` and `input` (the
+    /// run's `forwardedProps`, `state`, `context`, `tools` and `messages`),
+    /// compiled at load by the policy's `routing` kind; a condition that
+    /// fails to evaluate does not match.
+    #[serde(default)]
+    pub when: Option<String>,
     /// The backend group they go to.
     pub group: String,
 }
@@ -899,7 +911,7 @@ pub struct PoolConfig {
     /// Roles that see this agent's backends and their health in
     /// `GET /v1/agents`.
     pub admin_roles: Vec<String>,
-    /// Tenant rules, first match wins: a matching run goes to the rule's
+    /// Routing rules (tenant, role, CEL), first match wins: a matching run goes to the rule's
     /// backend group (and only there), not to `default` nor the canary.
     pub routes: Vec<PoolRoute>,
     /// Sends a share of the other runs' threads to a backend group.
@@ -1522,10 +1534,10 @@ impl Config {
         let list = agent.backend_list();
         let has_group = |g: &str| list.iter().any(|b| b.group == g);
         for (j, r) in p.routes.iter().enumerate() {
-            if r.tenants.is_empty() {
+            if r.tenants.is_empty() && r.roles.is_empty() && r.when.is_none() {
                 bad(
-                    k(&format!("pool.routes[{j}].tenants")),
-                    "empty: the rule would take no run".into(),
+                    k(&format!("pool.routes[{j}]")),
+                    "no tenants, roles or when: the rule would take every run (use the default group)".into(),
                 );
             }
             if !has_group(&r.group) {

@@ -659,6 +659,45 @@ async fn a_tenant_rule_and_a_sticky_canary_choose_the_backend_group() {
     assert_eq!(second, canary_threads, "the canary is sticky per thread");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn role_and_cel_rules_choose_the_backend_group_by_who_asks_and_what_they_send() {
+    let (_dir, r) = replicas(3).await;
+    let pool = format!(
+        "[[agents]]\nid = \"p\"\nbackends = [{{ url = \"{}\" }}, \
+         {{ url = \"{}\", group = \"staff\" }}, {{ url = \"{}\", group = \"gold\" }}]\n\
+         [[agents.pool.routes]]\nroles = [\"staff-*\"]\ngroup = \"staff\"\n\
+         [[agents.pool.routes]]\nwhen = 'input.forwardedProps.plan == \"gold\" && principal.tenant != \"trial\"'\ngroup = \"gold\"\n",
+        r[0].url("ok"),
+        r[1].url("ok"),
+        r[2].url("ok")
+    );
+    let gw = Gateway::start(&pool).await;
+    let send = |tok: String, run: &'static str, plan: &'static str| {
+        let gw = &gw;
+        async move {
+            let body = json!({"threadId": format!("t-{run}"), "runId": run,
+                "messages": [{"id": format!("u-{run}"), "role": "user", "content": "hi"}],
+                "tools": [], "context": [], "forwardedProps": {"plan": plan}});
+            let (status, text) = post_run(&gw.run_url("p"), &tok, &body).await;
+            assert_eq!(status, 200, "{text}");
+            assert!(text.contains("RUN_FINISHED"), "{text}");
+        }
+    };
+    send(token(json!({"roles": ["staff-eu"]})), "by-role", "free").await;
+    send(token(json!({})), "gold", "gold").await;
+    send(token(json!({"tenant": "trial"})), "trial-gold", "gold").await;
+    send(token(json!({})), "plain", "free").await;
+    assert_eq!(r[1].runs(), ["by-role"], "a role rule");
+    assert_eq!(
+        r[2].runs(),
+        ["gold"],
+        "a CEL rule over the input and principal"
+    );
+    let mut rest = r[0].runs();
+    rest.sort();
+    assert_eq!(rest, ["plain", "trial-gold"], "no rule: the default group");
+}
+
 #[tokio::test]
 async fn check_config_names_bad_pool_keys() {
     let dir = tempfile::tempdir().unwrap();
@@ -687,6 +726,31 @@ async fn check_config_names_bad_pool_keys() {
     ] {
         assert!(err.contains(key), "{key}: {err}");
     }
+}
+
+#[tokio::test]
+async fn check_config_compiles_routing_conditions() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("g.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[auth]\nhs_secret = \"{SECRET}\"\n[[agents]]\nid = \"p\"\n\
+             backends = [{{ url = \"http://127.0.0.1:1/a\" }}]\n\
+             [[agents.pool.routes]]\nwhen = \"&& nope\"\ngroup = \"default\"\n"
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(gateway_bin())
+        .args(["--config", cfg.to_str().unwrap(), "check-config"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("agents[0].pool.routes[0].when: does not compile"),
+        "{err}"
+    );
 }
 
 /// Waits until the admin listing shows backend `i` of `p` as `health`.

@@ -30,6 +30,8 @@ pub struct Facts<'a> {
     pub thread: &'a str,
     /// `(name, args)` for tool rules.
     pub tool: Option<(&'a str, &'a Value)>,
+    /// The run's input, for conditions that route it (`input.forwardedProps…`).
+    pub input: Option<&'a Value>,
 }
 
 impl Condition {
@@ -60,6 +62,9 @@ impl Condition {
         ctx.add_variable_from_value("principal", principal);
         ctx.add_variable_from_value("agent", Cel::String(Arc::new(facts.agent.to_owned())));
         ctx.add_variable_from_value("thread", Cel::String(Arc::new(facts.thread.to_owned())));
+        if let Some(input) = facts.input {
+            ctx.add_variable_from_value("input", to_cel(input));
+        }
         if let Some((name, args)) = facts.tool {
             ctx.add_variable_from_value(
                 "tool",
@@ -116,6 +121,7 @@ mod tests {
             agent: "fin",
             thread: "th",
             tool: Some(("transfer_funds", &args)),
+            input: None,
         })
     }
 

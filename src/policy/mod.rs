@@ -30,6 +30,7 @@ pub mod kind;
 pub mod limits;
 pub mod rate;
 pub mod redaction;
+pub mod routing;
 pub mod tools;
 pub mod visibility;
 
@@ -52,6 +53,7 @@ pub const KINDS: &[Kind] = &[
     redaction::KIND,
     visibility::KIND,
     handoff::KIND,
+    routing::KIND,
 ];
 
 /// `config/policy.toml`, compiled in: the policy of the embedded
@@ -119,6 +121,7 @@ impl Scope {
             agent,
             thread,
             tool: None,
+            input: None,
         };
         cond.eval(&facts).unwrap_or_else(|e| {
             tracing::warn!(condition = %cond.source, "policy condition failed; applying the rule: {e}");
@@ -697,8 +700,8 @@ mod tests {
         assert_eq!(
             errs,
             [
-                "p.toml:2 (rule 'a'): unknown `kind` 'handof' (tools, limits, rate, redaction, visibility or handoff)",
-                "p.toml:5 (rule 'b'): missing `kind` (tools, limits, rate, redaction, visibility or handoff)",
+                "p.toml:2 (rule 'a'): unknown `kind` 'handof' (tools, limits, rate, redaction, visibility, handoff or routing)",
+                "p.toml:5 (rule 'b'): missing `kind` (tools, limits, rate, redaction, visibility, handoff or routing)",
             ]
         );
         // Every registered name is accepted as a `kind`.

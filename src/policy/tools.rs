@@ -151,6 +151,7 @@ impl ToolDecider {
                 agent: &self.agent,
                 thread: &self.thread,
                 tool: Some((tool, args)),
+                input: None,
             }))
         };
         let deny = |r: &ToolRule| Verdict::Denied {

@@ -167,6 +167,7 @@ pub async fn run(
         prepared,
         (who, &thread_id),
         traceparent.as_deref(),
+        &state.policy(),
     );
     request.base = base;
     request.handoff = plan;
@@ -237,7 +238,15 @@ pub async fn resume(
         return launch(state, who, &thread, answer, strategy, requester).await;
     }
     let plan = handoffs.plan_for(&agent, None);
-    let mut request = run_request(agent, run_id, input, prepared, (who, &thread_id), None);
+    let mut request = run_request(
+        agent,
+        run_id,
+        input,
+        prepared,
+        (who, &thread_id),
+        None,
+        &state.policy(),
+    );
     request.handoff = plan;
     launch(state, who, &thread, request, strategy, requester).await
 }

@@ -132,6 +132,7 @@ impl Handoffs {
             prepared,
             (&self.who, &self.thread_id),
             None,
+            &self.policy,
         ))
     }
 

@@ -24,7 +24,18 @@ pub fn run_request(
     mut prepared: Prepared,
     (who, thread_id): (&Principal, &str),
     traceparent: Option<&str>,
+    policy: &crate::policy::Policy,
 ) -> RunRequest {
+    // The pool's backend group, by the agent's routing rules (the upstream
+    // never sees who asked).
+    let route = crate::policy::routing::group_for(
+        policy,
+        &agent.id,
+        &agent.pool.routes,
+        who,
+        thread_id,
+        || route_facts(&input),
+    );
     let tenant = &who.tenant;
     let span = tracing::info_span!(
         "run",
@@ -52,5 +63,33 @@ pub fn run_request(
         base: BaseRequest::Head,
         started_by: Some(who.subject.clone()),
         handoff: Default::default(),
+        route,
+    }
+}
+
+/// What a routing condition sees of a run's input (`input.…`).
+fn route_facts(input: &RunInput) -> serde_json::Value {
+    match input {
+        RunInput::Complete(i) => serde_json::json!({
+            "forwardedProps": i.forwarded_props,
+            "state": i.state,
+            "context": i.context,
+            "tools": i.tools,
+            "messages": i.messages,
+        }),
+        RunInput::Incremental {
+            messages,
+            tools,
+            context,
+            state,
+            forwarded_props,
+            ..
+        } => serde_json::json!({
+            "forwardedProps": forwarded_props,
+            "state": state,
+            "context": context,
+            "tools": tools,
+            "messages": messages,
+        }),
     }
 }

@@ -544,6 +544,7 @@ mod tests {
                 base,
                 started_by: Some("u".into()),
                 handoff: Default::default(),
+                route: None,
             };
             if t.start_run(req, crate::config::Strategy::Reject)
                 .await

@@ -209,6 +209,7 @@ async fn drive_leg(
         upstream_headers,
         handoff,
         requester_connection,
+        route,
         ..
     } = req;
     let thread_id = thread.key.thread_id.clone();
@@ -244,6 +245,7 @@ async fn drive_leg(
     let pool_key = crate::upstream::pool::RunKey {
         tenant: thread.key.tenant.clone(),
         thread: thread_id.clone(),
+        route,
     };
     let mut stream = Some(RunStream::start_for(
         agent.clone(),

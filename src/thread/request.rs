@@ -39,6 +39,9 @@ pub struct RunRequest {
     pub started_by: Option<String>,
     /// Its transfer tools and what follows a handoff ([`super::handoff`]).
     pub handoff: HandoffPlan,
+    /// The backend group of the agent's pool its routing rules chose for
+    /// it (`None`: the canary's share or the default group).
+    pub route: Option<String>,
 }
 
 /// Decides what follows a run that asked for a handoff.

@@ -892,6 +892,7 @@ mod tests {
             started_by: None,
             span: tracing::Span::none(),
             handoff: Default::default(),
+            route: None,
         };
         t.start_run(req("r1", Some(Box::new(Explodes))), Strategy::Reject)
             .await

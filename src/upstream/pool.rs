@@ -62,6 +62,8 @@ pub struct Pool {
 pub struct RunKey {
     pub tenant: String,
     pub thread: String,
+    /// The group the agent's routing rules chose, if one did.
+    pub route: Option<String>,
 }
 
 /// A backend granted to a run.
@@ -123,14 +125,16 @@ impl Pool {
             .map(|b| b.state.clone())
     }
 
-    /// The backend group of `run`: the first route naming its tenant, else
+    /// The backend group of `run`: the one its routing rules chose, else
     /// the canary's group for the canary's share of threads, else `default`.
-    pub fn group_of(&self, run: Option<&RunKey>) -> &str {
+    pub fn group_of<'a>(&'a self, run: Option<&'a RunKey>) -> &'a str {
         let Some(run) = run else {
             return DEFAULT_GROUP;
         };
-        if let Some(route) = self.routes.iter().find(|r| r.tenants.contains(&run.tenant)) {
-            return &route.group;
+        // Routing rules are decided by the policy, which knows who asked
+        // (`policy::routing`); the pool is told their group.
+        if let Some(group) = &run.route {
+            return group;
         }
         match &self.canary {
             Some(c)
