@@ -18,7 +18,7 @@ export declare const PROTOCOL: {
 export type RunKind = 'continue' | 'branch' | 'regenerate' | 'edit' | 'resume' | 'handoff';
 export declare const RUN_KINDS: readonly RunKind[];
 
-export type CommandType = 'auth' | 'run' | 'resume' | 'regenerate' | 'edit' | 'cancel' | 'subscribe' | 'unsubscribe' | 'meta' | 'ping';
+export type CommandType = 'auth' | 'run' | 'resume' | 'regenerate' | 'edit' | 'cancel' | 'switch' | 'subscribe' | 'unsubscribe' | 'meta' | 'ping';
 export type ReplyType = 'event' | 'snapshot' | 'ack' | 'error' | 'pong';
 /** The contract's stable error codes. */
 export type ErrorCode =
@@ -75,7 +75,7 @@ export interface RunInfo {
 
 export interface AuthCommand { type: 'auth'; id?: string | number; token: string }
 export interface RunCommand {
-  type: 'run'; id?: string | number; agent: string; threadId: string; runId?: string; parentRunId?: string; strategy?: RunStrategy;
+  type: 'run'; id?: string | number; agent?: string; threadId: string; runId?: string; parentRunId?: string; strategy?: RunStrategy;
   messages?: AgUiMessage[]; tools?: unknown[]; context?: unknown[]; state?: unknown; forwardedProps?: unknown;
 }
 export interface ResumeCommand {
@@ -83,6 +83,8 @@ export interface ResumeCommand {
   messages?: AgUiMessage[]; tools?: unknown[]; context?: unknown[]; forwardedProps?: unknown;
 }
 export interface CancelCommand { type: 'cancel'; id?: string | number; threadId: string; runId?: string }
+/** The thread's next plain run goes to `agent` (docs/protocol.md, "Handoff"). */
+export interface SwitchCommand { type: 'switch'; id?: string | number; threadId: string; agent: string }
 export interface SubscribeCommand { type: 'subscribe'; id?: string | number; threadId: string; after?: number }
 export interface UnsubscribeCommand { type: 'unsubscribe'; id?: string | number; threadId: string }
 export interface MetaCommand {
@@ -98,13 +100,13 @@ export interface RegenerateCommand extends BranchOptions { type: 'regenerate'; i
 /** A user message replaced (same id) on a sibling of the run that introduced it. */
 export interface EditCommand extends BranchOptions { type: 'edit'; id?: string | number; threadId: string; messageId: string; message: AgUiMessage }
 export type Command =
-  | AuthCommand | RunCommand | ResumeCommand | CancelCommand | SubscribeCommand
+  | AuthCommand | RunCommand | ResumeCommand | CancelCommand | SwitchCommand | SubscribeCommand
   | UnsubscribeCommand | MetaCommand | PingCommand | RegenerateCommand | EditCommand;
 
 export interface EventFrame { type: 'event'; threadId: string; seq: number; event: AgUiEvent }
 export interface SnapshotFrame {
   type: 'snapshot'; threadId: string; seq: number; messages: AgUiMessage[]; state: unknown;
-  run: RunInfo | null; headRunId: string | null; interrupts: Interrupt[]; reset?: boolean;
+  run: RunInfo | null; headRunId: string | null; activeAgent: string | null; interrupts: Interrupt[]; reset?: boolean;
 }
 export interface AckFrame {
   type: 'ack'; id: string | number | null; threadId?: string; runId?: string | null;
@@ -270,6 +272,8 @@ export declare class ThreadSession extends Emitter<SessionEvents> {
   readonly latestRun: RunInfo | null;
   /** The thread's head: the newest run started (what the live view shows). */
   readonly headRunId: string | null;
+  /** The agent speaking on the thread (handoff, switch), or null. */
+  readonly activeAgent: string | null;
   readonly interrupts: Interrupt[];
   subscribe(): Promise<void>;
   whenReady(): Promise<void>;
@@ -280,6 +284,8 @@ export declare class ThreadSession extends Emitter<SessionEvents> {
   run(params: RunParams): Promise<AckFrame>;
   resume(resume: ResumeEntry[], extra?: Omit<ResumeCommand, 'type' | 'threadId' | 'resume'>): Promise<AckFrame>;
   cancel(runId?: string): Promise<AckFrame>;
+  /** The thread's next plain run goes to `agent`. */
+  switchAgent(agent: string): Promise<AckFrame>;
   meta(metaType: string, payload: Record<string, unknown>, clientEventId?: string): Promise<AckFrame>;
   /** The snapshot now, or at the end of run `runId` (its branch). */
   fetchSnapshot(runId?: string): Promise<Omit<SnapshotFrame, 'type'>>;

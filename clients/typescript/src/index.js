@@ -17,11 +17,12 @@ export const PROTOCOL = Object.freeze({
   subprotocol: 'agui-gateway.v1',
   commands: {
     auth: ['token'],
-    run: ['agent', 'threadId', 'runId?', 'parentRunId?', 'strategy?', 'messages?', 'tools?', 'context?', 'state?', 'forwardedProps?'],
+    run: ['agent?', 'threadId', 'runId?', 'parentRunId?', 'strategy?', 'messages?', 'tools?', 'context?', 'state?', 'forwardedProps?'],
     regenerate: ['threadId', 'messageId?', 'agent?', 'runId?', 'strategy?', 'tools?', 'context?', 'state?', 'forwardedProps?'],
     edit: ['threadId', 'messageId', 'message', 'agent?', 'runId?', 'strategy?', 'tools?', 'context?', 'state?', 'forwardedProps?'],
     resume: ['threadId', 'resume', 'agent?', 'runId?', 'messages?', 'tools?', 'context?', 'forwardedProps?'],
     cancel: ['threadId', 'runId?'],
+    switch: ['threadId', 'agent'],
     subscribe: ['threadId', 'after?'],
     unsubscribe: ['threadId'],
     meta: ['threadId', 'metaType', 'payload', 'clientEventId?'],
@@ -29,7 +30,7 @@ export const PROTOCOL = Object.freeze({
   },
   replies: {
     event: ['threadId', 'seq', 'event'],
-    snapshot: ['threadId', 'seq', 'messages', 'state', 'run', 'headRunId', 'interrupts', 'reset?'],
+    snapshot: ['threadId', 'seq', 'messages', 'state', 'run', 'headRunId', 'activeAgent', 'interrupts', 'reset?'],
     ack: ['id', 'threadId?', 'runId?'],
     error: ['id?', 'code', 'message'],
     pong: ['id?'],
@@ -491,6 +492,9 @@ export class ThreadSession extends Emitter {
     /** The thread's head (the newest run started: what the next plain run
      *  continues from and what the live view shows), or null. */
     this.headRunId = null;
+    /** The agent speaking on the thread (moved by a handoff or a switch;
+     *  where a run that names no agent goes when it is sticky), or null. */
+    this.activeAgent = null;
     this.interrupts = [];
     this.wanted = false;
     this.joinedByRun = false;
@@ -576,6 +580,7 @@ export class ThreadSession extends Emitter {
       this.state = frame.state ?? {};
       this.latestRun = frame.run ?? null;
       this.headRunId = frame.headRunId ?? frame.run?.runId ?? null;
+      this.activeAgent = frame.activeAgent ?? null;
       this.interrupts = frame.interrupts || [];
       if (frame.reset) this.emit('reset', { previousSeq: previous, snapshot: frame });
       this.emit('snapshot', frame);
@@ -600,6 +605,14 @@ export class ThreadSession extends Emitter {
         this.latestRun = { runId: event.runId, agent: stamp.agent ?? this.latestRun?.agent ?? null, status: 'running', parentRunId, kind: stamp.kind ?? 'continue' };
         this.headRunId = event.runId;
         this.interrupts = [];
+        // A handoff's run speaks once its record says the handoff took place.
+        if (stamp.agent && stamp.kind !== 'handoff') this.activeAgent = stamp.agent;
+        break;
+      }
+      case 'CUSTOM': {
+        const value = event.value || {};
+        if (event.name === 'agui-gateway/handoff' && value.result === 'accepted') this.activeAgent = value.toAgent ?? this.activeAgent;
+        if (event.name === 'agui-gateway/active-agent') this.activeAgent = value.agent ?? this.activeAgent;
         break;
       }
       case 'RUN_FINISHED': {
@@ -647,6 +660,12 @@ export class ThreadSession extends Emitter {
   /** `cancel`: stops the active run (or run `runId`). */
   cancel(runId) {
     return this.connection.send({ type: 'cancel', threadId: this.threadId, ...(runId ? { runId } : {}) });
+  }
+
+  /** `switch`: the thread's next plain run (a `run` without `agent`) goes
+   *  to `agent`; resolves with the ack (`{threadId, agent, seq}`). */
+  switchAgent(agent) {
+    return this.connection.send({ type: 'switch', threadId: this.threadId, agent });
   }
 
   /** `meta`: a META event; idempotent per `clientEventId`. */
