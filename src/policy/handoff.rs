@@ -8,7 +8,6 @@
 //! the caller's right to run the target (a handoff never escalates), and a
 //! per-turn chain limit (two agents handing a thread back and forth).
 
-use super::Policy;
 use super::kind::{Kind, Rule, RuleStore};
 use crate::config::{Config, ConfigError};
 use crate::protocol::handoff::HistoryFilter;
@@ -44,11 +43,11 @@ fn compile(rule: Rule, _: &mut RuleStore) -> Result<(), String> {
     Err("handoff settings live in each agent's own table: [[agents]] … handoff = { targets = [...] } (docs/configuration.md, \"Handoff\")".into())
 }
 
-/// The handoff settings of `policy` (none: no agent hands off).
-pub fn of(policy: &Policy) -> &HandoffPolicy {
+/// The handoff settings among a policy's compiled rules
+/// (`policy.rules::<HandoffPolicy>()`; none: no agent hands off).
+pub fn of(rules: &[HandoffPolicy]) -> &HandoffPolicy {
     static NONE: std::sync::OnceLock<HandoffPolicy> = std::sync::OnceLock::new();
-    policy
-        .rules::<HandoffPolicy>()
+    rules
         .first()
         .unwrap_or_else(|| NONE.get_or_init(HandoffPolicy::default))
 }

@@ -9,7 +9,6 @@
 //! and speaks CEL: the upstream pool is told the group and never looks at
 //! who asked.
 
-use super::Policy;
 use super::cel::{Condition, Facts};
 use super::kind::{Kind, Rule, RuleStore};
 use crate::auth::Principal;
@@ -70,9 +69,10 @@ pub struct RouteCondition {
 
 /// The group of the first of `routes` (agent `agent`'s) that takes a run of
 /// `who` on `thread` with `input`, if any; the pool's canary or default
-/// group otherwise.
+/// group otherwise. `conditions`: the policy's compiled ones
+/// (`policy.rules::<RouteCondition>()`).
 pub fn group_for(
-    policy: &Policy,
+    conditions: &[RouteCondition],
     agent: &str,
     routes: &[PoolRoute],
     who: &Principal,
@@ -91,8 +91,7 @@ pub fn group_for(
             return None;
         }
         if route.when.is_some() {
-            let compiled = policy
-                .rules::<RouteCondition>()
+            let compiled = conditions
                 .iter()
                 .find(|c| c.agent == agent && c.index == j)?;
             let input = input_value.get_or_insert_with(&input);

@@ -34,7 +34,7 @@ pub async fn get(
         Err(e) => return e.into_response(),
     };
     let policy = state.policy();
-    let handoff = crate::policy::handoff::of(&policy).of(&agent.id);
+    let handoff = crate::policy::handoff::of(policy.rules()).of(&agent.id);
     let agents = state.agents();
     // Only targets this caller may run: a handoff never escalates.
     let targets: Vec<Value> = handoff

@@ -448,7 +448,7 @@ pub async fn routed_agent(
     thread.refresh().await;
     let agents = thread.active_agent();
     let policy = state.policy();
-    let handoff = crate::policy::handoff::of(&policy);
+    let handoff = crate::policy::handoff::of(policy.rules());
     let id = match (agents.active, agents.entry) {
         (Some(active), _) if handoff.of(&active).sticky => Some(active),
         (_, Some(entry)) => Some(entry),

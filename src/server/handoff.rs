@@ -91,7 +91,7 @@ impl Handoffs {
     /// The handoff part of a request for a run of `agent`: its transfer
     /// tools (targets the caller may run) and this hook.
     pub fn plan_for(&self, agent: &Agent, incoming: Option<Incoming>) -> HandoffPlan {
-        let settings = crate::policy::handoff::of(&self.policy).of(&agent.id);
+        let settings = crate::policy::handoff::of(self.policy.rules()).of(&agent.id);
         let tools = settings
             .targets
             .iter()
@@ -165,7 +165,7 @@ impl Handoffs {
             },
         }));
         let mut run = next.request(target.clone(), messages)?;
-        let settings = crate::policy::handoff::of(&self.policy).of(ended.agent);
+        let settings = crate::policy::handoff::of(self.policy.rules()).of(ended.agent);
         let record = json!({
             "fromAgent": ended.agent,
             "toAgent": signal.to,
@@ -284,12 +284,12 @@ impl HandoffHook for Handoffs {
                 )
             })
             .collect();
-        let settings = crate::policy::handoff::of(&self.policy).of(ended.agent);
+        let settings = crate::policy::handoff::of(self.policy.rules()).of(ended.agent);
         let may_run = self
             .agents
             .get(&first.to)
             .is_some_and(|a| a.allows(&self.who));
-        let verdict = crate::policy::handoff::of(&self.policy)
+        let verdict = crate::policy::handoff::of(self.policy.rules())
             .judge(ended.agent, &first.to, ended.chain + 1, may_run)
             .map_err(|r| r.reason);
         let started = verdict.and_then(|()| {
@@ -414,7 +414,7 @@ pub fn answer_approval(
     };
     let mut run = if approved {
         let may_run = hook.agents.get(&to).is_some_and(|a| a.allows(&hook.who));
-        let started = crate::policy::handoff::of(&hook.policy)
+        let started = crate::policy::handoff::of(hook.policy.rules())
             .judge(&from, &to, 1, may_run)
             .map_err(|r| r.reason)
             .and_then(|()| hook.target_run(&ended, &signal, Vec::new()));

@@ -29,7 +29,7 @@ pub fn run_request(
     // The pool's backend group, by the agent's routing rules (the upstream
     // never sees who asked).
     let route = crate::policy::routing::group_for(
-        policy,
+        policy.rules(),
         &agent.id,
         &agent.pool.routes,
         who,
