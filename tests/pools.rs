@@ -331,7 +331,7 @@ async fn an_ejected_backend_comes_back_through_the_half_open_run() {
     let backends = vec![(r[0].url("flaky"), 1), (r[1].url("ok"), 1)];
     let gw = Gateway::start(&pool_agent(
         &backends,
-        "eject_after = 2\neject_base = \"300ms\"",
+        "eject_after = 2\neject_base = \"3s\"",
     ))
     .await;
     // Users see no backends; admins do.
@@ -380,8 +380,9 @@ async fn least_in_flight_sends_fewer_runs_to_a_slower_backend() {
     let (slow, fast) = (r[0].runs().len(), r[1].runs().len());
     eprintln!("slow replica {slow} runs, fast replica {fast}");
     assert_eq!(slow + fast, 60);
-    // Weighted, both would get 30; measured about 20/40.
-    assert!(2 * fast > 3 * slow, "slow {slow}, fast {fast}");
+    // Weighted, both would get exactly 30 (an even interleave); measured
+    // about 20/40 on an idle machine, 26/34 on a loaded one.
+    assert!(fast >= slow + 6, "slow {slow}, fast {fast}");
 }
 
 #[tokio::test]

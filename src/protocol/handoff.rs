@@ -62,6 +62,12 @@ pub fn target_of(tool_name: &str) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
+/// The `CUSTOM` name of the upstream pool's note on a run that could not go
+/// to its thread's backend. The upstream layer writes it into the run's
+/// stream itself (and drops an agent's event of that name), so it is the
+/// one gateway event a run's stream may carry.
+pub const UPSTREAM_NOTE: &str = "agui-gateway/upstream";
+
 /// True for an event in the gateway's own namespace (`CUSTOM agui-gateway/…`).
 pub fn is_gateway_event(event: &Event) -> bool {
     *event.kind() == EventType::Custom

@@ -14,7 +14,7 @@ use super::request::{Ended, Incoming, RunRequest, Then};
 use super::run_input::{PreparedInput, restore_thread_id};
 use super::{Entry, Thread};
 use crate::protocol::event::run_error;
-use crate::protocol::handoff::{HANDOFF_EVENT, SignalWatch, is_gateway_event};
+use crate::protocol::handoff::{HANDOFF_EVENT, SignalWatch, UPSTREAM_NOTE, is_gateway_event};
 use crate::protocol::hooks::{EventFilter, SeenBy};
 use crate::protocol::interrupts::InterruptNormalizer;
 use crate::protocol::open::OpenEntities;
@@ -389,7 +389,7 @@ async fn drive_leg(
                     };
                     // The gateway's namespace is the gateway's: an agent's
                     // handoff request is taken as one, never journaled.
-                    if is_gateway_event(&event) {
+                    if is_gateway_event(&event) && event.str_field("name") != Some(UPSTREAM_NOTE) {
                         if hook.is_some() {
                             signals.observe(&event, |_| None);
                         }

@@ -289,7 +289,7 @@ async fn attempts(
 fn moved_note() -> Event {
     Event::build(serde_json::json!({
         "type": "CUSTOM",
-        "name": "agui-gateway/upstream",
+        "name": crate::protocol::handoff::UPSTREAM_NOTE,
         "value": {
             "affinity": "moved",
             "message": "this thread's backend was unavailable: the run went to another backend, which may not hold the thread's state",
@@ -552,6 +552,12 @@ impl Run<'_> {
                         ));
                     }
                     tracing::warn!(agent = %self.agent.id, rule = v.rule, "forwarding event that breaks the AG-UI rules: {}", v.message);
+                }
+                // The pool's note is the gateway's word, never an agent's.
+                if *event.kind() == EventType::Custom
+                    && event.str_field("name") == Some(crate::protocol::handoff::UPSTREAM_NOTE)
+                {
+                    continue;
                 }
                 if *event.kind() == EventType::RunFinished {
                     // Held until the response ends or the grace passes;

@@ -25,7 +25,7 @@ main(async (out) => {
   await own.run({ agent, runId: 'e1', messages: [userMessage('e-m1', 'hi')] });
   await ended;
   const codes = {};
-  codes.invalid = await codeOf(own.run({ runId: 'no-agent' }));
+  codes.invalid = await codeOf(own.run({ agent, runId: 'bad-messages', messages: 'not a list' }));
   codes.conflict = await codeOf(own.run({ agent, runId: 'e1', messages: [userMessage('e-m2', 'again')] }));
   codes.not_found = await codeOf(owner.session(`${thread}-missing`).subscribe());
   codes.too_large = await codeOf(own.meta('note', { text: 'x'.repeat(64 * 1024) }));
