@@ -356,6 +356,28 @@ async fn a_non_sticky_agent_hands_the_next_plain_run_back_to_the_entry_agent() {
         runs(&gw, &t, "h2").await.last().unwrap()["agent"],
         "billing"
     );
+    // The same over WebSocket: the switch is acked and journaled for every viewer.
+    ws.send(json!({"type": "switch", "id": "sw", "threadId": "h2", "agent": "triage"}))
+        .await;
+    // (The event and the ack may come in either order.)
+    let (mut acked, mut journaled) = (false, false);
+    while !(acked && journaled) {
+        let f = ws.recv().await;
+        if f["id"] == "sw" {
+            assert_eq!(
+                (&f["type"], &f["agent"]),
+                (&json!("ack"), &json!("triage")),
+                "{f}"
+            );
+            acked = true;
+        }
+        if f["event"]["name"] == "agui-gateway/active-agent" {
+            assert_eq!(f["event"]["value"]["agent"], "triage", "{f}");
+            journaled = true;
+        }
+    }
+    let snap = json_of(http().get(gw.url("/v1/threads/h2")).bearer_auth(&t)).await;
+    assert_eq!(snap["activeAgent"], "triage");
     // Switching to an agent the caller may not run is refused.
     let resp = http()
         .post(gw.url("/v1/threads/h2/agent"))
