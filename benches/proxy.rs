@@ -973,6 +973,10 @@ async fn rss(agent: std::net::SocketAddr) -> Vec<(String, u64)> {
         format!("1,000 threads × 1,000 events, idle and evicted{evicted}"),
         rss_kib(gw.pid),
     ));
+    // jemalloc returns freed pages over `dirty_decay_ms` (10 s): RSS can
+    // look settled while it still falls.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    out.push(("the same, 12 s later".to_owned(), rss_kib(gw.pid)));
     out.push(("peak (VmHWM)".to_owned(), status_kib(gw.pid, "VmHWM:")));
     if std::env::var_os("PROXY_TRIM").is_some() {
         // Diagnosis: how much of that is freed memory the allocator keeps?
