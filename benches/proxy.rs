@@ -17,6 +17,8 @@
 //! PROXY_GATEWAY_ENV="LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2" \
 //!   cargo bench --bench proxy    # environment of the gateway only (space-separated K=V):
 //!                                # another allocator, or glibc's GLIBC_TUNABLES
+//! PROXY_GATEWAY_BIN=/tmp/agui-gateway-mimalloc cargo bench --bench proxy
+//!                                # another build of the gateway (`--features mimalloc`)
 //! ```
 //!
 //! It starts an in-process AG-UI agent that answers every run with
@@ -262,7 +264,10 @@ async fn gateway(agent: std::net::SocketAddr, store: Store, extra: &str) -> Gate
         ),
     )
     .unwrap();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agui-gateway"))
+    // PROXY_GATEWAY_BIN: another build of the gateway (another allocator).
+    let bin = std::env::var("PROXY_GATEWAY_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_agui-gateway").to_owned());
+    let mut child = tokio::process::Command::new(bin)
         .args(["--config", cfg.to_str().unwrap(), "serve"])
         .env(
             "AGUI_GATEWAY_LOG",
