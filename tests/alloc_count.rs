@@ -80,7 +80,7 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// A 100-byte-ish SSE frame for `event`.
+/// The SSE frame of `event`.
 fn frame(event: Value) -> Vec<u8> {
     format!("data: {event}\n\n").into_bytes()
 }
