@@ -14,6 +14,11 @@
 //!                  # also calls malloc_trim(0) in the gateway (gdb) after eviction
 //! PROXY_WRITE_BYTES=1 cargo bench --bench proxy      # the agent writes each event alone
 //! PROXY_CLIENT=reqwest cargo bench --bench proxy     # the consumer reads through reqwest/hyper
+//! PROXY_GATEWAY_ENV="LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2" \
+//!   cargo bench --bench proxy    # environment of the gateway only (space-separated K=V):
+//!                                # another allocator, or glibc's GLIBC_TUNABLES
+//! PROXY_GATEWAY_BIN=/tmp/agui-gateway-mimalloc cargo bench --bench proxy
+//!                                # another build of the gateway (`--features mimalloc`)
 //! ```
 //!
 //! It starts an in-process AG-UI agent that answers every run with
@@ -259,13 +264,17 @@ async fn gateway(agent: std::net::SocketAddr, store: Store, extra: &str) -> Gate
         ),
     )
     .unwrap();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agui-gateway"))
+    // PROXY_GATEWAY_BIN: another build of the gateway (another allocator).
+    let bin = std::env::var("PROXY_GATEWAY_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_agui-gateway").to_owned());
+    let mut child = tokio::process::Command::new(bin)
         .args(["--config", cfg.to_str().unwrap(), "serve"])
         .env(
             "AGUI_GATEWAY_LOG",
             "warn,agui_gateway::thread=debug,agui_gateway::thread::run=warn",
         )
         .env("NO_COLOR", "1")
+        .envs(gateway_env())
         .env_remove("http_proxy")
         .env_remove("HTTP_PROXY")
         .env_remove("all_proxy")
@@ -322,11 +331,32 @@ fn token(sub: &str) -> String {
     .unwrap()
 }
 
+/// `PROXY_GATEWAY_ENV` (space-separated `K=V`): set in the gateway's
+/// environment only, so the agent and the consumer stay as they are (an
+/// allocator compared by `LD_PRELOAD` on the same binary, glibc tunables).
+fn gateway_env() -> Vec<(String, String)> {
+    std::env::var("PROXY_GATEWAY_ENV")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(|kv| {
+            let (k, v) = kv
+                .split_once('=')
+                .unwrap_or_else(|| panic!("PROXY_GATEWAY_ENV: '{kv}' is not K=V"));
+            (k.to_owned(), v.to_owned())
+        })
+        .collect()
+}
+
 fn rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS:")
+}
+
+/// A KiB figure of `/proc/<pid>/status` (`VmRSS:`, `VmHWM:` for the peak).
+fn status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
@@ -942,11 +972,17 @@ async fn rss(agent: std::net::SocketAddr) -> Vec<(String, u64)> {
         "right after 1,000 threads × 1,000 events".to_owned(),
         rss_kib(gw.pid),
     ));
+
     let evicted = wait_evicted(&mut gw).await;
     out.push((
         format!("1,000 threads × 1,000 events, idle and evicted{evicted}"),
         rss_kib(gw.pid),
     ));
+    // jemalloc returns freed pages over `dirty_decay_ms` (10 s): RSS can
+    // look settled while it still falls.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    out.push(("the same, 12 s later".to_owned(), rss_kib(gw.pid)));
+    out.push(("peak (VmHWM)".to_owned(), status_kib(gw.pid, "VmHWM:")));
     if std::env::var_os("PROXY_TRIM").is_some() {
         // Diagnosis: how much of that is freed memory the allocator keeps?
         let trimmed = std::process::Command::new("gdb")
@@ -1086,6 +1122,7 @@ fn main() {
         let direct = Target::direct(agent);
         let mut flats = Vec::new();
         let mut latencies = Vec::new();
+        let mut rss_rows = Vec::new();
         if want("latency") {
             for kind in CONSUMERS {
                 latencies.push(latency(&direct, "", kind).await);
@@ -1108,6 +1145,14 @@ fn main() {
             if want("throughput") {
                 let perf = perf.as_deref().map(|d| (d, gw.pid, store.name()));
                 flats.push(flat(&target, perf).await);
+                rss_rows.push((
+                    format!("{}: peak during the throughput runs (VmHWM)", store.name()),
+                    status_kib(gw.pid, "VmHWM:"),
+                ));
+                rss_rows.push((
+                    format!("{}: after the throughput runs", store.name()),
+                    rss_kib(gw.pid),
+                ));
             }
             if want("latency") && want("throughput") {
                 for kind in CONSUMERS {
@@ -1131,6 +1176,14 @@ fn main() {
             None
         };
         report(&flats, &latencies, &rss, idle);
+        if !rss_rows.is_empty() {
+            println!("\n### Gateway RSS of the throughput runs\n");
+            println!("| when | RSS |");
+            println!("|---|---|");
+            for (when, kib) in &rss_rows {
+                println!("| {when} | {:.1} MB |", *kib as f64 * 1024.0 / 1e6);
+            }
+        }
     });
 }
 

@@ -11,6 +11,22 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The binary's allocator: glibc's malloc unless built with `--features
+/// mimalloc` or `jemalloc`. Measured side by side on the proxy bench
+/// (docs/benchmarks.md, "Allocator"): neither was clearly faster than glibc
+/// (their events/s and CPU per event fall within glibc's run-to-run
+/// spread), and both held 2–3× the idle RSS and gave memory back far more
+/// slowly after evicting busy threads, so glibc stays the default; the
+/// features are kept to re-measure. The library leaves the choice to the
+/// binary, and tests keep the system allocator.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser)]
 #[command(
     name = "agui-gateway",
