@@ -17,6 +17,7 @@ use crate::protocol::event::run_error;
 use crate::protocol::handoff::{HANDOFF_EVENT, SignalWatch, UPSTREAM_NOTE, is_gateway_event};
 use crate::protocol::hooks::{EventFilter, SeenBy};
 use crate::protocol::interrupts::InterruptNormalizer;
+use crate::protocol::lineage::RunKind;
 use crate::protocol::open::OpenEntities;
 use crate::protocol::{Event, EventType, PROTOCOL_VERSION};
 use crate::store::StoreError;
@@ -89,6 +90,15 @@ pub(super) async fn drive(
     lease: Lease,
     current: Arc<std::sync::Mutex<String>>,
 ) {
+    // Handoffs in a row that led to the leg about to run: counted here, not
+    // read from the fold, which may not have published the previous leg's
+    // start yet (its batch still in the store's hands).
+    let mut chain = match &input.stamp {
+        s if s.kind == RunKind::Handoff => {
+            1 + s.parent.as_deref().map_or(0, |p| thread.handoff_chain(p))
+        }
+        _ => 0,
+    };
     let mut leg = Some((req, input));
     let mut last = String::new();
     while let Some((req, input)) = leg.take() {
@@ -97,13 +107,16 @@ pub(super) async fn drive(
             current.clone_from(&last);
         }
         let span = req.span.clone();
-        let Some(next) =
-            tracing::Instrument::instrument(drive_leg(&thread, req, input, &cancel, &lease), span)
-                .await
+        let Some(next) = tracing::Instrument::instrument(
+            drive_leg(&thread, req, input, &cancel, &lease, chain),
+            span,
+        )
+        .await
         else {
             break;
         };
         let run_id = next.run_id.clone();
+        chain += 1;
         match thread.next_leg(&next) {
             Ok(input) => leg = Some((*next, input)),
             Err(refused) => {
@@ -199,6 +212,7 @@ async fn drive_leg(
     input: PreparedInput,
     cancel: &CancellationToken,
     lease: &Lease,
+    chain: usize,
 ) -> Option<Box<RunRequest>> {
     let RunRequest {
         agent,
@@ -444,7 +458,7 @@ async fn drive_leg(
                             run_id: &run_id,
                             agent: &agent.id,
                             signals: signals.signals(),
-                            chain: thread.handoff_chain(&run_id),
+                            chain,
                         };
                         let decision = hook.decide(&ended);
                         let at = staged.len() - 1;
