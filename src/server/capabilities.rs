@@ -47,9 +47,14 @@ pub async fn get(
     let mut ours = json!({
         "identity": {"name": agent.id, "description": agent.description},
         "transport": {"streaming": true, "websocket": true, "httpBinary": true, "resumable": true},
-        "humanInTheLoop": {"supported": true, "interrupts": true, "approvals": handoff.approval == crate::policy::handoff::Approval::User},
+        "humanInTheLoop": {"supported": true, "interrupts": true},
         "multiAgent": {"supported": !targets.is_empty(), "handoffs": !targets.is_empty(), "subagents": targets},
     });
+    // Approvals the gateway itself asks for (its handoffs'); absent = unknown
+    // (the agent's own approvals, if any, are its to declare).
+    if handoff.approval == crate::policy::handoff::Approval::User {
+        ours["humanInTheLoop"]["approvals"] = true.into();
+    }
     if let Some(url) = &agent.capabilities_url {
         match upstream(&agent, url).await {
             Ok(theirs) => ours = merged(theirs, ours),
