@@ -65,17 +65,28 @@ impl Journals {
         }
     }
 
+    /// The highest seq this node knows durable of `member` (0: none known).
+    pub(super) fn known_last(&self, member: &str) -> u64 {
+        self.known.get(member).map_or(0, |k| k.last)
+    }
+
     /// Checks what the store says of `member` against what this node knows,
-    /// and learns it: `Err` (with why) when the epoch changed, or — with
-    /// `check_last` — the store ends before the known last seq. (A
-    /// publication's seqs may be older than a read-back already learned, so
-    /// only its epoch is checked.)
+    /// and learns it: `Err` (with why) when the epoch changed, or when the
+    /// store ends before `floor`: what this node knew durable when it sent
+    /// the read that answered `last` ([`Journals::known_last`] then). Not
+    /// what it knows now: a publication or an acknowledgement handled while
+    /// the read was on its way may name later seqs than the store held when
+    /// it answered, and taking that for lost history reloaded the thread
+    /// and reset its viewers for nothing (a cluster test caught it: one
+    /// viewer got a run's events twice, another a gap). A publication's
+    /// seqs may be older than a read-back already learned, so it checks
+    /// only its epoch (`floor` = `None`).
     pub(super) fn observe(
         &self,
         member: &str,
         epoch: Option<&str>,
         last: u64,
-        check_last: bool,
+        floor: Option<u64>,
     ) -> Result<(), String> {
         let Some(mut k) = self.known.get_mut(member) else {
             return Ok(());
@@ -88,10 +99,11 @@ impl Journals {
                     k.last
                 ));
             }
-            if check_last && last < k.last {
+            if let Some(floor) = floor
+                && last < floor
+            {
                 return Err(format!(
-                    "it ends at seq {last}, but this node had seen seq {} durable",
-                    k.last
+                    "it ends at seq {last}, but this node had seen seq {floor} durable"
                 ));
             }
         }
@@ -145,25 +157,32 @@ mod tests {
         journals.watch("t/a");
         // Nothing known yet: anything is learned.
         assert_eq!(journals.expected("t/a"), (String::new(), 0));
-        assert!(journals.observe("t/a", Some("e1"), 5, true).is_ok());
+        assert!(journals.observe("t/a", Some("e1"), 5, Some(0)).is_ok());
         assert_eq!(journals.expected("t/a"), ("e1".into(), 5));
         // A publication older than what a read-back learned is no loss ...
-        assert!(journals.observe("t/a", Some("e1"), 3, false).is_ok());
+        assert!(journals.observe("t/a", Some("e1"), 3, None).is_ok());
         assert_eq!(journals.expected("t/a"), ("e1".into(), 5));
-        // ... but a store ending before it is (restored from a snapshot),
-        assert!(journals.observe("t/a", Some("e1"), 4, true).is_err());
+        // ... nor a read sent when seq 3 was the latest known, answered
+        // before seqs 4 and 5 were written, and handled after a publication
+        // of 5 ...
+        assert!(journals.observe("t/a", Some("e1"), 3, Some(3)).is_ok());
+        assert_eq!(journals.expected("t/a"), ("e1".into(), 5));
+        // ... but a store ending before what was known when the read was
+        // sent is (restored from a snapshot),
+        let floor = journals.known_last("t/a");
+        assert!(journals.observe("t/a", Some("e1"), 4, Some(floor)).is_err());
         // as is another epoch (a new journal) or none (flushed).
-        assert!(journals.observe("t/a", Some("e2"), 9, false).is_err());
-        assert!(journals.observe("t/a", None, 0, true).is_err());
+        assert!(journals.observe("t/a", Some("e2"), 9, None).is_err());
+        assert!(journals.observe("t/a", None, 0, Some(0)).is_err());
         // A whole load is what the node knows from then on.
         journals.loaded("t/a", Some("e2".into()), 1);
-        assert!(journals.observe("t/a", Some("e2"), 1, true).is_ok());
+        assert!(journals.observe("t/a", Some("e2"), 1, Some(1)).is_ok());
         assert!(!journals.recently_lost(std::time::Duration::from_secs(60)));
         journals.lost("thread a", "a test");
         assert!(journals.recently_lost(std::time::Duration::from_secs(60)));
         // Threads not held are not tracked (bounded by what the node holds).
         journals.unwatch("t/a");
-        assert!(journals.observe("t/a", Some("e3"), 0, true).is_ok());
+        assert!(journals.observe("t/a", Some("e3"), 0, Some(0)).is_ok());
         assert_eq!(journals.expected("t/a"), (String::new(), 0));
     }
 }

@@ -69,7 +69,7 @@ pub(super) async fn listen_loop(
                             // the one this node holds: the store lost it.
                             let member = member_of(&publication.key);
                             let last = publication.events.last().map_or(0, |(seq, _)| *seq);
-                            if let Err(why) = journals.observe(&member, Some(&epoch), last, false) {
+                            if let Err(why) = journals.observe(&member, Some(&epoch), last, None) {
                                 journals.lost(
                                     &format!(
                                         "thread {:?} of tenant {:?}",

@@ -246,6 +246,9 @@ impl RedisStore {
     ) -> Result<Option<StoredThread>, StoreError> {
         let keys = Keys::of(&self.prefix, key);
         let mut conn = self.conn.clone();
+        // What the store must hold at least: what this node knew durable
+        // before sending the read (see `Journals::observe`).
+        let floor = self.journals.known_last(&keys.member);
         let hash: HashMap<String, Vec<u8>> = self.block_on(conn.hgetall(&keys.meta))?;
         let meta = meta_from_hash(&hash);
         let epoch = hash
@@ -253,9 +256,9 @@ impl RedisStore {
             .map(|e| String::from_utf8_lossy(e).into_owned());
         let last = meta.as_ref().map_or(0, |m| m.last_seq);
         if check {
-            if let Err(why) = self
-                .journals
-                .observe(&keys.member, epoch.as_deref(), last, true)
+            if let Err(why) =
+                self.journals
+                    .observe(&keys.member, epoch.as_deref(), last, Some(floor))
             {
                 self.journals.lost(
                     &format!("thread {:?} of tenant {:?}", key.thread_id, key.tenant),

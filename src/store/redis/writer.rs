@@ -71,7 +71,7 @@ pub(super) async fn write_loop(
                             let last = first as u64 + batch.events.len() as u64 - 1;
                             // Checked by the script: this is the journal known.
                             let _ =
-                                journals.observe(&member_of(&batch.key), Some(&epoch), last, false);
+                                journals.observe(&member_of(&batch.key), Some(&epoch), last, None);
                             Ok(first as u64)
                         }
                         (4, stored) => {
