@@ -15,6 +15,7 @@ use super::run_request::run_request;
 use super::state::AppState;
 use crate::auth::{Permission, Principal};
 use crate::config::Strategy;
+use crate::policy::Prepared;
 use crate::protocol::hooks::{RunInput, ViewerVisibility};
 use crate::thread::Thread;
 use crate::thread::branch::BaseRequest;
@@ -153,11 +154,47 @@ pub async fn run(
             .await
             .map_err(AccessError::into_api)?;
     }
+    let request = handoff_aware_request(
+        state,
+        who,
+        &thread,
+        (agent, run_id, input, prepared),
+        need == Permission::Resume,
+        traceparent.as_deref(),
+    )
+    .await?;
+    let request = match request {
+        Answered::Approval(answer) => answer,
+        Answered::Run(mut request) => {
+            request.base = base;
+            request
+        }
+    };
+    launch(state, who, &thread, request, strategy, requester).await
+}
+
+/// A request as [`handoff_aware_request`] built it.
+enum Answered {
+    /// The run that answers a transfer's approval (its own base and agent).
+    Approval(RunRequest),
+    /// The run asked for, with its handoff plan.
+    Run(RunRequest),
+}
+
+/// The request for a run the policy prepared, with its handoff plan; for a
+/// resume of a transfer's approval, the run that answers it instead.
+async fn handoff_aware_request(
+    state: &AppState,
+    who: &Principal,
+    thread: &Thread,
+    (agent, run_id, input, prepared): (Arc<Agent>, String, RunInput, Prepared),
+    resumes: bool,
+    traceparent: Option<&str>,
+) -> Result<Answered, ApiError> {
+    let thread_id = thread.key.thread_id.clone();
     let handoffs = Handoffs::new(state.agents(), state.policy(), who, &thread_id, &input);
-    if need == Permission::Resume
-        && let Some(answer) = approval(&handoffs, &thread, &run_id, &input).await?
-    {
-        return launch(state, who, &thread, answer, strategy, requester).await;
+    if resumes && let Some(answer) = approval(&handoffs, thread, &run_id, &input).await? {
+        return Ok(Answered::Approval(answer));
     }
     let plan = handoffs.plan_for(&agent, None);
     let mut request = run_request(
@@ -166,12 +203,11 @@ pub async fn run(
         input,
         prepared,
         (who, &thread_id),
-        traceparent.as_deref(),
+        traceparent,
         &state.policy(),
     );
-    request.base = base;
     request.handoff = plan;
-    launch(state, who, &thread, request, strategy, requester).await
+    Ok(Answered::Run(request))
 }
 
 /// The run answering a transfer's approval, when the thread's pending
@@ -233,21 +269,15 @@ pub async fn resume(
     state
         .check_shared_rate(crate::policy::rate::Action::Run, who, &agent.id, &thread_id)
         .await?;
-    let handoffs = Handoffs::new(state.agents(), state.policy(), who, &thread_id, &input);
-    if let Some(answer) = approval(&handoffs, &thread, &run_id, &input).await? {
-        return launch(state, who, &thread, answer, strategy, requester).await;
-    }
-    let plan = handoffs.plan_for(&agent, None);
-    let mut request = run_request(
-        agent,
-        run_id,
-        input,
-        prepared,
-        (who, &thread_id),
+    let (Answered::Approval(request) | Answered::Run(request)) = handoff_aware_request(
+        state,
+        who,
+        &thread,
+        (agent, run_id, input, prepared),
+        true,
         None,
-        &state.policy(),
-    );
-    request.handoff = plan;
+    )
+    .await?;
     launch(state, who, &thread, request, strategy, requester).await
 }
 

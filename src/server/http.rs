@@ -79,14 +79,7 @@ pub async fn run_agent(
     Authenticated(who): Authenticated,
     request: Request,
 ) -> Response {
-    let enc = match encode::negotiate(request.headers()) {
-        Ok(enc) => enc,
-        Err(e) => return e.into_response(),
-    };
-    match start_run(&state, &who, Some(&agent_id), request).await {
-        Ok(rx) => run_response(state, enc, rx),
-        Err(e) => e.into_response(),
-    }
+    serve_run(state, who, Some(&agent_id), request).await
 }
 
 /// `POST /v1/run`: a stock AG-UI run like [`run_agent`]'s, to the agent the
@@ -97,11 +90,22 @@ pub async fn run_routed(
     Authenticated(who): Authenticated,
     request: Request,
 ) -> Response {
+    serve_run(state, who, None, request).await
+}
+
+/// Negotiates the encoding, starts the run (see [`start_run`]) and streams
+/// its events back.
+async fn serve_run(
+    state: Arc<AppState>,
+    who: Principal,
+    agent_id: Option<&str>,
+    request: Request,
+) -> Response {
     let enc = match encode::negotiate(request.headers()) {
         Ok(enc) => enc,
         Err(e) => return e.into_response(),
     };
-    match start_run(&state, &who, None, request).await {
+    match start_run(&state, &who, agent_id, request).await {
         Ok(rx) => run_response(state, enc, rx),
         Err(e) => e.into_response(),
     }
