@@ -13,8 +13,9 @@
 use super::error::{ApiError, ErrorCode};
 use super::run_request::run_request;
 use crate::auth::Principal;
-use crate::policy::Policy;
 use crate::policy::handoff::{Approval, OnRefusal, Respond};
+use crate::policy::visibility::PolicySource;
+use crate::policy::{Policy, PolicySlot};
 use crate::protocol::Event;
 use crate::protocol::handoff::{APPROVAL_REASON, Signal, Trigger, target_of, transfer_tool};
 use crate::protocol::hooks::RunInput;
@@ -31,7 +32,9 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct Handoffs {
     agents: Arc<AgentRegistry>,
-    policy: Arc<Policy>,
+    /// The policy slot: each decision reads the policy in force then (a
+    /// reload between a run and its handoff applies to the handoff).
+    policy: Arc<PolicySlot>,
     who: Principal,
     thread_id: String,
     /// The tools the client offered the turn (no transfer tools).
@@ -49,7 +52,7 @@ impl Handoffs {
     /// in force now.
     pub fn new(
         agents: Arc<AgentRegistry>,
-        policy: Arc<Policy>,
+        policy: Arc<PolicySlot>,
         who: &Principal,
         thread_id: &str,
         input: &RunInput,
@@ -88,10 +91,15 @@ impl Handoffs {
 }
 
 impl Handoffs {
+    /// The policy in force now.
+    fn policy(&self) -> Arc<Policy> {
+        self.policy.current()
+    }
+
     /// The handoff part of a request for a run of `agent`: its transfer
     /// tools (targets the caller may run) and this hook.
     pub fn plan_for(&self, agent: &Agent, incoming: Option<Incoming>) -> HandoffPlan {
-        let settings = crate::policy::handoff::of(self.policy.rules()).of(&agent.id);
+        let settings = crate::policy::handoff::of(self.policy().rules()).of(&agent.id);
         let tools = settings
             .targets
             .iter()
@@ -118,7 +126,7 @@ impl Handoffs {
             resume: None,
         };
         let prepared = self
-            .policy
+            .policy()
             .prepare_run(&self.who, &agent.id, &self.thread_id, &mut input)
             .map_err(|r| match r {
                 crate::policy::Refused::Limit(l) => l.message,
@@ -132,7 +140,7 @@ impl Handoffs {
             prepared,
             (&self.who, &self.thread_id),
             None,
-            &self.policy,
+            &self.policy(),
         ))
     }
 
@@ -165,7 +173,7 @@ impl Handoffs {
             },
         }));
         let mut run = next.request(target.clone(), messages)?;
-        let settings = crate::policy::handoff::of(self.policy.rules()).of(ended.agent);
+        let settings = crate::policy::handoff::of(self.policy().rules()).of(ended.agent);
         let record = json!({
             "fromAgent": ended.agent,
             "toAgent": signal.to,
@@ -284,12 +292,12 @@ impl HandoffHook for Handoffs {
                 )
             })
             .collect();
-        let settings = crate::policy::handoff::of(self.policy.rules()).of(ended.agent);
+        let settings = crate::policy::handoff::of(self.policy().rules()).of(ended.agent);
         let may_run = self
             .agents
             .get(&first.to)
             .is_some_and(|a| a.allows(&self.who));
-        let verdict = crate::policy::handoff::of(self.policy.rules())
+        let verdict = crate::policy::handoff::of(self.policy().rules())
             .judge(ended.agent, &first.to, ended.chain + 1, may_run)
             .map_err(|r| r.reason);
         let started = verdict.and_then(|()| {
@@ -414,7 +422,7 @@ pub fn answer_approval(
     };
     let mut run = if approved {
         let may_run = hook.agents.get(&to).is_some_and(|a| a.allows(&hook.who));
-        let started = crate::policy::handoff::of(hook.policy.rules())
+        let started = crate::policy::handoff::of(hook.policy().rules())
             .judge(&from, &to, 1, may_run)
             .map_err(|r| r.reason)
             .and_then(|()| hook.target_run(&ended, &signal, Vec::new()));

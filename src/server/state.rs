@@ -134,6 +134,12 @@ impl AppState {
     }
 
     /// The current policy.
+    /// The slot the policy in force is read from (for what decides later,
+    /// such as a run's handoff, and must follow a reload).
+    pub fn policy_slot(&self) -> Arc<crate::policy::PolicySlot> {
+        self.policy.clone()
+    }
+
     pub fn policy(&self) -> Arc<crate::policy::Policy> {
         self.policy.current()
     }
