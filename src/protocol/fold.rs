@@ -234,9 +234,8 @@ impl Fold {
             }
             MessagesSnapshot => {}
             _ if self.messages.len() != before => {
-                let b = event.body();
                 for key in ["messageId", "parentMessageId", "toolCallId"] {
-                    if let Some(id) = b.get(key).and_then(Value::as_str)
+                    if let Some(id) = event.str_field(key)
                         && self.find(id).is_some()
                     {
                         self.runs.produced(id);
@@ -283,9 +282,8 @@ impl Fold {
             _ if self.messages.len() != before => {
                 // One message was added: the one the event names (a tool
                 // result may be inserted before the tail, so look it up).
-                let b = event.body();
                 for key in ["messageId", "parentMessageId", "toolCallId"] {
-                    if let Some(id) = b.get(key).and_then(Value::as_str)
+                    if let Some(id) = event.str_field(key)
                         && let Some(i) = self.find(id)
                     {
                         self.authors
@@ -298,9 +296,40 @@ impl Fold {
     }
 
     fn fold_in(&mut self, event: &Event) {
-        let b = event.body();
-        let s = |k: &str| b.get(k).and_then(Value::as_str);
         use EventType::*;
+        // The streaming events (most of any run) are folded from the fields
+        // the scan kept, without parsing the event's body.
+        match event.kind() {
+            TextMessageContent | ReasoningMessageContent => {
+                if let (Some(id), Some(delta)) =
+                    (event.str_field("messageId"), event.str_field("delta"))
+                    && let Some(i) = self.find(id)
+                {
+                    append_str(Arc::make_mut(&mut self.messages[i]), "content", delta);
+                }
+                return;
+            }
+            ToolCallArgs => {
+                if let (Some(call_id), Some(delta)) =
+                    (event.str_field("toolCallId"), event.str_field("delta"))
+                    && let Some((mi, ci)) = self.find_tool_call(call_id)
+                    && let Some(f) = self.function_mut(mi, ci)
+                {
+                    match f.get_mut("arguments") {
+                        Some(Value::String(args)) => args.push_str(delta),
+                        _ => {
+                            f.insert("arguments".into(), delta.into());
+                        }
+                    }
+                }
+                return;
+            }
+            TextMessageEnd | ToolCallEnd | ReasoningMessageEnd | ReasoningStart | ReasoningEnd
+            | StepStarted | StepFinished => return,
+            _ => {}
+        }
+        let b = event.body();
+        let s = |k: &str| event.str_field(k);
         match event.kind() {
             RunStarted => {
                 self.run = Some(RunInfo {
@@ -362,13 +391,6 @@ impl Fold {
                     self.messages.push(Arc::new(Value::Object(m)));
                 }
             }
-            TextMessageContent | ReasoningMessageContent => {
-                if let (Some(id), Some(delta)) = (s("messageId"), s("delta"))
-                    && let Some(i) = self.find(id)
-                {
-                    append_str(Arc::make_mut(&mut self.messages[i]), "content", delta);
-                }
-            }
             ReasoningMessageStart => {
                 let Some(id) = s("messageId") else { return };
                 if self.find(id).is_none() {
@@ -407,19 +429,6 @@ impl Fold {
                     Some(Value::Array(calls)) => calls.push(call),
                     Some(other) => *other = json!([call]),
                     None => {}
-                }
-            }
-            ToolCallArgs => {
-                if let (Some(call_id), Some(delta)) = (s("toolCallId"), s("delta"))
-                    && let Some((mi, ci)) = self.find_tool_call(call_id)
-                    && let Some(f) = self.function_mut(mi, ci)
-                {
-                    match f.get_mut("arguments") {
-                        Some(Value::String(args)) => args.push_str(delta),
-                        _ => {
-                            f.insert("arguments".into(), delta.into());
-                        }
-                    }
                 }
             }
             ToolCallResult => {
@@ -758,7 +767,12 @@ fn json_len(v: &Value) -> usize {
 /// `v[key]`, inserted as null when missing; `None` when `v` is not an
 /// object (indexing untrusted JSON that way would panic).
 fn field_mut<'a>(v: &'a mut Value, key: &str) -> Option<&'a mut Value> {
-    Some(v.as_object_mut()?.entry(key).or_insert(Value::Null))
+    let obj = v.as_object_mut()?;
+    // `entry` would allocate the key on every call, and this runs per delta.
+    if !obj.contains_key(key) {
+        obj.insert(key.to_owned(), Value::Null);
+    }
+    obj.get_mut(key)
 }
 
 fn append_str(target: &mut Value, key: &str, delta: &str) {

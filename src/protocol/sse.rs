@@ -165,11 +165,13 @@ impl SseDecoder {
     }
 
     fn end_line(&mut self, out: &mut Vec<SseFrame>) {
-        let line = std::mem::take(&mut self.line);
-        if line.is_empty() {
+        if self.line.is_empty() {
+            // (The line buffer stays: taking it here would drop its
+            // capacity and allocate again for every event.)
             self.dispatch(out);
             return;
         }
+        let line = std::mem::take(&mut self.line);
         if line[0] == b':' {
             self.frame_bytes -= line.len().min(self.frame_bytes);
             self.line = line;

@@ -138,6 +138,8 @@ impl Verifier {
 
         let tag = event.subagent_run_id().map(str::to_owned);
         let id = |field: &str| event.str_field(field).unwrap_or("").to_owned();
+        // The streaming events only look their entity up: no copy.
+        let id_ref = |field: &str| event.str_field(field).unwrap_or("");
 
         match kind {
             TextMessageStart => {
@@ -157,7 +159,13 @@ impl Verifier {
             TextMessageContent | TextMessageEnd => continue_open(
                 &mut self.messages,
                 &self.message_owner,
-                Entity::new("message_pairing", "text message", t, &tag, &id("messageId")),
+                Entity::new(
+                    "message_pairing",
+                    "text message",
+                    t,
+                    &tag,
+                    id_ref("messageId"),
+                ),
                 *kind == TextMessageEnd,
             )?,
             ToolCallStart => {
@@ -206,7 +214,13 @@ impl Verifier {
             ToolCallArgs | ToolCallEnd => continue_open(
                 &mut self.tool_calls,
                 &self.tool_owner,
-                Entity::new("tool_call_pairing", "tool call", t, &tag, &id("toolCallId")),
+                Entity::new(
+                    "tool_call_pairing",
+                    "tool call",
+                    t,
+                    &tag,
+                    id_ref("toolCallId"),
+                ),
                 *kind == ToolCallEnd,
             )?,
             StepStarted => {
@@ -280,7 +294,13 @@ impl Verifier {
                 continue_open(
                     open,
                     &self.reasoning_owner,
-                    Entity::new("reasoning_pairing", "reasoning", t, &tag, &id("messageId")),
+                    Entity::new(
+                        "reasoning_pairing",
+                        "reasoning",
+                        t,
+                        &tag,
+                        id_ref("messageId"),
+                    ),
                     *kind != ReasoningMessageContent,
                 )?
             }

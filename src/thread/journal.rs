@@ -51,24 +51,26 @@ impl Drop for InflightSlot {
     }
 }
 
-/// The status a thread has after `events` (its run's status, or `idle`).
-pub(super) fn status_after<'a>(current: &str, events: impl Iterator<Item = &'a Event>) -> String {
-    let mut status = current.to_owned();
+/// The status a thread has after `events` (its run's status, or `idle`):
+/// `None` when no event among them changes it (most batches: no allocation).
+pub(super) fn status_after<'a>(events: impl Iterator<Item = &'a Event>) -> Option<&'static str> {
+    let mut status = None;
     for e in events {
         match e.kind() {
-            EventType::RunStarted => status = "running".into(),
-            EventType::RunError => status = "error".into(),
+            EventType::RunStarted => status = Some("running"),
+            EventType::RunError => status = Some("error"),
             EventType::RunFinished => {
-                status = match e
-                    .get("outcome")
-                    .and_then(|o| o.get("type"))
-                    .and_then(Value::as_str)
-                {
-                    Some("interrupt") => "interrupted",
-                    Some("cancelled") => "cancelled",
-                    _ => "finished",
-                }
-                .into()
+                status = Some(
+                    match e
+                        .get("outcome")
+                        .and_then(|o| o.get("type"))
+                        .and_then(Value::as_str)
+                    {
+                        Some("interrupt") => "interrupted",
+                        Some("cancelled") => "cancelled",
+                        _ => "finished",
+                    },
+                )
             }
             _ => {}
         }
@@ -138,7 +140,9 @@ impl Thread {
         let first = inner.next_assign.max(inner.next_seq);
         inner.next_assign = first + events.len() as u64;
         let mut meta = inner.meta.clone();
-        meta.status = status_after(&inner.meta.status, events.iter());
+        if let Some(status) = status_after(events.iter()) {
+            meta.status = status.into();
+        }
         // A run that handed the thread over ends, but the thread runs on.
         // (The run is the one its `RUN_FINISHED` names: the fold may not
         // have published the run's start yet, its batch still in flight.)
@@ -153,7 +157,9 @@ impl Thread {
         }
         meta.updated_ms = now_millis();
         meta.last_seq = inner.next_assign - 1;
-        inner.meta.status = meta.status.clone();
+        if inner.meta.status != meta.status {
+            inner.meta.status = meta.status.clone();
+        }
         let batch = AppendBatch {
             key: self.key.clone(),
             meta,
@@ -394,18 +400,21 @@ impl Thread {
         inner.next_seq = entry.seq + 1;
         inner.meta.last_seq = entry.seq;
         inner.meta.updated_ms = now_millis();
-        inner.meta.status = status_after(&inner.meta.status, std::iter::once(&entry.event));
+        if let Some(status) = status_after(std::iter::once(&entry.event)) {
+            inner.meta.status = status.into();
+        }
         let kind = entry.event.kind().clone();
         if kind == EventType::RunStarted
             && let Some(run_id) = entry.event.str_field("runId")
         {
             inner.runs.remember(run_id);
         }
-        if let (EventType::Meta, Some(cid), Some(id)) = (
-            &kind,
-            entry.event.str_field("clientEventId"),
-            entry.event.str_field("id"),
-        ) {
+        if kind == EventType::Meta
+            && let (Some(cid), Some(id)) = (
+                entry.event.str_field("clientEventId"),
+                entry.event.str_field("id"),
+            )
+        {
             inner.meta_ids.insert(cid.to_owned(), id.to_owned());
         }
         entry.set_origin(inner.fold.apply(entry.seq, &entry.event));
