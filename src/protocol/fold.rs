@@ -691,6 +691,42 @@ impl Fold {
         m
     }
 
+    /// [`Fold::to_stored_json`] with `extra` entries after it, serialized
+    /// straight from the fold: the messages are written where they are,
+    /// not copied into a new `Value` first (a long run's message can be
+    /// megabytes, and this runs when the run ends).
+    pub fn stored_json_bytes(&self, extra: &[(&str, Value)]) -> Vec<u8> {
+        use serde::ser::{SerializeMap, Serializer};
+        struct Messages<'a>(&'a [Arc<Value>]);
+        impl serde::Serialize for Messages<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_seq(self.0.iter().map(|m| &**m))
+            }
+        }
+        let mut out = Vec::new();
+        let mut ser = serde_json::Serializer::new(&mut out);
+        let write = |ser: &mut serde_json::Serializer<&mut Vec<u8>>| -> serde_json::Result<()> {
+            let mut m = ser.serialize_map(None)?;
+            m.serialize_entry("seq", &self.seq)?;
+            m.serialize_entry("messages", &Messages(&self.messages))?;
+            m.serialize_entry("state", &self.state)?;
+            m.serialize_entry("interrupts", &self.interrupts)?;
+            m.serialize_entry("activeAgent", &self.agents.active)?;
+            m.serialize_entry("authors", &self.authors.to_json())?;
+            m.serialize_entry("runs", &self.runs.to_json())?;
+            m.serialize_entry("agents", &self.agents.to_json())?;
+            if self.restating {
+                m.serialize_entry("restating", &true)?;
+            }
+            for (k, v) in extra {
+                m.serialize_entry(k, v)?;
+            }
+            m.end()
+        };
+        write(&mut ser).expect("a fold serializes");
+        out
+    }
+
     /// Rebuilds a fold from its [`Fold::to_stored_json`] form plus the run info
     /// (used when a thread is reloaded from a stored snapshot). The stored
     /// form may carry `authors`; without it (an older base) every
@@ -909,6 +945,25 @@ mod tests {
             json!({"type":"ACTIVITY_SNAPSHOT","messageId":"p","activityType":"plan","content":{"steps":[]},"replace":false}),
         ]);
         assert_eq!(f.messages()[0]["content"], json!({"steps":["a","b"]}));
+    }
+
+    #[test]
+    fn stored_bytes_are_the_stored_json() {
+        let f = fold(&[
+            json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r1", "input": {"messages": [{"id": "u1", "role": "user", "content": "hi"}]}}),
+            json!({"type": "TEXT_MESSAGE_START", "messageId": "m1", "role": "assistant"}),
+            json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "yo"}),
+            json!({"type": "TEXT_MESSAGE_END", "messageId": "m1"}),
+            json!({"type": "STATE_SNAPSHOT", "snapshot": {"k": [1, 2]}}),
+            json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r1"}),
+        ]);
+        let mut expected = f.to_stored_json();
+        expected.insert("runIds".into(), json!(["r1"]));
+        let bytes = f.stored_json_bytes(&[("runIds", json!(["r1"]))]);
+        assert_eq!(
+            serde_json::from_slice::<Value>(&bytes).unwrap(),
+            Value::Object(expected)
+        );
     }
 
     #[test]

@@ -10,10 +10,17 @@
 //! `text/event-stream` rules: LF, CR and CRLF end lines, a leading BOM is
 //! skipped, `:` lines are comments, multi-line `data` joins with `\n`.
 //!
+//! Zero copy: fed the response's own chunks ([`SseDecoder::feed_bytes`]), a
+//! frame whose one `data:` line lies whole in one chunk (nearly every AG-UI
+//! event) is a slice of that chunk ([`SseData`]), not a copy. An event's text
+//! then costs no allocation of its own, and a journal that keeps it keeps the
+//! agent's bytes once.
+//!
 //! The encoder writes only `\n` (the AG-UI client splits frames on `\n\n`
 //! and would never see a CRLF-framed event).
 
-use bytes::{BufMut, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
+use std::fmt;
 
 /// Default per-frame cap, the same 10 MiB the AG-UI client allows.
 pub const DEFAULT_MAX_FRAME_BYTES: usize = 10 * 1024 * 1024;
@@ -27,11 +34,74 @@ pub struct SseFrame {
     /// The `event:` name, if one was given.
     pub event: Option<String>,
     /// All `data:` lines joined with `\n`.
-    pub data: String,
+    pub data: SseData,
     /// The `id:` value, if one was given in this frame.
     pub id: Option<String>,
     /// The `retry:` value in milliseconds, if one was given.
     pub retry: Option<u64>,
+}
+
+/// A frame's `data`: UTF-8 text held as [`Bytes`], a slice of the chunk it
+/// arrived in when it could be (see the module doc).
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct SseData(Bytes);
+
+impl SseData {
+    /// The text (`""` cannot happen: every constructor checks UTF-8).
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+
+    /// The text's bytes, shared.
+    pub fn into_bytes(self) -> Bytes {
+        self.0
+    }
+
+    /// `bytes` as text when it is UTF-8 (shared, no copy), else a lossy copy
+    /// (`U+FFFD` for what is not), as browsers decode event streams.
+    fn from_bytes(bytes: Bytes) -> SseData {
+        match std::str::from_utf8(&bytes) {
+            Ok(_) => SseData(bytes),
+            Err(_) => SseData::from(String::from_utf8_lossy(&bytes).into_owned()),
+        }
+    }
+}
+
+impl std::ops::Deref for SseData {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl From<String> for SseData {
+    fn from(s: String) -> SseData {
+        SseData(Bytes::from(s))
+    }
+}
+
+impl From<&str> for SseData {
+    fn from(s: &str) -> SseData {
+        SseData(Bytes::copy_from_slice(s.as_bytes()))
+    }
+}
+
+impl From<SseData> for Bytes {
+    fn from(d: SseData) -> Bytes {
+        d.0
+    }
+}
+
+impl PartialEq<&str> for SseData {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl fmt::Debug for SseData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
 }
 
 /// Why a stream could not be decoded.
@@ -54,6 +124,12 @@ pub struct SseDecoder {
     /// Bytes of the stream start held back while they could still be a BOM.
     bom_probe: Vec<u8>,
     frame: SseFrame,
+    /// The frame's data so far: `Some` while it is one line not yet copied
+    /// (a slice of its chunk), moved into `text` if more lines follow.
+    slice: Option<Bytes>,
+    /// The frame's data once copied (several lines, or a line read across
+    /// chunks).
+    text: String,
     has_data: bool,
     /// Bytes held for the current frame (data + current line), for the cap.
     frame_bytes: usize,
@@ -72,16 +148,34 @@ impl SseDecoder {
             at_start: true,
             bom_probe: Vec::new(),
             frame: SseFrame::default(),
+            slice: None,
+            text: String::new(),
             has_data: false,
             frame_bytes: 0,
             failed: false,
         }
     }
 
+    /// Decodes `chunk`, appending every completed frame to `out`; a frame's
+    /// data that lies whole in `chunk` is a slice of it (no copy).
+    pub fn feed_bytes(&mut self, chunk: &Bytes, out: &mut Vec<SseFrame>) -> Result<(), SseError> {
+        self.feed_from(chunk, Some(chunk), out)
+    }
+
     /// Decodes `chunk`, appending every completed frame to `out`.
     ///
     /// After an error the decoder stays failed: the stream cannot be trusted.
     pub fn feed(&mut self, chunk: &[u8], out: &mut Vec<SseFrame>) -> Result<(), SseError> {
+        self.feed_from(chunk, None, out)
+    }
+
+    /// `chunk`, which is `whole` when the caller has it as [`Bytes`].
+    fn feed_from(
+        &mut self,
+        chunk: &[u8],
+        whole: Option<&Bytes>,
+        out: &mut Vec<SseFrame>,
+    ) -> Result<(), SseError> {
         if self.failed {
             return Err(SseError::FrameTooLarge {
                 limit: self.max_frame_bytes,
@@ -89,6 +183,12 @@ impl SseDecoder {
         }
         let mut chunk = chunk;
         let probe;
+        if self.at_start && self.bom_probe.is_empty() && chunk.len() >= BOM.len() {
+            // The usual start: the first read decides at once, in place.
+            self.at_start = false;
+            let rest = chunk.strip_prefix(BOM).unwrap_or(chunk);
+            return self.scan(rest, whole, out);
+        }
         if self.at_start {
             self.bom_probe.extend_from_slice(chunk);
             let n = self.bom_probe.len().min(BOM.len());
@@ -102,11 +202,19 @@ impl SseDecoder {
             }
             probe = std::mem::take(&mut self.bom_probe);
             chunk = &probe;
+            return self.scan(chunk, None, out);
         }
-        self.scan(chunk, out)
+        self.scan(chunk, whole, out)
     }
 
-    fn scan(&mut self, mut chunk: &[u8], out: &mut Vec<SseFrame>) -> Result<(), SseError> {
+    /// `whole`, when given, is what `chunk` is a slice of (data lines are
+    /// sliced from it rather than copied).
+    fn scan(
+        &mut self,
+        mut chunk: &[u8],
+        whole: Option<&Bytes>,
+        out: &mut Vec<SseFrame>,
+    ) -> Result<(), SseError> {
         // An empty read between a CR and its LF must not forget the CR.
         if self.skip_lf && !chunk.is_empty() {
             if chunk[0] == b'\n' {
@@ -116,7 +224,15 @@ impl SseDecoder {
         }
         while let Some(pos) = memchr::memchr2(b'\n', b'\r', chunk) {
             self.grow(pos)?;
-            self.line.extend_from_slice(&chunk[..pos]);
+            if self.line.is_empty()
+                && let Some(whole) = whole
+            {
+                // The line lies whole in this chunk: read it in place.
+                self.take_line(whole.slice_ref(&chunk[..pos]), out);
+            } else {
+                self.line.extend_from_slice(&chunk[..pos]);
+                self.end_line(out);
+            }
             let ended_with_cr = chunk[pos] == b'\r';
             chunk = &chunk[pos + 1..];
             if ended_with_cr {
@@ -126,7 +242,6 @@ impl SseDecoder {
                     _ => {}
                 }
             }
-            self.end_line(out);
         }
         self.grow(chunk.len())?;
         self.line.extend_from_slice(chunk);
@@ -155,7 +270,7 @@ impl SseDecoder {
             // A stream shorter than a BOM that was not one.
             let probe = std::mem::take(&mut self.bom_probe);
             self.at_start = false;
-            self.scan(&probe, out)?;
+            self.scan(&probe, None, out)?;
         }
         if !self.line.is_empty() {
             self.end_line(out);
@@ -164,6 +279,7 @@ impl SseDecoder {
         Ok(())
     }
 
+    /// Ends the line held in `self.line` (read across chunks).
     fn end_line(&mut self, out: &mut Vec<SseFrame>) {
         if self.line.is_empty() {
             // (The line buffer stays: taking it here would drop its
@@ -172,25 +288,49 @@ impl SseDecoder {
             return;
         }
         let line = std::mem::take(&mut self.line);
+        self.field(&line, None);
+        self.line = line;
+        self.line.clear();
+    }
+
+    /// Ends a line that lies whole in the chunk `line` is a slice of.
+    fn take_line(&mut self, line: Bytes, out: &mut Vec<SseFrame>) {
+        if line.is_empty() {
+            self.dispatch(out);
+            return;
+        }
+        self.field(&line, Some(&line));
+    }
+
+    /// One non-empty line; `shared` is the same bytes as [`Bytes`] when the
+    /// data may be sliced from them.
+    fn field(&mut self, line: &[u8], shared: Option<&Bytes>) {
         if line[0] == b':' {
             self.frame_bytes -= line.len().min(self.frame_bytes);
-            self.line = line;
-            self.line.clear();
             return; // comment / keepalive
         }
-        let (name, value) = match memchr::memchr(b':', &line) {
+        let (name, value) = match memchr::memchr(b':', line) {
             Some(i) => {
                 let v = &line[i + 1..];
                 (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
             }
-            None => (&line[..], &b""[..]),
+            None => (line, &b""[..]),
         };
         match name {
             b"data" => {
-                if self.has_data {
-                    self.frame.data.push('\n');
+                if !self.has_data
+                    && let Some(shared) = shared
+                {
+                    self.slice = Some(shared.slice_ref(value));
+                } else {
+                    if let Some(first) = self.slice.take() {
+                        self.text.push_str(&String::from_utf8_lossy(&first));
+                    }
+                    if self.has_data {
+                        self.text.push('\n');
+                    }
+                    self.text.push_str(&String::from_utf8_lossy(value));
                 }
-                self.frame.data.push_str(&String::from_utf8_lossy(value));
                 self.has_data = true;
             }
             b"event" => self.frame.event = Some(String::from_utf8_lossy(value).into_owned()),
@@ -202,15 +342,19 @@ impl SseDecoder {
             }
             _ => {} // unknown field: ignored, as the spec says
         }
-        self.line = line;
-        self.line.clear();
     }
 
     fn dispatch(&mut self, out: &mut Vec<SseFrame>) {
-        let frame = std::mem::take(&mut self.frame);
+        let mut frame = std::mem::take(&mut self.frame);
+        let slice = self.slice.take();
         if self.has_data {
+            frame.data = match slice {
+                Some(slice) => SseData::from_bytes(slice),
+                None => SseData::from(std::mem::take(&mut self.text)),
+            };
             out.push(frame);
         }
+        self.text.clear();
         self.has_data = false;
         self.frame_bytes = 0;
     }
@@ -267,6 +411,45 @@ mod tests {
 
     fn data(frames: &[SseFrame]) -> Vec<&str> {
         frames.iter().map(|f| f.data.as_str()).collect()
+    }
+
+    #[test]
+    fn a_data_line_within_one_chunk_is_a_slice_of_it_and_the_rest_is_copied_alike() {
+        let chunks: [&[u8]; 4] = [
+            b"data: {\"a\":1}\n\nid: 2\ndata: one\ndata: two\n\ndata: spl",
+            b"it\n\n: note\ndata: caf\xc3",
+            b"\xa9\n\ndata: bad \xff\n\n",
+            b"data: last",
+        ];
+        let mut d = SseDecoder::new(DEFAULT_MAX_FRAME_BYTES);
+        let mut shared = Vec::new();
+        let first = Bytes::from_static(chunks[0]);
+        d.feed_bytes(&first, &mut shared).unwrap();
+        for c in &chunks[1..] {
+            d.feed_bytes(&Bytes::copy_from_slice(c), &mut shared)
+                .unwrap();
+        }
+        d.finish(&mut shared).unwrap();
+        assert_eq!(
+            shared,
+            decode_all(&chunks),
+            "feed_bytes decodes as feed does"
+        );
+        assert_eq!(
+            data(&shared),
+            [
+                "{\"a\":1}",
+                "one\ntwo",
+                "split",
+                "café",
+                "bad \u{fffd}",
+                "last"
+            ]
+        );
+        // The first event's text is the chunk's own bytes, not a copy.
+        let text = shared[0].data.clone().into_bytes();
+        let range = first.as_ptr() as usize..first.as_ptr() as usize + first.len();
+        assert!(range.contains(&(text.as_ptr() as usize)));
     }
 
     #[test]

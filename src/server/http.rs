@@ -12,7 +12,7 @@ use super::commands::{self, Requester, RunCommand};
 use super::encode::{self, Encoder};
 use super::error::{ApiError, ErrorCode};
 use super::extract::{Authenticated, read_body};
-use super::sse::{Next, async_stream, pump, stream_response};
+use super::sse::{Next, pump, stream_response};
 use super::state::AppState;
 use crate::auth::Principal;
 use crate::protocol::hooks::RunInput;
@@ -166,19 +166,19 @@ fn run_response(state: Arc<AppState>, enc: &'static dyn Encoder, rx: OutboxRecei
     let metrics = crate::metrics::metrics();
     let events_out = metrics.events_out_counter("http");
     let counted = metrics.connection("http");
-    let stream = async_stream(move |tx| {
-        let _counted = counted;
-        // Set when the run hands the thread over: the response goes on with
-        // the next agent's run after this one's RUN_FINISHED.
-        let mut continues = false;
-        pump(rx, tx, enc, keepalive, move |item, chunk| match item {
-            Outgoing::Continues => {
+    // Set when the run hands the thread over: the response goes on with
+    // the next agent's run after this one's RUN_FINISHED.
+    let mut continues = false;
+    let stream = pump(rx, enc, keepalive, move |item, chunk| {
+        let _counted = &counted;
+        match item {
+            Some(Outgoing::Continues) => {
                 continues = true;
                 Next::More
             }
-            Outgoing::Event(e) => {
+            Some(Outgoing::Event(e)) => {
                 events_out.inc();
-                chunk.extend_from_slice(&enc.entry(&e));
+                enc.write_entry(&e, chunk);
                 match e.event.kind() {
                     EventType::RunError => Next::End,
                     EventType::RunFinished if std::mem::take(&mut continues) => Next::More,
@@ -194,7 +194,7 @@ fn run_response(state: Arc<AppState>, enc: &'static dyn Encoder, rx: OutboxRecei
                 }
             }
             _ => Next::More,
-        })
+        }
     });
     stream_response(enc, stream)
 }

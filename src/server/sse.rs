@@ -1,7 +1,7 @@
-//! Event-stream responses (the HTTP run endpoint and the join stream): a
-//! task-fed byte stream, the headers every such route sends, and the pump
-//! that drains a connection's outbox into it. The bytes are SSE or AG-UI
-//! protobuf, whichever [`Encoder`] the request's `Accept` chose
+//! Event-stream responses (the HTTP run endpoint, the join stream and the
+//! AI SDK's stream): the headers every such route sends, and the pump that
+//! turns a connection's outbox into the response body. The bytes are SSE or
+//! AG-UI protobuf, whichever [`Encoder`] the request's `Accept` chose
 //! ([`super::encode::negotiate`]); the pump itself knows no format.
 
 use super::encode::Encoder;
@@ -10,23 +10,6 @@ use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use bytes::BytesMut;
-
-/// A byte stream fed by a task; ends when the task returns. Dropping the
-/// stream (the client left) aborts the task, running its destructors.
-pub fn async_stream<F, Fut>(
-    task: F,
-) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>>
-where
-    F: FnOnce(tokio::sync::mpsc::Sender<Bytes>) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
-    let guard = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(task(tx)));
-    futures::stream::unfold((rx, guard), |(mut rx, guard)| async move {
-        let b = rx.recv().await?;
-        Some((Ok(b), (rx, guard)))
-    })
-}
 
 /// A `200` event-stream response over `stream`, in the format of `enc`
 /// (its content type; no caching, no proxy buffering).
@@ -61,58 +44,102 @@ pub enum Next {
     Linger(std::time::Duration),
 }
 
-/// Streams a connection's outbox until `write` says [`Next::End`] or the
-/// outbox closes: whatever is queued goes out as one chunk (one write, at
-/// most about [`SSE_CHUNK`] bytes), and `enc`'s keepalive frame (if its
-/// format has one) every `keepalive` while quiet. `write` appends an item's
-/// frames to the chunk.
-pub async fn pump(
-    mut rx: OutboxReceiver,
-    tx: tokio::sync::mpsc::Sender<Bytes>,
+/// A connection's outbox as a response body: until `write` says
+/// [`Next::End`] or the outbox closes, whatever is queued goes out as one
+/// chunk (one write, at most about [`SSE_CHUNK`] bytes), and `enc`'s
+/// keepalive frame (if its format has one) every `keepalive` while quiet.
+/// `write` appends an item's frames to the chunk; it is called once more
+/// with `None` when the stream ends otherwise than by its own
+/// [`Next::End`] (the outbox closed, a [`Next::Linger`] ran out), to add
+/// closing frames.
+///
+/// Why no task: the body itself reads the outbox when the server asks for
+/// the next chunk. A task feeding a channel cost two more hand-offs per
+/// chunk (outbox → task → channel → body), and hid up to a channel's worth
+/// of chunks from the outbox's byte budget; dropping the body (the client
+/// left) drops the outbox's receiver, which is how the run notices.
+pub fn pump<W>(
+    rx: OutboxReceiver,
     enc: &'static dyn Encoder,
     keepalive: std::time::Duration,
-    mut write: impl FnMut(Outgoing, &mut BytesMut) -> Next,
-) {
-    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + keepalive, keepalive);
-    let idle_frame = enc.keepalive();
-    // Set by [`Next::Linger`]: when the stream ends unless told otherwise.
-    let mut lingering: Option<tokio::time::Instant> = None;
-    loop {
-        let first = tokio::select! {
-            item = rx.recv() => item,
-            _ = async { tokio::time::sleep_until(lingering.unwrap_or_else(tokio::time::Instant::now)).await }, if lingering.is_some() => return,
-            _ = ticker.tick(), if idle_frame.is_some() => {
-                if let Some(frame) = &idle_frame
-                    && tx.send(frame.clone()).await.is_err()
-                {
-                    return;
-                }
-                continue;
-            }
-        };
-        let Some(first) = first else { return };
-        let mut chunk = BytesMut::new();
-        let mut item = Some(first);
-        let mut next = Next::More;
-        while let Some(queued) = item.take() {
-            next = match queued {
-                Outgoing::Close(..) => Next::End,
-                queued => write(queued, &mut chunk),
-            };
-            if next == Next::End {
-                break;
-            }
-            if let Next::Linger(at_most) = next
-                && lingering.is_none()
-            {
-                lingering = Some(tokio::time::Instant::now() + at_most);
-            }
-            if chunk.len() < SSE_CHUNK {
-                item = rx.try_recv();
-            }
+    write: W,
+) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static
+where
+    W: FnMut(Option<Outgoing>, &mut BytesMut) -> Next + Send + 'static,
+{
+    let pump = Pump {
+        rx,
+        ticker: tokio::time::interval_at(tokio::time::Instant::now() + keepalive, keepalive),
+        idle_frame: enc.keepalive(),
+        lingering: None,
+        ended: false,
+        write,
+    };
+    futures::stream::unfold(pump, |mut pump| async move {
+        let chunk = pump.next_chunk().await?;
+        Some((Ok(chunk), pump))
+    })
+}
+
+/// The state of one [`pump`].
+struct Pump<W> {
+    rx: OutboxReceiver,
+    ticker: tokio::time::Interval,
+    idle_frame: Option<Bytes>,
+    /// Set by [`Next::Linger`]: when the stream ends unless told otherwise.
+    lingering: Option<tokio::time::Instant>,
+    ended: bool,
+    write: W,
+}
+
+impl<W: FnMut(Option<Outgoing>, &mut BytesMut) -> Next> Pump<W> {
+    async fn next_chunk(&mut self) -> Option<Bytes> {
+        if self.ended {
+            return None;
         }
-        if (!chunk.is_empty() && tx.send(chunk.freeze()).await.is_err()) || next == Next::End {
-            return;
+        loop {
+            let lingering = self.lingering;
+            let first = tokio::select! {
+                item = self.rx.recv() => item,
+                _ = async { tokio::time::sleep_until(lingering.unwrap_or_else(tokio::time::Instant::now)).await }, if lingering.is_some() => None,
+                _ = self.ticker.tick(), if self.idle_frame.is_some() => {
+                    if let Some(frame) = &self.idle_frame {
+                        return Some(frame.clone());
+                    }
+                    continue;
+                }
+            };
+            let mut chunk = BytesMut::new();
+            let Some(first) = first else {
+                self.ended = true;
+                (self.write)(None, &mut chunk);
+                return (!chunk.is_empty()).then(|| chunk.freeze());
+            };
+            let mut item = Some(first);
+            while let Some(queued) = item.take() {
+                let next = match queued {
+                    Outgoing::Close(..) => Next::End,
+                    queued => (self.write)(Some(queued), &mut chunk),
+                };
+                if next == Next::End {
+                    self.ended = true;
+                    break;
+                }
+                if let Next::Linger(at_most) = next
+                    && self.lingering.is_none()
+                {
+                    self.lingering = Some(tokio::time::Instant::now() + at_most);
+                }
+                if chunk.len() < SSE_CHUNK {
+                    item = self.rx.try_recv();
+                }
+            }
+            if !chunk.is_empty() {
+                return Some(chunk.freeze());
+            }
+            if self.ended {
+                return None;
+            }
         }
     }
 }

@@ -4,7 +4,7 @@ use super::access::{AccessError, thread_for, visibility_on};
 use super::encode::{self, Encoder};
 use super::error::{ApiError, ErrorCode};
 use super::extract::{Authenticated, authenticate};
-use super::sse::{Next, async_stream, pump, stream_response};
+use super::sse::{Next, pump, stream_response};
 use super::state::AppState;
 use crate::auth::Permission;
 use crate::auth::access::permissions;
@@ -229,24 +229,25 @@ pub async fn join(
             _ = closing.closed() => {}
         }
     });
-    let stream = async_stream(move |tx| async move {
-        let _guard = guard; // unsubscribes however the task ends (including abort)
-        let metrics = crate::metrics::metrics();
-        let _counted = metrics.connection("sse");
-        let events_out = metrics.events_out_counter("sse");
-        let sent = |seq: u64| {
-            if let Some(claim) = &claim {
-                claim.sent(seq);
-            }
-        };
-        pump(rx, tx, enc, keepalive, |item, chunk| {
+    let metrics = crate::metrics::metrics();
+    let counted = metrics.connection("sse");
+    let events_out = metrics.events_out_counter("sse");
+    let sent = move |seq: u64| {
+        if let Some(claim) = &claim {
+            claim.sent(seq);
+        }
+    };
+    let stream = pump(rx, enc, keepalive, move |item, chunk| {
+        // Dropped with the stream, however it ends: the guard unsubscribes.
+        let (_guard, _counted, _ob) = (&guard, &counted, &ob);
+        {
             match item {
-                Outgoing::Event(e) => {
+                Some(Outgoing::Event(e)) => {
                     events_out.inc();
                     sent(e.seq);
                     write_framed(enc, &e, framer.event(e.seq, &e.event), chunk)
                 }
-                Outgoing::Message(m) => {
+                Some(Outgoing::Message(m)) => {
                     if let Some(snap) = snapshot_of_message(&m) {
                         let seq = snap.get("seq").and_then(Value::as_u64);
                         if let Some(seq) = seq {
@@ -255,13 +256,11 @@ pub async fn join(
                         write_snapshot(enc, &thread_id, framer.snapshot(&snap), seq, chunk);
                     }
                 }
-                Outgoing::Close(..) => return Next::End,
-                Outgoing::Continues => {}
+                Some(Outgoing::Close(..)) => return Next::End,
+                Some(Outgoing::Continues) | None => {}
             }
             Next::More
-        })
-        .await;
-        drop(ob);
+        }
     });
     stream_response(enc, stream)
 }
@@ -277,7 +276,7 @@ fn write_framed(
 ) {
     for f in framed {
         match f {
-            Framed::Journal => out.extend_from_slice(&enc.entry(e)),
+            Framed::Journal => enc.write_entry(e, out),
             Framed::Converted(v) => {
                 enc.event(&e.thread_id, v.to_string().as_bytes(), Some(e.seq), out)
             }

@@ -23,8 +23,8 @@ use crate::protocol::{Event, EventType, PROTOCOL_VERSION};
 use crate::store::StoreError;
 use crate::store::lease::Lease;
 use crate::upstream::RunStream;
+use futures::StreamExt;
 use futures::stream::FuturesOrdered;
-use futures::{FutureExt, StreamExt};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -55,23 +55,7 @@ enum Step {
 /// The agent's next events: whatever arrived together, up to `MAX_BATCH`,
 /// ending at a terminal event; `None` when the stream ended.
 async fn next_batch(upstream: &mut RunStream) -> Option<Vec<Event>> {
-    let first = upstream.next().await?;
-    let mut batch = vec![first];
-    while batch.len() < MAX_BATCH && !batch.last().is_some_and(|e| e.kind().is_terminal()) {
-        match upstream.next().now_or_never() {
-            Some(Some(e)) => batch.push(e),
-            _ => break,
-        }
-    }
-    // A late RUN_ERROR comes ready with its RUN_FINISHED: the same batch.
-    if batch
-        .last()
-        .is_some_and(|e| *e.kind() == EventType::RunFinished)
-        && let Some(Some(late)) = upstream.next().now_or_never()
-    {
-        batch.push(late);
-    }
-    Some(batch)
+    upstream.next_batch(MAX_BATCH).await
 }
 
 /// The fencing token appends carry under `lease` (none for a lease of a

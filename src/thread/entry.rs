@@ -25,8 +25,9 @@ pub struct Entry {
     frames: [OnceLock<Bytes>; FRAME_SLOTS],
 }
 
-/// How many transports can cache a frame per entry.
-const FRAME_SLOTS: usize = 3;
+/// How many transports can cache a frame per entry (SSE needs none: its
+/// frame is written afresh, see `server/encode`).
+const FRAME_SLOTS: usize = 2;
 
 /// The frame cache slot a transport owns (see [`Entry::frame`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,10 +36,8 @@ pub struct FrameSlot(usize);
 impl FrameSlot {
     /// WebSocket `event` envelopes.
     pub const WEBSOCKET: FrameSlot = FrameSlot(0);
-    /// SSE `id:`/`data:` frames.
-    pub const SSE: FrameSlot = FrameSlot(1);
     /// AG-UI protobuf frames (length prefix + `Event` message).
-    pub const PROTO: FrameSlot = FrameSlot(2);
+    pub const PROTO: FrameSlot = FrameSlot(1);
 }
 
 impl Entry {
@@ -84,5 +83,19 @@ impl std::fmt::Debug for Entry {
             .field("seq", &self.seq)
             .field("event", &self.event)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A busy thread keeps up to `threads.max_events` entries: what one
+    /// costs beside its event's text is this struct (docs/operations.md,
+    /// "What a busy thread costs"). 272 bytes since events are scanned
+    /// rather than parsed (360 before, with a third frame slot and 32-bit
+    /// spans); growing it is a decision, not an accident.
+    #[test]
+    fn an_entry_stays_small() {
+        assert!(std::mem::size_of::<super::Entry>() <= 272);
+        assert!(std::mem::size_of::<crate::protocol::Event>() <= 136);
     }
 }

@@ -232,21 +232,25 @@ pub const HEAD: [&str; 12] = [
 
 /// Where one [`HEAD`] field's value is: a string's bytes inside the event's
 /// text (between its quotes, no escapes), or a marker.
+///
+/// Sixteen-bit offsets: four bytes a field, for an entry the journal keeps
+/// (most events are far under 64 KiB); a string beyond them is kept as a
+/// decoded copy instead, like one with escapes.
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct Span {
-    start: u32,
-    len: u32,
+    start: u16,
+    len: u16,
 }
 
 impl Span {
-    const ABSENT: Span = Span::marker(u32::MAX);
-    const NULL: Span = Span::marker(u32::MAX - 1);
+    const ABSENT: Span = Span::marker(u16::MAX);
+    const NULL: Span = Span::marker(u16::MAX - 1);
     /// Present, not a string and not `null`.
-    const OTHER: Span = Span::marker(u32::MAX - 2);
-    /// A string with escapes: `start` indexes [`Head::decoded`].
-    const DECODED: u32 = u32::MAX - 3;
+    const OTHER: Span = Span::marker(u16::MAX - 2);
+    /// A decoded copy: `start` indexes [`Head::decoded`].
+    const DECODED: u16 = u16::MAX - 3;
 
-    const fn marker(len: u32) -> Span {
+    const fn marker(len: u16) -> Span {
         Span { start: 0, len }
     }
 }
@@ -379,7 +383,7 @@ impl Event {
         }
         let bytes = self
             .json
-            .get(span.start as usize..(span.start + span.len) as usize)?;
+            .get(span.start as usize..span.start as usize + span.len as usize)?;
         // The scan took this span from a `&str` the parser validated.
         std::str::from_utf8(bytes).ok()
     }
@@ -423,12 +427,12 @@ fn scan(json: &[u8]) -> Result<(EventType, Head), EventError> {
             Some(scan::Field::Other) => Span::OTHER,
             Some(scan::Field::Text(scan::Text::Borrowed(s))) => {
                 let start = s.as_ptr() as usize - json.as_ptr() as usize;
-                match (u32::try_from(start), u32::try_from(s.len())) {
+                match (u16::try_from(start), u16::try_from(s.len())) {
                     (Ok(start), Ok(len)) if len < Span::DECODED => Span { start, len },
                     _ => {
                         decoded.push(Box::from(s));
                         Span {
-                            start: (decoded.len() - 1) as u32,
+                            start: (decoded.len() - 1) as u16,
                             len: Span::DECODED,
                         }
                     }
@@ -437,7 +441,7 @@ fn scan(json: &[u8]) -> Result<(EventType, Head), EventError> {
             Some(scan::Field::Text(scan::Text::Owned(s))) => {
                 decoded.push(s.into_boxed_str());
                 Span {
-                    start: (decoded.len() - 1) as u32,
+                    start: (decoded.len() - 1) as u16,
                     len: Span::DECODED,
                 }
             }
@@ -589,6 +593,18 @@ mod tests {
                 _ => panic!("{text}: plain {plain:?}, ours {ours:?}"),
             }
         }
+    }
+
+    #[test]
+    fn fields_past_64_kib_or_longer_than_it_are_read_as_copies() {
+        let long = "x".repeat(70_000);
+        let text = format!(
+            r#"{{"type":"TEXT_MESSAGE_CONTENT","pad":"{long}","messageId":"m","delta":"{long}"}}"#
+        );
+        let e = Event::parse(text).unwrap();
+        assert_eq!(e.str_field("messageId"), Some("m"));
+        assert_eq!(e.str_field("delta"), Some(long.as_str()));
+        assert!(e.body.get().is_none());
     }
 
     #[test]

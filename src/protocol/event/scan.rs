@@ -36,6 +36,9 @@ pub(super) struct Found<'de> {
 }
 
 /// The top-level value.
+// Lives on the stack for one parse; boxing the large variant would put an
+// allocation back on every event.
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Top<'de> {
     Object(Found<'de>),
     NotObject,

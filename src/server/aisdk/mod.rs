@@ -24,7 +24,7 @@ use super::commands::{self, Requester, ResumeCommand, RunCommand};
 use super::encode::sse::SSE;
 use super::error::{ApiError, ErrorCode};
 use super::extract::{Authenticated, read_body};
-use super::sse::{Next, async_stream, pump, stream_response};
+use super::sse::{Next, pump, stream_response};
 use super::state::AppState;
 use crate::auth::{Permission, Principal};
 use crate::protocol::export::ai_sdk::{ChatTurn, answer_id, chat_turn};
@@ -257,12 +257,21 @@ fn chat_response(
     let events_out = metrics.events_out_counter("ai-sdk");
     let counted = metrics.connection("ai-sdk");
     let mut skip_to = guard.as_ref().map(|g| g.run_id.clone());
-    let stream = async_stream(move |tx| async move {
-        let _counted = counted;
-        let _guard = guard;
-        // The UI message stream is SSE: the AG-UI SSE encoder gives the
-        // keepalive comment; the frames are this translator's.
-        pump(rx, tx.clone(), &SSE, keepalive, |item, out| {
+    // The UI message stream is SSE: the AG-UI SSE encoder gives the
+    // keepalive comment; the frames are this translator's.
+    let stream = pump(rx, &SSE, keepalive, move |item, out| {
+        let (_counted, _guard) = (&counted, &guard);
+        let Some(item) = item else {
+            // The run handed over but the next one never started: the
+            // message still ends.
+            let closing = translator.close();
+            if !closing.is_empty() {
+                closing.iter().for_each(|c| chunk_frame(c, out));
+                out.extend_from_slice(b"data: [DONE]\n\n");
+            }
+            return Next::End;
+        };
+        {
             match item {
                 // The run hands the thread over: the next agent's run goes
                 // on in this message (see `UiStream::continues`).
@@ -304,16 +313,6 @@ fn chat_response(
             } else {
                 Next::More
             }
-        })
-        .await;
-        // The run handed over but the next one never started: the message
-        // still ends.
-        let closing = translator.close();
-        if !closing.is_empty() {
-            let mut out = BytesMut::new();
-            closing.iter().for_each(|c| chunk_frame(c, &mut out));
-            out.extend_from_slice(b"data: [DONE]\n\n");
-            let _ = tx.send(out.freeze()).await;
         }
     });
     let mut resp = stream_response(&SSE, stream);

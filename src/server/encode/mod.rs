@@ -28,8 +28,11 @@ pub trait Encoder: Send + Sync + 'static {
     /// The media type of a response (or message) in this format.
     fn content_type(&self) -> &'static str;
 
-    /// The entry frame cache slot this format owns.
-    fn slot(&self) -> FrameSlot;
+    /// The entry frame cache slot this format owns; `None` for a format
+    /// whose frame costs no more to write than to copy (SSE: a line prefix
+    /// and the event's text), which is written afresh for each reader
+    /// rather than kept in every journal entry.
+    fn slot(&self) -> Option<FrameSlot>;
 
     /// Appends one event (its AG-UI JSON text) of thread `thread_id` to
     /// `out`. `seq` is the journal position, `None` for an event the journal
@@ -43,14 +46,33 @@ pub trait Encoder: Send + Sync + 'static {
     fn keepalive(&self) -> Option<Bytes>;
 
     /// A journal entry's frame: built by [`Encoder::event`] the first time
-    /// any reader in this format needs it, then shared ([`Entry::frame`]).
+    /// any reader in this format needs it, then shared ([`Entry::frame`]),
+    /// or built each time for a format without a slot.
     fn entry(&self, e: &Entry) -> Bytes {
-        e.frame(self.slot(), |e| {
+        let build = |e: &Entry| {
             let mut out = BytesMut::with_capacity(e.event.json().len() + 48);
-            let seq = Some(e.seq).filter(|s| *s > 0);
-            self.event(&e.thread_id, e.event.json(), seq, &mut out);
+            self.write_fresh(e, &mut out);
             out.freeze()
-        })
+        };
+        match self.slot() {
+            Some(slot) => e.frame(slot, build),
+            None => build(e),
+        }
+    }
+
+    /// Appends a journal entry's frame to `out` (a response body's chunk):
+    /// the cached frame, or, for a format without a slot, written in place.
+    fn write_entry(&self, e: &Entry, out: &mut BytesMut) {
+        match self.slot() {
+            Some(_) => out.extend_from_slice(&self.entry(e)),
+            None => self.write_fresh(e, out),
+        }
+    }
+
+    /// [`Encoder::event`] for a journal entry.
+    fn write_fresh(&self, e: &Entry, out: &mut BytesMut) {
+        let seq = Some(e.seq).filter(|s| *s > 0);
+        self.event(&e.thread_id, e.event.json(), seq, out);
     }
 }
 

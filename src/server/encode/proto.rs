@@ -74,8 +74,8 @@ impl Encoder for Proto {
         MEDIA_TYPE
     }
 
-    fn slot(&self) -> FrameSlot {
-        FrameSlot::PROTO
+    fn slot(&self) -> Option<FrameSlot> {
+        Some(FrameSlot::PROTO)
     }
 
     fn event(&self, _thread_id: &str, json: &[u8], _seq: Option<u64>, out: &mut BytesMut) {

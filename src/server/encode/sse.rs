@@ -18,8 +18,8 @@ impl Encoder for Sse {
         "text/event-stream"
     }
 
-    fn slot(&self) -> FrameSlot {
-        FrameSlot::SSE
+    fn slot(&self) -> Option<FrameSlot> {
+        None
     }
 
     fn event(&self, _thread_id: &str, json: &[u8], seq: Option<u64>, out: &mut BytesMut) {

@@ -19,8 +19,8 @@ impl Encoder for Ws {
         "application/json"
     }
 
-    fn slot(&self) -> FrameSlot {
-        FrameSlot::WEBSOCKET
+    fn slot(&self) -> Option<FrameSlot> {
+        Some(FrameSlot::WEBSOCKET)
     }
 
     fn event(&self, thread_id: &str, json: &[u8], seq: Option<u64>, out: &mut BytesMut) {

@@ -14,7 +14,10 @@
 //! 3. the cap: under a small cap derived from the input, decoding gives the
 //!    uncapped frames, or fails with `FrameTooLarge` having emitted a prefix of
 //!    them; no frame ever holds more characters than the cap allows, and a
-//!    failed decoder stays failed.
+//!    failed decoder stays failed;
+//! 4. zero copy changes nothing: the same cuts fed as `Bytes`
+//!    (`feed_bytes`, where a data line is sliced from its chunk) give the
+//!    same frames and errors as fed as slices (`feed`, which copies).
 
 #![no_main]
 
@@ -51,6 +54,9 @@ fuzz_target!(|data: &[u8]| {
     }
 
     for (cap, one) in [(DEFAULT_MAX_FRAME_BYTES, &whole), (cap, &capped)] {
+        assert_eq!(&decode_shared(cap, [data]), one, "one shared chunk, cap {cap}");
+        let shared = decode_shared(cap, random_cuts(data, seed ^ 3));
+        assert_eq!(&shared, one, "random shared cuts, cap {cap}");
         let bytes = decode(cap, data.chunks(1).flat_map(|b| [b, &b""[..]]));
         assert_eq!(&bytes, one, "byte by byte, cap {cap}");
         let at_cr = decode(cap, data.split_inclusive(|&b| b == b'\r'));
@@ -65,11 +71,29 @@ fuzz_target!(|data: &[u8]| {
 /// Feeds `chunks` in order, then finishes; stops at the first error, after
 /// checking that the decoder stays failed and emits nothing more.
 fn decode<'a>(cap: usize, chunks: impl IntoIterator<Item = &'a [u8]>) -> Outcome {
+    decode_with(cap, chunks, false)
+}
+
+/// [`decode`] with each chunk fed as `Bytes` (`feed_bytes`).
+fn decode_shared<'a>(cap: usize, chunks: impl IntoIterator<Item = &'a [u8]>) -> Outcome {
+    decode_with(cap, chunks, true)
+}
+
+fn decode_with<'a>(
+    cap: usize,
+    chunks: impl IntoIterator<Item = &'a [u8]>,
+    shared: bool,
+) -> Outcome {
     let mut d = SseDecoder::new(cap);
     let mut out = Vec::new();
     let mut error = None;
     for chunk in chunks {
-        if let Err(e) = d.feed(chunk, &mut out) {
+        let fed = if shared {
+            d.feed_bytes(&bytes::Bytes::copy_from_slice(chunk), &mut out)
+        } else {
+            d.feed(chunk, &mut out)
+        };
+        if let Err(e) = fed {
             error = Some(e);
             break;
         }
@@ -122,7 +146,7 @@ fn reference(input: &[u8]) -> Vec<SseFrame> {
     let mut dispatch = |frame: &mut SseFrame, data: &mut Option<String>| {
         let f = std::mem::take(frame);
         if let Some(d) = data.take() {
-            frames.push(SseFrame { data: d, ..f });
+            frames.push(SseFrame { data: d.into(), ..f });
         }
     };
     for line in lines {
