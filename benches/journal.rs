@@ -100,9 +100,14 @@ fn run(layout: Layout, total: u64, batch: u64, size: usize) -> (Duration, u64) {
                     }
                 }
                 Layout::MultiRow => {
-                    let mut sql = "INSERT INTO events (tenant, thread, seq, json) VALUES ".to_owned();
+                    let mut sql =
+                        "INSERT INTO events (tenant, thread, seq, json) VALUES ".to_owned();
                     for i in 0..n {
-                        sql.push_str(if i == 0 { "(?, ?, ?, ?)" } else { ", (?, ?, ?, ?)" });
+                        sql.push_str(if i == 0 {
+                            "(?, ?, ?, ?)"
+                        } else {
+                            ", (?, ?, ?, ?)"
+                        });
                     }
                     let mut insert = tx.prepare_cached(&sql).unwrap();
                     let seqs: Vec<i64> = (seq..seq + n).map(|s| s as i64).collect();
@@ -126,7 +131,14 @@ fn run(layout: Layout, total: u64, batch: u64, size: usize) -> (Duration, u64) {
                          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                     )
                     .unwrap()
-                    .execute(params!["t", "x", seq as i64, (seq + n - 1) as i64, ends, frames])
+                    .execute(params![
+                        "t",
+                        "x",
+                        seq as i64,
+                        (seq + n - 1) as i64,
+                        ends,
+                        frames
+                    ])
                     .unwrap();
                 }
             }
@@ -160,17 +172,27 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(200_000);
     println!("{total} events per case; writer CPU per event (file size)");
-    println!("{:>6} {:>6} | {:>20} {:>20} {:>20}", "batch", "bytes", "per-event", "multi-row", "batch-row");
+    println!(
+        "{:>6} {:>6} | {:>20} {:>20} {:>20}",
+        "batch", "bytes", "per-event", "multi-row", "batch-row"
+    );
     for size in [100, 1024] {
         for batch in [1, 10, 150] {
             let cells: Vec<String> = [Layout::PerEvent, Layout::MultiRow, Layout::BatchRow]
                 .into_iter()
                 .map(|layout| {
                     let (cpu, bytes) = run(layout, total, batch, size);
-                    format!("{:.2} µs ({} MB)", cpu.as_nanos() as f64 / 1000.0, bytes >> 20)
+                    format!(
+                        "{:.2} µs ({} MB)",
+                        cpu.as_nanos() as f64 / 1000.0,
+                        bytes >> 20
+                    )
                 })
                 .collect();
-            println!("{batch:>6} {size:>6} | {:>20} {:>20} {:>20}", cells[0], cells[1], cells[2]);
+            println!(
+                "{batch:>6} {size:>6} | {:>20} {:>20} {:>20}",
+                cells[0], cells[1], cells[2]
+            );
         }
     }
 }

@@ -197,7 +197,11 @@ async fn compaction_cutting_a_batch_keeps_its_later_events(backend: Backend) {
         }
         let last = after_base.last().unwrap().0;
         for after in 16..=last {
-            let want: Vec<_> = after_base.iter().filter(|(s, _)| *s > after).cloned().collect();
+            let want: Vec<_> = after_base
+                .iter()
+                .filter(|(s, _)| *s > after)
+                .cloned()
+                .collect();
             assert_eq!(store.load_after(&k, after).unwrap().unwrap().events, want);
         }
     };
@@ -312,7 +316,12 @@ async fn a_restart_finds_running_threads_and_they_continue(backend: Backend) {
     append(&store, meta_only).await.unwrap();
     let store = backend.restart(store).await;
     assert_eq!(store.running().unwrap(), vec![running.clone()]);
-    let listed: Vec<_> = store.list("t").unwrap().into_iter().map(|(k, _)| k).collect();
+    let listed: Vec<_> = store
+        .list("t")
+        .unwrap()
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
     assert_eq!(listed, [done.clone(), running.clone()], "newest first");
     assert_eq!(store.load(&done).unwrap().unwrap().meta.updated_ms, 99);
     // Recovery closes the run where the journal ends.
@@ -326,7 +335,8 @@ async fn a_restart_finds_running_threads_and_they_continue(backend: Backend) {
 /// A copy of the fixture file in a temporary directory (opening a journal
 /// writes to it).
 fn fixture_copy(dir: &tempfile::TempDir) -> PathBuf {
-    let from = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/journal-v1/journal.db");
+    let from =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/journal-v1/journal.db");
     let to = dir.path().join("journal.db");
     std::fs::copy(&from, &to).unwrap_or_else(|e| panic!("{}: {e}", from.display()));
     to
@@ -350,7 +360,11 @@ fn fixture_event(thread: &str, seq: u64, last: u64) -> Bytes {
     Bytes::from(json)
 }
 
-fn fixture_events(thread: &str, seqs: std::ops::RangeInclusive<u64>, last: u64) -> Vec<(u64, Bytes)> {
+fn fixture_events(
+    thread: &str,
+    seqs: std::ops::RangeInclusive<u64>,
+    last: u64,
+) -> Vec<(u64, Bytes)> {
     seqs.map(|s| (s, fixture_event(thread, s, last))).collect()
 }
 
@@ -358,7 +372,8 @@ fn fixture_events(thread: &str, seqs: std::ops::RangeInclusive<u64>, last: u64) 
 async fn a_journal_file_from_before_batch_rows_replays_and_continues_gapless() {
     let dir = tempfile::tempdir().unwrap();
     let path = fixture_copy(&dir);
-    let open = || -> Arc<dyn JournalStore> { Arc::new(SqliteStore::open(&path, "normal", 1024).unwrap()) };
+    let open =
+        || -> Arc<dyn JournalStore> { Arc::new(SqliteStore::open(&path, "normal", 1024).unwrap()) };
     let finished = ThreadKey::new("acme", "finished");
     let running = ThreadKey::new("acme", "running");
     let compacted = ThreadKey::new("other", "compacted");
@@ -367,12 +382,19 @@ async fn a_journal_file_from_before_batch_rows_replays_and_continues_gapless() {
     assert_reads_from_any_seq(&store, &finished, &fixture_events("finished", 1..=9, 9));
     let t = store.load(&finished).unwrap().unwrap();
     assert_eq!(
-        (t.meta.creator.as_str(), t.meta.agent.as_deref(), t.meta.status.as_str()),
+        (
+            t.meta.creator.as_str(),
+            t.meta.agent.as_deref(),
+            t.meta.status.as_str()
+        ),
         ("alice", Some("echo"), "finished")
     );
     assert_reads_from_any_seq(&store, &running, &fixture_events("running", 1..=8, 0));
     let t = store.load(&compacted).unwrap().unwrap();
-    assert_eq!(t.base, Some((15, Bytes::from_static(br#"{"fold":"at 15"}"#))));
+    assert_eq!(
+        t.base,
+        Some((15, Bytes::from_static(br#"{"fold":"at 15"}"#)))
+    );
     assert_eq!(t.events, fixture_events("compacted", 16..=31, 31));
     assert_eq!(
         store.load_after(&compacted, 20).unwrap().unwrap().events,
@@ -418,7 +440,10 @@ async fn a_journal_file_from_before_batch_rows_replays_and_continues_gapless() {
     };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while rows_below_base() > 0 {
-        assert!(std::time::Instant::now() < deadline, "rows below the base collected");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "rows below the base collected"
+        );
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     // And a second start reads the migrated file as it is.

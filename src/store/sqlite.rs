@@ -5,7 +5,10 @@
 //! `max_batch_events`) and writes them in one transaction, so throughput is
 //! not one commit per event and there is no artificial delay when the load is
 //! light. Appends are acknowledged after the commit; the thread layer shows
-//! events to viewers only then.
+//! events to viewers only then. Each thread's events of one group commit are
+//! one row ([`batch_row`]), so the table's B-tree work is paid per batch, not
+//! per event; a read from a seq inside a row skips the row's earlier events,
+//! and compaction trims the row its base falls in.
 //!
 //! Loss window: with `synchronous = "normal"` (the default) a commit survives
 //! the process being killed (`kill -9`) but the last few transactions may be
@@ -651,7 +654,14 @@ fn write_group(
             for row in &g.rows {
                 let (first, last, ends, frames) = row.columns();
                 insert
-                    .execute(params![g.key.tenant, g.key.thread_id, first, last, ends, frames])
+                    .execute(params![
+                        g.key.tenant,
+                        g.key.thread_id,
+                        first,
+                        last,
+                        ends,
+                        frames
+                    ])
                     .map_err(err)?;
             }
             if let Some(b) = g.meta {

@@ -160,7 +160,10 @@ mod tests {
     fn a_row_of_one_event_is_its_json() {
         let row = RowBuilder::new(&events(3, &["{\"x\":1}"]));
         let (first, last, ends, frames) = row.columns();
-        assert_eq!((first, last, ends, frames), (3, 3, &[][..], &b"{\"x\":1}"[..]));
+        assert_eq!(
+            (first, last, ends, frames),
+            (3, 3, &[][..], &b"{\"x\":1}"[..])
+        );
     }
 
     #[test]
