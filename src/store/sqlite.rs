@@ -590,7 +590,7 @@ fn write_group(
             .prepare_cached("SELECT last_seq FROM threads WHERE tenant = ?1 AND thread = ?2")
             .map_err(err)?;
         // Per thread of the group: its last seq as this group leaves it, its
-        // metadata (written once, from its last accepted batch) and the rows
+        // metadata (written once, from its last accepted batch) and the row
         // its accepted events go into.
         let mut threads: Vec<GroupThread<'_>> = Vec::new();
         for (b, _) in group {
@@ -606,7 +606,7 @@ fn write_group(
                         key: &b.key,
                         last: seq.unwrap_or(0) as u64,
                         meta: None,
-                        rows: Vec::new(),
+                        row: RowBuilder::default(),
                     });
                     threads.len() - 1
                 }
@@ -624,10 +624,12 @@ fn write_group(
                 continue;
             }
             for (seq, json) in &b.events {
-                if !g.rows.last().is_some_and(RowBuilder::has_room) {
-                    g.rows.push(RowBuilder::default());
+                if !g.row.has_room() {
+                    // Full: stored now, so a group holds at most one row's
+                    // copy of each thread's events, whatever its size.
+                    insert_row(&mut insert, (t, th), &std::mem::take(&mut g.row))?;
                 }
-                g.rows.last_mut().expect("a row").push(*seq, json);
+                g.row.push(*seq, json);
             }
             if let Some((seq, _)) = b.events.last() {
                 g.last = *seq;
@@ -651,18 +653,9 @@ fn write_group(
             results.push(Ok(b.events.first().map_or(0, |(seq, _)| *seq)));
         }
         for g in threads {
-            for row in &g.rows {
-                let (first, last, ends, frames) = row.columns();
-                insert
-                    .execute(params![
-                        g.key.tenant,
-                        g.key.thread_id,
-                        first,
-                        last,
-                        ends,
-                        frames
-                    ])
-                    .map_err(err)?;
+            if !g.row.is_empty() {
+                let key = (g.key.tenant.as_str(), g.key.thread_id.as_str());
+                insert_row(&mut insert, key, &g.row)?;
             }
             if let Some(b) = g.meta {
                 upsert_meta(&mut upsert, b)?;
@@ -678,7 +671,22 @@ struct GroupThread<'a> {
     key: &'a ThreadKey,
     last: u64,
     meta: Option<&'a AppendBatch>,
-    rows: Vec<RowBuilder>,
+    /// The row its accepted events go into (stored when full, and at the
+    /// end of the group).
+    row: RowBuilder,
+}
+
+/// Stores `row` of thread `tenant`/`thread` with [`INSERT_ROW`].
+fn insert_row(
+    insert: &mut rusqlite::Statement<'_>,
+    (tenant, thread): (&str, &str),
+    row: &RowBuilder,
+) -> Result<(), StoreError> {
+    let (first, last, ends, frames) = row.columns();
+    insert
+        .execute(params![tenant, thread, first, last, ends, frames])
+        .map(|_| ())
+        .map_err(err)
 }
 
 fn upsert_meta(
@@ -976,6 +984,24 @@ mod tests {
             s.load(&k).unwrap().unwrap().events,
             batch(&k, 1, 13, "running").events
         );
+    }
+
+    #[tokio::test]
+    async fn a_row_takes_no_more_events_past_its_size_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.db");
+        let s = SqliteStore::open(&path, "normal", 1024).unwrap();
+        let k = ThreadKey::new("t", "big");
+        let mut b = batch(&k, 1, 4, "finished");
+        let big = Bytes::from(vec![b'x'; batch_row::MAX_ROW_BYTES * 6 / 10]);
+        b.events[0].1 = big.clone();
+        b.events[1].1 = big.clone();
+        b.events[2].1 = big;
+        s.append(b.clone()).await.unwrap().unwrap();
+        // The second event takes the row past its bound: the third starts
+        // another one.
+        assert_eq!(stored_rows(&path), [(1, 2), (3, 4)]);
+        assert_eq!(s.load(&k).unwrap().unwrap().events, b.events);
     }
 
     #[tokio::test]

@@ -44,6 +44,11 @@ impl RowBuilder {
         row
     }
 
+    /// True before the first event is pushed.
+    pub(super) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// True when the event after the row's last can be added to it.
     pub(super) fn has_room(&self) -> bool {
         self.frames.len() < MAX_ROW_BYTES

@@ -16,7 +16,7 @@
 //! checkpoint on, so the log does not grow with the file.
 
 use super::batch_row::RowBuilder;
-use super::err;
+use super::{err, insert_row};
 use crate::store::StoreError;
 use rusqlite::{Connection, params};
 
@@ -66,7 +66,7 @@ pub(super) fn migrate_event_rows(conn: &mut Connection) -> Result<u64, StoreErro
                     .or_else(|_| json.as_str().map(str::as_bytes))
                     .map_err(err)?;
                 if next.is_some_and(|n| n != seq) || !row.has_room() {
-                    insert_row(&mut insert, tenant, thread, &row)?;
+                    insert_row(&mut insert, (tenant, thread), &row)?;
                     row = RowBuilder::default();
                 }
                 row.push(seq, json);
@@ -74,7 +74,7 @@ pub(super) fn migrate_event_rows(conn: &mut Connection) -> Result<u64, StoreErro
                 moved += 1;
             }
             if next.is_some() {
-                insert_row(&mut insert, tenant, thread, &row)?;
+                insert_row(&mut insert, (tenant, thread), &row)?;
             }
         }
         tx.execute(
@@ -92,17 +92,4 @@ pub(super) fn migrate_event_rows(conn: &mut Connection) -> Result<u64, StoreErro
         "journal file migrated to one row per batch"
     );
     Ok(moved)
-}
-
-fn insert_row(
-    insert: &mut rusqlite::Statement<'_>,
-    tenant: &str,
-    thread: &str,
-    row: &RowBuilder,
-) -> Result<(), StoreError> {
-    let (first, last, ends, frames) = row.columns();
-    insert
-        .execute(params![tenant, thread, first, last, ends, frames])
-        .map(|_| ())
-        .map_err(err)
 }
