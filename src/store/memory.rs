@@ -26,13 +26,15 @@ impl JournalStore for MemoryStore {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let stored_last = threads.get(&batch.key).map_or(0, |t| t.meta.last_seq);
-        if let Some((first, _)) = batch.events.first()
-            && *first != stored_last + 1
+        // Each event must follow the one before, as the SQLite store checks.
+        if let Some((expected, got)) = batch
+            .events
+            .iter()
+            .enumerate()
+            .map(|(n, (seq, _))| (stored_last + 1 + n as u64, *seq))
+            .find(|(expected, got)| expected != got)
         {
-            let _ = tx.send(Err(StoreError::SeqConflict {
-                expected: stored_last + 1,
-                got: *first,
-            }));
+            let _ = tx.send(Err(StoreError::SeqConflict { expected, got }));
             return rx;
         }
         let first = batch.events.first().map_or(0, |(seq, _)| *seq);

@@ -5,7 +5,10 @@
 //! `max_batch_events`) and writes them in one transaction, so throughput is
 //! not one commit per event and there is no artificial delay when the load is
 //! light. Appends are acknowledged after the commit; the thread layer shows
-//! events to viewers only then.
+//! events to viewers only then. Each thread's events of one group commit are
+//! one row ([`batch_row`]), so the table's B-tree work is paid per batch, not
+//! per event; a read from a seq inside a row skips the row's earlier events,
+//! and compaction trims the row its base falls in.
 //!
 //! Loss window: with `synchronous = "normal"` (the default) a commit survives
 //! the process being killed (`kill -9`) but the last few transactions may be
@@ -26,10 +29,14 @@
 //! or the writer's own probe, retried with backoff while it is idle.
 
 use super::*;
+use batch_row::RowBuilder;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::Path;
 use std::sync::Mutex;
 use std::sync::mpsc;
+
+mod batch_row;
+mod migration;
 
 type Ack = oneshot::Sender<Result<u64, StoreError>>;
 
@@ -80,17 +87,32 @@ CREATE TABLE IF NOT EXISTS bases (
     snapshot BLOB NOT NULL,
     PRIMARY KEY (tenant, thread)
 );
-CREATE TABLE IF NOT EXISTS events (
+-- The events: one row per batch (a group commit's events of one thread), in
+-- a rowid table so the blob never sits in an index B-tree (see the bases
+-- table above); the index holds only the key. Seqs are first_seq..=last_seq,
+-- the events' JSON back to back in `frames`, where each but the last ends in
+-- `ends` (little-endian u32 offsets): see sqlite/batch_row.rs. Files from
+-- before kept one row per event in a table `events`; opening one migrates it
+-- (sqlite/migration.rs).
+CREATE TABLE IF NOT EXISTS batches (
     tenant TEXT NOT NULL,
     thread TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    json BLOB NOT NULL,
-    PRIMARY KEY (tenant, thread, seq)
-) WITHOUT ROWID;
+    first_seq INTEGER NOT NULL,
+    last_seq INTEGER NOT NULL,
+    ends BLOB NOT NULL,
+    frames BLOB NOT NULL,
+    CHECK (last_seq >= first_seq AND length(ends) = 4 * (last_seq - first_seq))
+);
+CREATE UNIQUE INDEX IF NOT EXISTS batches_by_seq ON batches (tenant, thread, last_seq);
 -- One row the writer rewrites while the journal is failing, to learn when
 -- writes work again (see Writer::probe).
 CREATE TABLE IF NOT EXISTS probe (pad BLOB NOT NULL);
 ";
+
+/// Stores one row of [`batch_row`] (tenant, thread, first seq, last seq,
+/// ends, frames).
+const INSERT_ROW: &str = "INSERT INTO batches (tenant, thread, first_seq, last_seq, ends, frames)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 
 /// How long a statement waits for a lock another connection (or process)
 /// holds.
@@ -131,7 +153,7 @@ impl SqliteStore {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
         }
-        let write = open(path, synchronous)?;
+        let mut write = open(path, synchronous)?;
         write.execute_batch(SCHEMA).map_err(err)?;
         // Files from before the `bases` table: move their snapshots there.
         write
@@ -143,15 +165,18 @@ impl SqliteStore {
                  COMMIT;",
             )
             .map_err(err)?;
-        // Checkpoints run on their own connection and thread (below), never
-        // inside a commit that a run is waiting for.
-        write
-            .pragma_update(None, "wal_autocheckpoint", 0)
-            .map_err(err)?;
         // Whenever the log is reset (by any checkpoint), the file shrinks to
         // this size instead of keeping its high-water mark.
         write
             .pragma_update(None, "journal_size_limit", max_wal_bytes as i64)
+            .map_err(err)?;
+        // Files from before one row per batch (with SQLite's automatic
+        // checkpoints still on, so the log stays small while it runs).
+        migration::migrate_event_rows(&mut write)?;
+        // Checkpoints run on their own connection and thread (below), never
+        // inside a commit that a run is waiting for.
+        write
+            .pragma_update(None, "wal_autocheckpoint", 0)
             .map_err(err)?;
         let mut wal_path = path.as_os_str().to_owned();
         wal_path.push("-wal");
@@ -445,35 +470,80 @@ impl Writer {
         }
     }
 
-    /// Deletes one chunk of compacted events (the oldest first). Loads read
-    /// only events after the base, so rows waiting here are never seen.
+    /// Deletes one chunk of compacted events (the oldest rows first, about
+    /// [`DELETE_CHUNK`] events), or, last, trims the row the base falls in
+    /// (its events after the base stay). Loads read only events after the
+    /// base, so rows waiting here are never seen.
     fn collect_garbage(&mut self) {
         let Some((key, base)) = self.garbage.pop_front() else {
             return;
         };
-        let lowest: Option<i64> = self
-            .conn
-            .query_row(
-                "SELECT MIN(seq) FROM events WHERE tenant = ?1 AND thread = ?2",
-                params![key.tenant, key.thread_id],
-                |row| row.get(0),
-            )
-            .unwrap_or(None);
-        let Some(lowest) = lowest.filter(|l| *l <= base as i64) else {
-            return; // done with this thread
-        };
-        let upto = (lowest + DELETE_CHUNK - 1).min(base as i64);
-        match self.conn.execute(
-            "DELETE FROM events WHERE tenant = ?1 AND thread = ?2 AND seq <= ?3",
-            params![key.tenant, key.thread_id, upto],
-        ) {
-            Ok(_) => {
-                self.since_checkpoint += DELETE_CHUNK as usize;
+        match collect_one_step(&mut self.conn, &key, base) {
+            Ok(Some(deleted)) => {
+                self.since_checkpoint += deleted;
                 self.garbage.push_back((key, base));
             }
+            Ok(None) => {} // done with this thread
             Err(e) => tracing::warn!("journal compaction delete failed (retried at restart): {e}"),
         }
     }
+}
+
+/// One step of [`Writer::collect_garbage`] for the thread `key` compacted up
+/// to `base`: `Some(events)` deleted, with more to do, or `None` when no
+/// event at or below the base is left. One short transaction, so a
+/// compaction never holds up appends for long and another process on the
+/// file cannot trim the same row in between.
+fn collect_one_step(
+    conn: &mut Connection,
+    key: &ThreadKey,
+    base: u64,
+) -> Result<Option<usize>, StoreError> {
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(err)?;
+    let oldest: Option<(i64, i64, i64)> = tx
+        .query_row(
+            "SELECT rowid, first_seq, last_seq FROM batches
+             WHERE tenant = ?1 AND thread = ?2 ORDER BY last_seq LIMIT 1",
+            params![key.tenant, key.thread_id],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+        )
+        .optional()
+        .map_err(err)?;
+    let Some((rowid, first, last)) = oldest.filter(|(_, first, _)| *first <= base as i64) else {
+        return Ok(None);
+    };
+    let done = if last <= base as i64 {
+        // Whole rows: those ending at or below the base, about a chunk's
+        // worth of events (at least the oldest row, however big).
+        let upto = (first + DELETE_CHUNK - 1).min(base as i64).max(last);
+        tx.execute(
+            "DELETE FROM batches WHERE tenant = ?1 AND thread = ?2 AND last_seq <= ?3",
+            params![key.tenant, key.thread_id, upto],
+        )
+        .map_err(err)?;
+        Some((upto - first + 1) as usize)
+    } else {
+        // The base falls inside this row: keep its events after the base.
+        let (ends, frames): (Vec<u8>, Vec<u8>) = tx
+            .query_row(
+                "SELECT ends, frames FROM batches WHERE rowid = ?1",
+                params![rowid],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .map_err(err)?;
+        let (first, ends, frames) =
+            batch_row::trim(first as u64, last as u64, &ends, &frames, base)?;
+        tx.execute(
+            "UPDATE batches SET first_seq = ?2, ends = ?3, frames = ?4 WHERE rowid = ?1",
+            params![rowid, first as i64, ends, frames],
+        )
+        .map_err(err)?;
+        None
+    };
+    tx.commit().map_err(err)?;
+    Ok(done)
 }
 
 /// Threads whose compacted events may still be in the table.
@@ -494,8 +564,11 @@ fn compacted_threads(conn: &Connection) -> Result<Vec<(ThreadKey, u64)>, StoreEr
 
 /// Writes a group of batches in one transaction. A batch that does not
 /// continue its thread's stored journal is refused alone
-/// ([`StoreError::SeqConflict`]); the rest commit together. `Err` (nothing
-/// written) when the database itself failed.
+/// ([`StoreError::SeqConflict`]); the rest commit together, each thread's
+/// accepted events as one row (more when they pass
+/// [`batch_row::MAX_ROW_BYTES`]): the B-tree insert and index entry are paid
+/// per thread and group commit, not per event. `Err` (nothing written) when
+/// the database itself failed.
 fn write_group(
     conn: &mut Connection,
     group: &[(AppendBatch, Ack)],
@@ -503,11 +576,7 @@ fn write_group(
     let tx = conn.transaction().map_err(err)?;
     let mut results = Vec::with_capacity(group.len());
     {
-        let mut insert = tx
-            .prepare_cached(
-                "INSERT INTO events (tenant, thread, seq, json) VALUES (?1, ?2, ?3, ?4)",
-            )
-            .map_err(err)?;
+        let mut insert = tx.prepare_cached(INSERT_ROW).map_err(err)?;
         let mut upsert = tx
             .prepare_cached(
                 "INSERT INTO threads (tenant, thread, creator, agent, status, created_ms, updated_ms, last_seq)
@@ -520,40 +589,52 @@ fn write_group(
         let mut stored_last = tx
             .prepare_cached("SELECT last_seq FROM threads WHERE tenant = ?1 AND thread = ?2")
             .map_err(err)?;
-        // Each thread's last seq as this group leaves it, and its metadata
-        // (written once, from its last accepted batch).
-        let mut last: Vec<(&ThreadKey, u64, Option<&AppendBatch>)> = Vec::new();
+        // Per thread of the group: its last seq as this group leaves it, its
+        // metadata (written once, from its last accepted batch) and the row
+        // its accepted events go into.
+        let mut threads: Vec<GroupThread<'_>> = Vec::new();
         for (b, _) in group {
             let (t, th) = (&b.key.tenant, &b.key.thread_id);
-            let i = match last.iter().position(|(k, ..)| **k == b.key) {
+            let i = match threads.iter().position(|g| *g.key == b.key) {
                 Some(i) => i,
                 None => {
                     let seq: Option<i64> = stored_last
                         .query_row(params![t, th], |row| row.get(0))
                         .optional()
                         .map_err(err)?;
-                    last.push((&b.key, seq.unwrap_or(0) as u64, None));
-                    last.len() - 1
+                    threads.push(GroupThread {
+                        key: &b.key,
+                        last: seq.unwrap_or(0) as u64,
+                        meta: None,
+                        row: RowBuilder::default(),
+                    });
+                    threads.len() - 1
                 }
             };
-            if let Some((first, _)) = b.events.first()
-                && *first != last[i].1 + 1
+            let g = &mut threads[i];
+            // Seqs are not stored per event: each must follow the one before.
+            if let Some((expected, got)) = b
+                .events
+                .iter()
+                .enumerate()
+                .map(|(n, (seq, _))| (g.last + 1 + n as u64, *seq))
+                .find(|(expected, got)| expected != got)
             {
-                results.push(Err(StoreError::SeqConflict {
-                    expected: last[i].1 + 1,
-                    got: *first,
-                }));
+                results.push(Err(StoreError::SeqConflict { expected, got }));
                 continue;
             }
             for (seq, json) in &b.events {
-                insert
-                    .execute(params![t, th, *seq as i64, &json[..]])
-                    .map_err(err)?;
+                if !g.row.has_room() {
+                    // Full: stored now, so a group holds at most one row's
+                    // copy of each thread's events, whatever its size.
+                    insert_row(&mut insert, (t, th), &std::mem::take(&mut g.row))?;
+                }
+                g.row.push(*seq, json);
             }
             if let Some((seq, _)) = b.events.last() {
-                last[i].1 = *seq;
+                g.last = *seq;
             }
-            last[i].2 = Some(b);
+            g.meta = Some(b);
             if let Some((base_seq, snapshot)) = &b.compact {
                 // The base moves now; the old rows are deleted later, off
                 // the commit path (loads never read below the base).
@@ -571,14 +652,41 @@ fn write_group(
             }
             results.push(Ok(b.events.first().map_or(0, |(seq, _)| *seq)));
         }
-        for (_, _, b) in last {
-            if let Some(b) = b {
+        for g in threads {
+            if !g.row.is_empty() {
+                let key = (g.key.tenant.as_str(), g.key.thread_id.as_str());
+                insert_row(&mut insert, key, &g.row)?;
+            }
+            if let Some(b) = g.meta {
                 upsert_meta(&mut upsert, b)?;
             }
         }
     }
     tx.commit().map_err(err)?;
     Ok(results)
+}
+
+/// One thread's share of a group commit (see [`write_group`]).
+struct GroupThread<'a> {
+    key: &'a ThreadKey,
+    last: u64,
+    meta: Option<&'a AppendBatch>,
+    /// The row its accepted events go into (stored when full, and at the
+    /// end of the group).
+    row: RowBuilder,
+}
+
+/// Stores `row` of thread `tenant`/`thread` with [`INSERT_ROW`].
+fn insert_row(
+    insert: &mut rusqlite::Statement<'_>,
+    (tenant, thread): (&str, &str),
+    row: &RowBuilder,
+) -> Result<(), StoreError> {
+    let (first, last, ends, frames) = row.columns();
+    insert
+        .execute(params![tenant, thread, first, last, ends, frames])
+        .map(|_| ())
+        .map_err(err)
 }
 
 fn upsert_meta(
@@ -598,6 +706,11 @@ fn upsert_meta(
     ])
     .map(|_| ())
     .map_err(err)
+}
+
+/// Column `at` of `row`, a blob, borrowed from SQLite's buffer.
+fn blob<'r>(row: &'r rusqlite::Row<'_>, at: usize) -> Result<&'r [u8], StoreError> {
+    row.get_ref(at).map_err(err)?.as_blob().map_err(err)
 }
 
 fn meta_from_row(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<ThreadMeta> {
@@ -656,6 +769,12 @@ impl JournalStore for SqliteStore {
     }
 
     fn load(&self, key: &ThreadKey) -> Result<Option<StoredThread>, StoreError> {
+        self.load_after(key, 0)
+    }
+
+    /// Reads only the rows that hold events after `after` (the first of
+    /// them may start before it: its earlier events are skipped).
+    fn load_after(&self, key: &ThreadKey, after: u64) -> Result<Option<StoredThread>, StoreError> {
         let conn = self
             .reader
             .lock()
@@ -678,22 +797,23 @@ impl JournalStore for SqliteStore {
         let Some((meta, base)) = head else {
             return Ok(None);
         };
-        let after = base.as_ref().map(|(s, _)| *s).unwrap_or(0) as i64;
+        let after = base.as_ref().map_or(0, |(s, _)| *s).max(after);
         let mut stmt = conn
             .prepare_cached(
-                "SELECT seq, json FROM events WHERE tenant = ?1 AND thread = ?2 AND seq > ?3 ORDER BY seq",
+                "SELECT first_seq, last_seq, ends, frames FROM batches
+                 WHERE tenant = ?1 AND thread = ?2 AND last_seq > ?3 ORDER BY last_seq",
             )
             .map_err(err)?;
-        let events = stmt
-            .query_map(params![key.tenant, key.thread_id, after], |row| {
-                Ok((
-                    row.get::<_, i64>(0)? as u64,
-                    Bytes::from(row.get::<_, Vec<u8>>(1)?),
-                ))
-            })
-            .map_err(err)?
-            .collect::<Result<Vec<_>, _>>()
+        let mut rows = stmt
+            .query(params![key.tenant, key.thread_id, after as i64])
             .map_err(err)?;
+        let mut events = Vec::new();
+        while let Some(row) = rows.next().map_err(err)? {
+            let first = row.get::<_, i64>(0).map_err(err)? as u64;
+            let last = row.get::<_, i64>(1).map_err(err)? as u64;
+            let (ends, frames) = (blob(row, 2)?, blob(row, 3)?);
+            batch_row::decode(first, last, ends, frames, after, &mut events)?;
+        }
         Ok(Some(StoredThread { meta, base, events }))
     }
 
@@ -810,9 +930,11 @@ mod tests {
         let rows_below_base = || {
             Connection::open(&path)
                 .unwrap()
-                .query_row("SELECT COUNT(*) FROM events WHERE seq <= 40", [], |r| {
-                    r.get::<_, i64>(0)
-                })
+                .query_row(
+                    "SELECT COUNT(*) FROM batches WHERE first_seq <= 40",
+                    [],
+                    |r| r.get::<_, i64>(0),
+                )
                 .unwrap()
         };
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -820,6 +942,99 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "old rows deleted");
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
+    }
+
+    /// The `batches` rows of `path`: (first seq, last seq) in order.
+    fn stored_rows(path: &Path) -> Vec<(i64, i64)> {
+        let conn = Connection::open(path).unwrap();
+        let mut stmt = conn
+            .prepare("SELECT first_seq, last_seq FROM batches ORDER BY last_seq")
+            .unwrap();
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_group_commit_stores_a_threads_batches_as_one_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.db");
+        let s = SqliteStore::open(&path, "normal", 1024).unwrap();
+        let k = ThreadKey::new("t", "x");
+        s.append(batch(&k, 1, 3, "running")).await.unwrap().unwrap();
+        // Queued together: one group commit, one row.
+        let acks: Vec<_> = (0..5)
+            .map(|i| s.append(batch(&k, 4 + i * 2, 2, "running")))
+            .collect();
+        let firsts: Vec<u64> = futures::future::join_all(acks)
+            .await
+            .into_iter()
+            .map(|a| a.unwrap().unwrap())
+            .collect();
+        assert_eq!(firsts, [4, 6, 8, 10, 12], "each batch acknowledged alone");
+        let rows = stored_rows(&path);
+        assert_eq!(rows.first(), Some(&(1, 3)));
+        assert_eq!(rows.last().map(|r| r.1), Some(13));
+        assert!(
+            rows.len() <= 6,
+            "a row per group commit, not per event or batch: {rows:?}"
+        );
+        assert_eq!(
+            s.load(&k).unwrap().unwrap().events,
+            batch(&k, 1, 13, "running").events
+        );
+    }
+
+    #[tokio::test]
+    async fn a_row_takes_no_more_events_past_its_size_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.db");
+        let s = SqliteStore::open(&path, "normal", 1024).unwrap();
+        let k = ThreadKey::new("t", "big");
+        let mut b = batch(&k, 1, 4, "finished");
+        let big = Bytes::from(vec![b'x'; batch_row::MAX_ROW_BYTES * 6 / 10]);
+        b.events[0].1 = big.clone();
+        b.events[1].1 = big.clone();
+        b.events[2].1 = big;
+        s.append(b.clone()).await.unwrap().unwrap();
+        // The second event takes the row past its bound: the third starts
+        // another one.
+        assert_eq!(stored_rows(&path), [(1, 2), (3, 4)]);
+        assert_eq!(s.load(&k).unwrap().unwrap().events, b.events);
+    }
+
+    #[tokio::test]
+    async fn compaction_inside_a_row_trims_it_and_keeps_its_later_events() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.db");
+        let k = ThreadKey::new("t", "x");
+        let s = SqliteStore::open(&path, "normal", 1024).unwrap();
+        for from in [1, 11, 21] {
+            s.append(batch(&k, from, 10, "running"))
+                .await
+                .unwrap()
+                .unwrap();
+        }
+        assert_eq!(stored_rows(&path), [(1, 10), (11, 20), (21, 30)]);
+        // The base falls in the middle of the second row.
+        let mut b = batch(&k, 31, 1, "finished");
+        b.compact = Some((15, Bytes::from_static(b"{\"seq\":15}")));
+        s.append(b).await.unwrap().unwrap();
+        // Collected off the commit path, when the writer is idle.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while stored_rows(&path).first() != Some(&(16, 20)) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "rows below the base deleted, the cut one trimmed: {:?}",
+                stored_rows(&path)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(stored_rows(&path), [(16, 20), (21, 30), (31, 31)]);
+        let want = batch(&k, 16, 16, "finished").events;
+        assert_eq!(s.load(&k).unwrap().unwrap().events, want);
+        assert_eq!(s.load_after(&k, 17).unwrap().unwrap().events, want[2..]);
     }
 
     #[tokio::test]
@@ -919,11 +1134,16 @@ mod tests {
         let k = ThreadKey::new("t", "x");
         s.append(batch(&k, 1, 2, "running")).await.unwrap().unwrap();
         assert!(s.healthy());
-        // Starts right but repeats a seq inside: the database refuses it.
-        let mut bad = batch(&k, 3, 2, "finished");
-        bad.events[1].0 = 3;
+        // The database refuses what this batch writes (as a full disk or a
+        // failing device would; here a trigger, for this thread only).
+        let conn = Connection::open(dir.path().join("j.db")).unwrap();
+        conn.execute_batch(
+            "CREATE TRIGGER refuse BEFORE INSERT ON batches WHEN NEW.thread = 'x'
+             BEGIN SELECT RAISE(ABORT, 'refused'); END;",
+        )
+        .unwrap();
         assert!(matches!(
-            s.append(bad).await.unwrap(),
+            s.append(batch(&k, 3, 2, "finished")).await.unwrap(),
             Err(StoreError::Failed(_))
         ));
         assert!(!s.healthy(), "a failed write turns readiness false");
@@ -933,8 +1153,9 @@ mod tests {
             "nothing half-written"
         );
         assert_eq!(s.running().unwrap(), vec![k.clone()]);
-        // Writes work (it was that batch): the writer's probe turns
-        // readiness true again, with nothing else written.
+        // Writes work again: the writer's probe turns readiness true, with
+        // nothing else written.
+        conn.execute_batch("DROP TRIGGER refuse").unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while !s.healthy() {
             assert!(std::time::Instant::now() < deadline, "readiness came back");
