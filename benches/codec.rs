@@ -58,19 +58,7 @@ fn sse_decode(c: &mut Criterion) {
 
 fn per_event(c: &mut Criterion) {
     let text = br#"{"type":"TEXT_MESSAGE_CONTENT","timestamp":1795344420594,"messageId":"29ae642a-38e5-4a02-af51-8282efc30e27","delta":"answer "}"#;
-    let big = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/streams/langgraph-legacy-interrupt.sse"
-    ))
-    .unwrap();
-    // The largest event in the captures: a LangGraph STATE_SNAPSHOT.
-    let snapshot = String::from_utf8(big)
-        .unwrap()
-        .split("\n\n")
-        .filter_map(|f| f.strip_prefix("data: "))
-        .max_by_key(|d| d.len())
-        .unwrap()
-        .to_owned();
+    let snapshot = largest_capture_event();
 
     let mut g = c.benchmark_group("per_event");
     for (name, json) in [
@@ -102,6 +90,96 @@ fn per_event(c: &mut Criterion) {
         });
     }
     g.finish();
+}
+
+/// What the run loop needs from each event (its type, its ids, its delta),
+/// as a derived struct borrowing from the text: the way the JSON crates
+/// compared in [`scan`] can each read it.
+#[derive(serde::Deserialize)]
+struct Head<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: std::borrow::Cow<'a, str>,
+    #[serde(rename = "messageId", borrow, default)]
+    message_id: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default)]
+    delta: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// Choosing the JSON crate for reading events (issue 22, item 1): the
+/// gateway's scan (`Event::parse`: serde_json, hand-written visitors, the
+/// text kept) against a full `serde_json::Value` (what it replaced), a
+/// derived borrowing struct with serde_json, sonic-rs and simd-json (which
+/// parses in place, so it pays a copy of the shared text first). Each reads
+/// the type, `messageId` and `delta` of the event and validates all of it.
+fn scan(c: &mut Criterion) {
+    let text = br#"{"type":"TEXT_MESSAGE_CONTENT","timestamp":1795344420594,"messageId":"29ae642a-38e5-4a02-af51-8282efc30e27","delta":"answer "}"#;
+    let snapshot = largest_capture_event();
+    let mut g = c.benchmark_group("scan");
+    for (name, json) in [
+        ("text_delta", text.to_vec()),
+        ("state_snapshot", snapshot.into_bytes()),
+    ] {
+        let json = bytes::Bytes::from(json);
+        g.throughput(Throughput::Elements(1));
+        g.bench_function(BenchmarkId::new("gateway_scan", name), |b| {
+            b.iter(|| {
+                let e = Event::parse(json.clone()).unwrap();
+                black_box((
+                    e.kind().as_str().len(),
+                    e.str_field("messageId").map(str::len),
+                    e.str_field("delta").map(str::len),
+                ))
+            })
+        });
+        g.bench_function(BenchmarkId::new("serde_json_value", name), |b| {
+            b.iter(|| {
+                let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+                black_box((
+                    v["type"].as_str().map(str::len),
+                    v.get("messageId").and_then(|m| m.as_str()).map(str::len),
+                    v.get("delta").and_then(|m| m.as_str()).map(str::len),
+                ))
+            })
+        });
+        g.bench_function(BenchmarkId::new("serde_json_struct", name), |b| {
+            b.iter(|| {
+                let h: Head = serde_json::from_slice(&json).unwrap();
+                black_box((h.kind.len(), h.message_id.map(|m| m.len()), h.delta.map(|d| d.len())))
+            })
+        });
+        g.bench_function(BenchmarkId::new("sonic_rs_struct", name), |b| {
+            b.iter(|| {
+                let h: Head = sonic_rs::from_slice(&json).unwrap();
+                black_box((h.kind.len(), h.message_id.map(|m| m.len()), h.delta.map(|d| d.len())))
+            })
+        });
+        g.bench_function(BenchmarkId::new("simd_json_struct_with_copy", name), |b| {
+            let mut buf = Vec::with_capacity(json.len());
+            b.iter(|| {
+                buf.clear();
+                buf.extend_from_slice(&json);
+                let h: Head = simd_json::serde::from_slice(&mut buf).unwrap();
+                black_box((h.kind.len(), h.message_id.map(|m| m.len()), h.delta.map(|d| d.len())))
+            })
+        });
+    }
+    g.finish();
+}
+
+/// The largest event in the captures: a LangGraph `STATE_SNAPSHOT`.
+fn largest_capture_event() -> String {
+    let big = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/streams/langgraph-legacy-interrupt.sse"
+    ))
+    .unwrap();
+    String::from_utf8(big)
+        .unwrap()
+        .split("\n\n")
+        .filter_map(|f| f.strip_prefix("data: "))
+        .max_by_key(|d| d.len())
+        .unwrap()
+        .to_owned()
 }
 
 fn pipeline(c: &mut Criterion) {
@@ -136,5 +214,5 @@ fn pipeline(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, sse_decode, per_event, pipeline);
+criterion_group!(benches, sse_decode, per_event, scan, pipeline);
 criterion_main!(benches);
