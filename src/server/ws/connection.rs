@@ -7,9 +7,10 @@ use super::writer::{reply, write_loop};
 use crate::auth::Principal;
 use crate::server::error::{ApiError, ErrorCode};
 use crate::server::state::AppState;
-use crate::thread::fanout::outbox;
+use crate::thread::fanout::{Outbox, outbox};
 use axum::extract::ws::{Message, WebSocket};
 use futures::StreamExt;
+use futures::stream::SplitStream;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,26 +34,64 @@ pub const CLOSE_WS_PROTOCOL: u16 = 1002;
 pub const CLOSE_INVALID_PAYLOAD: u16 = 1007;
 
 /// Serves one upgraded socket until either side ends it.
+///
+/// One task per connection: the reader and the writer are two futures this
+/// task polls together, not two tasks. Both wait on their own (the reader
+/// on a frame or a command in progress, the writer on the outbox or a slow
+/// socket), so neither holds the other up, and an idle connection pays for
+/// one task instead of two (docs/benchmarks.md, "Idle connections").
 pub(super) async fn serve(
     state: Arc<AppState>,
     socket: WebSocket,
     principal: Option<Principal>,
-    mut slot: Option<crate::policy::rate::ConnectionSlot>,
+    slot: Option<crate::policy::rate::ConnectionSlot>,
 ) {
     let _counted = crate::metrics::metrics().connection("ws");
-    let (sink, mut stream) = socket.split();
+    let (sink, stream) = socket.split();
     let (outbox, rx) = outbox(state.config.threads.viewer_queue_bytes);
-    let writer = tokio::spawn(write_loop(sink, rx, state.config.ws.ping_interval));
-    let cfg = state.config.ws.clone();
+    let writer = write_loop(sink, rx, state.config.ws.ping_interval);
+    let reader = read_loop(state, stream, principal, slot, outbox);
+    tokio::pin!(reader, writer);
+    tokio::select! {
+        // The reader dropped its outbox: the writer sends what is left
+        // (a close last), within a bound.
+        () = &mut reader => {
+            let _ = tokio::time::timeout(WRITER_GRACE, writer).await;
+        }
+        // The socket failed or a close went out: the reader sees the
+        // stream end (or the outbox closed) and leaves its threads.
+        () = &mut writer => reader.await,
+    }
+}
 
+/// How long the writer may still take, once the reader is done, to send what
+/// is queued (the close frame last).
+const WRITER_GRACE: Duration = Duration::from_secs(5);
+
+/// The reading half: authenticates when the upgrade carried no token, then
+/// hands each text frame to the connection's [`Client`] until the socket,
+/// the token or the gateway ends it. Every reply goes through `outbox`.
+///
+/// What runs only now and then (the first-frame authentication, a command)
+/// runs boxed: its future lives on the heap while it runs, instead of
+/// sizing this future — kept for the connection's whole life — by the
+/// largest command (a `run` is several KiB of state).
+async fn read_loop(
+    state: Arc<AppState>,
+    mut stream: SplitStream<WebSocket>,
+    principal: Option<Principal>,
+    mut slot: Option<crate::policy::rate::ConnectionSlot>,
+    outbox: Arc<Outbox>,
+) {
+    let (auth_timeout, read_timeout) = (state.config.ws.auth_timeout, state.config.ws.read_timeout);
     let principal = match principal {
         Some(p) => p,
-        None => match first_frame_auth(&state, &mut stream, cfg.auth_timeout).await {
-            Ok(p) => match crate::policy::rate::connect_shared(
+        None => match Box::pin(first_frame_auth(&state, &mut stream, auth_timeout)).await {
+            Ok(p) => match Box::pin(crate::policy::rate::connect_shared(
                 state.policy().rules(),
                 &p.0,
                 state.counters.as_ref(),
-            )
+            ))
             .await
             {
                 Ok(s) => {
@@ -64,15 +103,11 @@ pub(super) async fn serve(
                     let e = ApiError::from(l);
                     outbox.push(reply(json!({"type": "error", "code": e.code.as_str(), "message": e.message, "retryAfter": e.retry_after})));
                     outbox.close(CLOSE_POLICY, "connection limit reached");
-                    drop(outbox);
-                    let _ = writer.await;
                     return;
                 }
             },
             Err(reason) => {
                 outbox.close(CLOSE_UNAUTHENTICATED, &reason);
-                drop(outbox);
-                let _ = writer.await;
                 return;
             }
         },
@@ -93,7 +128,7 @@ pub(super) async fn serve(
                 outbox.close(CLOSE_GOING_AWAY, "gateway shutting down");
                 break;
             }
-            n = tokio::time::timeout(cfg.read_timeout, stream.next()) => n,
+            n = tokio::time::timeout(read_timeout, stream.next()) => n,
         };
         match next {
             Err(_) => {
@@ -108,7 +143,7 @@ pub(super) async fn serve(
                 break;
             }
             Ok(Some(Ok(Message::Text(text)))) => {
-                if let Some(new_exp) = client.handle(&text).await {
+                if let Some(new_exp) = Box::pin(client.handle(&text)).await {
                     expiry.as_mut().reset(deadline(new_exp));
                 }
             }
@@ -130,8 +165,6 @@ pub(super) async fn serve(
     client.leave_all();
     drop(client);
     drop(slot);
-    drop(outbox);
-    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
 }
 
 /// The close code for a read error, from the WebSocket library's message
@@ -169,7 +202,7 @@ fn deadline(exp_secs: u64) -> Instant {
 /// Waits for `{"type":"auth","token":…}` as the first frame.
 async fn first_frame_auth(
     state: &AppState,
-    stream: &mut futures::stream::SplitStream<WebSocket>,
+    stream: &mut SplitStream<WebSocket>,
     limit: Duration,
 ) -> Result<(Principal, Value), String> {
     let frame = match tokio::time::timeout(limit, stream.next()).await {

@@ -1,12 +1,13 @@
 //! `GET /v1/ws`: shared sessions over WebSocket.
 //!
-//! Each connection has two halves. The reader (`connection`) authenticates
-//! and hands each command frame to its `client`, which parses it (`frame`)
-//! into one of the shared [`commands`](super::commands) and acks in the
-//! WebSocket's own format. The writer (`writer`) drains the
-//! connection's [`Outbox`](crate::thread::fanout::Outbox), which threads push
-//! to directly, and sends pings; it is the only place that writes to the
-//! socket, so a slow socket backs up one outbox and nothing else.
+//! Each connection is one task with two halves, polled together. The
+//! reader (`connection`) authenticates and hands each command frame to its
+//! `client`, which parses it (`frame`) into one of the shared
+//! [`commands`](super::commands) and acks in the WebSocket's own format. The
+//! writer (`writer`) drains the connection's
+//! [`Outbox`](crate::thread::fanout::Outbox), which threads push to directly,
+//! and sends pings; it is the only place that writes to the socket, so a
+//! slow socket backs up one outbox and nothing else.
 
 mod client;
 mod connection;
