@@ -10,6 +10,7 @@ use crate::server::state::AppState;
 use crate::thread::fanout::{Outbox, outbox};
 use axum::extract::ws::{Message, WebSocket};
 use futures::StreamExt;
+use futures::future::{self, Either};
 use futures::stream::SplitStream;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -33,34 +34,48 @@ pub const CLOSE_WS_PROTOCOL: u16 = 1002;
 /// RFC 6455: a text frame that is not UTF-8.
 pub const CLOSE_INVALID_PAYLOAD: u16 = 1007;
 
+/// Who the upgrade request authenticated (`None`: the first frame must),
+/// and the connection-limit slot it took.
+///
+/// Boxed on its way in: it waits in the upgrade task while the handshake
+/// completes, and what a future captures keeps its room for the future's
+/// whole life — a `Principal` by value would weigh on every idle socket.
+pub(super) struct Caller {
+    pub(super) principal: Option<Principal>,
+    pub(super) slot: Option<crate::policy::rate::ConnectionSlot>,
+}
+
 /// Serves one upgraded socket until either side ends it.
 ///
 /// One task per connection: the reader and the writer are two futures this
 /// task polls together, not two tasks. Both wait on their own (the reader
 /// on a frame or a command in progress, the writer on the outbox or a slow
 /// socket), so neither holds the other up, and an idle connection pays for
-/// one task instead of two (docs/benchmarks.md, "Idle connections").
-pub(super) async fn serve(
+/// one task instead of two (docs/benchmarks.md, "Idle connections"). Each
+/// half is boxed once, at its own size: an `async fn` taking them by value
+/// would keep room for both twice (its arguments and its locals).
+pub(super) fn serve(
     state: Arc<AppState>,
     socket: WebSocket,
-    principal: Option<Principal>,
-    slot: Option<crate::policy::rate::ConnectionSlot>,
-) {
-    let _counted = crate::metrics::metrics().connection("ws");
+    caller: Box<Caller>,
+) -> impl Future<Output = ()> + Send + 'static {
+    let counted = crate::metrics::metrics().connection("ws");
     let (sink, stream) = socket.split();
     let (outbox, rx) = outbox(state.config.threads.viewer_queue_bytes);
-    let writer = write_loop(sink, rx, state.config.ws.ping_interval);
-    let reader = read_loop(state, stream, principal, slot, outbox);
-    tokio::pin!(reader, writer);
-    tokio::select! {
-        // The reader dropped its outbox: the writer sends what is left
-        // (a close last), within a bound.
-        () = &mut reader => {
-            let _ = tokio::time::timeout(WRITER_GRACE, writer).await;
+    let writer = Box::pin(write_loop(sink, rx, state.config.ws.ping_interval));
+    let reader = Box::pin(read_loop(state, stream, caller, outbox));
+    async move {
+        let _counted = counted;
+        match future::select(reader, writer).await {
+            // The reader dropped its outbox: the writer sends what is left
+            // (a close last), within a bound.
+            Either::Left(((), writer)) => {
+                let _ = tokio::time::timeout(WRITER_GRACE, writer).await;
+            }
+            // The socket failed or a close went out: the reader sees the
+            // stream end (or the outbox closed) and leaves its threads.
+            Either::Right(((), reader)) => reader.await,
         }
-        // The socket failed or a close went out: the reader sees the
-        // stream end (or the outbox closed) and leaves its threads.
-        () = &mut writer => reader.await,
     }
 }
 
@@ -79,11 +94,14 @@ const WRITER_GRACE: Duration = Duration::from_secs(5);
 async fn read_loop(
     state: Arc<AppState>,
     mut stream: SplitStream<WebSocket>,
-    principal: Option<Principal>,
-    mut slot: Option<crate::policy::rate::ConnectionSlot>,
+    caller: Box<Caller>,
     outbox: Arc<Outbox>,
 ) {
     let (auth_timeout, read_timeout) = (state.config.ws.auth_timeout, state.config.ws.read_timeout);
+    let Caller {
+        principal,
+        mut slot,
+    } = *caller;
     let principal = match principal {
         Some(p) => p,
         None => match Box::pin(first_frame_auth(&state, &mut stream, auth_timeout)).await {
@@ -239,5 +257,31 @@ mod tests {
         let d = deadline(u64::MAX);
         assert!(d > Instant::now() + Duration::from_secs(365 * 24 * 3600));
         assert!(deadline(0) <= Instant::now());
+    }
+}
+
+#[cfg(test)]
+mod sizes {
+    use super::*;
+
+    fn size4<A, B, C, D, F>(_: fn(A, B, C, D) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+    fn size3<A, B, C, F>(_: fn(A, B, C) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    #[test]
+    fn print_sizes() {
+        eprintln!("serve {}", size3(serve));
+        eprintln!("read_loop {}", size4(read_loop));
+        eprintln!("write_loop {}", size3(super::super::writer::write_loop));
+        eprintln!("client {}", std::mem::size_of::<Client>());
+        eprintln!("principal {}", std::mem::size_of::<Principal>());
+        eprintln!("sleep {}", std::mem::size_of::<tokio::time::Sleep>());
+        eprintln!("stream {}", std::mem::size_of::<SplitStream<WebSocket>>());
+        eprintln!("ws {}", std::mem::size_of::<WebSocket>());
+        eprintln!("msg {}", std::mem::size_of::<Message>());
+        eprintln!("cancelled {}", std::mem::size_of::<tokio_util::sync::WaitForCancellationFutureOwned>());
     }
 }

@@ -96,6 +96,7 @@ pub async fn upgrade(
         },
         None => None,
     };
+    let caller = Box::new(connection::Caller { principal, slot });
     let limit = cfg.max_frame_bytes;
     ws.protocols([SUBPROTOCOL])
         .max_message_size(limit)
@@ -105,5 +106,5 @@ pub async fn upgrade(
         // Frames queued together go out in one write (see `write_loop`);
         // the buffer only grows for sockets that are sent bursts.
         .write_buffer_size(8 * 1024)
-        .on_upgrade(move |socket| connection::serve(state, socket, principal, slot))
+        .on_upgrade(move |socket| connection::serve(state, socket, caller))
 }
