@@ -183,6 +183,19 @@ async fn until(ws: &mut Socket, done: impl Fn(&str) -> bool) {
     panic!("socket ended early");
 }
 
+/// CPU time (user + system) the process `pid` used so far, in seconds.
+fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the `(comm)`, which may hold spaces: utime and stime are
+    // the 12th and 13th, in clock ticks (100 per second on Linux).
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .map(|v| v.parse().unwrap_or(0))
+        .collect();
+    (f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0)) as f64 / 100.0
+}
+
 /// Soft limit on open files of this process (the gateway inherits it).
 fn open_files_limit() -> u64 {
     std::fs::read_to_string("/proc/self/limits")
@@ -377,9 +390,13 @@ async fn many_viewers(upstream: std::net::SocketAddr, viewers: usize, rate: u64,
     let connected = t0.elapsed();
     let gap_us = 1_000_000 / rate;
     let n = rate * secs;
+    let pid = gw.child.id().unwrap();
+    let cpu = cpu_secs(pid);
     let d = deliver(&mut runner, &mut sockets, &thread, "paced", n, gap_us).await;
+    // CPU per delivery: less noisy than latency on a shared machine.
+    let per_delivery = (cpu_secs(pid) - cpu) * 1e6 / (viewers as u64 * n) as f64;
     println!(
-        "| {viewers} | {rate} msg/s × {secs} s ({n} ticks) | {:.0} | {:.1} ms | {:.1} ms | {:.1} ms | {} | {} | {:.1} s |",
+        "| {viewers} | {rate} msg/s × {secs} s ({n} ticks) | {:.0} | {:.1} ms | {:.1} ms | {:.1} ms | {} | {} | {per_delivery:.2} µs | {:.1} s |",
         viewers as f64 * rate as f64,
         d.p50 / 1000.0,
         d.p99 / 1000.0,
@@ -698,8 +715,8 @@ fn main() {
                 .and_then(|s| s.parse().ok())
                 .unwrap_or(10);
             println!("\nmany viewers (1 run → N WebSocket viewers, paced; a fresh gateway per row):\n");
-            println!("| viewers | ticks | deliveries/s | p50 | p99 | max | lost | viewers dropped | connect + subscribe |");
-            println!("|---|---|---|---|---|---|---|---|---|");
+            println!("| viewers | ticks | offered deliveries/s | p50 | p99 | max | lost | viewers dropped | gateway CPU per delivery | connect + subscribe |");
+            println!("|---|---|---|---|---|---|---|---|---|---|");
             for scenario in scenarios.split(',') {
                 let (viewers, rate) = scenario
                     .split_once('@')
