@@ -10,6 +10,11 @@
 //! and WebSocket viewers, then reports:
 //! - fan-out: deliveries/s (unpaced run) and p50/p99 event latency (paced run)
 //!   for 1 run → 10, 100, 1,000 viewers;
+//! - many viewers (issue 22): 10,000 viewers of one thread at 20 msg/s,
+//!   1,000 and 100 at 200 msg/s, each on a fresh gateway: p50/p99/max
+//!   delivery latency and lost ticks (`LOAD_ONLY=viewers`; scenarios as
+//!   `LOAD_VIEWERS="10000@20,1000@200,100@200"`, run length
+//!   `LOAD_VIEWERS_SECS`, default 10);
 //! - RSS of the gateway per idle authenticated socket at 10,000 sockets;
 //! - catch-up time for `subscribe after=0` on a 10,000-event thread;
 //! - journal appends/s through the SQLite group commit (library, no network).
@@ -18,6 +23,8 @@
 //! with `LOAD_PERF=<dir>` it also `perf record`s every gateway during the
 //! concurrent runs (`LOAD_PERF_FREQ`, default 199 Hz; build with
 //! `CARGO_PROFILE_BENCH_DEBUG=true` for symbols).
+//!
+//! `LOAD_GATEWAY_BIN=<path>` runs another build of the gateway.
 //!
 //! Under `cargo test` (no `--bench` argument) it does nothing.
 
@@ -53,6 +60,7 @@ async fn blaster() -> std::net::SocketAddr {
         let n = input["forwardedProps"]["n"].as_u64().unwrap_or(10);
         let gap = Duration::from_micros(input["forwardedProps"]["gapUs"].as_u64().unwrap_or(0));
         let (thread, run) = (input["threadId"].clone(), input["runId"].clone());
+        let t0 = tokio::time::Instant::now();
         let stream = futures::stream::unfold(0u64, move |i| {
             let (thread, run) = (thread.clone(), run.clone());
             async move {
@@ -60,7 +68,8 @@ async fn blaster() -> std::net::SocketAddr {
                     return None;
                 }
                 if i > 0 && i <= n && !gap.is_zero() {
-                    tokio::time::sleep(gap).await;
+                    // An absolute schedule: timer granularity does not add up.
+                    tokio::time::sleep_until(t0 + gap * i as u32).await;
                 }
                 let ev = match i {
                     0 => json!({"type": "RUN_STARTED", "threadId": thread, "runId": run}),
@@ -111,7 +120,11 @@ async fn gateway_with(upstream: std::net::SocketAddr, extra: &str) -> Gateway {
         ),
     )
     .unwrap();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agui-gateway"))
+    // LOAD_GATEWAY_BIN: another build of the gateway (e.g. main's, to
+    // compare a branch with it in one session).
+    let bin = std::env::var("LOAD_GATEWAY_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_agui-gateway").to_owned());
+    let mut child = tokio::process::Command::new(bin)
         .args(["--config", cfg.to_str().unwrap(), "serve"])
         .env("AGUI_GATEWAY_LOG", "warn")
         .stdout(std::process::Stdio::piped())
@@ -170,6 +183,30 @@ async fn until(ws: &mut Socket, done: impl Fn(&str) -> bool) {
     panic!("socket ended early");
 }
 
+/// CPU time (user + system) the process `pid` used so far, in seconds.
+fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the `(comm)`, which may hold spaces: utime and stime are
+    // the 12th and 13th, in clock ticks (100 per second on Linux).
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .map(|v| v.parse().unwrap_or(0))
+        .collect();
+    (f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0)) as f64 / 100.0
+}
+
+/// Soft limit on open files of this process (the gateway inherits it).
+fn open_files_limit() -> u64 {
+    std::fs::read_to_string("/proc/self/limits")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 fn gateway_rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     status
@@ -191,7 +228,12 @@ async fn start_run(runner: &mut Socket, thread: &str, run: &str, n: u64, gap_us:
     until(runner, |t| t.contains("\"type\":\"ack\"")).await;
 }
 
+/// The `p` quantile of `sorted` ns values, in µs (NaN when empty: nothing
+/// was delivered).
 fn percentile(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize] as f64 / 1000.0
 }
 
@@ -216,27 +258,80 @@ async fn fanout_across(
 ) -> (f64, f64, f64) {
     let thread = format!("fan-{viewers}-{gap_us}-{}", viewer_addrs.len());
     let mut runner = connect(runner_addr).await;
-    start_run(&mut runner, &thread, "warm", 1, 0).await;
-    until(&mut runner, |t| t.contains("RUN_FINISHED")).await;
-    let mut sockets = Vec::with_capacity(viewers);
-    for v in 0..viewers {
-        let mut ws = connect(viewer_addrs[v % viewer_addrs.len()]).await;
-        send(
-            &mut ws,
-            json!({"type": "subscribe", "id": "s", "threadId": thread, "after": 3}),
-        )
-        .await;
-        until(&mut ws, |t| t.contains("\"type\":\"ack\"")).await;
-        sockets.push(ws);
+    let mut sockets = watchers(&mut runner, viewer_addrs, &thread, viewers).await;
+    let fast = deliver(&mut runner, &mut sockets, &thread, "fast", n_fast, 0).await;
+    let paced = deliver(&mut runner, &mut sockets, &thread, "paced", n_paced, gap_us).await;
+    for (run, d) in [("fast", &fast), ("paced", &paced)] {
+        if d.lost > 0 {
+            println!("   {viewers} viewers, {run} run: {} ticks LOST", d.lost);
+        }
     }
-    let mut results = Vec::new();
-    for (run, n, gap) in [("fast", n_fast, 0u64), ("paced", n_paced, gap_us)] {
-        let handles: Vec<_> = sockets
-            .drain(..)
-            .map(|mut ws| {
-                tokio::spawn(async move {
-                    let mut lat = Vec::with_capacity(n as usize);
-                    let mut last = Instant::now();
+    (fast.rate, paced.p50, paced.p99)
+}
+
+/// `viewers` sockets watching `thread` (spread over `viewer_addrs` in turn),
+/// each acked, after a first 1-event run so the thread exists; connected
+/// 500 at a time.
+async fn watchers(
+    runner: &mut Socket,
+    viewer_addrs: &[&str],
+    thread: &str,
+    viewers: usize,
+) -> Vec<Socket> {
+    start_run(runner, thread, "warm", 1, 0).await;
+    until(runner, |t| t.contains("RUN_FINISHED")).await;
+    let mut sockets = Vec::with_capacity(viewers);
+    for batch in (0..viewers).collect::<Vec<_>>().chunks(500) {
+        let joined = batch.iter().map(|&v| async move {
+            let mut ws = connect(viewer_addrs[v % viewer_addrs.len()]).await;
+            send(
+                &mut ws,
+                json!({"type": "subscribe", "id": "s", "threadId": thread, "after": 3}),
+            )
+            .await;
+            until(&mut ws, |t| t.contains("\"type\":\"ack\"")).await;
+            ws
+        });
+        sockets.extend(futures::future::join_all(joined).await);
+    }
+    sockets
+}
+
+/// What every viewer of one run received.
+struct Delivery {
+    /// Deliveries per second, run start to the last viewer's `RUN_FINISHED`.
+    rate: f64,
+    /// Receive − send of every tick, every viewer, µs.
+    p50: f64,
+    p99: f64,
+    max: f64,
+    /// Ticks some viewer never received (before its `RUN_FINISHED`, or
+    /// before its socket ended).
+    lost: u64,
+    /// Viewers whose socket ended without `RUN_FINISHED` (closed as too
+    /// slow, or failed).
+    dropped: usize,
+}
+
+/// One run of `n` ticks `gap_us` apart on `thread`, read by every socket.
+async fn deliver(
+    runner: &mut Socket,
+    sockets: &mut Vec<Socket>,
+    thread: &str,
+    run: &str,
+    n: u64,
+    gap_us: u64,
+) -> Delivery {
+    let viewers = sockets.len();
+    // A viewer gives up this long after the run should have ended.
+    let patience = Duration::from_micros(n * gap_us) + Duration::from_secs(60);
+    let handles: Vec<_> = sockets
+        .drain(..)
+        .map(|mut ws| {
+            tokio::spawn(async move {
+                let mut lat = Vec::with_capacity(n as usize);
+                let mut last = None;
+                let read = async {
                     while let Some(Ok(Message::Text(t))) = ws.next().await {
                         if let Some(i) = t.find("\"t\":") {
                             let digits: String = t[i + 4..]
@@ -245,39 +340,71 @@ async fn fanout_across(
                                 .collect();
                             lat.push(now_ns().saturating_sub(digits.parse().unwrap_or(0)));
                         } else if t.contains("RUN_FINISHED") {
-                            last = Instant::now();
+                            last = Some(Instant::now());
                             break;
                         }
                     }
-                    (ws, lat, last)
-                })
+                };
+                let _ = tokio::time::timeout(patience, read).await;
+                (ws, lat, last)
             })
-            .collect();
-        let started = Instant::now();
-        start_run(&mut runner, &thread, run, n, gap).await;
-        let mut lat = Vec::new();
-        let mut end = started;
-        for h in handles {
-            let (ws, l, last) = h.await.unwrap();
-            lat.extend(l);
-            end = end.max(last);
-            sockets.push(ws);
+        })
+        .collect();
+    let started = Instant::now();
+    start_run(runner, thread, run, n, gap_us).await;
+    let mut lat = Vec::new();
+    let (mut end, mut dropped) = (started, 0);
+    for h in handles {
+        let (ws, l, last) = h.await.unwrap();
+        lat.extend(l);
+        match last {
+            Some(last) => end = end.max(last),
+            None => dropped += 1,
         }
-        until(&mut runner, |t| t.contains("RUN_FINISHED")).await;
-        let secs = end.duration_since(started).as_secs_f64();
-        // Every viewer must have received every tick before RUN_FINISHED.
-        let lost = (viewers as u64 * n).saturating_sub(lat.len() as u64);
-        if lost > 0 {
-            println!("   {viewers} viewers, {run} run: {lost} ticks LOST");
-        }
-        lat.sort_unstable();
-        results.push((
-            (viewers as u64 * n) as f64 / secs,
-            percentile(&lat, 0.5),
-            percentile(&lat, 0.99),
-        ));
+        sockets.push(ws);
     }
-    (results[0].0, results[1].1, results[1].2)
+    until(runner, |t| t.contains("RUN_FINISHED")).await;
+    let secs = end.duration_since(started).as_secs_f64();
+    // Every viewer must have received every tick before RUN_FINISHED.
+    let lost = (viewers as u64 * n).saturating_sub(lat.len() as u64);
+    lat.sort_unstable();
+    Delivery {
+        rate: (viewers as u64 * n) as f64 / secs,
+        p50: percentile(&lat, 0.5),
+        p99: percentile(&lat, 0.99),
+        max: percentile(&lat, 1.0),
+        lost,
+        dropped,
+    }
+}
+
+/// Issue 22's fan-out scenarios: `viewers` on one thread, one tick every
+/// `1/rate` s for `secs` seconds, on a fresh gateway each (so one
+/// scenario's sockets do not weigh on the next). Prints one table row.
+async fn many_viewers(upstream: std::net::SocketAddr, viewers: usize, rate: u64, secs: u64) {
+    let gw = gateway(upstream).await;
+    let thread = format!("viewers-{viewers}-{rate}");
+    let mut runner = connect(&gw.addr).await;
+    let t0 = Instant::now();
+    let mut sockets = watchers(&mut runner, &[&gw.addr], &thread, viewers).await;
+    let connected = t0.elapsed();
+    let gap_us = 1_000_000 / rate;
+    let n = rate * secs;
+    let pid = gw.child.id().unwrap();
+    let cpu = cpu_secs(pid);
+    let d = deliver(&mut runner, &mut sockets, &thread, "paced", n, gap_us).await;
+    // CPU per delivery: less noisy than latency on a shared machine.
+    let per_delivery = (cpu_secs(pid) - cpu) * 1e6 / (viewers as u64 * n) as f64;
+    println!(
+        "| {viewers} | {rate} msg/s × {secs} s ({n} ticks) | {:.0} | {:.1} ms | {:.1} ms | {:.1} ms | {} | {} | {per_delivery:.2} µs | {:.1} s |",
+        viewers as f64 * rate as f64,
+        d.p50 / 1000.0,
+        d.p99 / 1000.0,
+        d.max / 1000.0,
+        d.lost,
+        d.dropped,
+        connected.as_secs_f64(),
+    );
 }
 
 async fn idle_sockets(gw: &Gateway, count: usize) -> (f64, u64) {
@@ -535,7 +662,7 @@ fn main() {
         println!("load: skipped outside `cargo bench --bench load`");
         return;
     }
-    // LOAD_ONLY=journal|fanout|catchup|idle runs one part; LOAD_ONLY=cluster
+    // LOAD_ONLY=journal|fanout|catchup|viewers|idle runs one part; LOAD_ONLY=cluster
     // (only on request: it needs redis-server) compares 2 nodes on Redis
     // with 1 node on SQLite.
     let only = std::env::var("LOAD_ONLY").unwrap_or_default();
@@ -578,6 +705,30 @@ fn main() {
             println!("catch-up: subscribe after=0 on a 10,000-event thread: {:.1} ms to the last event", d.as_secs_f64() * 1000.0);
         }
         drop(gw);
+        if want("viewers") {
+            // LOAD_VIEWERS="10000@20,1000@200,100@200": viewers@msg/s per
+            // scenario; LOAD_VIEWERS_SECS: length of each paced run.
+            let scenarios = std::env::var("LOAD_VIEWERS")
+                .unwrap_or_else(|_| "10000@20,1000@200,100@200".into());
+            let secs = std::env::var("LOAD_VIEWERS_SECS")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(10);
+            println!("\nmany viewers (1 run → N WebSocket viewers, paced; a fresh gateway per row):\n");
+            println!("| viewers | ticks | offered deliveries/s | p50 | p99 | max | lost | viewers dropped | gateway CPU per delivery | connect + subscribe |");
+            println!("|---|---|---|---|---|---|---|---|---|---|");
+            for scenario in scenarios.split(',') {
+                let (viewers, rate) = scenario
+                    .split_once('@')
+                    .and_then(|(v, r)| Some((v.trim().parse().ok()?, r.trim().parse().ok()?)))
+                    .unwrap_or_else(|| panic!("LOAD_VIEWERS: '{scenario}' is not viewers@rate"));
+                if open_files_limit() < viewers as u64 + 100 {
+                    println!("| {viewers} | skipped: `ulimit -n` is below {} |", viewers + 100);
+                    continue;
+                }
+                many_viewers(upstream, viewers, rate, secs).await;
+            }
+        }
         if want("idle") {
             let gw = gateway(upstream).await;
             let (per_socket, total) = idle_sockets(&gw, 10_000).await;

@@ -5,7 +5,9 @@
 //!
 //! ```sh
 //! cargo bench --bench proxy                          # everything, ~4 minutes
-//! PROXY_ONLY=throughput cargo bench --bench proxy    # or latency | rss | idle
+//! PROXY_ONLY=throughput cargo bench --bench proxy    # or latency | rss | idle | concurrent
+//! PROXY_ONLY=concurrent PROXY_CONCURRENT=200x1000 cargo bench --bench proxy
+//!                  # many runs at once: RUNSxEVENTS (default 200x1000)
 //! PROXY_STORES=memory cargo bench --bench proxy      # sqlite,memory (default) | sqlite | memory
 //! PROXY_PERF=/tmp/prof PROXY_ONLY=throughput cargo bench --bench proxy
 //!                  # also `perf record`s the gateway during its 200k-event runs
@@ -42,6 +44,10 @@
 //!   and again after the runs above, and what the gateway adds over direct;
 //! - gateway RSS at baseline and after 1,000 threads × 1,000 events went idle
 //!   and were evicted (`threads.evict_after = "1s"`);
+//! - many runs at once (issue 22): 200 runs × 1,000 events started together,
+//!   each by its own consumer on its own connection and thread; events/s of
+//!   all of them (first request to last `RUN_FINISHED`) ÷ the same through
+//!   no gateway, and the gateway's CPU per event;
 //! - RSS per idle authenticated WebSocket at 10,000 sockets (needs
 //!   `ulimit -n` ≥ 10,100).
 //!
@@ -934,6 +940,73 @@ async fn latency(target: &Target, label: &str, kind: &'static str) -> Latency {
     l
 }
 
+/// Many runs at once (`PROXY_CONCURRENT`, `RUNSxEVENTS`, default 200x1000).
+fn concurrent_shape() -> (usize, u64) {
+    let v = std::env::var("PROXY_CONCURRENT").unwrap_or_else(|_| "200x1000".into());
+    v.split_once('x')
+        .and_then(|(r, n)| Some((r.trim().parse().ok()?, n.trim().parse().ok()?)))
+        .unwrap_or_else(|| panic!("PROXY_CONCURRENT: '{v}' is not RUNSxEVENTS"))
+}
+
+/// Aggregate figures of one path's concurrent runs.
+struct Concurrent {
+    label: String,
+    /// Events/s of all runs together, first request to last `RUN_FINISHED`,
+    /// per repetition.
+    rates: Vec<f64>,
+    /// Gateway CPU µs per event, per repetition (zero when direct).
+    cpu: Vec<f64>,
+    /// Slowest single run's events/s, per repetition.
+    slowest: Vec<f64>,
+}
+
+/// `runs` runs of `n` events at once, each on its own thread and its own
+/// connection, `REPEAT` times: every run must be whole.
+async fn concurrent(target: &Target, runs: usize, n: u64) -> Concurrent {
+    let client = client();
+    let mut c = Concurrent {
+        label: target.label.clone(),
+        rates: Vec::new(),
+        cpu: Vec::new(),
+        slowest: Vec::new(),
+    };
+    consume(&client, target, &fresh("warm"), 1_000, 0)
+        .await
+        .unwrap_or_else(|e| panic!("{}: warm-up: {e}", target.label));
+    for _ in 0..REPEAT {
+        tokio::time::sleep(SETTLE).await;
+        let gateway = target.pid.map(Cpu::of).unwrap_or_default();
+        let t0 = Instant::now();
+        let client = &client;
+        let all =
+            (0..runs).map(|_| async move { consume(client, target, &fresh("many"), n, 0).await });
+        let seen = futures::future::join_all(all).await;
+        let secs = t0.elapsed().as_secs_f64();
+        let cpu = target
+            .pid
+            .map(|p| Cpu::of(p).since(gateway))
+            .unwrap_or_default();
+        let mut events = 0;
+        let mut slowest = f64::INFINITY;
+        for s in seen {
+            let s = s.unwrap_or_else(|e| panic!("{}: concurrent run: {e}", target.label));
+            events += s.events;
+            slowest = slowest.min(s.rate());
+        }
+        let rate = events as f64 / secs;
+        let per_event = cpu.on_ns as f64 / 1e3 / events as f64;
+        eprintln!(
+            "  {}: {runs} runs × {n} events at once: {rate:.0} events/s in all, slowest run \
+             {slowest:.0} events/s; gateway CPU {per_event:.2} µs/event",
+            target.label
+        );
+        c.rates.push(rate);
+        c.cpu.push(per_event);
+        c.slowest.push(slowest);
+    }
+    c
+}
+
 /// RSS of the gateway (SQLite, `evict_after = "1s"`): at start, after a
 /// warm-up whose threads were evicted (the baseline), right after 1,000
 /// threads × 1,000 events, and once those threads were evicted and RSS
@@ -1160,6 +1233,15 @@ fn main() {
                 }
             }
         }
+        let mut many = Vec::new();
+        let (runs, events) = concurrent_shape();
+        if want("concurrent") {
+            many.push(concurrent(&direct, runs, events).await);
+            for &store in &stores {
+                let gw = gateway(agent, store, "").await;
+                many.push(concurrent(&Target::via(&gw, store), runs, events).await);
+            }
+        }
         let rss = if want("rss") {
             rss(agent).await
         } else {
@@ -1176,6 +1258,7 @@ fn main() {
             None
         };
         report(&flats, &latencies, &rss, idle);
+        report_concurrent(&many, runs, events);
         if !rss_rows.is_empty() {
             println!("\n### Gateway RSS of the throughput runs\n");
             println!("| when | RSS |");
@@ -1322,6 +1405,40 @@ fn report(flats: &[Flat], latencies: &[Latency], rss: &[(String, u64)], idle: Op
             "| 10,000 sockets | {per:.0} bytes RSS each (gateway RSS {:.1} MB) | target ≤ 8 KiB {} |",
             total as f64 * 1024.0 / 1e6,
             check(per <= 8192.0)
+        );
+    }
+}
+
+fn report_concurrent(many: &[Concurrent], runs: usize, n: u64) {
+    if many.is_empty() {
+        return;
+    }
+    let direct = many.iter().find(|c| c.label == "direct");
+    println!(
+        "\n### Many runs at once: {runs} runs × {n} events, one consumer each (median of {REPEAT}, min–max)\n"
+    );
+    println!(
+        "| path | events/s, all runs | ÷ direct | slowest run, events/s (median) | gateway CPU per event | target |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for c in many {
+        let (ratio, target) = match direct {
+            Some(d) if c.label != "direct" => {
+                let r = median(&c.rates) / median(&d.rates);
+                (format!("{r:.2}"), format!("≥ 0.5 {}", check(r >= 0.5)))
+            }
+            _ => ("1".to_owned(), String::new()),
+        };
+        let cpu = if c.label == "direct" {
+            "—".to_owned()
+        } else {
+            format!("{:.2} µs", median(&c.cpu))
+        };
+        println!(
+            "| {} | {} | {ratio} | {:.0} | {cpu} | {target} |",
+            c.label,
+            krange(&c.rates),
+            median(&c.slowest),
         );
     }
 }

@@ -7,9 +7,11 @@ use super::writer::{reply, write_loop};
 use crate::auth::Principal;
 use crate::server::error::{ApiError, ErrorCode};
 use crate::server::state::AppState;
-use crate::thread::fanout::outbox;
+use crate::thread::fanout::{Outbox, outbox};
 use axum::extract::ws::{Message, WebSocket};
 use futures::StreamExt;
+use futures::future::{self, Either};
+use futures::stream::SplitStream;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,27 +34,82 @@ pub const CLOSE_WS_PROTOCOL: u16 = 1002;
 /// RFC 6455: a text frame that is not UTF-8.
 pub const CLOSE_INVALID_PAYLOAD: u16 = 1007;
 
+/// Who the upgrade request authenticated (`None`: the first frame must),
+/// and the connection-limit slot it took.
+///
+/// Boxed on its way in: it waits in the upgrade task while the handshake
+/// completes, and what a future captures keeps its room for the future's
+/// whole life — a `Principal` by value would weigh on every idle socket.
+pub(super) struct Caller {
+    pub(super) principal: Option<Principal>,
+    pub(super) slot: Option<crate::policy::rate::ConnectionSlot>,
+}
+
 /// Serves one upgraded socket until either side ends it.
-pub(super) async fn serve(
+///
+/// One task per connection: the reader and the writer are two futures this
+/// task polls together, not two tasks. Both wait on their own (the reader
+/// on a frame or a command in progress, the writer on the outbox or a slow
+/// socket), so neither holds the other up, and an idle connection pays for
+/// one task instead of two (docs/benchmarks.md, "Idle connections"). Each
+/// half is boxed once, at its own size: an `async fn` taking them by value
+/// would keep room for both twice (its arguments and its locals).
+pub(super) fn serve(
     state: Arc<AppState>,
     socket: WebSocket,
-    principal: Option<Principal>,
-    mut slot: Option<crate::policy::rate::ConnectionSlot>,
-) {
-    let _counted = crate::metrics::metrics().connection("ws");
-    let (sink, mut stream) = socket.split();
+    caller: Box<Caller>,
+) -> impl Future<Output = ()> + Send + 'static {
+    let counted = crate::metrics::metrics().connection("ws");
+    let (sink, stream) = socket.split();
     let (outbox, rx) = outbox(state.config.threads.viewer_queue_bytes);
-    let writer = tokio::spawn(write_loop(sink, rx, state.config.ws.ping_interval));
-    let cfg = state.config.ws.clone();
+    let writer = Box::pin(write_loop(sink, rx, state.config.ws.ping_interval));
+    let reader = Box::pin(read_loop(state, stream, caller, outbox));
+    async move {
+        let _counted = counted;
+        match future::select(reader, writer).await {
+            // The reader dropped its outbox: the writer sends what is left
+            // (a close last), within a bound.
+            Either::Left(((), writer)) => {
+                let _ = tokio::time::timeout(WRITER_GRACE, writer).await;
+            }
+            // The socket failed or a close went out: the reader sees the
+            // stream end (or the outbox closed) and leaves its threads.
+            Either::Right(((), reader)) => reader.await,
+        }
+    }
+}
 
+/// How long the writer may still take, once the reader is done, to send what
+/// is queued (the close frame last).
+const WRITER_GRACE: Duration = Duration::from_secs(5);
+
+/// The reading half: authenticates when the upgrade carried no token, then
+/// hands each text frame to the connection's [`Client`] until the socket,
+/// the token or the gateway ends it. Every reply goes through `outbox`.
+///
+/// What runs only now and then (the first-frame authentication, a command)
+/// runs boxed: its future lives on the heap while it runs, instead of
+/// sizing this future — kept for the connection's whole life — by the
+/// largest command (a `run` is several KiB of state).
+async fn read_loop(
+    state: Arc<AppState>,
+    mut stream: SplitStream<WebSocket>,
+    caller: Box<Caller>,
+    outbox: Arc<Outbox>,
+) {
+    let (auth_timeout, read_timeout) = (state.config.ws.auth_timeout, state.config.ws.read_timeout);
+    let Caller {
+        principal,
+        mut slot,
+    } = *caller;
     let principal = match principal {
         Some(p) => p,
-        None => match first_frame_auth(&state, &mut stream, cfg.auth_timeout).await {
-            Ok(p) => match crate::policy::rate::connect_shared(
+        None => match Box::pin(first_frame_auth(&state, &mut stream, auth_timeout)).await {
+            Ok(p) => match Box::pin(crate::policy::rate::connect_shared(
                 state.policy().rules(),
                 &p.0,
                 state.counters.as_ref(),
-            )
+            ))
             .await
             {
                 Ok(s) => {
@@ -64,15 +121,11 @@ pub(super) async fn serve(
                     let e = ApiError::from(l);
                     outbox.push(reply(json!({"type": "error", "code": e.code.as_str(), "message": e.message, "retryAfter": e.retry_after})));
                     outbox.close(CLOSE_POLICY, "connection limit reached");
-                    drop(outbox);
-                    let _ = writer.await;
                     return;
                 }
             },
             Err(reason) => {
                 outbox.close(CLOSE_UNAUTHENTICATED, &reason);
-                drop(outbox);
-                let _ = writer.await;
                 return;
             }
         },
@@ -93,7 +146,7 @@ pub(super) async fn serve(
                 outbox.close(CLOSE_GOING_AWAY, "gateway shutting down");
                 break;
             }
-            n = tokio::time::timeout(cfg.read_timeout, stream.next()) => n,
+            n = tokio::time::timeout(read_timeout, stream.next()) => n,
         };
         match next {
             Err(_) => {
@@ -108,7 +161,7 @@ pub(super) async fn serve(
                 break;
             }
             Ok(Some(Ok(Message::Text(text)))) => {
-                if let Some(new_exp) = client.handle(&text).await {
+                if let Some(new_exp) = Box::pin(client.handle(&text)).await {
                     expiry.as_mut().reset(deadline(new_exp));
                 }
             }
@@ -130,8 +183,6 @@ pub(super) async fn serve(
     client.leave_all();
     drop(client);
     drop(slot);
-    drop(outbox);
-    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
 }
 
 /// The close code for a read error, from the WebSocket library's message
@@ -169,7 +220,7 @@ fn deadline(exp_secs: u64) -> Instant {
 /// Waits for `{"type":"auth","token":…}` as the first frame.
 async fn first_frame_auth(
     state: &AppState,
-    stream: &mut futures::stream::SplitStream<WebSocket>,
+    stream: &mut SplitStream<WebSocket>,
     limit: Duration,
 ) -> Result<(Principal, Value), String> {
     let frame = match tokio::time::timeout(limit, stream.next()).await {
@@ -206,5 +257,32 @@ mod tests {
         let d = deadline(u64::MAX);
         assert!(d > Instant::now() + Duration::from_secs(365 * 24 * 3600));
         assert!(deadline(0) <= Instant::now());
+    }
+}
+
+#[cfg(test)]
+mod sizes {
+    use super::*;
+
+    fn returned3<A, B, C, F>(_: fn(A, B, C) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+    fn returned4<A, B, C, D, F>(_: fn(A, B, C, D) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    /// Every idle socket keeps these futures for its whole life (issue 22
+    /// item 6: ≤ 8 KiB per idle socket). A command or a first-frame
+    /// authentication awaited inline instead of boxed makes the reader
+    /// several KiB (the connection task was ~10 KB that way); deterministic,
+    /// unlike an RSS figure. Sizes of this (debug) build, with headroom.
+    #[test]
+    fn an_idle_connection_keeps_small_futures() {
+        let reader = returned4(read_loop);
+        let writer = returned3(super::super::writer::write_loop);
+        let task = returned3(serve);
+        assert!(reader <= 2048, "read_loop's future is {reader} bytes");
+        assert!(writer <= 1024, "write_loop's future is {writer} bytes");
+        assert!(task <= 512, "serve's future is {task} bytes");
     }
 }

@@ -1,12 +1,13 @@
 //! `GET /v1/ws`: shared sessions over WebSocket.
 //!
-//! Each connection has two halves. The reader (`connection`) authenticates
-//! and hands each command frame to its `client`, which parses it (`frame`)
-//! into one of the shared [`commands`](super::commands) and acks in the
-//! WebSocket's own format. The writer (`writer`) drains the
-//! connection's [`Outbox`](crate::thread::fanout::Outbox), which threads push
-//! to directly, and sends pings; it is the only place that writes to the
-//! socket, so a slow socket backs up one outbox and nothing else.
+//! Each connection is one task with two halves, polled together. The
+//! reader (`connection`) authenticates and hands each command frame to its
+//! `client`, which parses it (`frame`) into one of the shared
+//! [`commands`](super::commands) and acks in the WebSocket's own format. The
+//! writer (`writer`) drains the connection's
+//! [`Outbox`](crate::thread::fanout::Outbox), which threads push to directly,
+//! and sends pings; it is the only place that writes to the socket, so a
+//! slow socket backs up one outbox and nothing else.
 
 mod client;
 mod connection;
@@ -95,6 +96,7 @@ pub async fn upgrade(
         },
         None => None,
     };
+    let caller = Box::new(connection::Caller { principal, slot });
     let limit = cfg.max_frame_bytes;
     ws.protocols([SUBPROTOCOL])
         .max_message_size(limit)
@@ -104,5 +106,5 @@ pub async fn upgrade(
         // Frames queued together go out in one write (see `write_loop`);
         // the buffer only grows for sockets that are sent bursts.
         .write_buffer_size(8 * 1024)
-        .on_upgrade(move |socket| connection::serve(state, socket, principal, slot))
+        .on_upgrade(move |socket| connection::serve(state, socket, caller))
 }

@@ -1,5 +1,6 @@
-//! One WebSocket connection's writer: the only task that writes to the
-//! socket, draining the connection's outbox.
+//! One WebSocket connection's writer: the only code that writes to the
+//! socket, draining the connection's outbox (polled by the connection's
+//! task beside its reader, see [`super::connection::serve`]).
 
 use crate::server::encode::{Encoder, ws::WS};
 use crate::thread::Entry;
@@ -18,12 +19,16 @@ pub(super) async fn write_loop(
     mut rx: OutboxReceiver,
     ping_every: Duration,
 ) {
-    let mut ping = tokio::time::interval_at(Instant::now() + ping_every, ping_every);
+    // A timer kept in this future, reset after each ping (an `Interval`
+    // would box its own: one more allocation per connection).
+    let ping = tokio::time::sleep(ping_every);
+    tokio::pin!(ping);
     let events_out = crate::metrics::metrics().events_out_counter("ws");
     'connection: loop {
         let first = tokio::select! {
             item = rx.recv() => item,
-            _ = ping.tick() => {
+            () = &mut ping => {
+                ping.as_mut().reset(Instant::now() + ping_every);
                 if sink.send(Message::Ping(Default::default())).await.is_err() { break; }
                 continue;
             }
