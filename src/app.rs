@@ -194,12 +194,19 @@ pub async fn serve(config: Config, policy: Policy) -> Result<(), String> {
         let _ = stop.send(true);
     });
     let served = running.wait().await.map_err(|e| e.to_string());
+    // Each WebSocket was told to close (1001) when the node drained: let
+    // the closes reach their clients before the process ends.
+    state.sockets_closed(SOCKETS_GRACE).await;
     // Whatever is still queued for the journal (the cancelled runs' last
     // events, a late meta post) is written before the process exits.
     state.threads.store().close().await;
     tracing::info!("journal flushed; exiting");
     served
 }
+
+/// How long a stopping node waits for its WebSockets to send their close
+/// (each writer itself gives up after 5 s).
+const SOCKETS_GRACE: Duration = Duration::from_secs(6);
 
 /// How long a node starting up waits for an unreachable Redis before it
 /// gives up (exit 1, for its supervisor to restart it): a node and its Redis

@@ -34,6 +34,11 @@ pub struct AppState {
     /// Cancelled once the node has drained: every WebSocket gets close 1001
     /// after what it was sent, every SSE join stream ends.
     pub shutdown: tokio_util::sync::CancellationToken,
+    /// The open WebSocket connections. An upgraded socket leaves the HTTP
+    /// server's connection tracking, so without this the process could
+    /// exit while a socket's close 1001 was still queued, and its client
+    /// would see the connection drop (1006) instead of a close.
+    pub sockets: tokio_util::task::TaskTracker,
 }
 
 impl AppState {
@@ -55,8 +60,16 @@ impl AppState {
             counters: None,
             draining: Default::default(),
             shutdown: Default::default(),
+            sockets: Default::default(),
             config,
         }
+    }
+
+    /// Waits, for at most `grace`, until every WebSocket connection has
+    /// ended (after [`AppState::drain`] told each to close).
+    pub async fn sockets_closed(&self, grace: std::time::Duration) {
+        self.sockets.close();
+        let _ = tokio::time::timeout(grace, self.sockets.wait()).await;
     }
 
     /// True once the node drains (see [`AppState::drain`]).

@@ -171,7 +171,9 @@ impl std::fmt::Debug for CatchUp {
 enum Queued {
     /// An item, and whether it counts against the live budget.
     Item(Outgoing, bool),
-    CatchUp(CatchUp),
+    /// (Boxed: a channel slot is as large as its largest item, and an idle
+    /// connection's outbox allocates a block of 32 slots up front.)
+    CatchUp(Box<CatchUp>),
 }
 
 /// The sending side of a connection's queue.
@@ -309,7 +311,7 @@ impl Outbox {
     /// connection is gone (the catch-up is then dropped without a callback,
     /// so this may be called under the thread's lock).
     pub(super) fn push_catch_up(&self, catch_up: CatchUp) -> bool {
-        match self.tx.send(Queued::CatchUp(catch_up)) {
+        match self.tx.send(Queued::CatchUp(Box::new(catch_up))) {
             Ok(()) => true,
             Err(mpsc::error::SendError(Queued::CatchUp(c))) => {
                 c.disarm();
@@ -404,7 +406,7 @@ impl OutboxReceiver {
                 Some(item)
             }
             Queued::CatchUp(c) => {
-                self.catch_ups.push_back(c);
+                self.catch_ups.push_back(*c);
                 None
             }
         }

@@ -106,5 +106,8 @@ pub async fn upgrade(
         // Frames queued together go out in one write (see `write_loop`);
         // the buffer only grows for sockets that are sent bursts.
         .write_buffer_size(8 * 1024)
-        .on_upgrade(move |socket| connection::serve(state, socket, caller))
+        .on_upgrade(move |socket| {
+            let sockets = state.sockets.clone();
+            sockets.track_future(connection::serve(state, socket, caller))
+        })
 }
