@@ -144,13 +144,21 @@ fn scan(c: &mut Criterion) {
         g.bench_function(BenchmarkId::new("serde_json_struct", name), |b| {
             b.iter(|| {
                 let h: Head = serde_json::from_slice(&json).unwrap();
-                black_box((h.kind.len(), h.message_id.map(|m| m.len()), h.delta.map(|d| d.len())))
+                black_box((
+                    h.kind.len(),
+                    h.message_id.map(|m| m.len()),
+                    h.delta.map(|d| d.len()),
+                ))
             })
         });
         g.bench_function(BenchmarkId::new("sonic_rs_struct", name), |b| {
             b.iter(|| {
                 let h: Head = sonic_rs::from_slice(&json).unwrap();
-                black_box((h.kind.len(), h.message_id.map(|m| m.len()), h.delta.map(|d| d.len())))
+                black_box((
+                    h.kind.len(),
+                    h.message_id.map(|m| m.len()),
+                    h.delta.map(|d| d.len()),
+                ))
             })
         });
         g.bench_function(BenchmarkId::new("simd_json_struct_with_copy", name), |b| {
@@ -159,7 +167,11 @@ fn scan(c: &mut Criterion) {
                 buf.clear();
                 buf.extend_from_slice(&json);
                 let h: Head = simd_json::serde::from_slice(&mut buf).unwrap();
-                black_box((h.kind.len(), h.message_id.map(|m| m.len()), h.delta.map(|d| d.len())))
+                black_box((
+                    h.kind.len(),
+                    h.message_id.map(|m| m.len()),
+                    h.delta.map(|d| d.len()),
+                ))
             })
         });
     }
