@@ -122,6 +122,14 @@ const NAMES: &[(&str, EventType)] = &[
 impl EventType {
     /// Parses a wire name; never fails (unknown names become [`EventType::Other`]).
     pub fn from_wire(name: &str) -> EventType {
+        // The streaming types first: this runs for every event, and most
+        // are these (the table below answers the rest).
+        match name {
+            "TEXT_MESSAGE_CONTENT" => return EventType::TextMessageContent,
+            "TOOL_CALL_ARGS" => return EventType::ToolCallArgs,
+            "REASONING_MESSAGE_CONTENT" => return EventType::ReasoningMessageContent,
+            _ => {}
+        }
         NAMES
             .iter()
             .find(|(n, _)| *n == name)
@@ -397,8 +405,24 @@ impl PartialEq for Event {
     }
 }
 
-fn head_index(field: &str) -> Option<usize> {
-    HEAD.iter().position(|h| *h == field)
+/// The index of `field` in [`HEAD`] (a `match`: this runs for every field
+/// read and every key scanned).
+pub(crate) fn head_index(field: &str) -> Option<usize> {
+    Some(match field {
+        "messageId" => 0,
+        "toolCallId" => 1,
+        "delta" => 2,
+        "subagentRunId" => 3,
+        "parentMessageId" => 4,
+        "runId" => 5,
+        "threadId" => 6,
+        "role" => 7,
+        "name" => 8,
+        "toolCallName" => 9,
+        "stepName" => 10,
+        "clientEventId" => 11,
+        _ => return None,
+    })
 }
 
 /// Scans an event's text: its type and [`HEAD`] fields, nothing built.
@@ -527,6 +551,14 @@ mod tests {
             std::str::from_utf8(m.json()).unwrap(),
             r#"{"type":"CUSTOM","name":"a","value":2,"vendor":{"k":[true]}}"#
         );
+    }
+
+    #[test]
+    fn head_index_matches_the_head_table() {
+        for (i, field) in HEAD.iter().enumerate() {
+            assert_eq!(head_index(field), Some(i), "{field}");
+        }
+        assert_eq!(head_index("type"), None);
     }
 
     #[test]

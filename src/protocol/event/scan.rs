@@ -128,10 +128,7 @@ impl<'de> Visitor<'de> for KeySeed {
     fn visit_str<E>(self, key: &str) -> Result<Key, E> {
         Ok(match key {
             "type" => Key::Type,
-            _ => HEAD
-                .iter()
-                .position(|h| *h == key)
-                .map_or(Key::Other, Key::Head),
+            _ => super::head_index(key).map_or(Key::Other, Key::Head),
         })
     }
 }
