@@ -428,7 +428,10 @@ pub(crate) fn head_index(field: &str) -> Option<usize> {
 /// Scans an event's text: its type and [`HEAD`] fields, nothing built.
 fn scan(json: &[u8]) -> Result<(EventType, Head), EventError> {
     let mut de = serde_json::Deserializer::from_slice(json);
-    let top = serde::Deserializer::deserialize_any(&mut de, scan::TopVisitor)
+    let visitor = scan::TopVisitor {
+        base: json.as_ptr() as usize,
+    };
+    let top = serde::Deserializer::deserialize_any(&mut de, visitor)
         .and_then(|top| de.end().map(|()| top))
         .map_err(|e| EventError::NotJson(e.to_string()))?;
     let scan::Top::Object(found) = top else {
@@ -439,42 +442,38 @@ fn scan(json: &[u8]) -> Result<(EventType, Head), EventError> {
         Some(scan::Text::Owned(s)) => EventType::from_wire(s),
         None => return Err(EventError::MissingType),
     };
-    let mut head = Head {
-        spans: [Span::ABSENT; HEAD.len()],
-        decoded: None,
+    let head = Head {
+        spans: found.spans,
+        decoded: (!found.decoded.is_empty()).then(|| found.decoded.into_boxed_slice()),
     };
-    let mut decoded = Vec::new();
-    for (i, field) in found.fields.into_iter().enumerate() {
-        head.spans[i] = match field {
-            None => Span::ABSENT,
-            Some(scan::Field::Null) => Span::NULL,
-            Some(scan::Field::Other) => Span::OTHER,
-            Some(scan::Field::Text(scan::Text::Borrowed(s))) => {
-                let start = s.as_ptr() as usize - json.as_ptr() as usize;
-                match (u16::try_from(start), u16::try_from(s.len())) {
-                    (Ok(start), Ok(len)) if len < Span::DECODED => Span { start, len },
-                    _ => {
-                        decoded.push(Box::from(s));
-                        Span {
-                            start: (decoded.len() - 1) as u16,
-                            len: Span::DECODED,
-                        }
-                    }
-                }
-            }
-            Some(scan::Field::Text(scan::Text::Owned(s))) => {
-                decoded.push(s.into_boxed_str());
-                Span {
-                    start: (decoded.len() - 1) as u16,
-                    len: Span::DECODED,
-                }
+    Ok((kind, head))
+}
+
+impl Span {
+    /// Where a scanned field's value is: `base` is the address of the
+    /// text it was read from; a string that cannot be a span (escaped,
+    /// or beyond 16 bits) is pushed to `decoded`.
+    fn of(field: scan::Field<'_>, base: usize, decoded: &mut Vec<Box<str>>) -> Span {
+        let mut keep = |s: Box<str>| {
+            decoded.push(s);
+            Span {
+                start: (decoded.len() - 1) as u16,
+                len: Span::DECODED,
             }
         };
+        match field {
+            scan::Field::Null => Span::NULL,
+            scan::Field::Other => Span::OTHER,
+            scan::Field::Text(scan::Text::Borrowed(s)) => {
+                let start = s.as_ptr() as usize - base;
+                match (u16::try_from(start), u16::try_from(s.len())) {
+                    (Ok(start), Ok(len)) if len < Span::DECODED => Span { start, len },
+                    _ => keep(Box::from(s)),
+                }
+            }
+            scan::Field::Text(scan::Text::Owned(s)) => keep(s.into_boxed_str()),
+        }
     }
-    if !decoded.is_empty() {
-        head.decoded = Some(decoded.into_boxed_slice());
-    }
-    Ok((kind, head))
 }
 
 impl fmt::Debug for Event {

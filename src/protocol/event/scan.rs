@@ -9,7 +9,7 @@
 //! path the plain parse takes, and nothing but a [`HEAD`](super::HEAD) string
 //! with escapes is allocated.
 
-use super::HEAD;
+use super::{HEAD, Span};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::fmt;
 
@@ -29,10 +29,14 @@ pub(super) enum Field<'de> {
     Text(Text<'de>),
 }
 
-/// What the scan found in an object.
+/// What the scan found in an object: the type, and each [`HEAD`] field's
+/// [`Span`], written as its key is met (one pass, nothing held per field
+/// but its four bytes).
 pub(super) struct Found<'de> {
     pub kind: Option<Text<'de>>,
-    pub fields: [Option<Field<'de>>; HEAD.len()],
+    pub spans: [Span; HEAD.len()],
+    /// Decoded copies the spans point into (escaped strings).
+    pub decoded: Vec<Box<str>>,
 }
 
 /// The top-level value.
@@ -44,8 +48,10 @@ pub(super) enum Top<'de> {
     NotObject,
 }
 
-/// Visits the top-level value.
-pub(super) struct TopVisitor;
+/// Visits the top-level value of the text at address `base`.
+pub(super) struct TopVisitor {
+    pub base: usize,
+}
 
 impl<'de> Visitor<'de> for TopVisitor {
     type Value = Top<'de>;
@@ -57,7 +63,8 @@ impl<'de> Visitor<'de> for TopVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Top<'de>, A::Error> {
         let mut found = Found {
             kind: None,
-            fields: Default::default(),
+            spans: [Span::ABSENT; HEAD.len()],
+            decoded: Vec::new(),
         };
         while let Some(key) = map.next_key_seed(KeySeed)? {
             match key {
@@ -69,7 +76,10 @@ impl<'de> Visitor<'de> for TopVisitor {
                         _ => None,
                     };
                 }
-                Key::Head(i) => found.fields[i] = Some(map.next_value_seed(FieldSeed)?),
+                Key::Head(i) => {
+                    let field = map.next_value_seed(FieldSeed)?;
+                    found.spans[i] = Span::of(field, self.base, &mut found.decoded);
+                }
                 Key::Other => {
                     map.next_value::<Skip>()?;
                 }
