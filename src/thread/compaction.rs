@@ -1,11 +1,24 @@
 //! Compaction: a journal past `threads.max_events` after a run, or idle for
 //! `threads.idle_ttl`, becomes the fold (stored as the thread's base); late
 //! readers of what was compacted get a `reset` snapshot.
+//!
+//! The base is serialized outside the thread's lock, and a long run's off
+//! the runtime's workers too: its fold can be megabytes (a 200k-delta
+//! message), and serializing it under the lock held up every viewer and
+//! the next run of the thread for as long. Under the lock, compaction only takes a copy of
+//! the fold (its messages are shared, so that is a pointer each) and later
+//! hands the finished base to the store — still under the lock, so the
+//! store gets it in seq order with the appends. If the thread moved on in
+//! between (a run started), the copy is dropped and the next run's end
+//! tries again; a journal that keeps missing its chance is compacted under
+//! the lock instead ([`Thread::terminal_published`]), so it cannot grow
+//! without bound.
 
 use super::*;
 
-/// What the store keeps as a compacted base: the fold plus run info.
-pub(super) fn fold_record(inner: &Inner) -> Bytes {
+/// What the store keeps as a compacted base beside the fold: the run ids
+/// used on the thread and its last run.
+fn extras(inner: &Inner) -> Vec<(&'static str, Value)> {
     let run_ids: Vec<String> = inner.runs.used_ids().cloned().collect();
     let mut extra = vec![("runIds", Value::from(run_ids))];
     if let Some(run) = inner.fold.run() {
@@ -14,7 +27,22 @@ pub(super) fn fold_record(inner: &Inner) -> Bytes {
             json!({"runId": run.run_id, "status": run.status.as_str(), "agent": run.agent.to_json()}),
         ));
     }
-    Bytes::from(inner.fold.stored_json_bytes(&extra))
+    extra
+}
+
+/// A journal longer than this is a long run's: its base is serialized,
+/// and its entries freed, on a blocking thread. Shorter ones are done on
+/// the runtime's worker (still outside the lock): each blocking thread
+/// gets a malloc arena of its own that keeps its high-water mark, and
+/// serializing every thread's base there grew the soak's memory from
+/// 22 to 51 KB a run (tests/soak.rs), for folds that take microseconds.
+const LONG_JOURNAL: usize = 1024;
+
+/// Nothing was folded since `base` (the fold changes only by its events)
+/// and no run id was taken: a base serialized from the fold at `base`
+/// with `extra` is still what the thread would store now.
+fn unchanged(inner: &Inner, base: u64, extra: &[(&'static str, Value)]) -> bool {
+    inner.fold.seq == base && extras(inner) == extra
 }
 
 impl Thread {
@@ -52,30 +80,54 @@ impl Thread {
         }
     }
 
+    /// Compacts when due (`force`: idle), serializing the base outside the
+    /// lock on a blocking thread (see the module's docs).
     pub(super) async fn compact(&self, force: bool) {
-        // Handed to the store under the lock, like appends: in seq order.
+        // A copy of the fold: its messages are shared, so a pointer each.
+        let taken = {
+            let inner = self.lock();
+            self.compaction_due(&inner, force).then(|| {
+                let long = inner.journal.len() > LONG_JOURNAL;
+                (inner.fold.seq, inner.fold.clone(), extras(&inner), long)
+            })
+        };
+        let Some((base, fold, extra, long)) = taken else {
+            return;
+        };
+        // The copy is dropped where it is serialized.
+        #[cfg(test)]
+        let thread_id = self.key.thread_id.clone();
+        let serialize = move || {
+            #[cfg(test)]
+            pause::here(&thread_id);
+            let bytes = Bytes::from(fold.stored_json_bytes(&extra));
+            (bytes, extra)
+        };
+        let (snapshot, extra) = match tokio::runtime::Handle::try_current() {
+            Ok(rt) if long => match rt.spawn_blocking(serialize).await {
+                Ok(done) => done,
+                Err(_) => return,
+            },
+            _ => serialize(),
+        };
         let ack = {
             let mut inner = self.lock();
-            match self.compaction(&mut inner, force) {
-                Some(ack) => ack,
-                None => return,
+            if !unchanged(&inner, base, &extra) || !self.compaction_due(&inner, force) {
+                // The thread moved on: the next run's end compacts.
+                return;
             }
+            self.commit_compaction(&mut inner, snapshot)
         };
         if let Ok(Err(e)) = ack.await {
             tracing::error!(thread = %self.key.thread_id, "journal compaction failed: {e}");
         }
     }
 
-    /// Hands the compaction of the journal into the fold to the store when
-    /// it is due (`force`: idle; else longer than `max_events`) and nothing
-    /// is under way that still reads the journal; `None` when not done.
-    /// Only between runs (no run active or starting here), so the base is a
-    /// whole-run boundary.
-    pub(super) fn compaction(
-        &self,
-        inner: &mut Inner,
-        force: bool,
-    ) -> Option<crate::store::AppendAck> {
+    /// The compaction is due (`force`: idle; else the journal is longer
+    /// than `max_events`) and nothing is under way that still reads the
+    /// journal. Only between runs (no run active or starting here), so the
+    /// base is a whole-run boundary.
+    fn compaction_due(&self, inner: &Inner, force: bool) -> bool {
         let due = force || inner.journal.len() > self.settings.max_events;
         // Lagging viewers still read the journal: compact later.
         let busy = inner.inflight > 0
@@ -83,21 +135,40 @@ impl Thread {
             || !inner.catching_up.is_empty()
             || inner.runs.has_active()
             || inner.recovering;
-        if !due || inner.journal.is_empty() || busy {
+        due && !inner.journal.is_empty() && !busy
+    }
+
+    /// Compacts now, serializing the base under the lock the caller holds;
+    /// `None` when not due. For the one step that must not wait: a run's
+    /// end with the next run about to start ([`Thread::terminal_published`]).
+    pub(super) fn compaction(
+        &self,
+        inner: &mut Inner,
+        force: bool,
+    ) -> Option<crate::store::AppendAck> {
+        if !self.compaction_due(inner, force) {
             return None;
         }
+        let snapshot = Bytes::from(inner.fold.stored_json_bytes(&extras(inner)));
+        Some(self.commit_compaction(inner, snapshot))
+    }
+
+    /// Drops the journal up to the fold's seq and hands the base to the
+    /// store (under the lock: in seq order with the appends).
+    fn commit_compaction(&self, inner: &mut Inner, snapshot: Bytes) -> crate::store::AppendAck {
         let base = inner.fold.seq;
         // Freeing a long run's entries is real work (a 200k-event run's
         // were a tenth of its time on the runtime, under this lock): a
         // blocking thread does it.
         let compacted = std::mem::take(&mut inner.journal);
         match tokio::runtime::Handle::try_current() {
-            Ok(rt) if compacted.len() > 1024 => drop(rt.spawn_blocking(move || drop(compacted))),
+            Ok(rt) if compacted.len() > LONG_JOURNAL => {
+                drop(rt.spawn_blocking(move || drop(compacted)))
+            }
             _ => drop(compacted),
         }
         inner.base_seq = base;
-        let snapshot = fold_record(inner);
-        Some(self.store.append(AppendBatch {
+        self.store.append(AppendBatch {
             key: self.key.clone(),
             meta: inner.meta.clone(),
             events: Vec::new(),
@@ -106,6 +177,33 @@ impl Thread {
             run_boundary: false,
             idempotency: None,
             closes_failed_run: false,
-        }))
+        })
+    }
+}
+
+/// Lets a test act on a thread while its compaction serializes.
+#[cfg(test)]
+pub(super) mod pause {
+    use std::sync::{Mutex, mpsc};
+
+    /// The thread id to pause, a sender told when its serialization starts,
+    /// and a receiver it waits on before going on (taken by the first one).
+    #[allow(clippy::type_complexity)]
+    pub static AT_SERIALIZE: Mutex<Option<(String, mpsc::Sender<()>, mpsc::Receiver<()>)>> =
+        Mutex::new(None);
+
+    pub fn here(thread_id: &str) {
+        let gate = {
+            let mut gate = AT_SERIALIZE.lock().unwrap();
+            if gate.as_ref().is_some_and(|(id, ..)| id == thread_id) {
+                gate.take()
+            } else {
+                None
+            }
+        };
+        if let Some((_, started, go_on)) = gate {
+            let _ = started.send(());
+            let _ = go_on.recv();
+        }
     }
 }

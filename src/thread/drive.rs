@@ -259,6 +259,7 @@ async fn drive_leg(
         run_id: run_id.clone(),
         fence: fence_of(lease),
         store_failed: false,
+        staged: Vec::new(),
     };
     let mut open = OpenEntities::default();
     let mut started = false;
@@ -666,6 +667,9 @@ struct RequesterFeed {
     fence: Option<Arc<str>>,
     /// Set when the store failed a batch (not a lost lease).
     store_failed: bool,
+    /// A batch's entries on their way to the outbox as one item (its room
+    /// kept from batch to batch).
+    staged: Vec<Arc<Entry>>,
 }
 
 impl RequesterFeed {
@@ -759,20 +763,22 @@ impl RequesterFeed {
             if self.seen.hides(e.origin(), &item.event) {
                 continue;
             }
-            match outbox.push_live(Outgoing::Event(item)) {
-                Live::Queued => {}
-                Live::Closed => return,
-                Live::Full => {
-                    let lagging = outbox.clone();
-                    thread.requester_lagged(
-                        lagging,
-                        self.seen.scope().clone(),
-                        &self.run_id,
-                        e.seq - 1,
-                    );
-                    self.outbox = None;
-                    return;
-                }
+            self.staged.push(item);
+        }
+        let Some(first) = self.staged.first().map(|e| e.seq) else {
+            return;
+        };
+        match outbox.push_live_batch(&mut self.staged) {
+            Live::Queued | Live::Closed => {}
+            Live::Full => {
+                let lagging = outbox.clone();
+                thread.requester_lagged(
+                    lagging,
+                    self.seen.scope().clone(),
+                    &self.run_id,
+                    first - 1,
+                );
+                self.outbox = None;
             }
         }
     }

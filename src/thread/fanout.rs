@@ -1,8 +1,12 @@
 //! Fan-out: one outbox per connection, bounded in bytes.
 //!
-//! A thread pushes each published entry to every subscriber's outbox without
-//! waiting: the entry is shared by reference count and each transport's frame
-//! for it is built once, by the first viewer that sends it. Each connection's writer task drains its own
+//! A thread pushes what it publishes to every subscriber's outbox without
+//! waiting: the entries are shared by reference count and each transport's
+//! frame for one is built once, by the first viewer that sends it. A batch
+//! of entries (what one upstream read or one store acknowledgement brought)
+//! is one item in each outbox, not one per event: one budget check, one
+//! queue operation and at most one wake-up of the writer per batch
+//! ([`Outbox::push_live_batch`]). Each connection's writer task drains its own
 //! outbox, so a slow viewer delays nobody else. When a viewer falls behind the
 //! live stream by more than its byte budget it is not cut off: it leaves the
 //! thread's live list, and its outbox reads the journal from where it was, a
@@ -171,6 +175,8 @@ impl std::fmt::Debug for CatchUp {
 enum Queued {
     /// An item, and whether it counts against the live budget.
     Item(Outgoing, bool),
+    /// Live journal entries queued together, and their cost.
+    Batch(Vec<Arc<Entry>>, usize),
     /// (Boxed: a channel slot is as large as its largest item, and an idle
     /// connection's outbox allocates a block of 32 slots up front.)
     CatchUp(Box<CatchUp>),
@@ -196,7 +202,11 @@ pub struct OutboxReceiver {
     queued: Arc<QueuedBytes>,
     /// Bytes a catch-up page may hold (the live budget).
     limit: usize,
-    /// The current catch-up page, sent before anything else.
+    /// What is left of the batch being sent (sent before anything else;
+    /// its vector is freed when it is done, so a burst leaves nothing
+    /// behind in an idle connection).
+    batch: std::vec::IntoIter<Arc<Entry>>,
+    /// The current catch-up page.
     page: VecDeque<Outgoing>,
     /// Catch-ups to read, one thread at a time.
     catch_ups: VecDeque<CatchUp>,
@@ -251,6 +261,7 @@ pub fn outbox(limit: usize) -> (Arc<Outbox>, OutboxReceiver) {
             rx,
             queued,
             limit,
+            batch: Vec::new().into_iter(),
             page: VecDeque::new(),
             catch_ups: VecDeque::new(),
         },
@@ -294,6 +305,35 @@ impl Outbox {
             return Live::Full;
         }
         if self.tx.send(Queued::Item(item, true)).is_err() {
+            self.unsent(cost);
+            return Live::Closed;
+        }
+        Live::Queued
+    }
+
+    /// Queues live journal entries as one item (the entries are taken out
+    /// of `entries`; one entry goes as an [`Outgoing::Event`], leaving the
+    /// vector's room to the caller for the next batch). Over the budget
+    /// nothing is queued and the caller starts the viewer's catch-up from
+    /// the first of them ([`CatchUp`]), as for [`Outbox::push_live`].
+    pub fn push_live_batch(&self, entries: &mut Vec<Arc<Entry>>) -> Live {
+        if entries.len() <= 1 {
+            return match entries.pop() {
+                Some(entry) => self.push_live(Outgoing::Event(entry)),
+                None => Live::Queued,
+            };
+        }
+        let entries = std::mem::take(entries);
+        if self.is_closed() {
+            return Live::Closed;
+        }
+        let cost = entries.iter().map(|e| e.cost()).sum();
+        let before = self.queued.add(cost);
+        if before + cost > self.limit && before > 0 {
+            self.queued.sub(cost);
+            return Live::Full;
+        }
+        if self.tx.send(Queued::Batch(entries, cost)).is_err() {
             self.unsent(cost);
             return Live::Closed;
         }
@@ -382,6 +422,9 @@ impl OutboxReceiver {
     /// The next item of the current catch-up page, reading the next page
     /// when one is due.
     fn ready(&mut self) -> Option<Outgoing> {
+        if let Some(entry) = self.batch.next() {
+            return Some(Outgoing::Event(entry));
+        }
         loop {
             if let Some(item) = self.page.pop_front() {
                 return Some(item);
@@ -396,9 +439,15 @@ impl OutboxReceiver {
     }
 
     /// An item off the queue (its budget released), or `None` for a catch-up
-    /// (kept, to be read in turn).
+    /// (kept, to be read in turn). Only called with nothing else ready, so
+    /// a batch taken here is sent next, in order.
     fn take(&mut self, queued: Queued) -> Option<Outgoing> {
         match queued {
+            Queued::Batch(entries, cost) => {
+                self.queued.sub(cost);
+                self.batch = entries.into_iter();
+                self.batch.next().map(Outgoing::Event)
+            }
             Queued::Item(item, counted) => {
                 if counted {
                     self.queued.sub(item.cost());
@@ -451,6 +500,72 @@ mod tests {
             assert!(rx.recv().await.is_some());
         }
         assert!(ob.push(msg(60)) && ob.push(msg(30)));
+    }
+
+    fn entry(seq: u64) -> Arc<Entry> {
+        let event = crate::protocol::Event::build(serde_json::json!({
+            "type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "0123456789"
+        }));
+        Arc::new(Entry::new("t".into(), seq, event))
+    }
+
+    fn seq_of(item: Option<Outgoing>) -> u64 {
+        match item {
+            Some(Outgoing::Event(e)) => e.seq,
+            other => panic!("expected an event, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_batch_is_one_item_sent_in_order_and_releases_its_budget() {
+        let one = entry(1).cost();
+        let (ob, mut rx) = outbox(one * 10);
+        let mut batch: Vec<_> = (1..=4).map(entry).collect();
+        assert_eq!(ob.push_live_batch(&mut batch), Live::Queued);
+        assert!(batch.is_empty(), "the entries went into the outbox");
+        assert_eq!(ob.queued.0.load(Ordering::Acquire), one * 4);
+        assert!(ob.push(msg(3)));
+        let mut single = vec![entry(5)];
+        assert_eq!(ob.push_live_batch(&mut single), Live::Queued);
+        assert!(
+            single.is_empty() && single.capacity() > 0,
+            "one entry leaves the room"
+        );
+        assert_eq!(seq_of(rx.recv().await), 1);
+        assert_eq!(
+            ob.queued.0.load(Ordering::Acquire),
+            3 + one,
+            "the whole batch's budget is released when it is taken"
+        );
+        for seq in 2..=4 {
+            assert_eq!(seq_of(rx.try_recv()), seq);
+        }
+        assert!(matches!(rx.try_recv(), Some(Outgoing::Message(_))));
+        assert_eq!(seq_of(rx.try_recv()), 5);
+        assert!(rx.try_recv().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_batch_over_the_budget_is_not_queued_and_the_viewer_catches_up() {
+        let one = entry(1).cost();
+        let (ob, mut rx) = outbox(one * 3);
+        let mut first = vec![entry(1), entry(2)];
+        assert_eq!(ob.push_live_batch(&mut first), Live::Queued);
+        let mut second = vec![entry(3), entry(4)];
+        assert_eq!(ob.push_live_batch(&mut second), Live::Full);
+        assert!(
+            !ob.is_closed(),
+            "a live viewer over budget catches up, not closed"
+        );
+        assert_eq!(seq_of(rx.recv().await), 1);
+        assert_eq!(seq_of(rx.try_recv()), 2);
+        assert!(
+            rx.try_recv().is_none(),
+            "nothing of the refused batch was queued"
+        );
+        drop(rx);
+        let mut third = vec![entry(5), entry(6)];
+        assert_eq!(ob.push_live_batch(&mut third), Live::Closed);
     }
 
     #[tokio::test]

@@ -297,6 +297,7 @@ impl Thread {
             let entry = entry.remove();
             self.publish(inner, entry);
         }
+        self.fan_out(inner);
         // Alone on its store, a copy's gaps are its own batches still being
         // acknowledged; shared, they may be another node's lost announcement.
         if !inner.arrived.is_empty() && !inner.backfilling && self.shared() {
@@ -419,16 +420,40 @@ impl Thread {
         }
         entry.set_origin(inner.fold.apply(entry.seq, &entry.event));
         inner.journal.push_back(entry.clone());
+        // What each viewer gets of it is decided now (by the fold as of
+        // this entry) and queued with the rest of the batch ([`Self::fan_out`]).
+        let Inner { viewers, fold, .. } = &mut *inner;
+        for viewer in viewers.iter_mut().filter(|v| !v.ended) {
+            if let Some(item) = viewer.view(&entry, fold.authors()) {
+                viewer.ended = viewer.ends_with(&entry.event);
+                viewer.staged.push(item);
+            }
+        }
+        if kind.is_terminal() {
+            // The run is over the moment its end is published: this node's
+            // slot is free before any viewer can answer it, and a run
+            // queued here (behind this node's run or another's) may start.
+            // What viewers have of it goes out first, so nothing queued to
+            // them by the next run's start can overtake it.
+            self.fan_out(inner);
+            self.terminal_published(inner);
+        }
+    }
+
+    /// Queues what [`Self::publish`] staged for each viewer as one outbox
+    /// item per viewer ([`Outbox::push_live_batch`]); a viewer that has its
+    /// last event, or whose connection is gone, leaves the live list, and
+    /// one over its budget reads the journal from its first unsent entry.
+    pub(super) fn fan_out(&self, inner: &mut Inner) {
         let mut i = 0;
         while i < inner.viewers.len() {
-            let Inner { viewers, fold, .. } = &mut *inner;
-            let viewer = &mut viewers[i];
-            let Some(item) = viewer.view(&entry, fold.authors()) else {
+            let viewer = &mut inner.viewers[i];
+            let Some(first) = viewer.staged.first().map(|e| e.seq) else {
                 i += 1;
                 continue;
             };
-            match viewer.outbox.push_live(Outgoing::Event(item)) {
-                Live::Queued if viewer.ends_with(&entry.event) => {
+            match viewer.outbox.push_live_batch(&mut viewer.staged) {
+                Live::Queued if viewer.ended => {
                     inner.viewers.swap_remove(i);
                 }
                 Live::Queued => i += 1,
@@ -438,21 +463,17 @@ impl Thread {
                 Live::Full => {
                     // Behind by more than its budget: it leaves the live
                     // list and reads the journal from here on.
-                    let viewer = inner.viewers.swap_remove(i);
+                    let mut viewer = inner.viewers.swap_remove(i);
+                    viewer.staged = Vec::new();
+                    viewer.ended = false;
                     let (id, outbox) = (viewer.id, viewer.outbox.clone());
-                    let catch_up = CatchUp::new(self.me.clone(), viewer, entry.seq - 1);
+                    let catch_up = CatchUp::new(self.me.clone(), viewer, first - 1);
                     let ticket = catch_up.ticket();
                     if outbox.push_catch_up(catch_up) {
                         inner.catching_up.insert(id, ticket);
                     }
                 }
             }
-        }
-        if kind.is_terminal() {
-            // The run is over the moment its end is published: this node's
-            // slot is free before any viewer can answer it, and a run
-            // queued here (behind this node's run or another's) may start.
-            self.terminal_published(inner);
         }
     }
 

@@ -378,6 +378,60 @@ mod tests {
         assert_eq!(drain(&mut rx).await[0]["seq"], 6);
     }
 
+    /// The base is serialized outside the thread's lock: a thread that
+    /// moves on meanwhile keeps its journal (the serialized copy is
+    /// dropped), and the next compaction stores the newer base.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_compaction_overtaken_by_a_new_event_keeps_the_journal() {
+        let store = Arc::new(MemoryStore::new());
+        let ts = Threads::new(
+            store.clone(),
+            ThreadSettings {
+                max_events: 2,
+                idle_ttl: std::time::Duration::ZERO,
+                ..Default::default()
+            },
+        );
+        let key = ThreadKey::new("ten", "paused");
+        let t = ts.get_or_create(&key, "u").await.unwrap();
+        // A long run's journal: its base is serialized on a blocking thread.
+        let long: Vec<_> = (0..1100)
+            .map(|i| ev(json!({"type":"CUSTOM","name":"n","value":i})))
+            .collect();
+        t.append(long).await;
+        let (started, serializing) = std::sync::mpsc::channel();
+        let (go_on, waiting) = std::sync::mpsc::channel();
+        *compaction::pause::AT_SERIALIZE.lock().unwrap() =
+            Some(("paused".into(), started, waiting));
+        let compacting = tokio::spawn({
+            let t = t.clone();
+            async move { t.maybe_compact().await }
+        });
+        let wait = tokio::task::spawn_blocking(move || {
+            serializing.recv_timeout(std::time::Duration::from_secs(10))
+        });
+        assert!(
+            wait.await.unwrap().is_ok(),
+            "the compaction never serialized outside the thread's lock"
+        );
+        // Serializing now: the thread's lock is free, and it moves on.
+        t.append(vec![ev(json!({"type":"CUSTOM","name":"n","value":"x"}))])
+            .await;
+        go_on.send(()).unwrap();
+        compacting.await.unwrap();
+        assert_eq!(
+            t.entries_after(0).map(|e| e.len()),
+            Some(1101),
+            "the base of seq 1100 was not stored after seq 1101 was published"
+        );
+        assert_eq!(store.load(&key).unwrap().unwrap().base, None);
+        t.maybe_compact().await;
+        assert!(t.entries_after(0).is_none(), "compacted now");
+        let stored = store.load(&key).unwrap().unwrap();
+        assert_eq!(stored.base.map(|(seq, _)| seq), Some(1101));
+        assert!(stored.events.is_empty());
+    }
+
     #[tokio::test]
     async fn idle_threads_are_compacted_by_the_sweeper() {
         let ts = Threads::new(

@@ -459,9 +459,17 @@ impl Thread {
     /// viewer can have it). When it ends the run active on this node, the
     /// run's slot and lease are given back now — not when its task has
     /// finished its bookkeeping — so a run sent on that terminal event is
-    /// never refused as `conflict`; a journal past `max_events` is
-    /// compacted in the same step, so the base is this run's end and the
-    /// next run's events come after it. Then a queued run may start.
+    /// never refused as `conflict`. Then a queued run may start.
+    ///
+    /// A journal past `max_events` is compacted by the run's task once the
+    /// run is over, its base serialized outside the lock ([`compaction`]).
+    /// When a queued run starts in this very step, that would be too late
+    /// (the journal stays until a run ends with none queued), and so it
+    /// would be for a journal that kept missing its chance to runs sent in
+    /// between: those are compacted here, under the lock, so the base is
+    /// this run's end and the next run's events come after it.
+    ///
+    /// [`compaction`]: super::compaction
     pub(super) fn terminal_published(&self, inner: &mut Inner) {
         let ended = inner.runs.active.as_ref().is_some_and(|active| {
             active.lease.is_some()
@@ -477,7 +485,9 @@ impl Thread {
             if let Some(lease) = &run.lease {
                 self.leases.release(&self.key, lease);
             }
-            if let Some(ack) = self.compaction(inner, false) {
+            let now = !inner.runs.queue.is_empty()
+                || inner.journal.len() > self.settings.max_events.saturating_mul(2);
+            if now && let Some(ack) = self.compaction(inner, false) {
                 let thread_id = self.key.thread_id.clone();
                 tokio::spawn(async move {
                     if let Ok(Err(e)) = ack.await {

@@ -15,6 +15,11 @@ pub(super) struct Viewer {
     /// An HTTP requester reading its run from the journal: it gets that
     /// run's events only (no meta) and leaves after its terminal event.
     pub(super) run_scope: Option<String>,
+    /// What the batch being published gives it, queued as one item when
+    /// the batch is done ([`Thread::fan_out`]); empty in between.
+    pub(super) staged: Vec<Arc<Entry>>,
+    /// Its last wanted event is staged: it gets nothing after it.
+    pub(super) ended: bool,
 }
 
 impl Viewer {
@@ -135,6 +140,8 @@ impl Thread {
             outbox,
             seen: SeenBy::new(visibility),
             run_scope: None,
+            staged: Vec::new(),
+            ended: false,
         };
         // Replay is a catch-up: read from the journal a budget's worth at a
         // time, then live (memory stays within budget). A snapshot is one
@@ -257,6 +264,8 @@ impl Thread {
             outbox: outbox.clone(),
             seen: SeenBy::new(visibility),
             run_scope: Some(run_id.to_owned()),
+            staged: Vec::new(),
+            ended: false,
         };
         let mut inner = self.lock();
         let catch_up = CatchUp::new(self.me.clone(), viewer, after);
