@@ -812,11 +812,16 @@ fn field_mut<'a>(v: &'a mut Value, key: &str) -> Option<&'a mut Value> {
 }
 
 fn append_str(target: &mut Value, key: &str, delta: &str) {
-    match field_mut(target, key) {
-        Some(Value::String(s)) => s.push_str(delta),
-        Some(other) => *other = delta.into(),
-        None => {}
+    let Some(obj) = target.as_object_mut() else {
+        return;
+    };
+    // One lookup for the usual case (this runs per delta).
+    if let Some(Value::String(s)) = obj.get_mut(key) {
+        s.push_str(delta);
+        return;
     }
+    // Absent, or not a string: replaced where it is (or added last).
+    obj.insert(key.to_owned(), delta.into());
 }
 
 fn without_null_subagent(mut m: Value) -> Value {

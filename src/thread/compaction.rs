@@ -11,8 +11,8 @@
 //! store gets it in seq order with the appends. If the thread moved on in
 //! between (a run started), the copy is dropped and the next run's end
 //! tries again; a journal that keeps missing its chance is compacted under
-//! the lock instead ([`Thread::terminal_published`]), so it cannot grow
-//! without bound.
+//! the lock instead ([`Thread::terminal_published`]: at most two runs past
+//! its cap).
 
 use super::*;
 
@@ -168,6 +168,7 @@ impl Thread {
             _ => drop(compacted),
         }
         inner.base_seq = base;
+        inner.compaction_deferred = false;
         self.store.append(AppendBatch {
             key: self.key.clone(),
             meta: inner.meta.clone(),

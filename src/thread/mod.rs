@@ -119,6 +119,10 @@ struct Inner {
     /// A recovery is under way: no run starts until it has closed the run
     /// the failure cut short.
     recovering: bool,
+    /// A run's end left a due compaction to its task, to be serialized
+    /// outside the lock, and no compaction has been stored since: the next
+    /// run's end compacts under the lock ([`compaction`]).
+    compaction_deferred: bool,
     /// Viewers that fell behind the live budget and read the journal until
     /// they catch up (see [`fanout::CatchUp`]); compaction waits for them.
     /// Viewer id → the ticket of its current catch-up ([`CatchUp::ticket`]).
@@ -196,6 +200,7 @@ impl Thread {
                 broken: None,
                 lost_run: None,
                 recovering: false,
+                compaction_deferred: false,
             }),
         })
     }

@@ -464,10 +464,12 @@ impl Thread {
     /// A journal past `max_events` is compacted by the run's task once the
     /// run is over, its base serialized outside the lock ([`compaction`]).
     /// When a queued run starts in this very step, that would be too late
-    /// (the journal stays until a run ends with none queued), and so it
-    /// would be for a journal that kept missing its chance to runs sent in
-    /// between: those are compacted here, under the lock, so the base is
-    /// this run's end and the next run's events come after it.
+    /// (the task finds the next run going and leaves the journal), and so
+    /// it was if the previous run's end left it to its task too and it has
+    /// not been done since (a run was sent in between): then it is done
+    /// here, under the lock, so the base is this run's end and the next
+    /// run's events come after it. A journal so holds at most two runs
+    /// past its cap.
     ///
     /// [`compaction`]: super::compaction
     pub(super) fn terminal_published(&self, inner: &mut Inner) {
@@ -485,9 +487,10 @@ impl Thread {
             if let Some(lease) = &run.lease {
                 self.leases.release(&self.key, lease);
             }
-            let now = !inner.runs.queue.is_empty()
-                || inner.journal.len() > self.settings.max_events.saturating_mul(2);
-            if now && let Some(ack) = self.compaction(inner, false) {
+            let now = !inner.runs.queue.is_empty() || inner.compaction_deferred;
+            if !now {
+                inner.compaction_deferred = inner.journal.len() > self.settings.max_events;
+            } else if let Some(ack) = self.compaction(inner, false) {
                 let thread_id = self.key.thread_id.clone();
                 tokio::spawn(async move {
                     if let Ok(Err(e)) = ack.await {
