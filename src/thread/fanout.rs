@@ -295,20 +295,8 @@ impl Outbox {
     /// Queues a journal entry for a live viewer; over the budget it is not
     /// queued and the caller starts the viewer's catch-up ([`CatchUp`]).
     pub fn push_live(&self, item: Outgoing) -> Live {
-        if self.is_closed() {
-            return Live::Closed;
-        }
         let cost = item.cost();
-        let before = self.queued.add(cost);
-        if before + cost > self.limit && before > 0 {
-            self.queued.sub(cost);
-            return Live::Full;
-        }
-        if self.tx.send(Queued::Item(item, true)).is_err() {
-            self.unsent(cost);
-            return Live::Closed;
-        }
-        Live::Queued
+        self.queue_live(Queued::Item(item, true), cost)
     }
 
     /// Queues live journal entries as one item (the entries are taken out
@@ -324,16 +312,22 @@ impl Outbox {
             };
         }
         let entries = std::mem::take(entries);
+        let cost = entries.iter().map(|e| e.cost()).sum();
+        self.queue_live(Queued::Batch(entries, cost), cost)
+    }
+
+    /// Queues live frames of `cost` bytes unless that passes the budget
+    /// (one item over it still goes on an empty queue).
+    fn queue_live(&self, queued: Queued, cost: usize) -> Live {
         if self.is_closed() {
             return Live::Closed;
         }
-        let cost = entries.iter().map(|e| e.cost()).sum();
         let before = self.queued.add(cost);
         if before + cost > self.limit && before > 0 {
             self.queued.sub(cost);
             return Live::Full;
         }
-        if self.tx.send(Queued::Batch(entries, cost)).is_err() {
+        if self.tx.send(queued).is_err() {
             self.unsent(cost);
             return Live::Closed;
         }

@@ -277,8 +277,13 @@ mod tests {
     use crate::store::memory::MemoryStore;
 
     fn threads(max_events: usize) -> Threads {
+        threads_on(Arc::new(MemoryStore::new()), max_events)
+    }
+
+    /// Threads on `store`, compacted past `max_events`, never for idleness.
+    fn threads_on(store: Arc<dyn JournalStore>, max_events: usize) -> Threads {
         Threads::new(
-            Arc::new(MemoryStore::new()),
+            store,
             ThreadSettings {
                 max_events,
                 idle_ttl: std::time::Duration::ZERO,
@@ -389,14 +394,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_compaction_overtaken_by_a_new_event_keeps_the_journal() {
         let store = Arc::new(MemoryStore::new());
-        let ts = Threads::new(
-            store.clone(),
-            ThreadSettings {
-                max_events: 2,
-                idle_ttl: std::time::Duration::ZERO,
-                ..Default::default()
-            },
-        );
+        let ts = threads_on(store.clone(), 2);
         let key = ThreadKey::new("ten", "paused");
         let t = ts.get_or_create(&key, "u").await.unwrap();
         // A long run's journal: its base is serialized on a blocking thread.
@@ -465,14 +463,7 @@ mod tests {
         let store: Arc<dyn JournalStore> = Arc::new(MemoryStore::new());
         let key = ThreadKey::new("ten", "th");
         {
-            let ts = Threads::new(
-                store.clone(),
-                ThreadSettings {
-                    max_events: 2,
-                    idle_ttl: std::time::Duration::ZERO,
-                    ..Default::default()
-                },
-            );
+            let ts = threads_on(store.clone(), 2);
             let t = ts.get_or_create(&key, "u").await.unwrap();
             t.append(vec![
                 ev(json!({"type":"RUN_STARTED","threadId":"th","runId":"r"})),
