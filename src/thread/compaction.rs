@@ -5,14 +5,14 @@
 //! The base is serialized outside the thread's lock, and a long run's off
 //! the runtime's workers too: its fold can be megabytes (a 200k-delta
 //! message), and serializing it under the lock held up every viewer and
-//! the next run of the thread for as long. Under the lock, compaction only takes a copy of
-//! the fold (its messages are shared, so that is a pointer each) and later
-//! hands the finished base to the store — still under the lock, so the
-//! store gets it in seq order with the appends. If the thread moved on in
-//! between (a run started), the copy is dropped and the next run's end
-//! tries again; a journal that keeps missing its chance is compacted under
-//! the lock instead ([`Thread::terminal_published`]: at most two runs past
-//! its cap).
+//! the next run of the thread for as long. Under the lock, compaction only
+//! takes a copy of the fold (its messages are shared, so that is a pointer
+//! each) and later hands the finished base to the store — still under the
+//! lock, so the store gets it in seq order with the appends. If the thread
+//! moved on in between (a run started), the copy is dropped and the next
+//! run's end tries again; a journal that keeps missing its chance is
+//! compacted under the lock instead ([`Thread::terminal_published`]: at
+//! most two runs past its cap).
 
 use super::*;
 
@@ -38,11 +38,13 @@ fn extras(inner: &Inner) -> Vec<(&'static str, Value)> {
 /// 22 to 51 KB a run (tests/soak.rs), for folds that take microseconds.
 const LONG_JOURNAL: usize = 1024;
 
-/// Nothing was folded since `base` (the fold changes only by its events)
-/// and no run id was taken: a base serialized from the fold at `base`
-/// with `extra` is still what the thread would store now.
-fn unchanged(inner: &Inner, base: u64, extra: &[(&'static str, Value)]) -> bool {
-    inner.fold.seq == base && extras(inner) == extra
+/// Where a compaction's copy was taken: the fold's seq and the base below
+/// it. The fold and the run ids it keeps change only by publishing (which
+/// moves the seq) or by a reload (which moves the base), so a base
+/// serialized from a copy taken at the same point is still what the
+/// thread would store now.
+fn taken_at(inner: &Inner) -> (u64, u64) {
+    (inner.fold.seq, inner.base_seq)
 }
 
 impl Thread {
@@ -81,17 +83,17 @@ impl Thread {
     }
 
     /// Compacts when due (`force`: idle), serializing the base outside the
-    /// lock on a blocking thread (see the module's docs).
+    /// lock (a long run's on a blocking thread; see the module's docs).
     pub(super) async fn compact(&self, force: bool) {
         // A copy of the fold: its messages are shared, so a pointer each.
         let taken = {
             let inner = self.lock();
             self.compaction_due(&inner, force).then(|| {
                 let long = inner.journal.len() > LONG_JOURNAL;
-                (inner.fold.seq, inner.fold.clone(), extras(&inner), long)
+                (taken_at(&inner), inner.fold.clone(), extras(&inner), long)
             })
         };
-        let Some((base, fold, extra, long)) = taken else {
+        let Some((at, fold, extra, long)) = taken else {
             return;
         };
         // The copy is dropped where it is serialized.
@@ -100,10 +102,9 @@ impl Thread {
         let serialize = move || {
             #[cfg(test)]
             pause::here(&thread_id);
-            let bytes = Bytes::from(fold.stored_json_bytes(&extra));
-            (bytes, extra)
+            Bytes::from(fold.stored_json_bytes(&extra))
         };
-        let (snapshot, extra) = match tokio::runtime::Handle::try_current() {
+        let snapshot = match tokio::runtime::Handle::try_current() {
             Ok(rt) if long => match rt.spawn_blocking(serialize).await {
                 Ok(done) => done,
                 Err(_) => return,
@@ -112,7 +113,7 @@ impl Thread {
         };
         let ack = {
             let mut inner = self.lock();
-            if !unchanged(&inner, base, &extra) || !self.compaction_due(&inner, force) {
+            if taken_at(&inner) != at || !self.compaction_due(&inner, force) {
                 // The thread moved on: the next run's end compacts.
                 return;
             }

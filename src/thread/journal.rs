@@ -300,8 +300,8 @@ impl Thread {
         }
         if inner.next_seq != published {
             touched(inner);
+            self.fan_out(inner);
         }
-        self.fan_out(inner);
         // Alone on its store, a copy's gaps are its own batches still being
         // acknowledged; shared, they may be another node's lost announcement.
         if !inner.arrived.is_empty() && !inner.backfilling && self.shared() {
