@@ -9,6 +9,8 @@
 //!
 //! [`metrics`] is a leaf every layer counts into (Prometheus at `/metrics`);
 //! [`telemetry`] exports the gateway's spans over OTLP when configured;
+//! [`fault`] names the seams the crash-timing tests stop a node at
+//! (compiled in only with the `failpoints` feature);
 //! [`log_line`] keeps each log event on one line whatever clients sent.
 //!
 //! [`config`] is plain settings data and imports no sibling but [`protocol`];
@@ -19,6 +21,7 @@ pub mod app;
 pub mod auth;
 pub mod config;
 pub mod demo;
+pub mod fault;
 pub mod log_line;
 pub mod metrics;
 pub mod policy;

@@ -86,6 +86,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Fault points named in FAILPOINTS (only with the `failpoints` feature).
+    let _faults = agui_gateway::fault::setup();
     let cli = Cli::parse();
     if matches!(cli.command, Some(Command::ConfigSchema)) {
         print!("{}", agui_gateway::config::json_schema_text());

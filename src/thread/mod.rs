@@ -42,6 +42,7 @@ pub mod recent;
 mod recovery;
 pub mod registry;
 mod request;
+mod requester_feed;
 pub mod run;
 mod run_input;
 mod viewers;
