@@ -38,6 +38,7 @@ pub const POINTS: &[&str] = &[
     "run.lease_released",
     "handoff.decided",
     "handoff.target_starting",
+    "run.abandoned_leased",
     "sweeper.orphan_leased",
     "sweeper.orphan_closed",
     "compaction.serialized",

@@ -12,7 +12,9 @@
 //!
 //! A lease that expires while its thread is still `running` means the node
 //! died: another node closes the run with `RUN_ERROR gateway_node_lost`
-//! ([`RunLeases::orphans`]).
+//! ([`RunLeases::orphans`]), or, if a run is asked for on the thread first,
+//! the node granted that run's lease closes it before the run starts
+//! ([`Acquired::Abandoned`]).
 
 use super::{StoreError, ThreadKey};
 use futures::future::BoxFuture;
@@ -78,6 +80,13 @@ pub enum Acquired {
     /// The stored journal moved past what this node's copy has seen
     /// (another node appended): catch up, decide again.
     Stale,
+    /// Granted, but the thread is still `running` with nobody's lease: a
+    /// node stopped in the middle of a run (or of a handoff). The holder
+    /// must first close what that node left ([`crate::thread::abandoned`]),
+    /// under this lease, before anything else is journaled: no run may
+    /// start inside another. The grant and the finding are one atomic
+    /// step in the store, so no other node can start a run in between.
+    Abandoned(Lease),
 }
 
 /// A request between nodes about a run.

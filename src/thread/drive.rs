@@ -5,22 +5,29 @@
 //! busy run costs one durable write per read rather than per event, and
 //! keeps up to [`PIPELINE`] batches in the journal's hands while it reads on;
 //! each reaches the HTTP requester once it is durable, in order. The
-//! journal's opening of the run ([`super::run_input`]) goes first; the
+//! journal's opening of the run ([`super::opening`]) goes first; the
 //! operator's filter sees exactly what would be journaled; a cancel, a lost
 //! lease or a failed write ends the run with the right terminal event.
+//!
+//! A run is a sequence of steps, each a method of [`Leg`], and a node can
+//! stop between any two of them: the fault points ([`crate::fault`]) name
+//! those seams (`run.batch_enqueued`, `run.end_stored`, `handoff.decided`,
+//! …), and whoever takes the thread next closes what was left
+//! ([`super::abandoned`]).
 
 use super::fanout::Outgoing;
+use super::opening::Opening;
+use super::request::{Ended, RunRequest, Then};
 use super::requester_feed::RequesterFeed;
-use super::request::{Ended, Incoming, RunRequest, Then};
 use super::run_input::{PreparedInput, restore_thread_id};
 use super::{Entry, Thread};
 use crate::protocol::event::run_error;
-use crate::protocol::handoff::{HANDOFF_EVENT, SignalWatch, UPSTREAM_NOTE, is_gateway_event};
-use crate::protocol::hooks::{EventFilter, SeenBy};
+use crate::protocol::handoff::{SignalWatch, UPSTREAM_NOTE, is_gateway_event};
+use crate::protocol::hooks::{EventFilter, SeenBy, ViewerVisibility};
 use crate::protocol::interrupts::InterruptNormalizer;
 use crate::protocol::lineage::RunKind;
 use crate::protocol::open::OpenEntities;
-use crate::protocol::{Event, EventType, PROTOCOL_VERSION};
+use crate::protocol::{Event, EventType};
 use crate::store::StoreError;
 use crate::store::lease::Lease;
 use crate::upstream::RunStream;
@@ -34,7 +41,8 @@ use tokio_util::sync::CancellationToken;
 const MAX_BATCH: usize = 256;
 
 /// How long a run whose lease was lost waits to learn whether the store
-/// lost its journal (see [`Thread::journal_lost`]) before it ends as fenced.
+/// lost its journal (see [`Thread::journal_lost`]) before it ends as fenced,
+/// and, before that, for the batches already in the store's hands.
 const LOSS_CHECK: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Batches a run may have in the journal's hands at once.
@@ -49,15 +57,16 @@ enum Step {
     Events(Vec<Event>),
     /// A journaled batch was acknowledged (or failed), with what the
     /// requester gets for each of its events.
-    Stored(Result<Vec<Arc<Entry>>, StoreError>, Vec<ForRequester>),
+    Stored(StoredBatch),
     Ended,
 }
 
-/// The agent's next events: whatever arrived together, up to `MAX_BATCH`,
-/// ending at a terminal event; `None` when the stream ended.
-async fn next_batch(upstream: &mut RunStream) -> Option<Vec<Event>> {
-    upstream.next_batch(MAX_BATCH).await
-}
+/// A batch's answer from the store, with what the requester gets for each
+/// of its events.
+type StoredBatch = (Result<Vec<Arc<Entry>>, StoreError>, Vec<ForRequester>);
+
+/// A batch in the journal's hands.
+type InFlight = std::pin::Pin<Box<dyn std::future::Future<Output = StoredBatch> + Send>>;
 
 /// The fencing token appends carry under `lease` (none for a lease of a
 /// single process, which needs no fencing).
@@ -75,6 +84,7 @@ pub(super) async fn drive(
     lease: Lease,
     current: Arc<std::sync::Mutex<String>>,
 ) {
+    crate::fault::point("run.lease_granted").await;
     // Handoffs in a row that led to the leg about to run: counted here, not
     // read from the fold, which may not have published the previous leg's
     // start yet (its batch still in the store's hands).
@@ -93,19 +103,34 @@ pub(super) async fn drive(
         }
         let span = req.span.clone();
         let Some(next) = tracing::Instrument::instrument(
-            drive_leg(&thread, req, input, &cancel, &lease, chain),
+            Leg::start(&thread, req, input, &cancel, &lease, chain).run(),
             span,
         )
         .await
         else {
             break;
         };
+        // The source's end is durable and the slot is the target's: a node
+        // stopping here leaves a handoff the next taker journals as failed.
+        crate::fault::point("handoff.decided").await;
         let run_id = next.run_id.clone();
         chain += 1;
         match thread.next_leg(&next) {
-            Ok(input) => leg = Some((*next, input)),
+            Ok(input) => {
+                crate::fault::point("handoff.target_starting").await;
+                leg = Some((*next, input));
+            }
             Err(refused) => {
                 tracing::warn!(thread = %thread.key.thread_id, run = %run_id, "handoff run refused at its start: {refused}");
+                // The source ended handing over: the thread must not stay
+                // running for a target that will never start.
+                let why = super::abandoned::Abandoned {
+                    code: refused.code(),
+                    message: &refused.to_string(),
+                };
+                if let Err(e) = thread.close_abandoned(why, true, fence_of(&lease)).await {
+                    tracing::warn!(thread = %thread.key.thread_id, "journaling the refused handoff failed: {e}");
+                }
                 last = run_id;
             }
         }
@@ -114,431 +139,579 @@ pub(super) async fn drive(
     // ([`Thread::terminal_published`]); not when the run ended unjournaled
     // or a handoff it was passed to did not start.
     thread.run_ended(&last);
+    crate::fault::point("run.lease_released").await;
     thread.maybe_compact().await;
 }
 
-/// The journal's opening of a run: `RUN_STARTED` with the normalized input
-/// (the agent's own, when it sent one, goes to the requester), then the
-/// edited history, if the client changed a known message, and, for a run
-/// that takes the thread over, the handoff's record.
-struct Opening {
-    thread_id: String,
+/// One run of a run's task (a leg: a handoff chains several in one slot),
+/// with everything it keeps between two steps.
+struct Leg<'a> {
+    thread: &'a Arc<Thread>,
+    cancel: &'a CancellationToken,
+    lease: &'a Lease,
+    chain: usize,
+    agent: Arc<crate::upstream::Agent>,
     run_id: String,
-    journal_input: Value,
-    stamp: crate::protocol::lineage::Stamp,
-    restated: Vec<Event>,
-    incoming: Option<Incoming>,
+    thread_id: String,
+    opening: Opening,
+    /// The requester's outbox, kept to notice it leave.
+    starter: Option<Arc<super::fanout::Outbox>>,
+    /// A WebSocket requester's connection (told directly when the run ends
+    /// with nothing journaled).
+    requester_connection: Option<Arc<super::fanout::Outbox>>,
+    requester_rules: ViewerVisibility,
+    filter: Option<Box<dyn EventFilter>>,
+    hook: Option<Arc<dyn super::request::HandoffHook>>,
+    signals: SignalWatch,
+    interrupts: InterruptNormalizer,
+    upstream_thread: Option<String>,
+    stream: Option<RunStream>,
+    feed: RequesterFeed,
+    open: OpenEntities,
+    /// The journal's opening is staged (it goes with the first batch).
+    started: bool,
+    /// A batch of this run was acknowledged by the store.
+    journaled: bool,
+    /// Batches handed to the journal and not yet acknowledged, oldest
+    /// first: the run reads the agent on while they commit (at most
+    /// `PIPELINE`), and each reaches the requester once it is durable.
+    inflight: FuturesOrdered<InFlight>,
+    /// Set once the run's terminal event is enqueued: nothing more is read,
+    /// and the loop ends when the journal has acknowledged everything.
+    ending: bool,
+    /// The run a handoff starts next (its slot already passed on).
+    next: Option<Box<RunRequest>>,
+    /// The run this one passed its slot to, even when it will not start
+    /// (the slot is then given back under that run's id).
+    handed_to: Option<String>,
+    metrics: Metrics,
 }
 
-impl Opening {
-    fn events(&self, agent_start: Option<&Event>, result: &str) -> Staged {
-        let start = match agent_start {
-            Some(e) => e.modify(|b| {
-                b.insert("input".into(), self.journal_input.clone());
-            }),
-            None => Event::build(
-                json!({"type": "RUN_STARTED", "threadId": self.thread_id, "runId": self.run_id,
-                    "protocolVersion": PROTOCOL_VERSION, "input": self.journal_input}),
-            ),
+/// A leg's metrics: its agent's label, when it began, and how it ended (a
+/// fixed set of classes).
+struct Metrics {
+    label: crate::metrics::AgentLabel,
+    began: std::time::Instant,
+    first_event: bool,
+    outcome: &'static str,
+}
+
+impl<'a> Leg<'a> {
+    /// Takes the run's request apart and starts the upstream request.
+    fn start(
+        thread: &'a Arc<Thread>,
+        req: RunRequest,
+        input: PreparedInput,
+        cancel: &'a CancellationToken,
+        lease: &'a Lease,
+        chain: usize,
+    ) -> Leg<'a> {
+        let RunRequest {
+            agent,
+            run_id,
+            starter,
+            filter,
+            starter_visibility,
+            upstream_headers,
+            handoff,
+            requester_connection,
+            route,
+            ..
+        } = req;
+        let thread_id = thread.key.thread_id.clone();
+        let PreparedInput {
+            body,
+            journal_input,
+            stamp,
+            restated,
+            upstream_thread,
+        } = input;
+        let label = crate::metrics::AgentLabel {
+            agent: agent.id.clone(),
         };
-        // The journal names the run's agent (every reader of the journal
-        // judges the run's events by that agent's visibility rules) and its
-        // place in the run tree.
-        let start = self.stamp.apply(&start);
-        // A requester whose run handed over did not send this input: it gets
-        // the journal's (it carries the transfer call's result).
-        let for_requester = match agent_start {
-            Some(_) if self.incoming.is_some() => ForRequester::Same,
-            Some(e) => ForRequester::Instead(e.clone()),
-            None => ForRequester::Nothing,
+        crate::metrics::metrics()
+            .runs_started
+            .get_or_create(&label)
+            .inc();
+        // Upstream pools route and keep affinity by tenant and thread.
+        let pool_key = crate::upstream::pool::RunKey {
+            tenant: thread.key.tenant.clone(),
+            thread: thread_id.clone(),
+            route,
         };
-        let mut staged: Staged = vec![(start, for_requester)];
-        staged.extend(
-            self.restated
-                .iter()
-                .map(|e| (e.clone(), ForRequester::Nothing)),
-        );
-        if let Some(incoming) = &self.incoming {
-            let mut value = incoming.record.clone();
-            value["result"] = result.into();
-            let record =
-                Event::build(json!({"type": "CUSTOM", "name": HANDOFF_EVENT, "value": value}));
-            staged.push((record, ForRequester::Same));
+        let stream = RunStream::start_for(agent.clone(), Some(pool_key), body, upstream_headers);
+        Leg {
+            thread,
+            cancel,
+            lease,
+            chain,
+            opening: Opening {
+                thread_id: thread_id.clone(),
+                run_id: run_id.clone(),
+                journal_input,
+                stamp,
+                restated,
+                incoming: handoff.incoming,
+            },
+            hook: handoff.hook,
+            signals: SignalWatch::default(),
+            interrupts: InterruptNormalizer::new(agent.interrupts),
+            // The requester's outbox while this task feeds it (the journal
+            // takes over if it lags).
+            feed: RequesterFeed {
+                outbox: starter.clone(),
+                seen: SeenBy::new(starter_visibility.clone()),
+                run_id: run_id.clone(),
+                fence: fence_of(lease),
+                store_failed: false,
+                staged: Vec::new(),
+            },
+            requester_rules: starter_visibility,
+            starter,
+            requester_connection,
+            filter,
+            upstream_thread,
+            stream: Some(stream),
+            open: OpenEntities::default(),
+            started: false,
+            journaled: false,
+            inflight: FuturesOrdered::new(),
+            ending: false,
+            next: None,
+            handed_to: None,
+            metrics: Metrics {
+                label,
+                began: std::time::Instant::now(),
+                first_event: true,
+                outcome: "gateway_error",
+            },
+            agent,
+            run_id,
+            thread_id,
+        }
+    }
+
+    /// Runs the leg to its end; returns the run a handoff starts next,
+    /// whose slot this run has already passed on ([`Thread::hand_over`]).
+    async fn run(mut self) -> Option<Box<RunRequest>> {
+        loop {
+            if self.ending && self.inflight.is_empty() {
+                break;
+            }
+            match self.next_step().await {
+                Step::LeaseLost => {
+                    self.lease_lost().await;
+                    break;
+                }
+                Step::StarterGone => self.starter_gone(),
+                Step::Stored(stored) => {
+                    if !self.delivered(stored).await {
+                        self.next = None;
+                        break;
+                    }
+                }
+                step @ (Step::Cancel | Step::Ended) => {
+                    self.close(matches!(step, Step::Cancel)).await;
+                    break;
+                }
+                Step::Events(batch) => {
+                    if !self.journal_batch(batch).await {
+                        self.next = None;
+                        break;
+                    }
+                }
+            }
+        }
+        self.finish().await
+    }
+
+    /// Waits for whatever happens first: a lost lease, a cancel, the
+    /// requester leaving, a batch acknowledged, the agent's next events.
+    async fn next_step(&mut self) -> Step {
+        let room = !self.ending && self.inflight.len() < PIPELINE;
+        let starter_gone = async {
+            match &self.starter {
+                Some(s) => s.closed().await,
+                None => std::future::pending().await,
+            }
+        };
+        let upstream_batch = async {
+            match self.stream.as_mut() {
+                Some(upstream) if room => upstream.next_batch(MAX_BATCH).await,
+                _ => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            _ = self.lease.lost.cancelled() => Step::LeaseLost,
+            _ = self.cancel.cancelled(), if !self.ending => Step::Cancel,
+            _ = starter_gone => Step::StarterGone,
+            Some(stored) = self.inflight.next(), if !self.inflight.is_empty() => Step::Stored(stored),
+            batch = upstream_batch => match batch {
+                None => Step::Ended,
+                Some(batch) => Step::Events(batch),
+            },
+        }
+    }
+
+    /// The lease was lost: the batches already in the store's hands are
+    /// answered first — every one the store took was written under this
+    /// run's lease, so viewers have it and the requester must too. When
+    /// they include the run's end, the run ended as journaled: a fenced end
+    /// batch releases the lease in the store, and a heartbeat in between
+    /// reads that as lost. Otherwise the run stops: another node closes it
+    /// (`gateway_node_lost`), or the store lost its journal.
+    async fn lease_lost(&mut self) {
+        self.stream.take();
+        let drained = tokio::time::timeout(LOSS_CHECK, async {
+            while let Some(stored) = self.inflight.next().await {
+                if !self.deliver(stored) {
+                    return false;
+                }
+            }
+            true
+        })
+        .await;
+        // (A run that handed over keeps its lease for the next leg, so a
+        // loss then is real: the next leg is not started, and whoever takes
+        // the thread journals the handoff as failed.)
+        if drained == Ok(true) && self.ending && self.next.is_none() {
+            return;
+        }
+        self.next = None;
+        if drained == Ok(false) {
+            return; // the requester was told by the failed batch
+        }
+        // Lost because the store lost the journal (its lease went with it)?
+        // Checking reloads the thread if so; a store that does not answer
+        // (the usual reason) is not waited for long.
+        let _ = tokio::time::timeout(LOSS_CHECK, self.thread.read_back()).await;
+        let why = if self.thread.lost_its_journal(&self.run_id) {
+            StoreError::JournalLost
+        } else {
+            StoreError::Fenced
+        };
+        tracing::warn!(thread = %self.thread_id, run = %self.run_id, "run lease lost: stopping the run ({why})");
+        self.feed.journal_failed(self.thread, &why);
+        if !self.journaled {
+            // Nothing of the run reached the journal, so no closer will
+            // ever journal its end: a WebSocket requester (which follows
+            // the run as a viewer) is told here.
+            let (code, message) = why_told(&why);
+            self.thread.tell_requester(
+                self.requester_connection.as_ref(),
+                &self.run_id,
+                code,
+                message,
+            );
+        }
+    }
+
+    /// The requester left: its feed stops, and the run is cancelled when
+    /// nobody else watches.
+    fn starter_gone(&mut self) {
+        self.starter = None;
+        self.feed.stop();
+        if self.thread.viewer_count() == 0 {
+            tracing::info!(thread = %self.thread_id, run = %self.run_id, "requester left and nobody is watching: cancelling");
+            self.cancel.cancel();
+        }
+    }
+
+    /// Forwards a stored batch; `false` when the journal failed it.
+    fn deliver(&mut self, (stored, originals): StoredBatch) -> bool {
+        self.journaled |= stored.is_ok();
+        self.feed.deliver(self.thread, stored, originals)
+    }
+
+    /// [`Leg::deliver`] at its seam: a node stopping between a batch's
+    /// acknowledgement and its delivery leaves viewers (who have it) ahead
+    /// of the requester (who reconnects from the journal).
+    async fn delivered(&mut self, stored: StoredBatch) -> bool {
+        crate::fault::point(if self.ending {
+            "run.end_stored"
+        } else {
+            "run.batch_stored"
+        })
+        .await;
+        if stored.0.is_ok() && !self.journaled {
+            crate::fault::point("run.start_journaled").await;
+        }
+        self.deliver(stored)
+    }
+
+    /// The run was cancelled (`true`) or its stream ended without a
+    /// terminal event: what is in flight goes first, in order, then the
+    /// run's end is journaled (its opening too, when the agent never
+    /// answered, so the user's input is kept).
+    async fn close(&mut self, cancelled: bool) {
+        drop(self.stream.take()); // drops the upstream request now
+        while let Some(stored) = self.inflight.next().await {
+            if !self.deliver(stored) {
+                self.next = None;
+                return;
+            }
+        }
+        // Cancelled (or cut short) before a handoff's run began: nothing follows.
+        self.next = None;
+        let mut closing = Vec::new();
+        if !cancelled {
+            // RunStream always ends with a terminal event; this is a bug guard.
+            closing.push(run_error(
+                "internal",
+                "upstream stream ended without a terminal event",
+            ));
+        } else {
+            if !self.started {
+                // Through the operator rules like any journaled input.
+                let (opened, _) =
+                    apply_filter(&mut self.filter, self.opening.events(None, "cancelled"));
+                closing.extend(opened.into_iter().map(|(e, _)| e));
+            }
+            closing.extend(self.open.closing());
+            closing.push(Event::build(json!({"type": "RUN_FINISHED", "threadId": self.thread_id, "runId": self.run_id, "outcome": {"type": "cancelled"}})));
+            self.metrics.outcome = "cancelled";
+            tracing::info!(thread = %self.thread_id, run = %self.run_id, "run cancelled");
+        }
+        let stored = match self.thread.enqueue(closing, self.feed.fence.clone()) {
+            Ok(pending) => {
+                crate::fault::point("run.end_enqueued").await;
+                self.thread.settle(pending).await
+            }
+            Err(e) => Err(e),
+        };
+        crate::fault::point("run.end_stored").await;
+        self.deliver((stored, Vec::new()));
+    }
+
+    /// Stages the agent's next events (see [`Leg::stage`]) and hands them
+    /// to the journal without waiting for the commit; `false` when the
+    /// journal refused them.
+    async fn journal_batch(&mut self, batch: Vec<Event>) -> bool {
+        self.count_in(batch.len());
+        let staged = self.stage(batch);
+        // Operator rules, last, over exactly what would be journaled.
+        let (mut staged, failed) = apply_filter(&mut self.filter, staged);
+        let terminal = failed || staged.iter().any(|(e, _)| e.kind().is_terminal());
+        if terminal {
+            self.decide_handoff(&mut staged);
+        }
+        let mut events = Vec::with_capacity(staged.len());
+        let mut originals = Vec::with_capacity(staged.len());
+        for (event, original) in staged {
+            self.open.track(&event);
+            if event.kind().is_terminal() {
+                self.metrics.outcome = outcome_of(&event);
+            }
+            events.push(event);
+            originals.push(original);
+        }
+        match self.thread.enqueue(events, self.feed.fence.clone()) {
+            Ok(pending) => {
+                let thread = self.thread.clone();
+                self.inflight
+                    .push_back(Box::pin(async move { (thread.settle(pending).await, originals) }));
+            }
+            Err(e) => {
+                self.feed.journal_failed(self.thread, &e);
+                return false;
+            }
+        }
+        if terminal {
+            self.ending = true;
+            drop(self.stream.take()); // the run is over: stop reading the agent
+            crate::fault::point("run.end_enqueued").await;
+        } else {
+            crate::fault::point("run.batch_enqueued").await;
+        }
+        true
+    }
+
+    /// Counts the agent's events (and the first one's latency).
+    fn count_in(&mut self, n: usize) {
+        let metrics = crate::metrics::metrics();
+        if std::mem::take(&mut self.metrics.first_event) {
+            metrics
+                .upstream_first_event
+                .get_or_create(&self.metrics.label)
+                .observe(self.metrics.began.elapsed().as_secs_f64());
+        }
+        metrics
+            .events_in
+            .get_or_create(&self.metrics.label)
+            .inc_by(n as u64);
+    }
+
+    /// What the journal gets for the agent's events (the opening first, the
+    /// input on `RUN_STARTED`, canonical interrupts), and what the HTTP
+    /// requester gets instead (see [`ForRequester`]).
+    fn stage(&mut self, batch: Vec<Event>) -> Staged {
+        let mut staged: Staged = Vec::with_capacity(batch.len() + 2);
+        for event in batch {
+            let event = match &self.upstream_thread {
+                Some(alias) => restore_thread_id(event, alias, &self.thread_id),
+                None => event,
+            };
+            // The gateway's namespace is the gateway's: an agent's
+            // handoff request is taken as one, never journaled.
+            if is_gateway_event(&event) && event.str_field("name") != Some(UPSTREAM_NOTE) {
+                if self.hook.is_some() {
+                    self.signals.observe(&event, |_| None);
+                }
+                continue;
+            }
+            if !self.started {
+                self.started = true;
+                if *event.kind() == EventType::RunStarted {
+                    staged.extend(self.opening.events(Some(&event), "accepted"));
+                    continue;
+                }
+                staged.extend(self.synthetic_opening(&event));
+            }
+            // The requester gets what the journal holds (canonical
+            // interrupts), so a stock client sees `pendingInterrupts`
+            // and resumes as usual.
+            let mut journaled = self.interrupts.apply(&event).unwrap_or(event);
+            if *journaled.kind() == EventType::RunStarted {
+                // A second RUN_STARTED (a lenient verifier passes
+                // it) must not name another agent than this run's.
+                journaled = self.opening.stamp.apply(&journaled);
+            }
+            staged.push((journaled, ForRequester::Same));
         }
         staged
     }
 
-    /// The agent taking the thread over never started (`why`): the transfer
-    /// call's result in the journaled input says so, so the next turn's
-    /// agent reads a failure, not a transfer that never happened.
-    fn handoff_failed(&mut self, why: &str) {
-        let Some(incoming) = &self.incoming else {
+    /// The opening of a run whose agent's first event is not its
+    /// `RUN_STARTED`: the user's input is journaled even when the agent
+    /// failed before starting (a handoff's target that failed so is
+    /// recorded as a failed transfer).
+    fn synthetic_opening(&mut self, first: &Event) -> Staged {
+        let failed = *first.kind() == EventType::RunError;
+        if failed {
+            self.opening
+                .handoff_failed(first.str_field("message").unwrap_or("it did not answer"));
+        }
+        let mut synthetic = self
+            .opening
+            .events(None, if failed { "failed" } else { "accepted" });
+        for (e, requester) in &mut synthetic {
+            // (the handoff's record still goes to the requester)
+            if *e.kind() != EventType::Custom {
+                *requester = ForRequester::Nothing;
+            }
+        }
+        synthetic
+    }
+
+    /// A handoff the run asked for, decided before its end is journaled, so
+    /// the slot passes on with it: the decision's notes go before the
+    /// terminal event, and an approval turns the end into an interrupt.
+    fn decide_handoff(&mut self, staged: &mut Staged) {
+        let Some(hook) = &self.hook else { return };
+        for (e, _) in staged.iter() {
+            self.signals.observe(e, |name| hook.target(name));
+        }
+        if !ends_well(staged) || self.signals.signals().is_empty() {
             return;
+        }
+        let ended = Ended {
+            thread_id: &self.thread_id,
+            run_id: &self.run_id,
+            agent: &self.agent.id,
+            signals: self.signals.signals(),
+            chain: self.chain,
         };
-        let Some(call) = &incoming.tool_call_id else {
-            return;
-        };
-        let to = incoming.record["toAgent"].as_str().unwrap_or_default();
-        if let Some(Value::Array(messages)) = self.journal_input.get_mut("messages") {
-            for m in messages.iter_mut() {
-                if m.get("toolCallId").and_then(Value::as_str) == Some(call) {
-                    m["content"] = format!("The transfer to '{to}' failed: {why}").into();
+        let decision = hook.decide(&ended);
+        let at = staged.len() - 1;
+        for note in decision.notes.into_iter().rev() {
+            staged.insert(at, (note, ForRequester::Same));
+        }
+        match decision.then {
+            Then::Start {
+                mut run,
+                keep_requester,
+            } => {
+                if self.thread.hand_over(&self.run_id, &run.run_id) {
+                    if keep_requester && let Some(outbox) = &self.feed.outbox {
+                        outbox.push_replay(Outgoing::Continues);
+                        run.starter = self.starter.clone();
+                        run.starter_visibility = self.requester_rules.clone();
+                    }
+                    run.requester_connection = self.requester_connection.clone();
+                    self.handed_to = Some(run.run_id.clone());
+                    self.next = Some(run);
                 }
+            }
+            Then::Ask(interrupt) => {
+                let (end, requester) = &mut staged[at];
+                *end = end.modify(|b| {
+                    b.insert(
+                        "outcome".into(),
+                        json!({"type": "interrupt", "interrupts": [interrupt]}),
+                    );
+                });
+                *requester = ForRequester::Same;
+            }
+            Then::End => {}
+        }
+    }
+
+    /// The leg's bookkeeping once it is over: metrics, the close of a run
+    /// the store failed, and the slot (kept for the handoff's run only when
+    /// this run ended as decided).
+    async fn finish(mut self) -> Option<Box<RunRequest>> {
+        let metrics = crate::metrics::metrics();
+        if self.feed.store_failed {
+            self.metrics.outcome = "gateway_error";
+        }
+        metrics
+            .runs_ended
+            .get_or_create(&crate::metrics::RunEndLabels {
+                agent: self.agent.id.clone(),
+                outcome: self.metrics.outcome,
+            })
+            .inc();
+        metrics
+            .run_duration
+            .get_or_create(&self.metrics.label)
+            .observe(self.metrics.began.elapsed().as_secs_f64());
+        if self.feed.store_failed && self.thread.shared() {
+            close_after_outage(self.thread, &self.run_id, self.lease).await;
+        }
+        match self.next.take() {
+            // Its end was journaled: the handoff's run goes next.
+            Some(next) if self.thread.run_is_slotted(&next.run_id) => Some(next),
+            // Passed on, but this run did not end as decided: give the slot back.
+            Some(next) => {
+                self.thread.run_ended(&next.run_id);
+                None
+            }
+            None => {
+                let slot = self.handed_to.as_deref().unwrap_or(&self.run_id);
+                self.thread.run_ended(slot);
+                None
             }
         }
     }
 }
 
-/// One run of a run's task; returns the run a handoff starts next, whose
-/// slot this run has already passed on ([`Thread::hand_over`]).
-async fn drive_leg(
-    thread: &Arc<Thread>,
-    req: RunRequest,
-    input: PreparedInput,
-    cancel: &CancellationToken,
-    lease: &Lease,
-    chain: usize,
-) -> Option<Box<RunRequest>> {
-    let RunRequest {
-        agent,
-        run_id,
-        mut starter,
-        mut filter,
-        starter_visibility,
-        upstream_headers,
-        handoff,
-        requester_connection,
-        route,
-        ..
-    } = req;
-    let thread_id = thread.key.thread_id.clone();
-    let PreparedInput {
-        body,
-        journal_input,
-        stamp,
-        restated,
-        upstream_thread,
-    } = input;
-    let mut opening = Opening {
-        thread_id: thread_id.clone(),
-        run_id: run_id.clone(),
-        journal_input,
-        stamp: stamp.clone(),
-        restated,
-        incoming: handoff.incoming,
-    };
-    let hook = handoff.hook;
-    let mut signals = SignalWatch::default();
-    let mut next: Option<Box<RunRequest>> = None;
-    let requester_rules = starter_visibility.clone();
-    let metrics = crate::metrics::metrics();
-    let agent_label = crate::metrics::AgentLabel {
-        agent: agent.id.clone(),
-    };
-    metrics.runs_started.get_or_create(&agent_label).inc();
-    let began = std::time::Instant::now();
-    let mut first_event = true;
-    // How the run ended, for the metrics (a fixed set of classes).
-    let mut outcome = "gateway_error";
-    // Upstream pools route and keep affinity by tenant and thread.
-    let pool_key = crate::upstream::pool::RunKey {
-        tenant: thread.key.tenant.clone(),
-        thread: thread_id.clone(),
-        route,
-    };
-    let mut stream = Some(RunStream::start_for(
-        agent.clone(),
-        Some(pool_key),
-        body,
-        upstream_headers,
-    ));
-    // The requester's outbox while this task feeds it (the journal takes
-    // over if it lags); `starter` itself is kept to notice the requester leave.
-    let mut feed = RequesterFeed {
-        outbox: starter.clone(),
-        seen: SeenBy::new(starter_visibility),
-        run_id: run_id.clone(),
-        fence: fence_of(lease),
-        store_failed: false,
-        staged: Vec::new(),
-    };
-    let mut open = OpenEntities::default();
-    let mut started = false;
-    let mut interrupts = InterruptNormalizer::new(agent.interrupts);
-    // Batches handed to the journal and not yet acknowledged, oldest first:
-    // the run reads the agent on while they commit (at most `PIPELINE`), and
-    // each reaches the requester once it is durable, in order.
-    let mut inflight = FuturesOrdered::new();
-    // Set once the run's terminal event is enqueued: nothing more is read,
-    // and the loop ends when the journal has acknowledged everything.
-    let mut ending = false;
-    'run: loop {
-        if ending && inflight.is_empty() {
-            break;
-        }
-        let room = !ending && inflight.len() < PIPELINE;
-        let step = {
-            let starter_gone = async {
-                match &starter {
-                    Some(s) => s.closed().await,
-                    None => std::future::pending().await,
-                }
-            };
-            let upstream_batch = async {
-                match stream.as_mut() {
-                    Some(upstream) if room => next_batch(upstream).await,
-                    _ => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                biased;
-                _ = lease.lost.cancelled() => Step::LeaseLost,
-                _ = cancel.cancelled(), if !ending => Step::Cancel,
-                _ = starter_gone => Step::StarterGone,
-                Some((stored, originals)) = inflight.next(), if !inflight.is_empty() => {
-                    Step::Stored(stored, originals)
-                }
-                batch = upstream_batch => match batch {
-                    None => Step::Ended,
-                    Some(batch) => Step::Events(batch),
-                },
-            }
-        };
-        match step {
-            Step::LeaseLost => {
-                // Lost because the store lost the journal (its lease went
-                // with it)? Checking reloads the thread if so; a store that
-                // does not answer (the usual reason) is not waited for long.
-                let _ = tokio::time::timeout(LOSS_CHECK, thread.read_back()).await;
-                next = None;
-                let why = if thread.lost_its_journal(&run_id) {
-                    StoreError::JournalLost
-                } else {
-                    StoreError::Fenced
-                };
-                tracing::warn!(thread = %thread_id, run = %run_id, "run lease lost: stopping the run ({why})");
-                feed.journal_failed(thread, &why);
-                break;
-            }
-            Step::StarterGone => {
-                starter = None;
-                feed.stop();
-                if thread.viewer_count() == 0 {
-                    tracing::info!(thread = %thread_id, run = %run_id, "requester left and nobody is watching: cancelling");
-                    cancel.cancel();
-                }
-            }
-            Step::Stored(stored, originals) => {
-                if !feed.deliver(thread, stored, originals) {
-                    next = None;
-                    break;
-                }
-            }
-            Step::Cancel | Step::Ended => {
-                drop(stream.take()); // drops the upstream request now
-                // What is in flight goes first, in order.
-                while let Some((stored, originals)) = inflight.next().await {
-                    if !feed.deliver(thread, stored, originals) {
-                        break 'run;
-                    }
-                }
-                // Cancelled (or cut short) before a handoff's run began:
-                // nothing follows.
-                next = None;
-                let mut closing = Vec::new();
-                if matches!(step, Step::Ended) {
-                    // RunStream always ends with a terminal event; this is a bug guard.
-                    closing.push(run_error(
-                        "internal",
-                        "upstream stream ended without a terminal event",
-                    ));
-                } else {
-                    if !started {
-                        // Through the operator rules like any journaled input.
-                        let (opened, _) =
-                            apply_filter(&mut filter, opening.events(None, "cancelled"));
-                        closing.extend(opened.into_iter().map(|(e, _)| e));
-                    }
-                    closing.extend(open.closing());
-                    closing.push(Event::build(json!({"type": "RUN_FINISHED", "threadId": thread_id, "runId": run_id, "outcome": {"type": "cancelled"}})));
-                    outcome = "cancelled";
-                    tracing::info!(thread = %thread_id, run = %run_id, "run cancelled");
-                }
-                feed.journal(thread, closing, Vec::new()).await;
-                break;
-            }
-            Step::Events(batch) => {
-                if std::mem::take(&mut first_event) {
-                    metrics
-                        .upstream_first_event
-                        .get_or_create(&agent_label)
-                        .observe(began.elapsed().as_secs_f64());
-                }
-                metrics
-                    .events_in
-                    .get_or_create(&agent_label)
-                    .inc_by(batch.len() as u64);
-                // 1. What the journal gets (input on RUN_STARTED, canonical
-                //    interrupts), and what the HTTP requester gets instead:
-                //    (see [`ForRequester`]).
-                let mut staged: Staged = Vec::with_capacity(batch.len() + 2);
-                for event in batch {
-                    let event = match &upstream_thread {
-                        Some(alias) => restore_thread_id(event, alias, &thread_id),
-                        None => event,
-                    };
-                    // The gateway's namespace is the gateway's: an agent's
-                    // handoff request is taken as one, never journaled.
-                    if is_gateway_event(&event) && event.str_field("name") != Some(UPSTREAM_NOTE) {
-                        if hook.is_some() {
-                            signals.observe(&event, |_| None);
-                        }
-                        continue;
-                    }
-                    if !started {
-                        started = true;
-                        if *event.kind() == EventType::RunStarted {
-                            staged.extend(opening.events(Some(&event), "accepted"));
-                            continue;
-                        }
-                        // Journal the user's input even when the agent failed before starting.
-                        let failed = *event.kind() == EventType::RunError;
-                        if failed {
-                            opening.handoff_failed(
-                                event.str_field("message").unwrap_or("it did not answer"),
-                            );
-                        }
-                        let mut synthetic =
-                            opening.events(None, if failed { "failed" } else { "accepted" });
-                        for (e, requester) in &mut synthetic {
-                            // (the handoff's record still goes to the requester)
-                            if *e.kind() != EventType::Custom {
-                                *requester = ForRequester::Nothing;
-                            }
-                        }
-                        staged.extend(synthetic);
-                    }
-                    // The requester gets what the journal holds (canonical
-                    // interrupts), so a stock client sees `pendingInterrupts`
-                    // and resumes as usual.
-                    let mut journaled = interrupts.apply(&event).unwrap_or(event);
-                    if *journaled.kind() == EventType::RunStarted {
-                        // A second RUN_STARTED (a lenient verifier passes
-                        // it) must not name another agent than this run's.
-                        journaled = stamp.apply(&journaled);
-                    }
-                    staged.push((journaled, ForRequester::Same));
-                }
-                // 2. Operator rules, last, over exactly what would be journaled.
-                let (mut staged, failed) = apply_filter(&mut filter, staged);
-                let terminal = failed || staged.iter().any(|(e, _)| e.kind().is_terminal());
-                // 3. A handoff the run asked for: decided before its end is
-                //    journaled, so the slot passes on with it.
-                if let Some(hook) = &hook {
-                    for (e, _) in &staged {
-                        signals.observe(e, |name| hook.target(name));
-                    }
-                    if terminal && ends_well(&staged) && !signals.signals().is_empty() {
-                        let ended = Ended {
-                            thread_id: &thread_id,
-                            run_id: &run_id,
-                            agent: &agent.id,
-                            signals: signals.signals(),
-                            chain,
-                        };
-                        let decision = hook.decide(&ended);
-                        let at = staged.len() - 1;
-                        for note in decision.notes.into_iter().rev() {
-                            staged.insert(at, (note, ForRequester::Same));
-                        }
-                        match decision.then {
-                            Then::Start {
-                                mut run,
-                                keep_requester,
-                            } => {
-                                if thread.hand_over(&run_id, &run.run_id) {
-                                    if keep_requester && let Some(outbox) = &feed.outbox {
-                                        outbox.push_replay(Outgoing::Continues);
-                                        run.starter = starter.clone();
-                                        run.starter_visibility = requester_rules.clone();
-                                    }
-                                    run.requester_connection = requester_connection.clone();
-                                    next = Some(run);
-                                }
-                            }
-                            Then::Ask(interrupt) => {
-                                let (end, requester) = &mut staged[at];
-                                *end = end.modify(|b| {
-                                    b.insert(
-                                        "outcome".into(),
-                                        json!({"type": "interrupt", "interrupts": [interrupt]}),
-                                    );
-                                });
-                                *requester = ForRequester::Same;
-                            }
-                            Then::End => {}
-                        }
-                    }
-                }
-                let mut events = Vec::with_capacity(staged.len());
-                let mut originals = Vec::with_capacity(staged.len());
-                for (event, original) in staged {
-                    open.track(&event);
-                    if event.kind().is_terminal() {
-                        outcome = outcome_of(&event);
-                    }
-                    events.push(event);
-                    originals.push(original);
-                }
-                // 3. To the journal, without waiting for the commit.
-                match thread.enqueue(events, feed.fence.clone()) {
-                    Ok(pending) => {
-                        let thread = thread.clone();
-                        inflight
-                            .push_back(async move { (thread.settle(pending).await, originals) });
-                    }
-                    Err(e) => {
-                        feed.journal_failed(thread, &e);
-                        next = None;
-                        break;
-                    }
-                }
-                if terminal {
-                    ending = true;
-                    drop(stream.take()); // the run is over: stop reading the agent
-                }
-            }
-        }
-    }
-    if feed.store_failed {
-        outcome = "gateway_error";
-    }
-    metrics
-        .runs_ended
-        .get_or_create(&crate::metrics::RunEndLabels {
-            agent: agent.id.clone(),
-            outcome,
-        })
-        .inc();
-    metrics
-        .run_duration
-        .get_or_create(&agent_label)
-        .observe(began.elapsed().as_secs_f64());
-    if feed.store_failed && thread.shared() {
-        close_after_outage(thread, &run_id, lease).await;
-    }
-    match next {
-        // Its end was journaled: the handoff's run goes next.
-        Some(next) if thread.run_is_slotted(&next.run_id) => Some(next),
-        // Passed on, but this run did not end as decided: give the slot back.
-        Some(next) => {
-            thread.run_ended(&next.run_id);
-            None
-        }
-        None => {
-            thread.run_ended(&run_id);
-            None
-        }
+/// The code and message a WebSocket requester is told for a run stopped
+/// by `why` (the words of [`RequesterFeed::journal_failed`]).
+fn why_told(why: &StoreError) -> (&'static str, &'static str) {
+    match why {
+        StoreError::JournalLost => (
+            "journal_lost",
+            "the journal store lost this run's events; the run was stopped",
+        ),
+        StoreError::Fenced => (
+            "gateway_node_lost",
+            "the gateway node running this run lost its lease; the run was stopped",
+        ),
+        _ => (
+            "journal_unavailable",
+            "the gateway could not store this run's events; the run was stopped",
+        ),
     }
 }
 
@@ -624,7 +797,7 @@ pub(super) enum ForRequester {
 }
 
 /// Events about to be journaled, each with what the requester gets for it.
-type Staged = Vec<(Event, ForRequester)>;
+pub(super) type Staged = Vec<(Event, ForRequester)>;
 
 /// Runs staged events through the run's filter; `true` when the filter ended
 /// the run (its terminal event is then the last one). An event the filter

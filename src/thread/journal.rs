@@ -119,11 +119,32 @@ impl Thread {
         self.enqueue_batch(events, fence, true)
     }
 
+    /// [`Thread::enqueue`] for a closer's batch that carries no run event
+    /// but must settle the thread's status (to `finished`: its last run did): what a node that
+    /// stopped mid-handoff left listed as running ([`super::abandoned`]).
+    pub(super) fn enqueue_settling(
+        &self,
+        events: Vec<Event>,
+        fence: Option<Arc<str>>,
+    ) -> Result<PendingAppend, StoreError> {
+        self.enqueue_batch_as(events, fence, false, true)
+    }
+
     pub(super) fn enqueue_batch(
         &self,
         events: Vec<Event>,
         fence: Option<Arc<str>>,
         closes_failed_run: bool,
+    ) -> Result<PendingAppend, StoreError> {
+        self.enqueue_batch_as(events, fence, closes_failed_run, false)
+    }
+
+    fn enqueue_batch_as(
+        &self,
+        events: Vec<Event>,
+        fence: Option<Arc<str>>,
+        closes_failed_run: bool,
+        settles: bool,
     ) -> Result<PendingAppend, StoreError> {
         if events.is_empty() {
             return Ok(PendingAppend {
@@ -142,6 +163,8 @@ impl Thread {
         let mut meta = inner.meta.clone();
         if let Some(status) = status_after(events.iter()) {
             meta.status = status.into();
+        } else if settles {
+            meta.status = "finished".into();
         }
         // A run that handed the thread over ends, but the thread runs on.
         // (The run is the one its `RUN_FINISHED` names: the fold may not
@@ -170,9 +193,10 @@ impl Thread {
                 .collect(),
             compact: None,
             fence,
-            run_boundary: events
-                .iter()
-                .any(|e| *e.kind() == EventType::RunStarted || e.kind().is_terminal()),
+            run_boundary: settles
+                || events
+                    .iter()
+                    .any(|e| *e.kind() == EventType::RunStarted || e.kind().is_terminal()),
             idempotency: match events.as_slice() {
                 [meta] if *meta.kind() == EventType::Meta => meta
                     .str_field("clientEventId")

@@ -29,6 +29,7 @@
 //!   lost history, and (re)loading a thread;
 //! - [`registry`]: the threads in memory; [`fanout`]: viewers' outboxes.
 
+pub mod abandoned;
 pub mod branch;
 mod compaction;
 mod drive;
@@ -38,6 +39,7 @@ pub mod handoff;
 mod journal;
 mod journal_lost;
 mod load;
+mod opening;
 pub mod recent;
 mod recovery;
 pub mod registry;

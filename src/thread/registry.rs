@@ -2,6 +2,8 @@
 //! created by a first run, recovered after a restart, evicted when idle.
 
 use super::*;
+use super::drive::fence_of;
+use crate::store::lease::Acquired;
 
 /// How many threads stay in memory, and how long once idle. An evicted
 /// thread is loaded back from the store on its next use, exactly as it was.
@@ -160,9 +162,11 @@ impl Threads {
         });
     }
 
-    /// Closes the run of a dead node on `key`, under a lease of its own (so
-    /// two nodes never both close it, and the dead node, should it come
-    /// back, cannot append after it).
+    /// Closes what a dead node left on `key` (its run, or a handoff it
+    /// decided; see [`super::abandoned`]), under a lease of its own (so two
+    /// nodes never both close it, and the dead node, should it come back,
+    /// cannot append after it). The store lists the thread as running with
+    /// no live lease, which is what makes it the closer's.
     async fn close_orphan(&self, key: &ThreadKey) {
         let thread = match self.get(key).await {
             Ok(Some(thread)) => thread,
@@ -173,30 +177,29 @@ impl Threads {
             }
         };
         thread.read_back().await;
-        let Some(run_id) = thread.open_run() else {
-            return;
-        };
         let seen = thread.seq_known();
         let lease = match self
             .leases
             .acquire(key, "gateway-closer", seen, (&thread.creator(), None))
             .await
         {
-            Ok(crate::store::lease::Acquired::Granted(lease)) => lease,
+            Ok(Acquired::Granted(lease) | Acquired::Abandoned(lease)) => lease,
             _ => return, // taken meanwhile, or moved on: the next pass sees
         };
-        let event = crate::protocol::event::run_error(
-            "gateway_node_lost",
-            "the gateway node running this run stopped; the run was not resumed",
-        );
-        let fence = (!lease.token.is_empty()).then(|| lease.token.clone());
-        let closed = match thread.enqueue(vec![event], fence) {
-            Ok(pending) => thread.settle(pending).await.is_ok(),
-            Err(_) => false,
-        };
+        crate::fault::point("sweeper.orphan_leased").await;
+        let closed = thread
+            .close_abandoned(super::abandoned::NODE_LOST, true, fence_of(&lease))
+            .await;
+        crate::fault::point("sweeper.orphan_closed").await;
         self.leases.release(key, &lease);
-        if closed {
-            tracing::warn!(tenant = %key.tenant, thread = %key.thread_id, run = %run_id, "closed the run of a lost node");
+        match closed {
+            Ok(true) => {
+                tracing::warn!(tenant = %key.tenant, thread = %key.thread_id, "closed what a lost node left on the thread")
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(tenant = %key.tenant, thread = %key.thread_id, "closing what a lost node left failed: {e}")
+            }
         }
     }
 
@@ -403,14 +406,19 @@ impl Threads {
                     continue;
                 }
             };
-            if let Some(thread) = thread {
-                let event = crate::protocol::event::run_error(
-                    "gateway_restarted",
-                    "the gateway restarted while this run was active; the run was not resumed",
-                );
-                thread.append(vec![event]).await;
-                closed += 1;
-                tracing::warn!(tenant = %key.tenant, thread = %key.thread_id, "closed run interrupted by restart");
+            let Some(thread) = thread else { continue };
+            match thread
+                .close_abandoned(super::abandoned::RESTARTED, true, None)
+                .await
+            {
+                Ok(true) => {
+                    closed += 1;
+                    tracing::warn!(tenant = %key.tenant, thread = %key.thread_id, "closed run interrupted by restart");
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::error!(tenant = %key.tenant, thread = %key.thread_id, "closing a run interrupted by restart failed: {e}")
+                }
             }
         }
         Ok(closed)

@@ -12,7 +12,6 @@ use super::{Entry, Thread};
 use crate::protocol::event::run_error;
 use crate::protocol::hooks::SeenBy;
 use crate::store::StoreError;
-use crate::protocol::Event;
 use std::sync::Arc;
 
 /// The HTTP requester's stream while the run's task feeds it: the journal
@@ -35,21 +34,6 @@ impl RequesterFeed {
     /// Stops feeding (the requester left).
     pub(super) fn stop(&mut self) {
         self.outbox = None;
-    }
-
-    /// Journals `events` and forwards them; `false` when the journal failed
-    /// (see [`RequesterFeed::deliver`]).
-    pub(super) async fn journal(
-        &mut self,
-        thread: &Thread,
-        events: Vec<Event>,
-        originals: Vec<ForRequester>,
-    ) -> bool {
-        let stored = match thread.enqueue(events, self.fence.clone()) {
-            Ok(pending) => thread.settle(pending).await,
-            Err(e) => Err(e),
-        };
-        self.deliver(thread, stored, originals)
     }
 
     /// Forwards a stored batch; `false` when the journal failed it: nothing

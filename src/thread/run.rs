@@ -12,7 +12,7 @@
 
 use super::branch::admit;
 use super::drive::{drive, fence_of};
-use super::fanout::Outgoing;
+use super::fanout::{Outbox, Outgoing};
 use super::recent::Recent;
 use super::run_input::{PreparedInput, build_input};
 use super::{Entry, Inner, Thread};
@@ -128,6 +128,16 @@ impl RunSlot {
     }
 }
 
+/// What [`Thread::start_run`] does before asking for the lease again.
+enum Retry {
+    /// Cancel this run on the node running it (the interrupt strategy).
+    CancelElsewhere(String),
+    /// The store's journal moved on: read it back, decide again.
+    ReadBack(RunRequest),
+    /// A stopped node's run was found open: close it under this lease.
+    CloseAbandoned(RunRequest, Lease),
+}
+
 /// How [`Thread::admit`] took a request.
 enum Admitted {
     /// The slot is reserved for it; the lease comes next. Carries the last
@@ -165,9 +175,8 @@ impl Thread {
                     (&self.creator(), Some(&req.agent.id)),
                 )
                 .await;
-            // What to do once the lock is released (nothing awaits under it):
-            // `Err` cancel that run elsewhere, `Ok` read back and try again.
-            let elsewhere: Result<RunRequest, String> = {
+            // What to do once the lock is released (nothing awaits under it).
+            let then: Retry = {
                 let mut inner = self.lock();
                 let reserved_for_me = inner
                     .runs
@@ -176,7 +185,7 @@ impl Thread {
                     .is_some_and(|a| a.run_id == req.run_id && a.lease.is_none());
                 if !reserved_for_me {
                     // Pre-empted (interrupt strategy) while the lease was asked for.
-                    if let Ok(Acquired::Granted(lease)) = &acquired {
+                    if let Ok(Acquired::Granted(lease) | Acquired::Abandoned(lease)) = &acquired {
                         self.leases.release(&self.key, lease);
                     }
                     return Err(RunRefused::Conflict(
@@ -202,13 +211,17 @@ impl Thread {
                             }
                             Strategy::Interrupt => {
                                 self.queue(&mut inner, req, true);
-                                Err(run_id)
+                                Retry::CancelElsewhere(run_id)
                             }
                         }
                     }
                     Ok(Acquired::Stale) => {
                         self.unreserve(&mut inner, &req);
-                        Ok(req)
+                        Retry::ReadBack(req)
+                    }
+                    Ok(Acquired::Abandoned(lease)) => {
+                        self.unreserve(&mut inner, &req);
+                        Retry::CloseAbandoned(req, lease)
                     }
                     Err(e) => {
                         self.unreserve(&mut inner, &req);
@@ -218,15 +231,19 @@ impl Thread {
                     }
                 }
             };
-            match elsewhere {
-                Err(run_id) => {
+            match then {
+                Retry::CancelElsewhere(run_id) => {
                     // Queued first; it starts when that run's end arrives.
                     self.cancel_elsewhere(&run_id).await?;
                     return Ok(Started::Queued(1));
                 }
-                Ok(stale) => {
+                Retry::ReadBack(stale) => {
                     req = stale;
                     self.read_back().await;
+                }
+                Retry::CloseAbandoned(again, lease) => {
+                    req = again;
+                    self.close_under(&lease).await;
                 }
             }
         }
@@ -387,12 +404,24 @@ impl Thread {
                     inner.runs.start_failing = None;
                 }
                 let stale = match acquired {
-                    Ok(Acquired::Granted(lease)) if reserved => {
-                        me.launch(&mut inner, req, lease);
+                    Ok(Acquired::Granted(lease) | Acquired::Abandoned(lease)) if !reserved => {
+                        me.leases.release(&me.key, &lease);
                         return;
                     }
                     Ok(Acquired::Granted(lease)) => {
-                        me.leases.release(&me.key, &lease);
+                        me.launch(&mut inner, req, lease);
+                        return;
+                    }
+                    Ok(Acquired::Abandoned(lease)) => {
+                        // Closed first (not under the lock), then asked again.
+                        inner.runs.active = None;
+                        inner.runs.queue.push_front(req);
+                        let closer = me.clone();
+                        tokio::spawn(async move {
+                            closer.close_under(&lease).await;
+                            let mut inner = closer.lock();
+                            closer.start_queued(&mut inner);
+                        });
                         return;
                     }
                     _ if !reserved => return,
@@ -519,12 +548,26 @@ impl Thread {
                 error,
             ))));
         }
-        if let Some(connection) = &req.requester_connection {
+        self.tell_requester(req.requester_connection.as_ref(), &req.run_id, code, message);
+    }
+
+    /// Tells a WebSocket requester (`connection`) that its run `run_id`
+    /// ended with nothing in the journal to say so (refused once queued,
+    /// or stopped before its first event was stored): an `error` frame
+    /// naming the run, as the ack it got named it.
+    pub(super) fn tell_requester(
+        &self,
+        connection: Option<&Arc<Outbox>>,
+        run_id: &str,
+        code: &str,
+        message: &str,
+    ) {
+        if let Some(connection) = connection {
             let frame = json!({
                 "type": "error",
                 "code": code,
                 "threadId": self.key.thread_id,
-                "runId": req.run_id,
+                "runId": run_id,
                 "message": message,
             });
             connection.push(Outgoing::Message(Bytes::from(frame.to_string())));
@@ -638,6 +681,23 @@ impl Thread {
     /// The active run's id, if any.
     pub fn active_run(&self) -> Option<String> {
         self.lock().runs.active.as_ref().map(|a| a.run_id.clone())
+    }
+
+    /// Closes what a stopped node left open on this thread, under `lease`
+    /// (granted over it: [`Acquired::Abandoned`]); the closing batch ends a
+    /// run, which gives the lease back in the same store step, and the
+    /// caller asks for a lease of its own again. A close that fails leaves
+    /// the thread as it was (the lease is released; the sweeper or the next
+    /// request tries again).
+    async fn close_under(&self, lease: &Lease) {
+        crate::fault::point("run.abandoned_leased").await;
+        if let Err(e) = self
+            .close_abandoned(super::abandoned::NODE_LOST, true, fence_of(lease))
+            .await
+        {
+            tracing::warn!(thread = %self.key.thread_id, "closing a stopped node's run failed: {e}");
+        }
+        self.leases.release(&self.key, lease);
     }
 
     /// Starts `req` under `lease` (the slot is this node's, cluster-wide).

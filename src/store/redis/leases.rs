@@ -137,7 +137,7 @@ impl RunLeases for RedisStore {
                 .await
                 .map_err(StoreError::failed)?;
             Ok(match answer {
-                1 => {
+                1 | 3 => {
                     let lost = CancellationToken::new();
                     held.insert(
                         keys.lease,
@@ -147,7 +147,12 @@ impl RunLeases for RedisStore {
                             confirmed: std::time::Instant::now(),
                         },
                     );
-                    Acquired::Granted(Lease { token: value, lost })
+                    let lease = Lease { token: value, lost };
+                    if answer == 1 {
+                        Acquired::Granted(lease)
+                    } else {
+                        Acquired::Abandoned(lease)
+                    }
                 }
                 0 => Acquired::Held {
                     run_id: holder.rsplit('\n').next().unwrap_or_default().to_owned(),

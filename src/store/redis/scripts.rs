@@ -86,8 +86,13 @@ return {1, first, epoch}
 /// recorded at once (so a viewer on any node finds it as soon as its first
 /// run is accepted), and so is the run's agent (whose visibility rules
 /// apply to what a node loading the thread from now on shows its viewers).
+/// A thread still `running` with no lease (its node stopped mid-run: the
+/// lease expired before a sweeper closed the run) is granted too, but
+/// answered `{3, ''}`: the caller closes that run first, under this lease
+/// ([`crate::store::lease::Acquired::Abandoned`]); the run's agent is not
+/// recorded then (the closer's batch comes first).
 /// Returns `{1, ''}` granted, `{0, holder}` held, `{2, ''}` the journal
-/// moved on.
+/// moved on, `{3, ''}` granted over an abandoned run.
 pub(super) const ACQUIRE: &str = r#"
 local held = redis.call('GET', KEYS[1])
 if held then
@@ -101,6 +106,9 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if redis.call('HSETNX', KEYS[2], 'creator', ARGV[4]) == 1 then
   redis.call('HSET', KEYS[2], 'created_ms', ARGV[5], 'updated_ms', ARGV[5], 'last_seq', 0, 'status', 'idle', 'epoch', ARGV[8])
   redis.call('ZADD', KEYS[3], ARGV[5], ARGV[6])
+end
+if redis.call('HGET', KEYS[2], 'status') == 'running' then
+  return {3, ''}
 end
 if ARGV[7] ~= '' then
   redis.call('HSET', KEYS[2], 'agent', ARGV[7])
