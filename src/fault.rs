@@ -39,6 +39,7 @@ pub const POINTS: &[&str] = &[
     "handoff.decided",
     "handoff.target_starting",
     "run.abandoned_leased",
+    "sweeper.pass",
     "sweeper.orphan_leased",
     "sweeper.orphan_closed",
     "compaction.serialized",
@@ -85,9 +86,7 @@ fn fired(name: &str) -> Option<String> {
             }
             None
         }
-        _ => action
-            .strip_prefix("stall:")
-            .map(|ms| ms.trim().to_owned()),
+        _ => action.strip_prefix("stall:").map(|ms| ms.trim().to_owned()),
     }
 }
 

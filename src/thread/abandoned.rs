@@ -102,7 +102,10 @@ impl Thread {
         };
         let calls = unanswered_transfers(inner.fold.messages());
         let thread_id = self.key.thread_id.clone();
-        let reason = format!("the gateway node handing the thread over stopped ({})", why.code);
+        let reason = format!(
+            "the gateway node handing the thread over stopped ({})",
+            why.code
+        );
         let Some((first_call, target)) = calls.first().cloned() else {
             let record = handoff_record(&source_agent, None, &source, None, None, &reason);
             return Some(Closing {

@@ -393,18 +393,7 @@ impl<'a> Leg<'a> {
         };
         tracing::warn!(thread = %self.thread_id, run = %self.run_id, "run lease lost: stopping the run ({why})");
         self.feed.journal_failed(self.thread, &why);
-        if !self.journaled {
-            // Nothing of the run reached the journal, so no closer will
-            // ever journal its end: a WebSocket requester (which follows
-            // the run as a viewer) is told here.
-            let (code, message) = why_told(&why);
-            self.thread.tell_requester(
-                self.requester_connection.as_ref(),
-                &self.run_id,
-                code,
-                message,
-            );
-        }
+        self.tell_if_unjournaled(&why);
     }
 
     /// The requester left: its feed stops, and the run is cancelled when
@@ -420,8 +409,27 @@ impl<'a> Leg<'a> {
 
     /// Forwards a stored batch; `false` when the journal failed it.
     fn deliver(&mut self, (stored, originals): StoredBatch) -> bool {
+        if let Err(why) = &stored {
+            self.tell_if_unjournaled(why);
+        }
         self.journaled |= stored.is_ok();
         self.feed.deliver(self.thread, stored, originals)
+    }
+
+    /// A run stopped by `why` before anything of it reached the journal:
+    /// no closer will ever journal its end, so a WebSocket requester (which
+    /// follows the run as a viewer, and was acked its run id) is told here.
+    fn tell_if_unjournaled(&mut self, why: &StoreError) {
+        if self.journaled {
+            return;
+        }
+        let (code, message) = why_told(why);
+        self.thread.tell_requester(
+            self.requester_connection.take().as_ref(),
+            &self.run_id,
+            code,
+            message,
+        );
     }
 
     /// [`Leg::deliver`] at its seam: a node stopping between a batch's
@@ -493,6 +501,7 @@ impl<'a> Leg<'a> {
         // Operator rules, last, over exactly what would be journaled.
         let (mut staged, failed) = apply_filter(&mut self.filter, staged);
         let terminal = failed || staged.iter().any(|(e, _)| e.kind().is_terminal());
+        self.watch_signals(&staged);
         if terminal {
             self.decide_handoff(&mut staged);
         }
@@ -509,11 +518,13 @@ impl<'a> Leg<'a> {
         match self.thread.enqueue(events, self.feed.fence.clone()) {
             Ok(pending) => {
                 let thread = self.thread.clone();
-                self.inflight
-                    .push_back(Box::pin(async move { (thread.settle(pending).await, originals) }));
+                self.inflight.push_back(Box::pin(async move {
+                    (thread.settle(pending).await, originals)
+                }));
             }
             Err(e) => {
                 self.feed.journal_failed(self.thread, &e);
+                self.tell_if_unjournaled(&e);
                 return false;
             }
         }
@@ -604,14 +615,20 @@ impl<'a> Leg<'a> {
         synthetic
     }
 
+    /// Notes the handoff requests among what is about to be journaled (a
+    /// transfer call may come batches before the run's end).
+    fn watch_signals(&mut self, staged: &Staged) {
+        let Some(hook) = &self.hook else { return };
+        for (e, _) in staged {
+            self.signals.observe(e, |name| hook.target(name));
+        }
+    }
+
     /// A handoff the run asked for, decided before its end is journaled, so
     /// the slot passes on with it: the decision's notes go before the
     /// terminal event, and an approval turns the end into an interrupt.
     fn decide_handoff(&mut self, staged: &mut Staged) {
         let Some(hook) = &self.hook else { return };
-        for (e, _) in staged.iter() {
-            self.signals.observe(e, |name| hook.target(name));
-        }
         if !ends_well(staged) || self.signals.signals().is_empty() {
             return;
         }
@@ -829,4 +846,3 @@ fn apply_filter(filter: &mut Option<Box<dyn EventFilter>>, staged: Staged) -> (S
     }
     (out, false)
 }
-

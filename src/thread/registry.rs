@@ -1,8 +1,8 @@
 //! The registry of threads in memory: loaded from the store on demand,
 //! created by a first run, recovered after a restart, evicted when idle.
 
-use super::*;
 use super::drive::fence_of;
+use super::*;
 use crate::store::lease::Acquired;
 
 /// How many threads stay in memory, and how long once idle. An evicted
@@ -150,6 +150,7 @@ impl Threads {
                 let Some(threads) = threads.upgrade() else {
                     return;
                 };
+                crate::fault::point("sweeper.pass").await;
                 match threads.leases.orphans().await {
                     Ok(orphans) => {
                         for key in orphans {

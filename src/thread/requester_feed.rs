@@ -90,7 +90,12 @@ impl RequesterFeed {
     /// requester that falls behind its budget is handed to the journal (it
     /// reads the rest of the run from there, losing nothing) and is fed no
     /// more from here.
-    pub(super) fn forward(&mut self, thread: &Thread, entries: &[Arc<Entry>], originals: Vec<ForRequester>) {
+    pub(super) fn forward(
+        &mut self,
+        thread: &Thread,
+        entries: &[Arc<Entry>],
+        originals: Vec<ForRequester>,
+    ) {
         let Some(outbox) = &self.outbox else { return };
         let mut originals = originals.into_iter();
         for e in entries {

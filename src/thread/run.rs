@@ -548,7 +548,12 @@ impl Thread {
                 error,
             ))));
         }
-        self.tell_requester(req.requester_connection.as_ref(), &req.run_id, code, message);
+        self.tell_requester(
+            req.requester_connection.as_ref(),
+            &req.run_id,
+            code,
+            message,
+        );
     }
 
     /// Tells a WebSocket requester (`connection`) that its run `run_id`

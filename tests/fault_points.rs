@@ -1,0 +1,446 @@
+//! Crash timing, tested: real gateway processes die (`abort`, a `kill -9`
+//! at exactly one step) or freeze (`SIGSTOP`) or stall at the named fault
+//! points of `src/fault.rs`, on one node over SQLite and on two over Redis,
+//! and what is left must hold the invariants a client relies on:
+//!
+//! 1. every run ends exactly once in the journal, and no run starts inside
+//!    another;
+//! 2. the requester's terminal equals the journal's (when its node lived);
+//! 3. no thread stays `running` (within `lease_ttl` on Redis, at restart on
+//!    one node);
+//! 4. no transfer (handoff) call is left unanswered;
+//! 5. every viewer's sequence is gapless and equals the journal;
+//! 6. the thread takes the next run.
+//!
+//! Needs the `failpoints` feature (`cargo test --features failpoints`, as
+//! `.ci/run` builds the tests): without it the points do not exist and this
+//! file is empty. The quick points run here; every point × several seeds is
+//! `scripts` in docs/operations.md ("Crash timing").
+#![cfg(feature = "failpoints")]
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const LEASE_TTL: Duration = Duration::from_secs(2);
+
+/// The scripted agent's scenarios, and the handoff agents, as agents of a
+/// node on `store` TOML (empty: SQLite in the node's own directory).
+fn config(store: &str, py: &PyAgent, handoff: Option<&PyAgent>) -> String {
+    let mut agents: String = ["ok", "stall", "call-tool"]
+        .iter()
+        .map(|s| {
+            format!(
+                "[[agents]]\nid = \"{s}\"\nurl = \"{}\"\ntimeouts = {{ idle = \"1h\" }}\n",
+                py.url(s)
+            )
+        })
+        .collect();
+    if let Some(h) = handoff {
+        agents.push_str(&format!(
+            "[[agents]]\nid = \"triage\"\nurl = \"{}\"\nhandoff = {{ targets = [\"billing\"] }}\n\
+             [[agents]]\nid = \"billing\"\nurl = \"{}\"\n",
+            h.url("triage"),
+            h.url("billing")
+        ));
+    }
+    format!("{store}{agents}")
+}
+
+async fn redis_node(redis: &RedisServer, name: &str, config: &str, faults: &str) -> Gateway {
+    let store = redis.store_config(name) + &format!("lease_ttl = \"{}s\"\n", LEASE_TTL.as_secs());
+    Gateway::start_with_env(&format!("{store}{config}"), &[("FAILPOINTS", faults)]).await
+}
+
+fn body(thread: &str, run: &str, text: &str) -> Value {
+    json!({"threadId": thread, "runId": run, "messages": [
+        {"id": format!("u-{run}"), "role": "user", "content": text}]})
+}
+
+/// The thread's journal as `(seq, event)`, read from seq 0 on `base`.
+async fn journal_at(base: &str, t: &str, thread: &str) -> Vec<(u64, Value)> {
+    let snap = json_of(
+        http()
+            .get(format!("{base}/v1/threads/{thread}"))
+            .bearer_auth(t),
+    )
+    .await;
+    let last = snap["seq"].as_u64().expect("a snapshot names its seq");
+    let mut ws = Ws::connect_at(base, WsAuth::Header(t), None, None)
+        .await
+        .unwrap();
+    ws.send(json!({"type": "subscribe", "id": "j", "threadId": thread, "after": 0}))
+        .await;
+    let mut out = Vec::new();
+    while out.last().map_or(0, |(s, _)| *s) < last {
+        let f = ws.recv().await;
+        if f["type"] == "event" {
+            out.push((f["seq"].as_u64().unwrap(), f["event"].clone()));
+        }
+    }
+    out
+}
+
+/// Invariants 1 and 4 on a journal; answers its runs' terminal events by run id.
+fn check_journal(journal: &[(u64, Value)]) -> Vec<(String, Value)> {
+    let mut open: Option<String> = None;
+    let mut ended = Vec::new();
+    let mut calls = std::collections::BTreeSet::new();
+    let mut answered = std::collections::BTreeSet::new();
+    // Messages and tool calls open in the current run: a run's end (its
+    // own, or a closer's) must have ended them.
+    let mut streaming = std::collections::BTreeSet::new();
+    for (i, (seq, e)) in journal.iter().enumerate() {
+        let id = |k: &str| e[k].as_str().unwrap_or_default().to_owned();
+        match e["type"].as_str().unwrap() {
+            "TEXT_MESSAGE_START" => drop(streaming.insert(id("messageId"))),
+            "TEXT_MESSAGE_END" => drop(streaming.remove(&id("messageId"))),
+            "TOOL_CALL_START" => drop(streaming.insert(id("toolCallId"))),
+            "TOOL_CALL_END" => drop(streaming.remove(&id("toolCallId"))),
+            "RUN_FINISHED" | "RUN_ERROR" => assert!(
+                streaming.is_empty(),
+                "the run ended at seq {seq} with {streaming:?} still open: {journal:#?}"
+            ),
+            _ => {}
+        }
+        assert_eq!(*seq, i as u64 + 1, "the journal is gapless: {journal:#?}");
+        match e["type"].as_str().unwrap() {
+            "RUN_STARTED" => {
+                assert!(
+                    open.is_none(),
+                    "a run started inside run {open:?} at seq {seq}: {journal:#?}"
+                );
+                open = Some(e["runId"].as_str().unwrap().to_owned());
+                for m in e["input"]["messages"].as_array().into_iter().flatten() {
+                    if let Some(id) = m["toolCallId"].as_str() {
+                        answered.insert(id.to_owned());
+                    }
+                }
+            }
+            "RUN_FINISHED" | "RUN_ERROR" => {
+                let run = open.take().unwrap_or_else(|| {
+                    panic!("a terminal at seq {seq} outside any run: {journal:#?}")
+                });
+                assert!(
+                    ended.iter().all(|(r, _)| *r != run),
+                    "run {run} ended twice: {journal:#?}"
+                );
+                ended.push((run, e.clone()));
+            }
+            "TOOL_CALL_START"
+                if e["toolCallName"]
+                    .as_str()
+                    .unwrap_or("")
+                    .starts_with("transfer_to_") =>
+            {
+                calls.insert(e["toolCallId"].as_str().unwrap().to_owned());
+            }
+            "TOOL_CALL_RESULT" => {
+                answered.insert(e["toolCallId"].as_str().unwrap().to_owned());
+            }
+            _ => {}
+        }
+    }
+    assert!(open.is_none(), "run {open:?} never ended: {journal:#?}");
+    let unanswered: Vec<_> = calls.difference(&answered).collect();
+    assert!(
+        unanswered.is_empty(),
+        "transfer calls without a result: {unanswered:?}: {journal:#?}"
+    );
+    ended
+}
+
+/// Waits until the thread is listed as not running on `base` (invariant 3),
+/// at most `within`.
+async fn settled_within(base: &str, t: &str, thread: &str, within: Duration) {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let list = json_of(http().get(format!("{base}/v1/threads")).bearer_auth(t)).await;
+        let status = list["threads"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|x| x["threadId"] == thread)
+            .map(|x| x["status"].clone());
+        match status {
+            Some(s) if s != "running" => return,
+            _ => {}
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "thread {thread} still listed {status:?} after {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits for a node that was armed to abort at `point` to say it fired
+/// there and be gone.
+async fn died(gw: &mut Gateway, point: &str) {
+    gw.proc
+        .expect_stderr(&format!("fault point {point}: abort"))
+        .await;
+    let exited = tokio::time::timeout(Duration::from_secs(30), gw.proc.child.wait()).await;
+    let status = exited.expect("an aborted node exits").unwrap();
+    assert!(!status.success(), "{status}");
+}
+
+/// A viewer's `(seq, event)` until the journal's seq `last` (invariant 5:
+/// compared with the journal by the caller).
+async fn viewer_until(ws: &mut Ws, last: u64, had: &mut Vec<(u64, Value)>) {
+    while had.last().map_or(0, |(s, _)| *s) < last {
+        let f = ws.recv().await;
+        if f["type"] == "event" {
+            had.push((f["seq"].as_u64().unwrap(), f["event"].clone()));
+        }
+    }
+}
+
+/// One scenario on two Redis nodes: a first run on B makes the thread and a
+/// viewer on B watches from seq 0; A, armed to abort at `point`, takes a
+/// run of `agent`; A dies there, B closes what A left within `lease_ttl`,
+/// every invariant holds, and the thread takes a run on B.
+async fn two_nodes_die_at(point: &str, agent: &str, handoff: bool) {
+    let redis = RedisServer::start().await;
+    let py = PyAgent::start("scripted_agent.py").await;
+    let h = if handoff {
+        Some(PyAgent::start("handoff_agents.py").await)
+    } else {
+        None
+    };
+    let config = config("", &py, h.as_ref());
+    let mut a = redis_node(&redis, "a", &config, &format!("{point}=1*return(abort)")).await;
+    let b = redis_node(&redis, "b", &config, "").await;
+    let t = token(json!({"sub": "alice"}));
+    let thread = format!("fp-{}", point.replace('.', "-"));
+
+    let (status, first) = post_run(&b.run_url("ok"), &t, &body(&thread, "r0", "hi")).await;
+    assert_eq!(status, 200, "{first}");
+    let mut viewer = Ws::connect_at(&b.base, WsAuth::Header(&t), None, None)
+        .await
+        .unwrap();
+    viewer
+        .send(json!({"type": "subscribe", "id": "v", "threadId": thread, "after": 0}))
+        .await;
+    let text = if handoff {
+        "I have a bill question"
+    } else {
+        "go"
+    };
+    let run_url = format!("{}/v1/agents/{agent}/run", a.base);
+    let requester = tokio::spawn({
+        let (t, body) = (t.clone(), body(&thread, "r1", text));
+        async move { post_run(&run_url, &t, &body).await }
+    });
+    died(&mut a, point).await;
+    let _ = requester.await; // its node died: its stream just ends
+
+    settled_within(&b.base, &t, &thread, LEASE_TTL * 3).await;
+    let journal = journal_at(&b.base, &t, &thread).await;
+    check_journal(&journal);
+    let mut seen = Vec::new();
+    viewer_until(&mut viewer, journal.last().unwrap().0, &mut seen).await;
+    assert_eq!(seen, journal, "the viewer saw exactly the journal");
+
+    // Invariant 6: the next turn is free, on the surviving node — once the
+    // dead node's lease has expired: until then a run is refused as
+    // `conflict`, naming the run that holds the thread.
+    let next = if handoff { "triage" } else { "ok" };
+    let deadline = std::time::Instant::now() + LEASE_TTL * 2;
+    let (status, out) = loop {
+        let (status, out) = post_run(&b.run_url(next), &t, &body(&thread, "r2", "again")).await;
+        if status != 409 || std::time::Instant::now() > deadline {
+            break (status, out);
+        }
+        assert!(
+            out.contains("run 'r1'"),
+            "the conflict names the run holding the thread: {out}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(status, 200, "{out}");
+    let events = sse_events(&out);
+    assert_eq!(events.last().unwrap()["type"], "RUN_FINISHED", "{out}");
+    let journal = journal_at(&b.base, &t, &thread).await;
+    check_journal(&journal);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_dying_at_any_step_of_a_run_leaves_a_journal_another_node_closes() {
+    // The points a run passes, each with an agent whose run reaches it.
+    for (point, agent) in [
+        ("run.lease_granted", "stall"),
+        ("run.batch_enqueued", "stall"),
+        ("run.batch_stored", "stall"),
+        ("run.start_journaled", "stall"),
+        ("run.end_enqueued", "ok"),
+        ("run.end_stored", "ok"),
+        ("run.lease_released", "ok"),
+    ] {
+        eprintln!("== {point}");
+        two_nodes_die_at(point, agent, false).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_dying_between_a_handoffs_source_and_target_leaves_a_failed_handoff() {
+    for point in ["handoff.decided", "handoff.target_starting"] {
+        eprintln!("== {point}");
+        two_nodes_die_at(point, "triage", true).await;
+    }
+}
+
+/// Item 2 of issue 29: the batch that ends a run on Redis deletes the
+/// run's lease; a heartbeat between that and the node learning its batch
+/// was stored declared the lease gone, and the requester was told
+/// `gateway_node_lost` for a run the journal holds as finished. The run's
+/// task is held right after its end batch is handed to the store (a
+/// `stall` of that task only) for longer than a heartbeat period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_end_is_stored_is_never_reported_lost() {
+    let redis = RedisServer::start().await;
+    let py = PyAgent::start("scripted_agent.py").await;
+    let config = config("", &py, None);
+    let a = redis_node(
+        &redis,
+        "a",
+        &config,
+        "run.end_enqueued=1*return(stall:1200)",
+    )
+    .await;
+    let t = token(json!({"sub": "alice"}));
+    let (status, out) = post_run(&a.run_url("ok"), &t, &body("end-race", "r1", "go")).await;
+    assert_eq!(status, 200, "{out}");
+    a.proc
+        .expect_stderr("fault point run.end_enqueued: stall:1200")
+        .await;
+    let journal = journal_at(&a.base, &t, "end-race").await;
+    let ended = check_journal(&journal);
+    let requester_end = sse_events(&out).last().cloned().unwrap();
+    assert_eq!(
+        requester_end, ended[0].1,
+        "the requester's terminal is the journal's"
+    );
+    assert_eq!(requester_end["type"], "RUN_FINISHED", "{out}");
+}
+
+/// Item 2: a WebSocket requester whose node froze past its lease before
+/// the agent's first event is told how its run ended (nothing of the run
+/// was journaled, so no closer ever will).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_requester_hears_its_run_stopped_before_anything_was_journaled() {
+    let redis = RedisServer::start().await;
+    let py = PyAgent::start("scripted_agent.py").await;
+    let config = config("", &py, None);
+    let a = redis_node(&redis, "a", &config, "run.lease_granted=1*return(stop)").await;
+    let t = token(json!({"sub": "alice"}));
+    let mut ws = Ws::connect_at(&a.base, WsAuth::Header(&t), None, None)
+        .await
+        .unwrap();
+    ws.send(
+        json!({"type": "run", "id": "c1", "agent": "ok", "threadId": "frozen", "runId": "r1",
+                   "messages": [{"id": "u1", "role": "user", "content": "go"}]}),
+    )
+    .await;
+    let ack = ws.recv().await;
+    assert_eq!(ack["type"], "ack", "{ack}");
+    a.proc
+        .expect_stderr("fault point run.lease_granted: stop")
+        .await;
+    // Frozen (SIGSTOP) until its lease expired in Redis, then woken.
+    lease_expired(&redis).await;
+    a.signal("CONT");
+    let told = loop {
+        let f = ws.recv().await;
+        if f["type"] == "error" || is_terminal_frame(&f) {
+            break f;
+        }
+    };
+    assert_eq!(told["type"], "error", "{told}");
+    assert_eq!(told["code"], "gateway_node_lost", "{told}");
+    assert_eq!(told["runId"], "r1", "{told}");
+}
+
+/// Returns once Redis holds no run lease (the only one expired).
+async fn lease_expired(redis: &RedisServer) {
+    let deadline = std::time::Instant::now() + LEASE_TTL * 3;
+    while !redis.cli(&["KEYS", "*:lease"]).trim().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lease never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Item 3: a run asked for after a dead node's lease expired but before
+/// any sweeper closed its run is granted only to close that run first (in
+/// the same step the store grants the lease): the journal never holds a
+/// run started inside another. B's sweeper is stalled for the whole test,
+/// so it is the run's own start that closes the dead run; until the dead
+/// node's lease expires, the run is refused as `conflict` naming the run
+/// that holds the thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_runs_on_top_of_a_dead_nodes_run() {
+    let redis = RedisServer::start().await;
+    let py = PyAgent::start("scripted_agent.py").await;
+    let config = config("", &py, None);
+    let a = redis_node(&redis, "a", &config, "").await;
+    let b = redis_node(&redis, "b", &config, "sweeper.pass=return(stall:600000)").await;
+    let t = token(json!({"sub": "alice"}));
+    let mut viewer = Ws::connect_at(&b.base, WsAuth::Header(&t), None, None)
+        .await
+        .unwrap();
+    let stuck = tokio::spawn({
+        let (url, t) = (format!("{}/v1/agents/stall/run", a.base), t.clone());
+        async move { post_run(&url, &t, &body("atop", "r-dead", "go")).await }
+    });
+    // The run is on its way once B sees its message open.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        viewer
+            .send(json!({"type": "subscribe", "id": "v", "threadId": "atop", "after": 0}))
+            .await;
+        if viewer.recv().await["type"] == "ack" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run never started"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    viewer
+        .recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_START")
+        .await;
+    drop(a); // kill -9
+    let _ = stuck.await;
+    let mut conflicts = 0;
+    loop {
+        let (status, out) = post_run(&b.run_url("ok"), &t, &body("atop", "r-next", "again")).await;
+        if status == 409 {
+            assert!(out.contains("run 'r-dead'"), "{out}");
+            conflicts += 1;
+            continue;
+        }
+        assert_eq!(status, 200, "{out}");
+        assert_eq!(
+            sse_events(&out).last().unwrap()["type"],
+            "RUN_FINISHED",
+            "{out}"
+        );
+        break;
+    }
+    eprintln!("refused {conflicts} times while the dead node's lease lived");
+    let journal = journal_at(&b.base, &t, "atop").await;
+    let ended = check_journal(&journal);
+    let runs: Vec<(&str, &str)> = ended
+        .iter()
+        .map(|(r, e)| (r.as_str(), e["type"].as_str().unwrap()))
+        .collect();
+    assert_eq!(runs, [("r-dead", "RUN_ERROR"), ("r-next", "RUN_FINISHED")]);
+    assert_eq!(ended[0].1["code"], "gateway_node_lost");
+    settled_within(&b.base, &t, "atop", LEASE_TTL).await;
+}
