@@ -187,6 +187,20 @@ async fn died(gw: &mut Gateway, point: &str) {
     assert!(!status.success(), "{status}");
 }
 
+/// A run request to `gw`'s node whose answer is not awaited here: the node
+/// dies under it, so its stream just breaks off.
+fn dying_request(gw: &Gateway, agent: &str, t: &str, body: Value) -> tokio::task::JoinHandle<()> {
+    let request = http()
+        .post(format!("{}/v1/agents/{agent}/run", gw.base))
+        .bearer_auth(t)
+        .json(&body);
+    tokio::spawn(async move {
+        if let Ok(mut resp) = request.send().await {
+            while let Ok(Some(_)) = resp.chunk().await {}
+        }
+    })
+}
+
 /// A viewer's `(seq, event)` until the journal's seq `last` (invariant 5:
 /// compared with the journal by the caller).
 async fn viewer_until(ws: &mut Ws, last: u64, had: &mut Vec<(u64, Value)>) {
@@ -229,11 +243,7 @@ async fn two_nodes_die_at(point: &str, agent: &str, handoff: bool) {
     } else {
         "go"
     };
-    let run_url = format!("{}/v1/agents/{agent}/run", a.base);
-    let requester = tokio::spawn({
-        let (t, body) = (t.clone(), body(&thread, "r1", text));
-        async move { post_run(&run_url, &t, &body).await }
-    });
+    let requester = dying_request(&a, agent, &t, body(&thread, "r1", text));
     died(&mut a, point).await;
     let _ = requester.await; // its node died: its stream just ends
 
@@ -393,10 +403,7 @@ async fn nothing_runs_on_top_of_a_dead_nodes_run() {
     let mut viewer = Ws::connect_at(&b.base, WsAuth::Header(&t), None, None)
         .await
         .unwrap();
-    let stuck = tokio::spawn({
-        let (url, t) = (format!("{}/v1/agents/stall/run", a.base), t.clone());
-        async move { post_run(&url, &t, &body("atop", "r-dead", "go")).await }
-    });
+    let stuck = dying_request(&a, "stall", &t, body("atop", "r-dead", "go"));
     // The run is on its way once B sees its message open.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
@@ -443,4 +450,63 @@ async fn nothing_runs_on_top_of_a_dead_nodes_run() {
     assert_eq!(runs, [("r-dead", "RUN_ERROR"), ("r-next", "RUN_FINISHED")]);
     assert_eq!(ended[0].1["code"], "gateway_node_lost");
     settled_within(&b.base, &t, "atop", LEASE_TTL).await;
+}
+
+/// One node on SQLite: the process dies at `point` of the thread's first
+/// run (any earlier run would reach the point first); started again, it closes what it left
+/// (`gateway_restarted`) before serving, and every invariant holds.
+async fn one_node_dies_at(point: &str, agent: &str, handoff: bool) {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let h = if handoff {
+        Some(PyAgent::start("handoff_agents.py").await)
+    } else {
+        None
+    };
+    let config = config("", &py, h.as_ref());
+    let mut gw = Gateway::start_with_env(
+        &config,
+        &[("FAILPOINTS", &format!("{point}=1*return(abort)"))],
+    )
+    .await;
+    let t = token(json!({"sub": "alice"}));
+    let thread = format!("one-{}", point.replace('.', "-"));
+    let text = if handoff {
+        "I have a bill question"
+    } else {
+        "go"
+    };
+    let requester = dying_request(&gw, agent, &t, body(&thread, "r1", text));
+    died(&mut gw, point).await;
+    let _ = requester.await;
+
+    let gw = gw.restart().await; // without FAILPOINTS
+    settled_within(&gw.base, &t, &thread, Duration::from_secs(5)).await;
+    let journal = journal_at(&gw.base, &t, &thread).await;
+    let ended = check_journal(&journal);
+    let (_, last) = ended.last().unwrap();
+    if last["type"] == "RUN_ERROR" {
+        assert_eq!(last["code"], "gateway_restarted", "{last}");
+    }
+    let next = if handoff { "triage" } else { "ok" };
+    let (status, out) = post_run(&gw.run_url(next), &t, &body(&thread, "r2", "again")).await;
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(
+        sse_events(&out).last().unwrap()["type"],
+        "RUN_FINISHED",
+        "{out}"
+    );
+    check_journal(&journal_at(&gw.base, &t, &thread).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_node_dying_at_any_step_closes_what_it_left_when_it_starts_again() {
+    for (point, agent, handoff) in [
+        ("run.batch_stored", "stall", false),
+        ("run.end_enqueued", "ok", false),
+        ("run.end_stored", "ok", false),
+        ("handoff.decided", "triage", true),
+    ] {
+        eprintln!("== {point}");
+        one_node_dies_at(point, agent, handoff).await;
+    }
 }
