@@ -1442,3 +1442,40 @@ async fn a_dripped_request_body_is_refused_at_its_deadline() {
     .await;
     assert_eq!(status, 200);
 }
+
+/// A refused run creates nothing (issue 29, item 9): a first run on a new
+/// thread refused for an unknown `parentRunId` left an empty thread behind
+/// that answered 200 (and appeared in the listing) where `not_found` was
+/// right.
+#[tokio::test]
+async fn a_refused_first_run_leaves_no_thread_behind() {
+    let gw = Gateway::start(DEMO).await;
+    let t = token(json!({"sub": "alice"}));
+    let mut body = input("ghost", "r1", "hello");
+    body["parentRunId"] = "no-such-run".into();
+    let resp = http()
+        .post(gw.run_url("demo"))
+        .bearer_auth(&t)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let (status, error) = error_of(resp).await;
+    assert_eq!(status, 404, "{error}");
+    let resp = http()
+        .get(gw.url("/v1/threads/ghost"))
+        .bearer_auth(&t)
+        .send()
+        .await
+        .unwrap();
+    let (status, error) = error_of(resp).await;
+    assert_eq!((status, error["code"].as_str()), (404, Some("not_found")));
+    let list = json_of(http().get(gw.url("/v1/threads")).bearer_auth(&t)).await;
+    assert!(
+        !list.to_string().contains("\"ghost\""),
+        "the refused run left a thread: {list}"
+    );
+    // The same thread then starts normally.
+    let (status, out) = post_run(&gw.run_url("demo"), &t, &input("ghost", "r2", "hi")).await;
+    assert_eq!(status, 200, "{out}");
+}

@@ -154,23 +154,33 @@ pub async fn run(
             .await
             .map_err(AccessError::into_api)?;
     }
-    let request = handoff_aware_request(
-        state,
-        who,
-        &thread,
-        (agent, run_id, input, prepared),
-        need == Permission::Resume,
-        traceparent.as_deref(),
-    )
-    .await?;
-    let request = match request {
-        Answered::Approval(answer) => answer,
-        Answered::Run(mut request) => {
-            request.base = base;
-            request
-        }
-    };
-    launch(state, who, &thread, request, strategy, requester).await
+    let launched = async {
+        let request = handoff_aware_request(
+            state,
+            who,
+            &thread,
+            (agent, run_id, input, prepared),
+            need == Permission::Resume,
+            traceparent.as_deref(),
+        )
+        .await?;
+        let request = match request {
+            Answered::Approval(answer) => answer,
+            Answered::Run(mut request) => {
+                request.base = base;
+                request
+            }
+        };
+        launch(state, who, &thread, request, strategy, requester).await
+    }
+    .await;
+    if launched.is_err() {
+        // A refused run creates nothing: a thread this request brought
+        // into being (nothing journaled, nobody on it) goes again, so it
+        // answers `not_found` as before.
+        state.threads.forget_if_unused(&thread.key);
+    }
+    launched
 }
 
 /// A request as [`handoff_aware_request`] built it.

@@ -236,6 +236,18 @@ impl Thread {
     }
 
     /// The journal's latest run, if it has not ended (wherever it runs).
+    /// True when nothing ever happened on this copy: no event journaled or
+    /// on its way, no run active or queued, nobody watching.
+    pub fn never_used(&self) -> bool {
+        let inner = self.lock();
+        inner.next_seq == 1
+            && inner.next_assign <= 1
+            && inner.inflight == 0
+            && inner.viewers.is_empty()
+            && inner.catching_up.is_empty()
+            && inner.runs.is_idle()
+    }
+
     pub fn open_run(&self) -> Option<String> {
         self.lock()
             .fold

@@ -181,7 +181,7 @@ impl Threads {
         let seen = thread.seq_known();
         let lease = match self
             .leases
-            .acquire(key, "gateway-closer", seen, (&thread.creator(), None))
+            .acquire(key, super::run::CLOSER, seen, (&thread.creator(), None))
             .await
         {
             Ok(Acquired::Granted(lease) | Acquired::Abandoned(lease)) => lease,
@@ -201,6 +201,16 @@ impl Threads {
             Err(e) => {
                 tracing::warn!(tenant = %key.tenant, thread = %key.thread_id, "closing what a lost node left failed: {e}")
             }
+        }
+    }
+
+    /// Drops `key`'s copy when nothing ever happened on it (no event
+    /// journaled, no run, no viewer): what a refused first run leaves, so
+    /// the refusal creates nothing. (A store that recorded the thread when
+    /// a lease was asked for keeps it; it holds no events either.)
+    pub fn forget_if_unused(&self, key: &ThreadKey) {
+        if self.map.remove_if(key, |_, t| t.never_used()).is_some() {
+            self.bus.unwatch(key);
         }
     }
 

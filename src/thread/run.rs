@@ -128,6 +128,9 @@ impl RunSlot {
     }
 }
 
+/// The run id a sweeper's lease names (it closes a stopped node's run).
+pub(super) const CLOSER: &str = "gateway-closer";
+
 /// What [`Thread::start_run`] does before asking for the lease again.
 enum Retry {
     /// Cancel this run on the node running it (the interrupt strategy).
@@ -200,6 +203,11 @@ impl Thread {
                     Ok(Acquired::Held { run_id }) => {
                         self.unreserve(&mut inner, &req);
                         match strategy {
+                            Strategy::Reject if run_id == CLOSER => {
+                                return Err(RunRefused::Conflict(
+                                    "the thread is being closed after a stopped gateway node; retry".into(),
+                                ));
+                            }
                             Strategy::Reject => {
                                 return Err(RunRefused::Conflict(format!(
                                     "run '{run_id}' is still active on this thread"
@@ -292,16 +300,15 @@ impl Thread {
                 pending.join(", ")
             )));
         }
-        if inner.runs.active.is_some() && strategy == Strategy::Reject {
-            let active = inner
-                .runs
-                .active
-                .as_ref()
-                .map(|a| a.run_id.clone())
-                .unwrap_or_default();
-            return Err(RunRefused::Conflict(format!(
-                "run '{active}' is still active on this thread"
-            )));
+        if let Some(active) = &inner.runs.active
+            && strategy == Strategy::Reject
+        {
+            // Only a run that holds the thread is named: one whose lease is
+            // still being asked for may yet be refused itself.
+            return Err(RunRefused::Conflict(match &active.lease {
+                Some(_) => format!("run '{}' is still active on this thread", active.run_id),
+                None => "another run is being started on this thread; retry".into(),
+            }));
         }
         if inner.runs.used_ids.contains(&req.run_id) {
             return Err(RunRefused::Conflict(format!(
