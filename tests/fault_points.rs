@@ -510,3 +510,188 @@ async fn one_node_dying_at_any_step_closes_what_it_left_when_it_starts_again() {
         one_node_dies_at(point, agent, handoff).await;
     }
 }
+
+/// The drill's knobs: `AGUI_DRILL_SECONDS` of workload (default 20),
+/// `AGUI_DRILL_SEED` (default 1), `AGUI_DRILL_NODES` (default 2).
+fn drill_knob(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A small deterministic generator (xorshift): the drill's choices follow
+/// its seed (the nemesis's timing still meets the machine's).
+struct Dice(u64);
+
+impl Dice {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// The randomized kill drill: a workload of runs (streams, tool calls,
+/// handoffs), cancels and meta events on several threads over several
+/// nodes, while a nemesis kills (`kill -9`, then a new node in its place)
+/// and freezes (`SIGSTOP` … `SIGCONT`) nodes at random. Afterwards: every
+/// journal holds the invariants, every thread settles, every requester
+/// whose stream ended with a terminal got the journal's, and the threads
+/// take runs again. `.ci/run` runs it for 20 s; longer and with other seeds
+/// it is the documented long job (docs/operations.md, "Crash timing").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_randomized_kill_drill_keeps_every_invariant() {
+    use std::sync::{Arc, Mutex};
+    let seconds = drill_knob("AGUI_DRILL_SECONDS", 20);
+    let seed = drill_knob("AGUI_DRILL_SEED", 1).max(1);
+    let nodes_n = drill_knob("AGUI_DRILL_NODES", 2).max(2) as usize;
+    eprintln!("drill: {seconds} s, seed {seed}, {nodes_n} nodes");
+    let redis = RedisServer::start().await;
+    let py = PyAgent::start("scripted_agent.py").await;
+    let h = PyAgent::start("handoff_agents.py").await;
+    let config = config("", &py, Some(&h));
+    let mut nodes = Vec::new();
+    for n in 0..nodes_n {
+        nodes.push(redis_node(&redis, &format!("n{n}"), &config, "").await);
+    }
+    let bases: Arc<Mutex<Vec<Option<String>>>> = Arc::new(Mutex::new(
+        nodes.iter().map(|g| Some(g.base.clone())).collect(),
+    ));
+    let t = token(json!({"sub": "alice"}));
+    let threads: Vec<String> = (0..6).map(|i| format!("drill-{seed}-{i}")).collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(seconds);
+    // What requesters saw end: (thread, run id, terminal event).
+    let told: Arc<Mutex<Vec<(String, String, Value)>>> = Arc::default();
+    let pick = |bases: &Arc<Mutex<Vec<Option<String>>>>, dice: &mut Dice| {
+        let live: Vec<String> = bases.lock().unwrap().iter().flatten().cloned().collect();
+        live[dice.next(live.len() as u64) as usize].clone()
+    };
+    let mut workers = Vec::new();
+    for (w, thread) in threads.iter().enumerate() {
+        let (bases, told, t, thread) = (bases.clone(), told.clone(), t.clone(), thread.clone());
+        workers.push(tokio::spawn(async move {
+            let mut dice = Dice(seed * 7919 + w as u64 + 1);
+            let mut n = 0;
+            while std::time::Instant::now() < deadline {
+                n += 1;
+                let base = pick(&bases, &mut dice);
+                let run = format!("{thread}-r{n}");
+                let (agent, text) = match dice.next(10) {
+                    0..=3 => ("ok", "go"),
+                    4..=5 => ("call-tool", "go"),
+                    6 => ("triage", "I have a bill question"),
+                    7 => ("triage", "hello"),
+                    8 => {
+                        let _ = http()
+                            .post(format!("{base}/v1/threads/{thread}/meta"))
+                            .bearer_auth(&t)
+                            .json(&json!({"metaType": "note", "payload": {"n": n}}))
+                            .send()
+                            .await;
+                        continue;
+                    }
+                    _ => {
+                        let _ = http()
+                            .post(format!("{base}/v1/threads/{thread}/cancel"))
+                            .bearer_auth(&t)
+                            .json(&json!({}))
+                            .send()
+                            .await;
+                        continue;
+                    }
+                };
+                let sent = http()
+                    .post(format!("{base}/v1/agents/{agent}/run"))
+                    .bearer_auth(&t)
+                    .json(&body(&thread, &run, text))
+                    .timeout(Duration::from_secs(30))
+                    .send()
+                    .await;
+                let Ok(resp) = sent else { continue };
+                if resp.status() != 200 {
+                    continue;
+                }
+                let Ok(text) = resp.text().await else {
+                    continue;
+                };
+                // Only a stream that ended with a terminal is a requester
+                // that heard its end (a dead node's just breaks off).
+                let events = sse_events(&text);
+                if let Some(end) = events
+                    .iter()
+                    .rev()
+                    .find(|e| e["type"] == "RUN_FINISHED" || e["type"] == "RUN_ERROR")
+                {
+                    let ended = end["runId"].as_str().unwrap_or(&run).to_owned();
+                    told.lock()
+                        .unwrap()
+                        .push((thread.clone(), ended, end.clone()));
+                }
+            }
+        }));
+    }
+    // The nemesis.
+    let mut dice = Dice(seed);
+    let (mut kills, mut freezes) = (0, 0);
+    while std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(300 + dice.next(1200))).await;
+        let i = dice.next(nodes.len() as u64) as usize;
+        if dice.next(2) == 0 {
+            kills += 1;
+            bases.lock().unwrap()[i] = None;
+            let _ = nodes[i].proc.child.kill().await;
+            let name = format!("n{i}-{kills}");
+            nodes[i] = redis_node(&redis, &name, &config, "").await;
+            bases.lock().unwrap()[i] = Some(nodes[i].base.clone());
+        } else {
+            freezes += 1;
+            nodes[i].signal("STOP");
+            tokio::time::sleep(Duration::from_millis(
+                dice.next(2 * LEASE_TTL.as_millis() as u64),
+            ))
+            .await;
+            nodes[i].signal("CONT");
+        }
+    }
+    for w in workers {
+        w.await.unwrap();
+    }
+    eprintln!("drill: {kills} kills, {freezes} freezes");
+    let base = nodes[0].base.clone();
+    let told = told.lock().unwrap().clone();
+    for thread in &threads {
+        let listed = json_of(http().get(format!("{base}/v1/threads")).bearer_auth(&t)).await;
+        if !listed.to_string().contains(&format!("\"{thread}\"")) {
+            continue; // never created (every request refused or cut)
+        }
+        settled_within(&base, &t, thread, LEASE_TTL * 4).await;
+        let journal = journal_at(&base, &t, thread).await;
+        let ended = check_journal(&journal);
+        for (th, run, end) in told.iter().filter(|(th, _, _)| th == thread) {
+            let journaled = ended.iter().find(|(r, _)| r == run);
+            let journaled = journaled
+                .unwrap_or_else(|| panic!("{th}: run {run} told {end} but never journaled"));
+            assert_eq!(
+                (end["type"].clone(), end["code"].clone()),
+                (journaled.1["type"].clone(), journaled.1["code"].clone()),
+                "{th}: the requester of {run} heard another end than the journal's"
+            );
+        }
+        let (status, out) = loop {
+            let (status, out) = post_run(
+                &format!("{base}/v1/agents/ok/run"),
+                &t,
+                &body(thread, &format!("{thread}-last"), "end"),
+            )
+            .await;
+            if status != 409 {
+                break (status, out);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert_eq!(status, 200, "{thread}: {out}");
+        check_journal(&journal_at(&base, &t, thread).await);
+    }
+}
