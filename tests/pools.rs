@@ -1042,3 +1042,27 @@ async fn a_stream_that_breaks_after_its_first_event_is_not_failed_over() {
         assert_eq!(listing["backends"][0]["health"], "healthy", "{listing}");
     }
 }
+
+/// The fault point `upstream.failover` (src/fault.rs) is on the failover
+/// path: armed, it fires once the first backend failed and before the run
+/// is sent to the next, and the run then goes on.
+#[cfg(feature = "failpoints")]
+#[tokio::test]
+async fn the_failover_path_passes_its_fault_point() {
+    if single_node_only("reads one node's log") {
+        return;
+    }
+    let (_dir, r) = replicas(2).await;
+    let backends = vec![(r[0].url("fail500"), 1), (r[1].url("ok"), 1)];
+    let gw = Gateway::start_with_env(
+        &pool_agent(&backends, ""),
+        &[("FAILPOINTS", "upstream.failover=1*return(stall:100)")],
+    )
+    .await;
+    let (events, outcome) = run(&gw, "fp-t", "fp-r").await;
+    assert_eq!(outcome, Ok(()), "{events:#?}");
+    assert_eq!(r[1].runs(), ["fp-r"]);
+    gw.proc
+        .expect_stderr("fault point upstream.failover: stall:100")
+        .await;
+}
