@@ -694,3 +694,50 @@ async fn capabilities_name_the_handoff_targets_the_caller_may_run() {
         .unwrap();
     assert_eq!(missing.status().as_u16(), 404);
 }
+
+/// The `traceparent` headers `agent` received, oldest first.
+async fn traceparents(py: &PyAgent, agent: &str) -> Vec<String> {
+    let v = json_of(http().get(py.url(&format!("traceparents/{agent}")))).await;
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap_or("(none)").to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_handoff_targets_request_continues_the_clients_traceparent() {
+    let py = PyAgent::start("handoff_agents.py").await;
+    let gw = Gateway::start(&agents(&py, TRIAGE, BILLING)).await;
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let parent = format!("00-{trace}-00f067aa0ba902b7-01");
+    let resp = http()
+        .post(gw.run_url("triage"))
+        .bearer_auth(token(json!({})))
+        .header("traceparent", &parent)
+        .json(&input("tp1", "r1", "I have a bill question"))
+        .send()
+        .await
+        .unwrap();
+    let events = sse_events(&resp.text().await.unwrap());
+    let started = events.iter().filter(|e| e["type"] == "RUN_STARTED").count();
+    assert_eq!(started, 2, "triage handed over to billing: {events:#?}");
+
+    let (source, target) = (
+        traceparents(&py, "triage").await,
+        traceparents(&py, "billing").await,
+    );
+    assert_eq!(
+        (source.len(), target.len()),
+        (1, 1),
+        "{source:?} {target:?}"
+    );
+    for (agent, sent) in [("triage", &source[0]), ("billing", &target[0])] {
+        assert!(
+            sent.starts_with(&format!("00-{trace}-")) && sent.len() == 55,
+            "{agent}'s request continues the client's trace: {sent}"
+        );
+        assert_ne!(sent, &parent, "{agent}: a span of the gateway's own");
+    }
+    assert_ne!(source[0], target[0], "each run is a span of its own");
+}

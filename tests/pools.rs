@@ -898,3 +898,171 @@ async fn a_langgraph_checkpointer_on_two_replicas_keeps_its_threads_by_affinity(
     }
     assert!(lost > 0, "alternating replicas lose the thread's state");
 }
+
+/// The thread's journal from the start, as a join stream gives it (read up
+/// to the last seq its snapshot names; the stream itself follows on).
+async fn journal(gw: &Gateway, thread: &str) -> Vec<Value> {
+    let t = token(json!({}));
+    let snap = json_of(
+        http()
+            .get(gw.url(&format!("/v1/threads/{thread}")))
+            .bearer_auth(&t),
+    )
+    .await;
+    let last = format!("id: {}\n", snap["seq"].as_u64().unwrap());
+    let mut resp = http()
+        .get(gw.url(&format!("/v1/threads/{thread}/events?after=0")))
+        .bearer_auth(&t)
+        .send()
+        .await
+        .unwrap();
+    let mut body = String::new();
+    while !body.contains(&last) {
+        let chunk = resp.chunk().await.unwrap().expect("the stream goes on");
+        body.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let end = body.find(&last).unwrap();
+    let end = end + body[end..].find("\n\n").map_or(body.len() - end, |i| i + 2);
+    sse_events(&body[..end])
+}
+
+/// The pool settings of the failover tests: one failure ejects a backend
+/// (for an hour), so its counting shows in the listing and in where the
+/// next run goes.
+const EJECT_AT_ONCE: &str = "eject_after = 1\neject_base = \"1h\"\neject_max = \"1h\"";
+
+/// Checks that run `id` on `thread`, first sent to `r[0]` (which failed
+/// before its first event), was served by `r[1]` alone; that the requester
+/// and the journal each hold exactly one `RUN_STARTED` … `RUN_FINISHED`;
+/// and that `r[0]`'s failure was counted (and, at `EJECT_AT_ONCE`, ejected
+/// it: the next run goes to `r[1]` directly).
+async fn assert_failed_over(gw: &Gateway, r: &[Replica], thread: &str, id: &str, seen: &[Value]) {
+    let lifecycle = |events: &[Value]| -> Vec<String> {
+        events
+            .iter()
+            .filter(|e| e["type"].as_str().is_some_and(|t| t.starts_with("RUN_")))
+            .map(|e| {
+                format!(
+                    "{} {}",
+                    e["type"].as_str().unwrap(),
+                    e["runId"].as_str().unwrap_or("-")
+                )
+            })
+            .collect()
+    };
+    let once = [format!("RUN_STARTED {id}"), format!("RUN_FINISHED {id}")];
+    assert_eq!(lifecycle(seen), once, "the requester: {seen:#?}");
+    let journaled = journal(gw, thread).await;
+    assert_eq!(lifecycle(&journaled), once, "the journal: {journaled:#?}");
+    assert_eq!(r[0].runs(), [id], "the first backend was tried first");
+    assert_eq!(r[1].runs(), [id], "the other one served the run, once");
+    if single_node_only("counts and ejects on one node") {
+        return;
+    }
+    let listing = pool_listing(gw).await;
+    let failed = &listing["backends"][0];
+    assert_eq!(
+        (&failed["failures"], &failed["ejections"], &failed["health"]),
+        (&json!(1), &json!(1), &json!("ejected")),
+        "{listing}"
+    );
+    assert_eq!(listing["backends"][1]["failures"], 0, "{listing}");
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(&m, "agui_upstream_retries_total{agent=\"p\"}"),
+        1.0,
+        "{m}"
+    );
+    let next = format!("{id}-next");
+    let (_, outcome) = run(gw, &format!("{thread}-next"), &next).await;
+    assert_eq!(outcome, Ok(()));
+    assert_eq!(r[0].runs(), [id], "ejected: the next run skipped it");
+    assert_eq!(r[1].runs(), [id.to_owned(), next]);
+}
+
+#[tokio::test]
+async fn every_failure_before_the_first_event_is_failed_over_and_counted() {
+    // Headers then nothing (a clean empty body, or the connection dropped
+    // mid-body) used to end the run `upstream_incomplete` while a stall was
+    // failed over; a 404 and a response that is not an event stream did
+    // too. All of them say this backend did not serve the run.
+    let mut tried = Vec::new();
+    for scenario in ["empty", "drop", "fail404", "not-sse"] {
+        let (dir, r) = replicas(2).await;
+        let backends = vec![(r[0].url(scenario), 1), (r[1].url("ok"), 1)];
+        let gw = Gateway::start(&pool_agent(&backends, EJECT_AT_ONCE)).await;
+        // Equal weights: the first run goes to the first backend.
+        let (thread, id) = (format!("{scenario}-t"), format!("{scenario}-r"));
+        let (events, outcome) = run(&gw, &thread, &id).await;
+        tried.push((scenario, outcome, (dir, r, gw, thread, id, events)));
+    }
+    let outcomes: Vec<_> = tried.iter().map(|(s, o, _)| (*s, o.clone())).collect();
+    assert!(outcomes.iter().all(|(_, o)| o.is_ok()), "{outcomes:?}");
+    for (_, _, (_dir, r, gw, thread, id, events)) in &tried {
+        assert_failed_over(gw, r, thread, id, events).await;
+    }
+}
+
+#[tokio::test]
+async fn a_replica_killed_between_its_headers_and_its_first_event_is_failed_over() {
+    let (_dir, mut r) = replicas(2).await;
+    let backends = vec![(r[0].url("headers-then-wait"), 1), (r[1].url("ok"), 1)];
+    let gw = Gateway::start(&pool_agent(&backends, EJECT_AT_ONCE)).await;
+    // Replica 0 has sent its 200 and event-stream headers and nothing more
+    // when it says HEADERS: it is killed right then.
+    let ((events, outcome), ()) = tokio::join!(run(&gw, "kh-t", "kh-r"), async {
+        r[0].agent.proc.expect_line("HEADERS kh-r").await;
+        r[0].agent.proc.child.kill().await.unwrap();
+    });
+    assert_eq!(outcome, Ok(()), "{events:#?}");
+    assert_failed_over(&gw, &r, "kh-t", "kh-r", &events).await;
+}
+
+#[tokio::test]
+async fn a_stream_that_breaks_after_its_first_event_is_not_failed_over() {
+    // The other side of the rule: once RUN_STARTED came the agent may have
+    // acted, so the run ends with its own error and goes nowhere else, and
+    // it is not counted against the backend (it served the run).
+    let (_dir, r) = replicas(2).await;
+    let backends = vec![(r[0].url("fail-after"), 1), (r[1].url("ok"), 1)];
+    let gw = Gateway::start(&pool_agent(&backends, EJECT_AT_ONCE)).await;
+    let (events, outcome) = run(&gw, "fa-t", "fa-r").await;
+    assert_eq!(
+        outcome,
+        Err("upstream_incomplete".to_owned()),
+        "{events:#?}"
+    );
+    assert_eq!(r[0].runs(), ["fa-r"]);
+    assert!(r[1].runs().is_empty(), "{:?}", r[1].runs());
+    let started = events.iter().filter(|e| e["type"] == "RUN_STARTED").count();
+    assert_eq!(started, 1, "{events:#?}");
+    if !single_node_only("counts on one node") {
+        let listing = pool_listing(&gw).await;
+        assert_eq!(listing["backends"][0]["failures"], 0, "{listing}");
+        assert_eq!(listing["backends"][0]["health"], "healthy", "{listing}");
+    }
+}
+
+/// The fault point `upstream.failover` (src/fault.rs) is on the failover
+/// path: armed, it fires once the first backend failed and before the run
+/// is sent to the next, and the run then goes on.
+#[cfg(feature = "failpoints")]
+#[tokio::test]
+async fn the_failover_path_passes_its_fault_point() {
+    if single_node_only("reads one node's log") {
+        return;
+    }
+    let (_dir, r) = replicas(2).await;
+    let backends = vec![(r[0].url("fail500"), 1), (r[1].url("ok"), 1)];
+    let gw = Gateway::start_with_env(
+        &pool_agent(&backends, ""),
+        &[("FAILPOINTS", "upstream.failover=1*return(stall:100)")],
+    )
+    .await;
+    let (events, outcome) = run(&gw, "fp-t", "fp-r").await;
+    assert_eq!(outcome, Ok(()), "{events:#?}");
+    assert_eq!(r[1].runs(), ["fp-r"]);
+    gw.proc
+        .expect_stderr("fault point upstream.failover: stall:100")
+        .await;
+}

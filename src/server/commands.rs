@@ -202,7 +202,8 @@ async fn handoff_aware_request(
     traceparent: Option<&str>,
 ) -> Result<Answered, ApiError> {
     let thread_id = thread.key.thread_id.clone();
-    let handoffs = Handoffs::new(state.agents(), state.policy_slot(), who, &thread_id, &input);
+    let handoffs = Handoffs::new(state.agents(), state.policy_slot(), who, &thread_id, &input)
+        .continuing_trace(traceparent);
     if resumes && let Some(answer) = approval(&handoffs, thread, &run_id, &input).await? {
         return Ok(Answered::Approval(answer));
     }

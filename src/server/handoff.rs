@@ -44,6 +44,10 @@ pub struct Handoffs {
     /// A run started again after a refusal: a second refusal ends the turn
     /// instead of looping.
     rerun: bool,
+    /// The client request's W3C `traceparent`: every run the turn chains
+    /// (a target, a source run again) continues it upstream, as the run the
+    /// client asked for does, so the agents' traces of one turn are one trace.
+    traceparent: Option<String>,
 }
 
 impl Handoffs {
@@ -86,7 +90,15 @@ impl Handoffs {
             context,
             forwarded_props,
             rerun: false,
+            traceparent: None,
         }
+    }
+
+    /// The same, continuing the client's `traceparent` (HTTP) in the runs a
+    /// handoff starts.
+    pub fn continuing_trace(mut self, traceparent: Option<&str>) -> Handoffs {
+        self.traceparent = traceparent.map(str::to_owned);
+        self
     }
 }
 
@@ -139,7 +151,7 @@ impl Handoffs {
             input,
             prepared,
             (&self.who, &self.thread_id),
-            None,
+            self.traceparent.as_deref(),
             &self.policy(),
         ))
     }

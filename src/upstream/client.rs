@@ -174,31 +174,27 @@ impl RunStream {
     }
 }
 
-impl UpstreamCode {
-    /// Whether this failure, *before the agent's first event*, says the
-    /// backend did not serve the run, so another may: a failed or refused
-    /// connection, a 5xx, a timeout. A 4xx (the request was refused as it
-    /// was) or a response that is not an event stream would fail the same
-    /// way anywhere.
-    fn fails_over(self) -> bool {
-        matches!(
-            self,
-            UpstreamCode::Unavailable | UpstreamCode::Timeout | UpstreamCode::Http(500..=599)
-        )
-    }
-}
-
 /// Sends the run to the agent's backends in turn until one serves it;
 /// `Some` is the failure that ends the run.
 ///
-/// **No duplicates.** A backend is given up for the next only when it
-/// failed before sending a single frame, with a failure that says it did
-/// not serve the run (see [`UpstreamCode::fails_over`]); once the agent
-/// sent anything it may have acted, and any failure ends the run with its
-/// own code, as for an agent of one backend. At most `pool.attempts`
-/// backends, each at most once, with `pool.retry_backoff` (doubling)
-/// between them, all within the run's `total` timeout; the consumer
-/// leaving (a cancel) stops the search at once, mid-backoff included.
+/// **Every failure before the first event moves on.** Until a backend's
+/// first complete SSE frame, nothing of the run has reached anyone, and
+/// whatever went wrong — a refused connection, a non-2xx answer, a
+/// response that is not an event stream, a body that is empty or breaks,
+/// a stall past `first_event` — says the same thing: this backend did not
+/// serve the run. So each is counted against the backend (its passive
+/// ejection, see [`super::health`]) and the run goes to the next one.
+/// Telling them apart would leave a replica that dies between its headers
+/// and its first event (a crash, an OOM kill, a proxy in front of it
+/// answering for it) to fail runs that a stalled one would have had
+/// retried.
+///
+/// **No duplicates.** Once the agent sent a frame it may have acted, and
+/// any failure ends the run with its own code, as for an agent of one
+/// backend. At most `pool.attempts` backends, each at most once, with
+/// `pool.retry_backoff` (doubling) between them, all within the run's
+/// `total` timeout; the consumer leaving (a cancel) stops the search at
+/// once, mid-backoff included.
 async fn attempts(
     agent: &Agent,
     run: Option<&RunKey>,
@@ -236,7 +232,7 @@ async fn attempts(
             note = Some(moved_note());
         }
         let backend = &pool.backends[granted.index];
-        let mut run = Run {
+        let mut sent = Run {
             agent,
             backend,
             slot: &mut granted.slot,
@@ -251,20 +247,25 @@ async fn attempts(
             finished: None,
             seen_any: false,
         };
-        let result = run.drive(body.clone(), extra.clone(), total_deadline).await;
+        let result = sent
+            .drive(body.clone(), extra.clone(), total_deadline)
+            .await;
         // An unsent note goes with the run to the next backend.
-        note = run.note.take();
-        let seen_any = run.seen_any;
+        note = sent.note.take();
+        let seen_any = sent.seen_any;
         let (code, message) = match result {
             Ok(()) | Err(None) => return None,
             Err(Some(failure)) => failure,
         };
-        if seen_any || !code.fails_over() {
+        if seen_any {
             return fail(code, message);
         }
         granted.slot.failed(&pool.ejection);
         drop(granted);
-        if attempt == pool.attempts || Instant::now() + backoff >= total_deadline {
+        if attempt == pool.attempts
+            || !pool.untried(run, &tried)
+            || Instant::now() + backoff >= total_deadline
+        {
             return fail(code, message);
         }
         tracing::warn!(agent = %agent.id, backend = %backend.name, code = %code.as_string(), attempt,
@@ -281,6 +282,7 @@ async fn attempts(
             _ = tokio::time::sleep(backoff) => {}
         }
         backoff = backoff.saturating_mul(2);
+        crate::fault::point("upstream.failover").await;
     }
     last
 }

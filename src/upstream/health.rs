@@ -1,8 +1,10 @@
 //! A backend's circuit: passive health from the runs it serves.
 //!
 //! Only failures *before the agent's first event* count (a refused or
-//! failed connection, a 5xx, a first-event timeout): they are the ones that
-//! say the replica is not serving, and the ones a run can be retried after.
+//! failed connection, a non-2xx answer, a response that is not an event
+//! stream, a body that is empty or breaks, a first-event timeout): they are
+//! the ones that say the replica is not serving, and the ones a run is
+//! retried after (see [`super::client`]).
 //! A failure later in a run (a broken stream, a protocol violation) is the
 //! agent's answer to that run, not a sign the replica is down.
 //!

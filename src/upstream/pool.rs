@@ -177,6 +177,16 @@ impl Pool {
         }
     }
 
+    /// Whether `run`'s group has a backend it has not tried: a failed
+    /// attempt waits out the backoff only when there is one to try next.
+    pub fn untried(&self, run: Option<&RunKey>, tried: &[usize]) -> bool {
+        let group = self.group_of(run);
+        self.backends
+            .iter()
+            .enumerate()
+            .any(|(i, b)| b.group == group && !tried.contains(&i))
+    }
+
     fn pick(&self, group: &str, key: Option<&str>, tried: &[usize]) -> Pick {
         let mut balancer = self
             .shared

@@ -18,7 +18,8 @@ as with a real LLM. What each does depends on the user's latest words:
 the last user message as JSON: `{"handoff": "<agent>"}` sends
 `CUSTOM agui-gateway/handoff`; anything else is answered with text.
 
-Every agent keeps the bodies it received: `GET /received/<agent>`;
+Every agent keeps the bodies it received: `GET /received/<agent>`, and the
+`traceparent` header of each request: `GET /traceparents/<agent>`;
 `GET /capabilities` is a declaration of AG-UI capabilities.
 Prints "listening <port>" on stdout.
 """
@@ -47,6 +48,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 RECEIVED: dict[str, list] = {}
+TRACEPARENTS: dict[str, list] = {}
 
 
 def last_user_text(messages: list[ModelMessage]) -> str:
@@ -114,6 +116,7 @@ AGENTS = {
 def handler(name: str):
     async def run(request: Request):
         RECEIVED.setdefault(name, []).append(await request.json())
+        TRACEPARENTS.setdefault(name, []).append(request.headers.get("traceparent"))
         return await AGUIAdapter.dispatch_request(request, agent=AGENTS[name])
 
     return run
@@ -155,6 +158,10 @@ async def scripted(request: Request):
     return StreamingResponse(events(), media_type="text/event-stream")
 
 
+async def traceparents(request: Request):
+    return JSONResponse(TRACEPARENTS.get(request.path_params["name"], []))
+
+
 async def capabilities(request: Request):
     # What an agent might declare of itself; the gateway's own transport wins.
     return JSONResponse({"reasoning": {"supported": True, "encrypted": True}, "transport": {"streaming": False}})
@@ -168,6 +175,7 @@ def main() -> None:
     routes = [Route(f"/{name}", handler(name), methods=["POST"]) for name in AGENTS]
     routes.append(Route("/scripted", scripted, methods=["POST"]))
     routes.append(Route("/received/{name}", received, methods=["GET"]))
+    routes.append(Route("/traceparents/{name}", traceparents, methods=["GET"]))
     routes.append(Route("/capabilities", capabilities, methods=["GET"]))
     serve(Starlette(routes=routes))
 

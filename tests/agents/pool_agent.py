@@ -13,6 +13,15 @@ Paths are behaviours:
   /fail-after  RUN_STARTED, then the response ends without a terminal event
   /flaky       HTTP 500 while failing (POST /fail), /ok otherwise (POST /heal)
   /hold        RUN_STARTED, then the rest once POST /release is called
+  /fail404     HTTP 404 before any event
+  /not-sse     HTTP 200 with a JSON body (not an event stream)
+  /empty       HTTP 200 with text/event-stream headers and an empty body
+  /drop        HTTP 200 with text/event-stream headers, then the connection
+               is dropped (no event, no end of the chunked body)
+  /headers-then-wait
+               HTTP 200 with text/event-stream headers, then prints
+               "HEADERS <runId>" and waits for ever: the test kills the
+               replica at that moment, between its headers and first event
   GET /probe   the health check: 500 while failing, 200 once healed
 
 Usage: pool_agent.py RECORD_FILE  -> prints "listening <port>", then serves.
@@ -85,6 +94,32 @@ async def handle(request: Request) -> Response:
         return PlainTextResponse("replica down", status_code=500)
     if scenario == "flaky":
         return answer(thread_id, run_id)
+    if scenario == "fail404":
+        return PlainTextResponse("no such agent here", status_code=404)
+    if scenario == "not-sse":
+        return Response(json.dumps({"error": "not a stream"}), media_type="application/json")
+    if scenario == "empty":
+        async def nothing():
+            return
+            yield
+
+        return StreamingResponse(nothing(), media_type="text/event-stream")
+    if scenario == "drop":
+        async def broken():
+            # Raised after the headers went out: uvicorn closes the
+            # connection mid-body, as a crashing replica would.
+            raise ConnectionAbortedError("dropping the connection before the first event")
+            yield
+
+        return StreamingResponse(broken(), media_type="text/event-stream")
+    if scenario == "headers-then-wait":
+        async def wait():
+            # The headers are on the socket before the body is iterated.
+            print(f"HEADERS {run_id}", flush=True)
+            await asyncio.Event().wait()
+            yield
+
+        return StreamingResponse(wait(), media_type="text/event-stream")
     if scenario == "fail-after":
         async def gen():
             yield ENC.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
