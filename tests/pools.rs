@@ -1004,6 +1004,25 @@ async fn every_failure_before_the_first_event_is_failed_over_and_counted() {
 }
 
 #[tokio::test]
+async fn a_request_refused_as_it_is_is_neither_failed_over_nor_counted() {
+    // A 422 says the input is wrong, not the backend: every replica would
+    // answer the same, and counting it would let bad input eject healthy
+    // backends.
+    let (_dir, r) = replicas(2).await;
+    let backends = vec![(r[0].url("fail422"), 1), (r[1].url("ok"), 1)];
+    let gw = Gateway::start(&pool_agent(&backends, EJECT_AT_ONCE)).await;
+    let (events, outcome) = run(&gw, "bad-t", "bad-r").await;
+    assert_eq!(outcome, Err("upstream_http_422".into()), "{events:#?}");
+    assert_eq!(r[0].runs(), ["bad-r"]);
+    assert!(r[1].runs().is_empty(), "not sent to the other backend");
+    if single_node_only("counts on one node") {
+        return;
+    }
+    let listing = pool_listing(&gw).await;
+    assert_eq!(listing["backends"][0]["health"], "healthy", "{listing}");
+}
+
+#[tokio::test]
 async fn a_replica_killed_between_its_headers_and_its_first_event_is_failed_over() {
     let (_dir, mut r) = replicas(2).await;
     let backends = vec![(r[0].url("headers-then-wait"), 1), (r[1].url("ok"), 1)];

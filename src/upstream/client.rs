@@ -174,12 +174,25 @@ impl RunStream {
     }
 }
 
+impl UpstreamCode {
+    /// A refusal of the request as it is (malformed, too large, of a type
+    /// the agent does not take, unprocessable: 400, 413, 415, 422): every
+    /// backend of the agent would answer it the same, and it says nothing
+    /// of this backend's health. It is neither failed over nor counted
+    /// toward ejection, so a client sending bad input cannot get healthy
+    /// backends ejected. Every other failure before the first event is.
+    fn refuses_the_request(self) -> bool {
+        matches!(self, UpstreamCode::Http(400 | 413 | 415 | 422))
+    }
+}
+
 /// Sends the run to the agent's backends in turn until one serves it;
 /// `Some` is the failure that ends the run.
 ///
 /// **Every failure before the first event moves on.** Until a backend's
 /// first complete SSE frame, nothing of the run has reached anyone, and
-/// whatever went wrong — a refused connection, a non-2xx answer, a
+/// whatever went wrong — a refused connection, a non-2xx answer (but a
+/// refusal of the request itself, see [`UpstreamCode::refuses_the_request`]), a
 /// response that is not an event stream, a body that is empty or breaks,
 /// a stall past `first_event` — says the same thing: this backend did not
 /// serve the run. So each is counted against the backend (its passive
@@ -257,7 +270,7 @@ async fn attempts(
             Ok(()) | Err(None) => return None,
             Err(Some(failure)) => failure,
         };
-        if seen_any {
+        if seen_any || code.refuses_the_request() {
             return fail(code, message);
         }
         granted.slot.failed(&pool.ejection);

@@ -14,6 +14,7 @@ Paths are behaviours:
   /flaky       HTTP 500 while failing (POST /fail), /ok otherwise (POST /heal)
   /hold        RUN_STARTED, then the rest once POST /release is called
   /fail404     HTTP 404 before any event
+  /fail422     HTTP 422 before any event (the request refused as it is)
   /not-sse     HTTP 200 with a JSON body (not an event stream)
   /empty       HTTP 200 with text/event-stream headers and an empty body
   /drop        HTTP 200 with text/event-stream headers, then the connection
@@ -96,6 +97,8 @@ async def handle(request: Request) -> Response:
         return answer(thread_id, run_id)
     if scenario == "fail404":
         return PlainTextResponse("no such agent here", status_code=404)
+    if scenario == "fail422":
+        return PlainTextResponse("unprocessable input", status_code=422)
     if scenario == "not-sse":
         return Response(json.dumps({"error": "not a stream"}), media_type="application/json")
     if scenario == "empty":
