@@ -107,6 +107,20 @@ pub struct Signal {
     pub trigger: Trigger,
 }
 
+/// The result of a transfer call that did not hand the thread over (the
+/// run ended otherwise: an error, a cancel, a refusal, its node stopped):
+/// every tool call needs its result, or the next turn's history is one an
+/// agent's model refuses (an assistant tool call with no tool message).
+pub fn transfer_not_made(tool_call_id: &str, to: &str, why: &str) -> Event {
+    Event::build(serde_json::json!({
+        "type": "TOOL_CALL_RESULT",
+        "messageId": format!("{tool_call_id}-result"),
+        "toolCallId": tool_call_id,
+        "role": "tool",
+        "content": format!("The transfer to '{to}' did not happen: {why}"),
+    }))
+}
+
 /// Collects a run's handoff requests as its events pass: transfer tool
 /// calls the run left without a result, and `CUSTOM` requests; in order.
 /// `is_agent` says which names are agents (a transfer to anything else is

@@ -11,7 +11,8 @@
 //!
 //! What the journal can have left open, and how each is closed:
 //! - **a run** (its `RUN_STARTED` without a terminal): its open messages,
-//!   tool calls, reasoning and steps are ended, then `RUN_ERROR code`;
+//!   tool calls, reasoning and steps are ended, each transfer call it made
+//!   is answered (the transfer did not happen), then `RUN_ERROR code`;
 //! - **a handoff** decided and passed on (the source's `RUN_FINISHED` is
 //!   journaled and the thread stays `running` for the target) whose target
 //!   never started: the target's leg is journaled as failed, exactly as a
@@ -28,7 +29,7 @@
 use super::Thread;
 use crate::protocol::event::{now_millis, run_error};
 use crate::protocol::fold::RunStatus;
-use crate::protocol::handoff::{HANDOFF_EVENT, target_of};
+use crate::protocol::handoff::{HANDOFF_EVENT, target_of, transfer_not_made};
 use crate::protocol::lineage::{RunKind, Stamp};
 use crate::protocol::open::OpenEntities;
 use crate::protocol::{Event, EventType, PROTOCOL_VERSION};
@@ -86,6 +87,9 @@ impl Thread {
                 open.track(&entry.event);
             }
             let mut events = open.closing();
+            for (call, to) in unanswered_transfers(inner.fold.messages()) {
+                events.push(transfer_not_made(&call, &to, why.message));
+            }
             events.push(run_error(why.code, why.message));
             return Some(Closing {
                 events,

@@ -111,6 +111,10 @@ impl Thread {
             },
             _ => serialize(),
         };
+        // Serialized, not yet handed to the store: a node stopping here
+        // leaves the journal whole (the base is only ever written with the
+        // trim, in one store step).
+        crate::fault::point("compaction.serialized").await;
         let ack = {
             let mut inner = self.lock();
             if taken_at(&inner) != at || !self.compaction_due(&inner, force) {

@@ -22,7 +22,7 @@ use super::requester_feed::RequesterFeed;
 use super::run_input::{PreparedInput, restore_thread_id};
 use super::{Entry, Thread};
 use crate::protocol::event::run_error;
-use crate::protocol::handoff::{SignalWatch, UPSTREAM_NOTE, is_gateway_event};
+use crate::protocol::handoff::{SignalWatch, UPSTREAM_NOTE, is_gateway_event, transfer_not_made};
 use crate::protocol::hooks::{EventFilter, SeenBy, ViewerVisibility};
 use crate::protocol::interrupts::InterruptNormalizer;
 use crate::protocol::lineage::RunKind;
@@ -181,6 +181,9 @@ struct Leg<'a> {
     ending: bool,
     /// The run a handoff starts next (its slot already passed on).
     next: Option<Box<RunRequest>>,
+    /// The run ends asking a person to approve its transfer: the call is
+    /// answered by the approval's run.
+    approval_asked: bool,
     /// The run this one passed its slot to, even when it will not start
     /// (the slot is then given back under that run's id).
     handed_to: Option<String>,
@@ -278,6 +281,7 @@ impl<'a> Leg<'a> {
             inflight: FuturesOrdered::new(),
             ending: false,
             next: None,
+            approval_asked: false,
             handed_to: None,
             metrics: Metrics {
                 label,
@@ -477,6 +481,7 @@ impl<'a> Leg<'a> {
                 closing.extend(opened.into_iter().map(|(e, _)| e));
             }
             closing.extend(self.open.closing());
+            closing.extend(self.transfers_not_made("the run was cancelled"));
             closing.push(Event::build(json!({"type": "RUN_FINISHED", "threadId": self.thread_id, "runId": self.run_id, "outcome": {"type": "cancelled"}})));
             self.metrics.outcome = "cancelled";
             tracing::info!(thread = %self.thread_id, run = %self.run_id, "run cancelled");
@@ -504,6 +509,11 @@ impl<'a> Leg<'a> {
         self.watch_signals(&staged);
         if terminal {
             self.decide_handoff(&mut staged);
+            let at = staged.len() - 1;
+            let why = "the run ended without handing over";
+            for result in self.transfers_not_made(why).into_iter().rev() {
+                staged.insert(at, (result, ForRequester::Same));
+            }
         }
         let mut events = Vec::with_capacity(staged.len());
         let mut originals = Vec::with_capacity(staged.len());
@@ -624,6 +634,23 @@ impl<'a> Leg<'a> {
         }
     }
 
+    /// Results for the transfer calls of a run that ends without handing
+    /// over (and without asking a person to approve the transfer), so the
+    /// next turn's history has a result for every call.
+    fn transfers_not_made(&self, why: &str) -> Vec<Event> {
+        if self.next.is_some() || self.approval_asked {
+            return Vec::new();
+        }
+        self.signals
+            .signals()
+            .iter()
+            .filter_map(|s| {
+                let call = s.tool_call_id.as_deref()?;
+                Some(transfer_not_made(call, &s.to, why))
+            })
+            .collect()
+    }
+
     /// A handoff the run asked for, decided before its end is journaled, so
     /// the slot passes on with it: the decision's notes go before the
     /// terminal event, and an approval turns the end into an interrupt.
@@ -661,6 +688,7 @@ impl<'a> Leg<'a> {
                 }
             }
             Then::Ask(interrupt) => {
+                self.approval_asked = true;
                 let (end, requester) = &mut staged[at];
                 *end = end.modify(|b| {
                     b.insert(

@@ -250,6 +250,7 @@ impl Threads {
             if !expired && over == 0 {
                 continue;
             }
+            crate::fault::point_sync("thread.evicting");
             let gone = self.map.remove_if(&key, |_, t| {
                 Arc::strong_count(t) == 1 && t.idle_since().is_some()
             });
