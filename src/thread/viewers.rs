@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::protocol::authorship::Authors;
+use crate::protocol::hooks::Shown;
 
 /// A viewer registered on a thread.
 pub(super) struct Viewer {
@@ -23,45 +24,72 @@ pub(super) struct Viewer {
 }
 
 impl Viewer {
-    pub(super) fn hides(&mut self, entry: &Entry) -> bool {
-        (self.run_scope.is_some() && *entry.event.kind() == EventType::Meta)
-            || self.seen.hides(entry.origin(), &entry.event)
-    }
-
-    /// What this viewer gets of `entry`: nothing, the entry, or (a
-    /// `MESSAGES_SNAPSHOT` holding messages it may not see) its own copy
-    /// without them ([`SeenBy::redact_messages_snapshot`]).
-    pub(super) fn view(&mut self, entry: &Arc<Entry>, authors: &Authors) -> Option<Arc<Entry>> {
-        if self.hides(entry) {
+    /// What this viewer gets of `entry`, judged with the thread's `fold`
+    /// as of that entry or later: nothing, the entry, or its own copy
+    /// without what it may not see ([`SeenBy::judge`], one rule for every
+    /// face; [`judged`]).
+    pub(super) fn view(&mut self, entry: &Arc<Entry>, fold: &Fold) -> Option<Arc<Entry>> {
+        if self.run_scope.is_some() && *entry.event.kind() == EventType::Meta {
             return None;
         }
-        // The state is one value every run writes to: a change to it is
-        // shown only where every writer's rules show the state (as in a
-        // snapshot) — a fork's restated state is another run's.
-        if matches!(
-            entry.event.kind(),
-            EventType::StateSnapshot | EventType::StateDelta
-        ) && self.seen.hides_state_of(authors.of_state())
-        {
-            return None;
-        }
-        match self
-            .seen
-            .redact_messages_snapshot(entry.origin(), &entry.event, authors)
-        {
-            Some(redacted) => {
-                let own = Entry::new(entry.thread_id.clone(), entry.seq, redacted);
-                own.set_origin(entry.origin().clone());
-                Some(Arc::new(own))
-            }
-            None => Some(entry.clone()),
-        }
+        judged(&mut self.seen, entry, fold)
     }
 
     /// True when `event` is the last one this viewer wants.
     pub(super) fn ends_with(&self, event: &Event) -> bool {
         self.run_scope.is_some() && event.kind().is_terminal()
     }
+}
+
+/// What a viewer with `seen` gets of `entry`: nothing, the entry, or its
+/// own copy without what it may not see. Events that restate history
+/// ([`SeenBy::restates`]) are judged message by message with the thread's
+/// [`Authors`] and, for a fork's `RUN_STARTED`, its base's too
+/// ([`fork_base_authors`]); every other event costs one lookup.
+pub(super) fn judged(seen: &mut SeenBy, entry: &Arc<Entry>, fold: &Fold) -> Option<Arc<Entry>> {
+    let shown = if SeenBy::restates(entry.event.kind()) {
+        let base = fork_base_authors(fold, &entry.event);
+        let mut layers = vec![fold.authors()];
+        layers.extend(base.as_ref());
+        seen.judge(entry.origin(), &entry.event, &layers)
+    } else if seen.hides(entry.origin(), &entry.event) {
+        Shown::Hidden
+    } else {
+        Shown::Whole
+    };
+    match shown {
+        Shown::Hidden => None,
+        Shown::Whole => Some(entry.clone()),
+        Shown::Redacted(event) => {
+            let own = Entry::new(entry.thread_id.clone(), entry.seq, event);
+            own.set_origin(entry.origin().clone());
+            Some(Arc::new(own))
+        }
+    }
+}
+
+/// Who introduced each message of a fork's base, for judging the fork's
+/// `RUN_STARTED` (which restates the base's history). The thread's fold
+/// alone is not enough there: when it folds that `RUN_STARTED` it holds
+/// another branch, and attributes the base's messages it lacks to the fork
+/// until the restating `MESSAGES_SNAPSHOT` right after sets them from the
+/// base. Without a base checkpoint the base's messages are judged as of
+/// an unknown run (every agent's rules: fail closed). `None` for any other
+/// event.
+fn fork_base_authors(fold: &Fold, event: &Event) -> Option<Authors> {
+    if *event.kind() != EventType::RunStarted {
+        return None;
+    }
+    let run = fold.runs().get(event.str_field("runId")?)?;
+    if !run.kind.forks() {
+        return None;
+    }
+    let checkpoint = run
+        .parent
+        .as_deref()
+        .and_then(|p| fold.runs().get(p))
+        .and_then(|p| p.checkpoint());
+    Some(checkpoint.map(|c| c.authors()).unwrap_or_default())
 }
 
 pub(super) fn snapshot_of(key: &ThreadKey, inner: &Inner, reset: bool) -> Map<String, Value> {
@@ -228,7 +256,7 @@ impl Thread {
                 break;
             }
             last = e.seq;
-            if let Some(seen) = viewer.view(e, inner.fold.authors()) {
+            if let Some(seen) = viewer.view(e, &inner.fold) {
                 bytes += seen.cost();
                 page.push(Outgoing::Event(seen));
                 if viewer.ends_with(&e.event) {
