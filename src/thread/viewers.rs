@@ -326,3 +326,353 @@ impl Thread {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The visibility property: on random multi-agent threads (runs of two
+    //! agents, agent switches, handoff-kind runs, branches, regenerates and
+    //! edits) under random rules, no viewer receives — live, replaying from
+    //! any position, from a snapshot, or as a run's HTTP requester — a byte
+    //! of what its rules hide. Every face's encoding (WebSocket, SSE, proto,
+    //! the AI SDK translation) starts from these items, so what is checked
+    //! here is what each of them can send.
+    //!
+    //! The demo agent names what a run introduces after the run
+    //! (`<run>-reasoning`, `<run>-call`, a state whose `topic` is the run's
+    //! question `q-<run>`), so each hidden thing is recognized wherever it
+    //! is restated.
+    use super::*;
+    use crate::protocol::hooks::{ViewerScope, Visibility};
+    use crate::protocol::hooks::RunInput;
+    use crate::thread::fanout::{self, OutboxReceiver};
+    use crate::thread::branch::BaseRequest;
+    use crate::thread::run::RunRequest;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    /// What a rule may hide of one agent's runs.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Part {
+        Reasoning,
+        ToolCalls,
+        State,
+    }
+
+    /// The parts hidden, per agent ("a", "b").
+    type Rules = [Vec<Part>; 2];
+
+    /// A [`Visibility`] with the policy's semantics for these parts.
+    struct Hides(Vec<Part>);
+
+    impl Visibility for Hides {
+        fn hides(&self, event: &Event) -> bool {
+            let t = event.kind().as_str();
+            self.0.iter().any(|p| match p {
+                Part::Reasoning => t.starts_with("REASONING_"),
+                Part::ToolCalls => t.starts_with("TOOL_CALL_"),
+                Part::State => t.starts_with("STATE_"),
+            })
+        }
+        fn shows_message(&self, m: &mut Value) -> bool {
+            let role = m.get("role").and_then(Value::as_str).unwrap_or("");
+            if (role == "reasoning" && self.0.contains(&Part::Reasoning))
+                || (role == "tool" && self.0.contains(&Part::ToolCalls))
+            {
+                return false;
+            }
+            if self.0.contains(&Part::ToolCalls)
+                && let Some(o) = m.as_object_mut()
+            {
+                o.remove("toolCalls");
+            }
+            true
+        }
+        fn hides_state(&self) -> bool {
+            self.0.contains(&Part::State)
+        }
+    }
+
+    struct Scope(Rules);
+
+    impl ViewerScope for Scope {
+        fn generation(&self) -> u64 {
+            1
+        }
+        fn visibility(&self, origin: &RunAgent) -> Option<Arc<dyn Visibility>> {
+            let union = |rules: &[Vec<Part>]| -> Vec<Part> { rules.iter().flatten().copied().collect() };
+            let parts = match origin {
+                RunAgent::Agent(a) if &**a == "a" => self.0[0].clone(),
+                RunAgent::Agent(a) if &**a == "b" => self.0[1].clone(),
+                RunAgent::Outside => Vec::new(),
+                _ => union(&self.0),
+            };
+            (!parts.is_empty()).then(|| Arc::new(Hides(parts)) as Arc<dyn Visibility>)
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// A plain run of agent `a` (0) or `b` (1): a switch when it differs.
+        Run(usize),
+        /// A run of that agent taking the thread over (a handoff's kind).
+        Handoff(usize),
+        /// By that agent, from the n-th run so far.
+        Branch(usize, usize),
+        Regenerate(usize),
+        /// The n-th user message of the head's conversation.
+        Edit(usize, usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => (0usize..2).prop_map(Op::Run),
+            1 => (0usize..2).prop_map(Op::Handoff),
+            3 => (0usize..2, 0usize..8).prop_map(|(a, n)| Op::Branch(a, n)),
+            1 => (0usize..2).prop_map(Op::Regenerate),
+            1 => (0usize..2, 0usize..4).prop_map(|(a, n)| Op::Edit(a, n)),
+        ]
+    }
+
+    fn part() -> impl Strategy<Value = Vec<Part>> {
+        proptest::sample::subsequence(vec![Part::Reasoning, Part::ToolCalls, Part::State], 0..=3)
+    }
+
+    fn rules() -> impl Strategy<Value = Rules> {
+        (part(), part()).prop_map(|(a, b)| [a, b])
+    }
+
+    /// A viewer's stream as it arrives, with what it may not contain.
+    struct Watcher {
+        rules: Rules,
+        rx: OutboxReceiver,
+        face: String,
+    }
+
+    /// Everything `w` has until the event at `last` (or its run's terminal
+    /// event, for a requester: `until_run`).
+    async fn drain(w: &mut Watcher, last: u64, until_run: Option<&str>) -> Vec<Value> {
+        let mut got = Vec::new();
+        loop {
+            let item = tokio::time::timeout(std::time::Duration::from_secs(10), w.rx.recv())
+                .await
+                .unwrap_or_else(|_| panic!("{}: nothing more after {got:?}", w.face))
+                .expect("open");
+            match item {
+                Outgoing::Event(e) => {
+                    let v: Value = serde_json::from_slice(e.event.json()).unwrap();
+                    let done = match until_run {
+                        Some(run) => {
+                            e.event.kind().is_terminal() && e.event.str_field("runId") == Some(run)
+                        }
+                        None => e.seq == last,
+                    };
+                    got.push(v);
+                    if done {
+                        return got;
+                    }
+                }
+                Outgoing::Message(m) => {
+                    let v: Value = serde_json::from_slice(&m).unwrap();
+                    let at = v["seq"].as_u64();
+                    got.push(v);
+                    if until_run.is_none() && at == Some(last) {
+                        return got;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Asserts nothing `rules` hide is in `received`: the ids of the hidden
+    /// messages of each run of `agents`, and any state only hidden writers
+    /// wrote (a state's `topic` is the question its run was `asked`).
+    fn assert_clean(
+        face: &str,
+        rules: &Rules,
+        agents: &HashMap<String, usize>,
+        asked: &HashMap<String, String>,
+        received: &[Value],
+    ) {
+        let bytes = serde_json::to_string(received).unwrap();
+        for (run, agent) in agents {
+            let hidden = &rules[*agent];
+            for (part, marker) in [
+                (Part::Reasoning, format!("\"{run}-reasoning\"")),
+                (Part::ToolCalls, format!("\"{run}-call\"")),
+            ] {
+                assert!(
+                    !hidden.contains(&part) || !bytes.contains(&marker),
+                    "{face}: {marker} (agent {agent}) reached a viewer hiding {part:?}: {bytes}"
+                );
+            }
+        }
+        let mut states = Vec::new();
+        for v in received {
+            let e = if v["type"] == "event" { &v["event"] } else { v };
+            states.push(&v["state"]);
+            states.push(&e["snapshot"]);
+            states.push(&e["input"]["state"]);
+        }
+        for state in states {
+            // A regenerate asks its run's question again: every run that
+            // may have written this state must be a hidden writer.
+            if let Some(topic) = state["topic"].as_str() {
+                let writers: Vec<usize> = asked
+                    .iter()
+                    .filter(|(_, q)| q.as_str() == topic)
+                    .filter_map(|(run, _)| agents.get(run).copied())
+                    .collect();
+                assert!(
+                    writers.is_empty() || writers.iter().any(|a| !rules[*a].contains(&Part::State)),
+                    "{face}: a state only agents {writers:?} wrote reached a viewer hiding it: {state}"
+                );
+            }
+        }
+    }
+
+    async fn check(ops: Vec<Op>, viewers: Vec<Rules>, replay_from: u64) {
+        let demo = crate::demo::start(&crate::config::DemoConfig {
+            token_delay: std::time::Duration::ZERO,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let agent = |id: &str| {
+            let cfg: crate::config::AgentConfig =
+                toml::from_str(&format!("id = \"{id}\"\nurl = \"demo:\"")).unwrap();
+            Arc::new(crate::upstream::Agent::from_config(&cfg, Some(demo)).unwrap())
+        };
+        let agents = [agent("a"), agent("b")];
+        let (_demo_agent, _threads, t) = crate::thread::demo_thread(100_000).await;
+        let scope = |r: &Rules| -> ViewerVisibility { Some(Arc::new(Scope(r.clone()))) };
+        let mut live = Vec::new();
+        for (i, r) in viewers.iter().enumerate() {
+            let (ob, rx) = fanout::outbox(1 << 24);
+            t.subscribe(i as u64 + 1, ob, Start::Live, scope(r));
+            live.push(Watcher { rules: r.clone(), rx, face: format!("live viewer {i}") });
+        }
+        let mut run_agent: HashMap<String, usize> = HashMap::new();
+        let mut asked: HashMap<String, String> = HashMap::new();
+        let mut run_ids: Vec<String> = Vec::new();
+        for (n, op) in std::iter::once(Op::Run(0)).chain(ops).enumerate() {
+            let run_id = format!("r{n:02}");
+            let user = |text: &str| json!({"id": format!("u-{run_id}"), "role": "user", "content": text});
+            let question = format!("q-{run_id}");
+            let (who, base, messages) = match op {
+                Op::Run(a) => (a, BaseRequest::Head, vec![user(&question)]),
+                Op::Handoff(a) => (a, BaseRequest::Handoff, vec![user(&question)]),
+                Op::Branch(a, i) if !run_ids.is_empty() => (
+                    a,
+                    BaseRequest::Run(run_ids[i % run_ids.len()].clone()),
+                    vec![user(&question)],
+                ),
+                Op::Branch(..) => continue,
+                Op::Regenerate(a) => (a, BaseRequest::Regenerate(None), vec![]),
+                Op::Edit(a, i) => {
+                    let users: Vec<String> = t
+                        .lock()
+                        .fold
+                        .messages()
+                        .iter()
+                        .filter(|m| m["role"] == "user")
+                        .filter_map(|m| m["id"].as_str().map(str::to_owned))
+                        .collect();
+                    let Some(id) = users.get(i % users.len().max(1)).cloned() else {
+                        continue;
+                    };
+                    let message = json!({"role": "user", "content": question});
+                    (a, BaseRequest::Edit { message_id: id, message }, vec![])
+                }
+            };
+            // The requester: one of the viewers' roles.
+            let requester_rules = viewers[n % viewers.len()].clone();
+            let (ob, rx) = fanout::outbox(1 << 24);
+            let req = RunRequest {
+                agent: agents[who].clone(),
+                run_id: run_id.clone(),
+                input: RunInput::Incremental {
+                    messages,
+                    tools: vec![],
+                    context: vec![],
+                    state: None,
+                    forwarded_props: None,
+                    resume: None,
+                },
+                starter: Some(ob),
+                requester_connection: None,
+                starter_visibility: scope(&requester_rules),
+                filter: None,
+                upstream_headers: Default::default(),
+                span: tracing::Span::none(),
+                base,
+                started_by: Some("u".into()),
+                handoff: Default::default(),
+                route: None,
+            };
+            if t.start_run(req, crate::config::Strategy::Reject).await.is_err() {
+                continue; // e.g. a regenerate with nothing to regenerate
+            }
+            run_agent.insert(run_id.clone(), who);
+            let mut requester = Watcher {
+                rules: requester_rules,
+                rx,
+                face: format!("requester of {run_id}"),
+            };
+            let got = drain(&mut requester, 0, Some(&run_id)).await;
+            // The question the run answered (a regenerate's is its run's).
+            let last_question = t
+                .lock()
+                .fold
+                .messages()
+                .iter()
+                .rev()
+                .find(|m| m["role"] == "user")
+                .and_then(|m| m["content"].as_str().map(str::to_owned));
+            asked.insert(run_id.clone(), last_question.unwrap_or(question));
+            assert_clean(&requester.face, &requester.rules, &run_agent, &asked, &got);
+            run_ids.push(run_id);
+        }
+        let last = t.lock().fold.seq;
+        for w in &mut live {
+            let got = drain(w, last, None).await;
+            assert_clean(&w.face, &w.rules, &run_agent, &asked, &got);
+        }
+        // Late joiners: from 0, from some position, from a snapshot.
+        for (i, r) in viewers.iter().enumerate() {
+            for (k, start) in [
+                Start::After(0),
+                Start::After(replay_from % last.max(1)),
+                Start::Snapshot,
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let (ob, rx) = fanout::outbox(1 << 24);
+                let id = 100 + (i * 3 + k) as u64;
+                t.subscribe(id, ob, start, scope(r));
+                let mut w = Watcher { rules: r.clone(), rx, face: format!("joiner {i} start {k}") };
+                let got = drain(&mut w, last, None).await;
+                assert_clean(&w.face, &w.rules, &run_agent, &asked, &got);
+                t.unsubscribe(id);
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+        #[test]
+        fn no_viewer_receives_what_its_rules_hide_on_any_face(
+            ops in proptest::collection::vec(op(), 1..10),
+            viewers in proptest::collection::vec(rules(), 1..4),
+            replay_from in 0u64..400,
+        ) {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(check(ops, viewers, replay_from));
+        }
+    }
+}
