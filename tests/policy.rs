@@ -1133,14 +1133,23 @@ async fn a_fork_restates_no_hidden_reasoning_or_state_on_any_face() {
     let frames_text = |frames: &[Value]| serde_json::to_string(frames).unwrap();
 
     let mut staff = ws(&gw, staff_claims.clone()).await;
-    staff.send(json!({"type": "run", "agent": "full", "threadId": "fk", "runId": "F1",
-                      "messages": [{"id": "u-F1", "role": "user", "content": "hi"}]}))
+    staff
+        .send(
+            json!({"type": "run", "agent": "full", "threadId": "fk", "runId": "F1",
+                      "messages": [{"id": "u-F1", "role": "user", "content": "hi"}]}),
+        )
         .await;
     let full_run = types_of_run(&mut staff).await;
-    assert!(frames_text(&full_run).contains("F1-reasoning"), "{full_run:#?}");
+    assert!(
+        frames_text(&full_run).contains("F1-reasoning"),
+        "{full_run:#?}"
+    );
     // The head moves on, so a run from F1 forks.
-    staff.send(json!({"type": "run", "agent": "full", "threadId": "fk", "runId": "F2",
-                      "messages": [{"id": "u-F2", "role": "user", "content": "more"}]}))
+    staff
+        .send(
+            json!({"type": "run", "agent": "full", "threadId": "fk", "runId": "F2",
+                      "messages": [{"id": "u-F2", "role": "user", "content": "more"}]}),
+        )
         .await;
     types_of_run(&mut staff).await;
 

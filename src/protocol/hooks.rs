@@ -159,6 +159,11 @@ impl SeenBy {
         }
     }
 
+    /// True for a viewer no rule applies to: nothing to judge.
+    pub fn sees_everything(&self) -> bool {
+        self.scope.is_none()
+    }
+
     /// The scope itself (to hand the same viewer's rules on).
     pub fn scope(&self) -> &ViewerVisibility {
         &self.scope

@@ -246,7 +246,11 @@ fn edited_input(input: &[Value], id: &str, message: &Value, after: &[Value]) -> 
 }
 
 fn known_run<'a>(inner: &'a Inner, id: &str) -> Result<&'a RunRecord, RunRefused> {
-    inner.fold.runs().get(id).ok_or_else(|| beyond_remembered(id))
+    inner
+        .fold
+        .runs()
+        .get(id)
+        .ok_or_else(|| beyond_remembered(id))
 }
 
 /// The conversation at the end of run `id`: its checkpoint, or a replay of
@@ -622,7 +626,9 @@ mod tests {
                 agent: agent.clone(),
                 run_id: run_id.clone(),
                 input: RunInput::Incremental {
-                    messages: vec![json!({"id": format!("u-{run_id}"), "role": "user", "content": "hi"})],
+                    messages: vec![
+                        json!({"id": format!("u-{run_id}"), "role": "user", "content": "hi"}),
+                    ],
                     tools: vec![],
                     context: vec![],
                     state: None,

@@ -228,13 +228,21 @@ pub(super) fn with_every_call_answered(history: Vec<Value>) -> Vec<Value> {
     let answered: std::collections::HashSet<String> = history
         .iter()
         .filter(|m| m.get("role").and_then(Value::as_str) == Some("tool"))
-        .filter_map(|m| m.get("toolCallId").and_then(Value::as_str).map(str::to_owned))
+        .filter_map(|m| {
+            m.get("toolCallId")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
         .collect();
     let calls = |m: &Value| -> Vec<String> {
         if m.get("role").and_then(Value::as_str) != Some("assistant") {
             return Vec::new();
         }
-        let ids = m.get("toolCalls").and_then(Value::as_array).into_iter().flatten();
+        let ids = m
+            .get("toolCalls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten();
         ids.filter_map(|c| c.get("id").and_then(Value::as_str))
             .filter(|id| !answered.contains(*id))
             .map(str::to_owned)

@@ -48,11 +48,20 @@ impl Viewer {
 /// the entry's run too ([`authors_as_of`]); every other event costs one
 /// lookup.
 pub(super) fn judged(seen: &mut SeenBy, entry: &Arc<Entry>, fold: &Fold) -> Option<Arc<Entry>> {
-    let shown = if SeenBy::restates(entry.event.kind()) {
+    let shown = if seen.sees_everything() {
+        Shown::Whole
+    } else if SeenBy::restates(entry.event.kind()) {
         let then = authors_as_of(fold, entry);
-        let mut layers = vec![fold.authors()];
-        layers.extend(then.as_ref());
-        seen.judge(entry.origin(), &entry.event, &layers)
+        let now = fold.authors();
+        let both;
+        let layers: &[&Authors] = match &then {
+            Some(then) => {
+                both = [now, then];
+                &both
+            }
+            None => std::slice::from_ref(&now),
+        };
+        seen.judge(entry.origin(), &entry.event, layers)
     } else if seen.hides(entry.origin(), &entry.event) {
         Shown::Hidden
     } else {
@@ -87,6 +96,9 @@ pub(super) fn judged(seen: &mut SeenBy, entry: &Arc<Entry>, fold: &Fold) -> Opti
 fn authors_as_of(fold: &Fold, entry: &Entry) -> Option<Authors> {
     let event = &entry.event;
     let starts = *event.kind() == EventType::RunStarted;
+    if !starts && entry.seq >= fold.seq {
+        return None;
+    }
     let run = match starts {
         true => fold.runs().get(event.str_field("runId")?),
         false => fold.runs().at_seq(entry.seq),
@@ -381,10 +393,10 @@ mod tests {
     //! question `q-<run>`), so each hidden thing is recognized wherever it
     //! is restated.
     use super::*;
-    use crate::protocol::hooks::{ViewerScope, Visibility};
     use crate::protocol::hooks::RunInput;
-    use crate::thread::fanout::{self, OutboxReceiver};
+    use crate::protocol::hooks::{ViewerScope, Visibility};
     use crate::thread::branch::BaseRequest;
+    use crate::thread::fanout::{self, OutboxReceiver};
     use crate::thread::run::RunRequest;
     use proptest::prelude::*;
     use std::collections::HashMap;
@@ -438,7 +450,8 @@ mod tests {
             1
         }
         fn visibility(&self, origin: &RunAgent) -> Option<Arc<dyn Visibility>> {
-            let union = |rules: &[Vec<Part>]| -> Vec<Part> { rules.iter().flatten().copied().collect() };
+            let union =
+                |rules: &[Vec<Part>]| -> Vec<Part> { rules.iter().flatten().copied().collect() };
             let parts = match origin {
                 RunAgent::Agent(a) if &**a == "a" => self.0[0].clone(),
                 RunAgent::Agent(a) if &**a == "b" => self.0[1].clone(),
@@ -589,14 +602,19 @@ mod tests {
         for (i, r) in viewers.iter().enumerate() {
             let (ob, rx) = fanout::outbox(1 << 24);
             t.subscribe(i as u64 + 1, ob, Start::Live, scope(r));
-            live.push(Watcher { rules: r.clone(), rx, face: format!("live viewer {i}") });
+            live.push(Watcher {
+                rules: r.clone(),
+                rx,
+                face: format!("live viewer {i}"),
+            });
         }
         let mut run_agent: HashMap<String, usize> = HashMap::new();
         let mut asked: HashMap<String, String> = HashMap::new();
         let mut run_ids: Vec<String> = Vec::new();
         for (n, op) in std::iter::once(Op::Run(0)).chain(ops).enumerate() {
             let run_id = format!("r{n:02}");
-            let user = |text: &str| json!({"id": format!("u-{run_id}"), "role": "user", "content": text});
+            let user =
+                |text: &str| json!({"id": format!("u-{run_id}"), "role": "user", "content": text});
             let question = format!("q-{run_id}");
             let (who, base, messages) = match op {
                 Op::Run(a) => (a, BaseRequest::Head, vec![user(&question)]),
@@ -621,7 +639,14 @@ mod tests {
                         continue;
                     };
                     let message = json!({"role": "user", "content": question});
-                    (a, BaseRequest::Edit { message_id: id, message }, vec![])
+                    (
+                        a,
+                        BaseRequest::Edit {
+                            message_id: id,
+                            message,
+                        },
+                        vec![],
+                    )
                 }
             };
             // The requester: one of the viewers' roles.
@@ -649,7 +674,10 @@ mod tests {
                 handoff: Default::default(),
                 route: None,
             };
-            if t.start_run(req, crate::config::Strategy::Reject).await.is_err() {
+            if t.start_run(req, crate::config::Strategy::Reject)
+                .await
+                .is_err()
+            {
                 continue; // e.g. a regenerate with nothing to regenerate
             }
             run_agent.insert(run_id.clone(), who);
@@ -690,7 +718,11 @@ mod tests {
                 let (ob, rx) = fanout::outbox(1 << 24);
                 let id = 100 + (i * 3 + k) as u64;
                 t.subscribe(id, ob, start, scope(r));
-                let mut w = Watcher { rules: r.clone(), rx, face: format!("joiner {i} start {k}") };
+                let mut w = Watcher {
+                    rules: r.clone(),
+                    rx,
+                    face: format!("joiner {i} start {k}"),
+                };
                 let got = drain(&mut w, last, None).await;
                 assert_clean(&w.face, &w.rules, &run_agent, &asked, &got);
                 t.unsubscribe(id);
