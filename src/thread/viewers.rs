@@ -382,9 +382,10 @@ impl Thread {
 mod tests {
     //! The visibility property: on random multi-agent threads (runs of two
     //! agents, agent switches, handoff-kind runs, branches, regenerates and
-    //! edits) under random rules, no viewer receives — live, replaying from
-    //! any position, from a snapshot, or as a run's HTTP requester — a byte
-    //! of what its rules hide. Every face's encoding (WebSocket, SSE, proto,
+    //! edits) under random rules, no viewer receives — live, live but
+    //! lagging (read from the journal), replaying from any position, from a
+    //! snapshot, or as a run's HTTP requester (lagging or not) — a byte of
+    //! what its rules hide. Every face's encoding (WebSocket, SSE, proto,
     //! the AI SDK translation) starts from these items, so what is checked
     //! here is what each of them can send.
     //!
@@ -599,8 +600,11 @@ mod tests {
         let (_demo_agent, _threads, t) = crate::thread::demo_thread(100_000).await;
         let scope = |r: &Rules| -> ViewerVisibility { Some(Arc::new(Scope(r.clone()))) };
         let mut live = Vec::new();
+        // Every other viewer and requester has a budget it overruns, so it
+        // reads from the journal (a catch-up) what it fell behind on.
+        let budget = |i: usize| if i % 2 == 1 { 4096 } else { 1 << 24 };
         for (i, r) in viewers.iter().enumerate() {
-            let (ob, rx) = fanout::outbox(1 << 24);
+            let (ob, rx) = fanout::outbox(budget(i));
             t.subscribe(i as u64 + 1, ob, Start::Live, scope(r));
             live.push(Watcher {
                 rules: r.clone(),
@@ -651,7 +655,7 @@ mod tests {
             };
             // The requester: one of the viewers' roles.
             let requester_rules = viewers[n % viewers.len()].clone();
-            let (ob, rx) = fanout::outbox(1 << 24);
+            let (ob, rx) = fanout::outbox(budget(n));
             let req = RunRequest {
                 agent: agents[who].clone(),
                 run_id: run_id.clone(),
