@@ -745,13 +745,15 @@ pub enum BranchMode {
     #[default]
     Stateless,
     /// A stateful agent that forks by itself when it sees a history it
-    /// holds cut or edited (ag-ui-langgraph's regenerate/edit detection):
-    /// only regenerate and edit are allowed; a run from any other run is
-    /// refused (`invalid`).
+    /// holds cut or edited: only regenerate and edit are allowed; a run
+    /// from any other run is refused (`invalid`). (ag-ui-langgraph's own
+    /// detection still sees the replaced answer here, with or without the
+    /// gateway: use `fork-thread` for it.)
     SameThread,
     /// A stateful agent that knows nothing of forks: each branch is sent
     /// as its own thread (`<threadId>~<branch run>`), seeded with the
     /// branch's history; the gateway maps the id back in what it journals.
+    /// The mode in which regenerate and edit work with ag-ui-langgraph.
     ForkThread,
     /// Forks are refused (`invalid`).
     Refuse,

@@ -552,6 +552,23 @@ async fn a_stateful_langgraph_agent_branches_as_its_branch_mode_says() {
                     last_answer(&gw, &t, &thread).await,
                     "seen 3: one|three|four"
                 );
+                // The mode for regenerating with ag-ui-langgraph: the new
+                // answer's graph thread is seeded with the history before
+                // the replaced answer (under `same-thread` the graph keeps
+                // the replaced answer in its own checkpoint).
+                let end = lg_run(
+                    &mut ws,
+                    json!({"type": "regenerate", "threadId": thread, "runId": "r5"}),
+                )
+                .await;
+                assert_eq!(end["event"]["type"], "RUN_FINISHED", "{end}");
+                assert_eq!(
+                    last_answer(&gw, &t, &thread).await,
+                    "seen 3: one|three|four"
+                );
+                let tree = snapshot(&gw, &t, &format!("/v1/threads/{thread}/runs")).await;
+                assert_eq!(tree["runs"][4]["kind"], "regenerate", "{tree}");
+                assert_eq!(tree["runs"][4]["parentRunId"], "r3", "{tree}");
             }
             _ => assert_eq!(end["code"], "invalid", "{end}"),
         }

@@ -741,3 +741,72 @@ async fn a_handoff_targets_request_continues_the_clients_traceparent() {
     }
     assert_ne!(source[0], target[0], "each run is a span of its own");
 }
+
+/// A branch from a handoff's source run: the source ended on its transfer
+/// call, whose result is the target run's input, not part of the source's
+/// end. The branch's history must still be a conversation a model API
+/// accepts — every assistant tool call followed by its result — so the
+/// gateway answers the call there (and journals what it sent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_branch_from_a_handoffs_source_sends_no_call_without_its_result() {
+    let py = PyAgent::start("handoff_agents.py").await;
+    let gw = Gateway::start(&agents(&py, TRIAGE, BILLING)).await;
+    let t = token(json!({}));
+    let (status, body) = post_run(
+        &gw.run_url("triage"),
+        &t,
+        &input("hf", "r1", "I have a bill question"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(runs(&gw, &t, "hf").await.len(), 2, "triage handed over");
+
+    let (status, body) = post_run(
+        &gw.run_url("billing"),
+        &t,
+        &json!({"threadId": "hf", "runId": "r3", "parentRunId": "r1", "tools": [], "context": [],
+                "messages": [{"id": "u3", "role": "user", "content": "and my refund?"}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("RUN_FINISHED"), "{body}");
+    assert_eq!(runs(&gw, &t, "hf").await[2]["kind"], "branch");
+
+    let sent = received(&py, "billing").await;
+    let messages = sent.last().unwrap()["messages"].as_array().unwrap().clone();
+    let calls: Vec<(usize, String)> = messages
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m["role"] == "assistant")
+        .flat_map(|(i, m)| {
+            m["toolCalls"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(move |c| (i, c["id"].as_str().unwrap().to_owned()))
+        })
+        .collect();
+    assert!(
+        !calls.is_empty(),
+        "the branch holds triage's transfer call: {messages:#?}"
+    );
+    for (at, call) in calls {
+        // Its result is among the tool messages right after its message.
+        let answered = messages[at + 1..]
+            .iter()
+            .take_while(|m| m["role"] == "tool")
+            .any(|m| m["toolCallId"] == call.as_str());
+        assert!(answered, "call {call} has no result: {messages:#?}");
+    }
+    assert_eq!(messages.last().unwrap()["id"], "u3", "{messages:#?}");
+    // The journal's restated history is what billing got.
+    let snap = json_of(http().get(gw.url("/v1/threads/hf")).bearer_auth(&t)).await;
+    assert!(
+        snap["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["role"] == "tool" && m["id"].as_str().unwrap().starts_with("branch-result-")),
+        "{snap}"
+    );
+}

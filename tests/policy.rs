@@ -1093,3 +1093,135 @@ async fn rate_budgets_and_connection_counts_survive_a_reload() {
     );
     drop(socket);
 }
+
+/// A fork restates its branch's history (`RUN_STARTED.input.messages`, the
+/// restating `MESSAGES_SNAPSHOT` and `STATE_SNAPSHOT`): each message and the
+/// state must be judged by the rules of the run that introduced or wrote
+/// it, not by the fork's. Agent `full`'s reasoning and state are hidden
+/// from guests, `echo`'s are not; a guest forks `full`'s run `F1` with
+/// `echo`. Neither `full`'s reasoning message (its id `F1-reasoning`) nor
+/// the state it wrote (the demo's `topic`) may appear in any byte the guest
+/// gets: on its HTTP run, on a WebSocket live and replaying from 0, and on
+/// an SSE join from 0.
+#[tokio::test]
+async fn a_fork_restates_no_hidden_reasoning_or_state_on_any_face() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("visibility.toml");
+    std::fs::write(
+        &policy,
+        "[[rules]]\nname = \"private-full\"\nkind = \"visibility\"\nagents = [\"full\"]\nroles = [\"guest\"]\nhide = [\"REASONING_*\", \"STATE_*\"]\n",
+    )
+    .unwrap();
+    let gw = Gateway::start(&format!(
+        "[policy]\npath = \"{}\"\n[demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
+         [[agents]]\nid = \"echo\"\nurl = \"demo:\"\n[[agents]]\nid = \"full\"\nurl = \"demo:\"\n",
+        policy.display()
+    ))
+    .await;
+    let guest_claims =
+        json!({"sub": "gus", "roles": ["guest"], "threads": {"fk": ["view", "run"]}});
+    let staff_claims = json!({"sub": "sam", "roles": ["staff"]});
+    const HIDDEN: [&str; 2] = ["F1-reasoning", "topic"];
+    let leaks = |face: &str, bytes: &str| {
+        for marker in HIDDEN {
+            assert!(
+                !bytes.contains(marker),
+                "{face}: '{marker}' reached the guest: {bytes}"
+            );
+        }
+    };
+    let frames_text = |frames: &[Value]| serde_json::to_string(frames).unwrap();
+
+    let mut staff = ws(&gw, staff_claims.clone()).await;
+    staff
+        .send(
+            json!({"type": "run", "agent": "full", "threadId": "fk", "runId": "F1",
+                      "messages": [{"id": "u-F1", "role": "user", "content": "hi"}]}),
+        )
+        .await;
+    let full_run = types_of_run(&mut staff).await;
+    assert!(
+        frames_text(&full_run).contains("F1-reasoning"),
+        "{full_run:#?}"
+    );
+    // The head moves on, so a run from F1 forks.
+    staff
+        .send(
+            json!({"type": "run", "agent": "full", "threadId": "fk", "runId": "F2",
+                      "messages": [{"id": "u-F2", "role": "user", "content": "more"}]}),
+        )
+        .await;
+    types_of_run(&mut staff).await;
+
+    // A guest watching the thread live (after replaying F1 and F2).
+    let mut live = ws(&gw, guest_claims.clone()).await;
+    live.send(json!({"type": "subscribe", "threadId": "fk", "after": 0}))
+        .await;
+    let mut replayed = live.recv_until(is_terminal_frame).await;
+    replayed.extend(live.recv_until(is_terminal_frame).await);
+    leaks("WebSocket replay of F1 and F2", &frames_text(&replayed));
+
+    // The guest forks F1 with echo over the HTTP face.
+    let t = token(guest_claims.clone());
+    let (status, body) = post_run(
+        &gw.run_url("echo"),
+        &t,
+        &json!({"threadId": "fk", "runId": "E2", "parentRunId": "F1", "tools": [], "context": [],
+                "messages": [{"id": "u-E2", "role": "user", "content": "again"}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("RUN_FINISHED"), "{body}");
+    leaks("HTTP requester", &body);
+
+    let forked = live.recv_until(is_terminal_frame).await;
+    assert!(
+        forked.iter().any(|f| f["event"]["type"] == "RUN_STARTED"),
+        "{forked:#?}"
+    );
+    leaks("WebSocket live", &frames_text(&forked));
+
+    // Staff do get the restated history (the markers are there to leak).
+    let mut staff_replay = ws(&gw, staff_claims).await;
+    staff_replay
+        .send(json!({"type": "subscribe", "threadId": "fk", "after": 0}))
+        .await;
+    staff_replay.recv_until(is_terminal_frame).await;
+    staff_replay.recv_until(is_terminal_frame).await;
+    let staff_fork = frames_text(&staff_replay.recv_until(is_terminal_frame).await);
+    assert!(
+        staff_fork.contains("F1-reasoning") && staff_fork.contains("topic"),
+        "{staff_fork}"
+    );
+
+    // A guest replaying the whole thread.
+    let mut late = ws(&gw, guest_claims.clone()).await;
+    late.send(json!({"type": "subscribe", "threadId": "fk", "after": 0}))
+        .await;
+    let mut all = Vec::new();
+    for _ in 0..3 {
+        all.extend(late.recv_until(is_terminal_frame).await);
+    }
+    assert_eq!(
+        all.iter()
+            .filter(|f| f["event"]["type"] == "RUN_STARTED")
+            .count(),
+        3
+    );
+    leaks("WebSocket replay from 0", &frames_text(&all));
+
+    // An SSE join from 0, up to the fork's end.
+    let mut resp = http()
+        .get(gw.url("/v1/threads/fk/events?after=0"))
+        .bearer_auth(&t)
+        .send()
+        .await
+        .unwrap();
+    let mut sse = String::new();
+    while sse.matches("RUN_FINISHED").count() < 3 {
+        let chunk = resp.chunk().await.unwrap().expect("the stream goes on");
+        sse.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(sse.contains("\"runId\":\"E2\""), "{sse}");
+    leaks("SSE join", &sse);
+}

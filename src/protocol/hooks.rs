@@ -4,7 +4,7 @@
 //! the data path without threads reaching forward into it.
 
 use super::authorship::{Authors, RunAgent};
-use super::{Event, RunAgentInput};
+use super::{Event, EventType, RunAgentInput};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 
@@ -159,6 +159,11 @@ impl SeenBy {
         }
     }
 
+    /// True for a viewer no rule applies to: nothing to judge.
+    pub fn sees_everything(&self) -> bool {
+        self.scope.is_none()
+    }
+
     /// The scope itself (to hand the same viewer's rules on).
     pub fn scope(&self) -> &ViewerVisibility {
         &self.scope
@@ -188,55 +193,137 @@ impl SeenBy {
         self.scope.is_some() && self.visibility(origin).is_some_and(|v| v.hides(event))
     }
 
-    /// `event` (a `MESSAGES_SNAPSHOT` of run `origin`) without the messages
-    /// this viewer may not see, or `None` when it may see all of it. Such a
-    /// snapshot restates messages other runs introduced (a branch restates
-    /// its base's history, an agent its whole conversation), so each
-    /// message must pass the rules of the run that introduced it
-    /// (`authors`; unattributed: every agent's, failing closed) and those
-    /// of the run that sent the snapshot — judging it by the sender alone
-    /// showed another agent's hidden reasoning to the viewer.
-    pub fn redact_messages_snapshot(
-        &mut self,
-        origin: &RunAgent,
-        event: &Event,
-        authors: &Authors,
-    ) -> Option<Event> {
-        if self.scope.is_none() || *event.kind() != super::EventType::MessagesSnapshot {
-            return None;
+    /// True for the event types that can restate what other runs
+    /// introduced — messages (`RUN_STARTED.input.messages`,
+    /// `MESSAGES_SNAPSHOT`) or the state (`RUN_STARTED.input.state`,
+    /// `STATE_SNAPSHOT`, `STATE_DELTA`) — and so must be judged part by
+    /// part ([`SeenBy::judge`]). Only they pay for it: the faces ask this
+    /// first and hand [`SeenBy::judge`] the thread's [`Authors`] only then.
+    pub fn restates(kind: &EventType) -> bool {
+        matches!(
+            kind,
+            EventType::RunStarted
+                | EventType::MessagesSnapshot
+                | EventType::StateSnapshot
+                | EventType::StateDelta
+        )
+    }
+
+    /// What this viewer gets of `event`, of run `origin`: the one rule
+    /// every face applies (WebSocket and SSE viewers, live or replaying, the
+    /// run's requester, and so the proto and AI SDK encodings of them).
+    ///
+    /// An event this viewer's rules hide by type is [`Shown::Hidden`]. An
+    /// event that restates history ([`SeenBy::restates`]) is judged part by
+    /// part, because it carries what *other* runs introduced — a fork's
+    /// `RUN_STARTED` restates its branch, an agent's `MESSAGES_SNAPSHOT` its
+    /// whole conversation: each message must pass the rules of every run
+    /// known to have introduced it (`authors`, each layer asked;
+    /// unattributed: every agent's, failing closed) and those of `origin`;
+    /// the state (a whole snapshot, a change to it, or a run's input state)
+    /// those of every run that wrote it. Judging such an event by its sender
+    /// alone showed a guest another agent's hidden reasoning.
+    pub fn judge(&mut self, origin: &RunAgent, event: &Event, authors: &[&Authors]) -> Shown {
+        if self.scope.is_none() {
+            return Shown::Whole;
         }
-        let messages = event.get("messages")?.as_array()?;
+        if self.hides(origin, event) {
+            return Shown::Hidden;
+        }
+        match event.kind() {
+            EventType::StateSnapshot | EventType::StateDelta => {
+                if self.hides_state_written_by(origin, authors) {
+                    Shown::Hidden
+                } else {
+                    Shown::Whole
+                }
+            }
+            EventType::MessagesSnapshot => {
+                let Some(messages) = event.get("messages").and_then(Value::as_array) else {
+                    return Shown::Whole;
+                };
+                match self.visible_messages(messages, authors, origin) {
+                    Some(kept) => Shown::Redacted(event.modify(|b| {
+                        b.insert("messages".into(), Value::Array(kept));
+                    })),
+                    None => Shown::Whole,
+                }
+            }
+            EventType::RunStarted => self.judge_run_input(origin, event, authors),
+            _ => Shown::Whole,
+        }
+    }
+
+    /// A `RUN_STARTED`'s `input`: its messages one by one, its state by
+    /// the rules of the state's writers.
+    fn judge_run_input(&mut self, origin: &RunAgent, event: &Event, authors: &[&Authors]) -> Shown {
+        let Some(input) = event.get("input").and_then(Value::as_object) else {
+            return Shown::Whole;
+        };
+        let messages = input
+            .get("messages")
+            .and_then(Value::as_array)
+            .and_then(|m| self.visible_messages(m, authors, origin));
+        let state_hidden = input.get("state").is_some_and(|s| !is_empty_state(s))
+            && self.hides_state_written_by(origin, authors);
+        if messages.is_none() && !state_hidden {
+            return Shown::Whole;
+        }
+        let mut input = input.clone();
+        if let Some(kept) = messages {
+            input.insert("messages".into(), Value::Array(kept));
+        }
+        if state_hidden {
+            input.insert("state".into(), Value::Null);
+        }
+        Shown::Redacted(event.modify(|b| {
+            b.insert("input".into(), Value::Object(input));
+        }))
+    }
+
+    /// `messages` without what this viewer may not see (`None`: all of it
+    /// as is). Each is judged by the rules of its author in every layer of
+    /// `authors` and by those of `restater`, the run that sends it again.
+    fn visible_messages(
+        &mut self,
+        messages: &[Value],
+        authors: &[&Authors],
+        restater: &RunAgent,
+    ) -> Option<Vec<Value>> {
         let mut changed = false;
         let mut kept = Vec::with_capacity(messages.len());
-        for m in messages {
-            let mut m = m.clone();
-            let before = m.clone();
-            let id = m.get("id").and_then(Value::as_str).map(str::to_owned);
+        for original in messages {
+            let mut m = original.clone();
+            let id = original.get("id").and_then(Value::as_str);
             let mut shown = true;
-            for who in [authors.of_message(id.as_deref()).clone(), origin.clone()] {
-                if let Some(v) = self.visibility(&who) {
+            let judges = authors.iter().map(|a| a.of_message(id)).chain([restater]);
+            for who in judges {
+                if let Some(v) = self.visibility(who) {
                     shown = shown && v.shows_message(&mut m);
                 }
             }
-            changed |= !shown || m != before;
+            changed |= !shown || m != *original;
             if shown {
                 kept.push(m);
             }
         }
-        changed.then(|| {
-            event.modify(|b| {
-                b.insert("messages".into(), Value::Array(kept));
-            })
-        })
+        changed.then_some(kept)
     }
 
-    /// True when the rules of any of the state's `writers` hide the state
-    /// from this viewer.
-    pub fn hides_state_of(&mut self, writers: &[RunAgent]) -> bool {
-        self.scope.is_some()
-            && writers
-                .iter()
-                .any(|w| self.visibility(w).is_some_and(|v| v.hides_state()))
+    /// True when the rules of a writer of the state hide it: `origin` and
+    /// every writer `authors` record. A state no recorded run wrote has an
+    /// unknown writer (fail closed).
+    fn hides_state_written_by(&mut self, origin: &RunAgent, authors: &[&Authors]) -> bool {
+        static UNKNOWN: RunAgent = RunAgent::Unknown;
+        let recorded = authors.iter().flat_map(|a| a.of_state());
+        let unknown = authors
+            .iter()
+            .all(|a| a.of_state().is_empty())
+            .then_some(&UNKNOWN);
+        recorded
+            .chain(unknown)
+            .chain([origin])
+            .any(|w| self.visibility(w).is_some_and(|v| v.hides_state()))
     }
 
     /// Removes from a snapshot what this viewer may not see: each message by
@@ -274,6 +361,23 @@ impl SeenBy {
             snapshot.insert("state".into(), Value::Null);
         }
     }
+}
+
+/// What one viewer gets of one event ([`SeenBy::judge`]).
+#[derive(Debug)]
+pub enum Shown {
+    /// Nothing.
+    Hidden,
+    /// The event as journaled.
+    Whole,
+    /// Its own copy, without what it may not see.
+    Redacted(Event),
+}
+
+/// An input state that says nothing (absent from a snapshot's point of
+/// view): `null` or `{}`.
+fn is_empty_state(s: &Value) -> bool {
+    s.is_null() || s.as_object().is_some_and(Map::is_empty)
 }
 
 /// Equal origins, comparing agent names by pointer first (entries of one

@@ -236,15 +236,22 @@ impl Checkpoint {
         &self.state
     }
 
+    /// The runs that wrote the state (by agent).
+    pub fn state_origins(&self) -> &[RunAgent] {
+        &self.state_origins
+    }
+
+    /// Who introduced each message (message id, origin).
+    pub fn message_authors(&self) -> impl Iterator<Item = (String, RunAgent)> + '_ {
+        self.messages
+            .iter()
+            .zip(&self.origins)
+            .filter_map(|(m, o)| Some((message_id(m)?.to_owned(), o.clone())))
+    }
+
     /// Who introduced each message and wrote the state.
     pub fn authors(&self) -> Authors {
-        Authors::from_parts(
-            self.messages
-                .iter()
-                .zip(&self.origins)
-                .filter_map(|(m, o)| Some((message_id(m)?.to_owned(), o.clone()))),
-            self.state_origins.clone(),
-        )
+        Authors::from_parts(self.message_authors(), self.state_origins.clone())
     }
 }
 
@@ -496,6 +503,15 @@ impl RunTable {
     }
 
     /// Runs, oldest first.
+    /// The run journal seq `seq` belongs to (started at or before it and
+    /// not ended before it), while the table remembers it.
+    pub fn at_seq(&self, seq: u64) -> Option<&RunRecord> {
+        let started = |id: &String| self.runs.get(id).is_some_and(|r| r.started_seq <= seq);
+        let i = self.order.partition_point(started).checked_sub(1)?;
+        let run = self.runs.get(self.order.get(i)?)?;
+        run.ended_seq.is_none_or(|end| seq <= end).then_some(run)
+    }
+
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = &RunRecord> {
         self.order.iter().filter_map(|id| self.runs.get(id))
     }

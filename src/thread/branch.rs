@@ -246,11 +246,11 @@ fn edited_input(input: &[Value], id: &str, message: &Value, after: &[Value]) -> 
 }
 
 fn known_run<'a>(inner: &'a Inner, id: &str) -> Result<&'a RunRecord, RunRefused> {
-    inner.fold.runs().get(id).ok_or_else(|| {
-        RunRefused::NotFound(format!(
-            "parentRunId '{id}' is not a run of this thread (or no longer remembered)"
-        ))
-    })
+    inner
+        .fold
+        .runs()
+        .get(id)
+        .ok_or_else(|| beyond_remembered(id))
 }
 
 /// The conversation at the end of run `id`: its checkpoint, or a replay of
@@ -295,8 +295,20 @@ pub(super) fn view_at(inner: &Inner, id: &str) -> Result<Arc<Checkpoint>, RunRef
 }
 
 fn gone(id: &str) -> RunRefused {
+    beyond_remembered(id)
+}
+
+/// The refusal of a base whose end the thread cannot give: a run it
+/// forgot (past the newest [`RUNS_KEPT`](crate::protocol::lineage::RUNS_KEPT)
+/// runs), one whose end is neither checkpointed nor in the journal since
+/// its last compaction, or one on a path through such a run — or an id
+/// that was never one of its runs, which a forgotten run cannot be told
+/// from. One code and one message for all of them, so a client gets the
+/// same answer for the same base whichever way the thread lost it (and
+/// nothing says "compacted" of a run that was only forgotten).
+fn beyond_remembered(id: &str) -> RunRefused {
     RunRefused::NotFound(format!(
-        "the end of run '{id}' is no longer kept (its checkpoint was evicted and its events compacted)"
+        "run '{id}' is beyond the runs this thread remembers (or was never one of them): a run can only start from a run whose end the thread still keeps"
     ))
 }
 
@@ -597,6 +609,84 @@ mod tests {
             );
             assert_eq!(fold.state(), checkpoint.state(), "run {}", run.run_id);
         }
+    }
+
+    /// A base the thread cannot give is refused with one code and one
+    /// message, whichever way it was lost: a run whose checkpoint was
+    /// evicted and whose events were compacted, and an id the run table
+    /// does not hold (forgotten past the run window, or never a run),
+    /// every time it is asked.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_base_beyond_the_remembered_runs_is_refused_the_same_way_every_time() {
+        let (agent, _threads, t) = crate::thread::demo_thread(64).await;
+        let runs = crate::protocol::lineage::CHECKPOINTS_KEPT + 3;
+        for n in 0..runs {
+            let run_id = format!("r{n}");
+            let req = RunRequest {
+                agent: agent.clone(),
+                run_id: run_id.clone(),
+                input: RunInput::Incremental {
+                    messages: vec![
+                        json!({"id": format!("u-{run_id}"), "role": "user", "content": "hi"}),
+                    ],
+                    tools: vec![],
+                    context: vec![],
+                    state: None,
+                    forwarded_props: None,
+                    resume: None,
+                },
+                starter: None,
+                requester_connection: None,
+                starter_visibility: None,
+                filter: None,
+                upstream_headers: Default::default(),
+                span: tracing::Span::none(),
+                base: BaseRequest::Head,
+                started_by: Some("u".into()),
+                handoff: Default::default(),
+                route: None,
+            };
+            let (ob, mut rx) = fanout::outbox(1 << 24);
+            t.subscribe(1, ob, Start::Live, None);
+            t.start_run(req, crate::config::Strategy::Reject)
+                .await
+                .unwrap();
+            loop {
+                if let Some(Outgoing::Event(e)) = rx.recv().await
+                    && e.event.kind().is_terminal()
+                {
+                    break;
+                }
+            }
+            t.unsubscribe(1);
+            t.maybe_compact().await;
+        }
+        let refusal = |id: &str| {
+            let inner = t.lock();
+            assert!(inner.fold.runs().get("r0").is_some(), "r0 is remembered");
+            assert!(inner.base_seq > 0, "the journal was compacted");
+            resolve(&inner, &BaseRequest::Run(id.to_owned()), false, None)
+                .expect_err("refused")
+                .to_string()
+                .replace(id, "<id>")
+        };
+        // r0: remembered, but neither checkpointed nor in the journal.
+        let compacted = refusal("r0");
+        assert_eq!(compacted, refusal("nope"), "same as a run not remembered");
+        assert_eq!(compacted, refusal("r0"), "every time");
+        assert!(
+            compacted.contains("beyond the runs this thread remembers")
+                && !compacted.contains("compact"),
+            "{compacted}"
+        );
+        let inner = t.lock();
+        let not_found = resolve(&inner, &BaseRequest::Run("r0".into()), false, None);
+        assert!(matches!(not_found, Err(RunRefused::NotFound(_))));
+        // A view at it is refused the same way.
+        assert_eq!(
+            view_at(&inner, "r0").expect_err("refused").to_string(),
+            compacted.replace("<id>", "r0")
+        );
     }
 
     proptest! {

@@ -451,7 +451,7 @@ impl Thread {
         // this entry) and queued with the rest of the batch ([`Self::fan_out`]).
         let Inner { viewers, fold, .. } = &mut *inner;
         for viewer in viewers.iter_mut().filter(|v| !v.ended) {
-            if let Some(item) = viewer.view(&entry, fold.authors()) {
+            if let Some(item) = viewer.view(&entry, fold) {
                 viewer.ended = viewer.ends_with(&entry.event);
                 viewer.staged.push(item);
             }

@@ -8,6 +8,7 @@
 
 use super::drive::ForRequester;
 use super::fanout::{Live, Outbox, Outgoing};
+use super::viewers::judged;
 use super::{Entry, Thread};
 use crate::protocol::event::run_error;
 use crate::protocol::hooks::SeenBy;
@@ -103,15 +104,21 @@ impl RequesterFeed {
                 ForRequester::Nothing => continue,
                 ForRequester::Same => e.clone(),
                 ForRequester::Instead(original) => {
-                    Arc::new(Entry::new(e.thread_id.clone(), e.seq, original))
+                    // Judged as the journaled entry's run (the agent's own
+                    // RUN_STARTED, sent instead, is not folded).
+                    let own = Entry::new(e.thread_id.clone(), e.seq, original);
+                    own.set_origin(e.origin().clone());
+                    Arc::new(own)
                 }
             };
-            // Judged as the journaled entry's run (the agent's own
-            // RUN_STARTED, sent instead, is not folded).
-            if self.seen.hides(e.origin(), &item.event) {
-                continue;
-            }
-            self.staged.push(item);
+            // The one rule of every face ([`judged`]); only an event that
+            // restates history needs the thread's fold for it.
+            let shown = if SeenBy::restates(item.event.kind()) {
+                judged(&mut self.seen, &item, &thread.lock().fold)
+            } else {
+                (!self.seen.hides(item.origin(), &item.event)).then_some(item)
+            };
+            self.staged.extend(shown);
         }
         let Some(first) = self.staged.first().map(|e| e.seq) else {
             return;

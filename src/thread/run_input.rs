@@ -208,6 +208,66 @@ fn without_encrypted_values(mut m: Value) -> Value {
     m
 }
 
+/// What the gateway says of a tool call a branch's history leaves without
+/// a result.
+pub const UNANSWERED_CALL: &str =
+    "No result: the conversation was branched from before this call was answered.";
+
+/// `history` with a tool result for every tool call no tool message
+/// answers, right after the results its message has.
+///
+/// A branch's history ends where its base ended, and a run may end on a
+/// call its own history never answers: a handoff's transfer call (its
+/// result is the next run's input, not the source's end) or any frontend
+/// tool call. Followed by a user message, that is a conversation OpenAI-
+/// and Anthropic-style APIs refuse; so the branch is sent (and journaled)
+/// with a result saying the call was not answered. Not for a run that
+/// carries a `resume`: the call behind an interrupt is answered by the
+/// agent that resumes it.
+pub(super) fn with_every_call_answered(history: Vec<Value>) -> Vec<Value> {
+    let answered: std::collections::HashSet<String> = history
+        .iter()
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("tool"))
+        .filter_map(|m| {
+            m.get("toolCallId")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .collect();
+    let calls = |m: &Value| -> Vec<String> {
+        if m.get("role").and_then(Value::as_str) != Some("assistant") {
+            return Vec::new();
+        }
+        let ids = m
+            .get("toolCalls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten();
+        ids.filter_map(|c| c.get("id").and_then(Value::as_str))
+            .filter(|id| !answered.contains(*id))
+            .map(str::to_owned)
+            .collect()
+    };
+    if !history.iter().any(|m| !calls(m).is_empty()) {
+        return history;
+    }
+    let result = |call: String| {
+        json!({"id": format!("branch-result-{call}"), "role": "tool",
+               "toolCallId": call, "content": UNANSWERED_CALL})
+    };
+    let mut out = Vec::with_capacity(history.len() + 1);
+    let mut pending: Vec<String> = Vec::new();
+    for m in history {
+        if m.get("role").and_then(Value::as_str) != Some("tool") {
+            out.extend(pending.drain(..).map(result));
+        }
+        pending.extend(calls(&m));
+        out.push(m);
+    }
+    out.extend(pending.into_iter().map(result));
+    out
+}
+
 fn message_id(m: &Value) -> Option<&str> {
     m.get("id").and_then(Value::as_str)
 }
@@ -372,8 +432,17 @@ fn fork_input(
     };
     let mut all = view.message_values();
     all.extend(new.iter().cloned());
+    if !req.input.has_resume() {
+        all = with_every_call_answered(all);
+    }
     let mut stamp = stamp;
-    stamp.new_messages = Some(new.len());
+    // (A result the gateway added among the new messages counts as new.)
+    let first_new = new.first().and_then(message_id);
+    let new_from = all
+        .iter()
+        .position(|m| first_new.is_some() && message_id(m) == first_new)
+        .unwrap_or(all.len() - new.len());
+    stamp.new_messages = Some(all.len() - new_from);
     let history = for_upstream(&all, &view.authors(), &req.agent.id);
     let parent = base.parent.as_deref();
     let (body, journal_input, state) = match &req.input {

@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::protocol::authorship::Authors;
+use crate::protocol::hooks::Shown;
 
 /// A viewer registered on a thread.
 pub(super) struct Viewer {
@@ -23,45 +24,123 @@ pub(super) struct Viewer {
 }
 
 impl Viewer {
-    pub(super) fn hides(&mut self, entry: &Entry) -> bool {
-        (self.run_scope.is_some() && *entry.event.kind() == EventType::Meta)
-            || self.seen.hides(entry.origin(), &entry.event)
-    }
-
-    /// What this viewer gets of `entry`: nothing, the entry, or (a
-    /// `MESSAGES_SNAPSHOT` holding messages it may not see) its own copy
-    /// without them ([`SeenBy::redact_messages_snapshot`]).
-    pub(super) fn view(&mut self, entry: &Arc<Entry>, authors: &Authors) -> Option<Arc<Entry>> {
-        if self.hides(entry) {
+    /// What this viewer gets of `entry`, judged with the thread's `fold`
+    /// as of that entry or later: nothing, the entry, or its own copy
+    /// without what it may not see ([`SeenBy::judge`], one rule for every
+    /// face; [`judged`]).
+    pub(super) fn view(&mut self, entry: &Arc<Entry>, fold: &Fold) -> Option<Arc<Entry>> {
+        if self.run_scope.is_some() && *entry.event.kind() == EventType::Meta {
             return None;
         }
-        // The state is one value every run writes to: a change to it is
-        // shown only where every writer's rules show the state (as in a
-        // snapshot) — a fork's restated state is another run's.
-        if matches!(
-            entry.event.kind(),
-            EventType::StateSnapshot | EventType::StateDelta
-        ) && self.seen.hides_state_of(authors.of_state())
-        {
-            return None;
-        }
-        match self
-            .seen
-            .redact_messages_snapshot(entry.origin(), &entry.event, authors)
-        {
-            Some(redacted) => {
-                let own = Entry::new(entry.thread_id.clone(), entry.seq, redacted);
-                own.set_origin(entry.origin().clone());
-                Some(Arc::new(own))
-            }
-            None => Some(entry.clone()),
-        }
+        judged(&mut self.seen, entry, fold)
     }
 
     /// True when `event` is the last one this viewer wants.
     pub(super) fn ends_with(&self, event: &Event) -> bool {
         self.run_scope.is_some() && event.kind().is_terminal()
     }
+}
+
+/// What a viewer with `seen` gets of `entry`: nothing, the entry, or its
+/// own copy without what it may not see. Events that restate history
+/// ([`SeenBy::restates`]) are judged part by part with the thread's
+/// [`Authors`] and, where those may not be the entry's, with those as of
+/// the entry's run too ([`authors_as_of`]); every other event costs one
+/// lookup.
+pub(super) fn judged(seen: &mut SeenBy, entry: &Arc<Entry>, fold: &Fold) -> Option<Arc<Entry>> {
+    let shown = if seen.sees_everything() {
+        Shown::Whole
+    } else if SeenBy::restates(entry.event.kind()) {
+        let then = authors_as_of(fold, entry);
+        let now = fold.authors();
+        let both;
+        let layers: &[&Authors] = match &then {
+            Some(then) => {
+                both = [now, then];
+                &both
+            }
+            None => std::slice::from_ref(&now),
+        };
+        seen.judge(entry.origin(), &entry.event, layers)
+    } else if seen.hides(entry.origin(), &entry.event) {
+        Shown::Hidden
+    } else {
+        Shown::Whole
+    };
+    match shown {
+        Shown::Hidden => None,
+        Shown::Whole => Some(entry.clone()),
+        Shown::Redacted(event) => {
+            let own = Entry::new(entry.thread_id.clone(), entry.seq, event);
+            own.set_origin(entry.origin().clone());
+            Some(Arc::new(own))
+        }
+    }
+}
+
+/// Who had introduced the messages and written the state when `entry` (an
+/// event that restates history) was journaled, where the thread's fold
+/// may say otherwise; `None` where it says exactly that.
+///
+/// The fold says it of the entry it has just folded (live), except for a
+/// fork's `RUN_STARTED`: folding it, the fold still holds another branch
+/// and attributes the base's messages it lacks to the fork, until the
+/// restating `MESSAGES_SNAPSHOT` right after sets them from the base. And it
+/// does not for an older entry (a replay, a requester reading its batch):
+/// a later fork reset the state's writers to its base's, so a replayed
+/// restatement of another branch's state would be judged by the wrong
+/// writers. Both are answered from the entry's run: its base's end (its
+/// checkpoint's authors) plus the run's own agent. Without that checkpoint,
+/// or a run the table no longer holds, every message and the state count
+/// as of an unknown run (every agent's rules: fail closed).
+fn authors_as_of(fold: &Fold, entry: &Entry) -> Option<Authors> {
+    let event = &entry.event;
+    let starts = *event.kind() == EventType::RunStarted;
+    if !starts && entry.seq >= fold.seq {
+        return None;
+    }
+    let run = match starts {
+        true => fold.runs().get(event.str_field("runId")?),
+        false => fold.runs().at_seq(entry.seq),
+    };
+    let forks = starts && run.is_some_and(|r| r.kind.forks());
+    if entry.seq >= fold.seq && !forks {
+        return None;
+    }
+    let unknown = || Authors::from_parts([], vec![RunAgent::Unknown]);
+    let Some(run) = run else {
+        return Some(unknown());
+    };
+    let base = match run.parent.as_deref() {
+        None => None,
+        Some(parent) => match fold.runs().get(parent).and_then(|p| p.checkpoint()) {
+            Some(c) => Some(c),
+            None => return Some(unknown()),
+        },
+    };
+    let mut writers = base.map(|c| c.state_origins().to_vec()).unwrap_or_default();
+    writers.push(run.agent.clone());
+    // Each message the entry carries: as the base's end says, else this
+    // run's (it came with its input or its output).
+    let carried = match event.kind() {
+        EventType::RunStarted => event.get("input").and_then(|i| i.get("messages")),
+        EventType::MessagesSnapshot => event.get("messages"),
+        _ => None,
+    };
+    let ids = carried.and_then(Value::as_array).into_iter().flatten();
+    let ids: Vec<&str> = ids.filter_map(|m| m.get("id")?.as_str()).collect();
+    let mut authors: std::collections::HashMap<String, RunAgent> = match base {
+        Some(c) if !ids.is_empty() => c.message_authors().collect(),
+        _ => Default::default(),
+    };
+    let messages: Vec<(String, RunAgent)> = ids
+        .into_iter()
+        .map(|id| {
+            let by = authors.remove(id).unwrap_or_else(|| run.agent.clone());
+            (id.to_owned(), by)
+        })
+        .collect();
+    Some(Authors::from_parts(messages, writers))
 }
 
 pub(super) fn snapshot_of(key: &ThreadKey, inner: &Inner, reset: bool) -> Map<String, Value> {
@@ -228,7 +307,7 @@ impl Thread {
                 break;
             }
             last = e.seq;
-            if let Some(seen) = viewer.view(e, inner.fold.authors()) {
+            if let Some(seen) = viewer.view(e, &inner.fold) {
                 bytes += seen.cost();
                 page.push(Outgoing::Event(seen));
                 if viewer.ends_with(&e.event) {
@@ -296,5 +375,379 @@ impl Thread {
                 .cloned()
                 .collect()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The visibility property: on random multi-agent threads (runs of two
+    //! agents, agent switches, handoff-kind runs, branches, regenerates and
+    //! edits) under random rules, no viewer receives — live, live but
+    //! lagging (read from the journal), replaying from any position, from a
+    //! snapshot, or as a run's HTTP requester (lagging or not) — a byte of
+    //! what its rules hide. Every face's encoding (WebSocket, SSE, proto,
+    //! the AI SDK translation) starts from these items, so what is checked
+    //! here is what each of them can send.
+    //!
+    //! The demo agent names what a run introduces after the run
+    //! (`<run>-reasoning`, `<run>-call`, a state whose `topic` is the run's
+    //! question `q-<run>`), so each hidden thing is recognized wherever it
+    //! is restated.
+    use super::*;
+    use crate::protocol::hooks::RunInput;
+    use crate::protocol::hooks::{ViewerScope, Visibility};
+    use crate::thread::branch::BaseRequest;
+    use crate::thread::fanout::{self, OutboxReceiver};
+    use crate::thread::run::RunRequest;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    /// What a rule may hide of one agent's runs.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Part {
+        Reasoning,
+        ToolCalls,
+        State,
+    }
+
+    /// The parts hidden, per agent ("a", "b").
+    type Rules = [Vec<Part>; 2];
+
+    /// A [`Visibility`] with the policy's semantics for these parts.
+    struct Hides(Vec<Part>);
+
+    impl Visibility for Hides {
+        fn hides(&self, event: &Event) -> bool {
+            let t = event.kind().as_str();
+            self.0.iter().any(|p| match p {
+                Part::Reasoning => t.starts_with("REASONING_"),
+                Part::ToolCalls => t.starts_with("TOOL_CALL_"),
+                Part::State => t.starts_with("STATE_"),
+            })
+        }
+        fn shows_message(&self, m: &mut Value) -> bool {
+            let role = m.get("role").and_then(Value::as_str).unwrap_or("");
+            if (role == "reasoning" && self.0.contains(&Part::Reasoning))
+                || (role == "tool" && self.0.contains(&Part::ToolCalls))
+            {
+                return false;
+            }
+            if self.0.contains(&Part::ToolCalls)
+                && let Some(o) = m.as_object_mut()
+            {
+                o.remove("toolCalls");
+            }
+            true
+        }
+        fn hides_state(&self) -> bool {
+            self.0.contains(&Part::State)
+        }
+    }
+
+    struct Scope(Rules);
+
+    impl ViewerScope for Scope {
+        fn generation(&self) -> u64 {
+            1
+        }
+        fn visibility(&self, origin: &RunAgent) -> Option<Arc<dyn Visibility>> {
+            let union =
+                |rules: &[Vec<Part>]| -> Vec<Part> { rules.iter().flatten().copied().collect() };
+            let parts = match origin {
+                RunAgent::Agent(a) if &**a == "a" => self.0[0].clone(),
+                RunAgent::Agent(a) if &**a == "b" => self.0[1].clone(),
+                RunAgent::Outside => Vec::new(),
+                _ => union(&self.0),
+            };
+            (!parts.is_empty()).then(|| Arc::new(Hides(parts)) as Arc<dyn Visibility>)
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// A plain run of agent `a` (0) or `b` (1): a switch when it differs.
+        Run(usize),
+        /// A run of that agent taking the thread over (a handoff's kind).
+        Handoff(usize),
+        /// By that agent, from the n-th run so far.
+        Branch(usize, usize),
+        Regenerate(usize),
+        /// The n-th user message of the head's conversation.
+        Edit(usize, usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => (0usize..2).prop_map(Op::Run),
+            1 => (0usize..2).prop_map(Op::Handoff),
+            3 => (0usize..2, 0usize..8).prop_map(|(a, n)| Op::Branch(a, n)),
+            1 => (0usize..2).prop_map(Op::Regenerate),
+            1 => (0usize..2, 0usize..4).prop_map(|(a, n)| Op::Edit(a, n)),
+        ]
+    }
+
+    fn part() -> impl Strategy<Value = Vec<Part>> {
+        proptest::sample::subsequence(vec![Part::Reasoning, Part::ToolCalls, Part::State], 0..=3)
+    }
+
+    fn rules() -> impl Strategy<Value = Rules> {
+        (part(), part()).prop_map(|(a, b)| [a, b])
+    }
+
+    /// A viewer's stream as it arrives, with what it may not contain.
+    struct Watcher {
+        rules: Rules,
+        rx: OutboxReceiver,
+        face: String,
+    }
+
+    /// Everything `w` has until the event at `last` (or its run's terminal
+    /// event, for a requester: `until_run`).
+    async fn drain(w: &mut Watcher, last: u64, until_run: Option<&str>) -> Vec<Value> {
+        let mut got = Vec::new();
+        loop {
+            let item = tokio::time::timeout(std::time::Duration::from_secs(10), w.rx.recv())
+                .await
+                .unwrap_or_else(|_| panic!("{}: nothing more after {got:?}", w.face))
+                .expect("open");
+            match item {
+                Outgoing::Event(e) => {
+                    let v: Value = serde_json::from_slice(e.event.json()).unwrap();
+                    let done = match until_run {
+                        Some(run) => {
+                            e.event.kind().is_terminal() && e.event.str_field("runId") == Some(run)
+                        }
+                        None => e.seq == last,
+                    };
+                    got.push(v);
+                    if done {
+                        return got;
+                    }
+                }
+                Outgoing::Message(m) => {
+                    let v: Value = serde_json::from_slice(&m).unwrap();
+                    let at = v["seq"].as_u64();
+                    got.push(v);
+                    if until_run.is_none() && at == Some(last) {
+                        return got;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Asserts nothing `rules` hide is in `received`: the ids of the hidden
+    /// messages of each run of `agents`, and any state only hidden writers
+    /// wrote (a state's `topic` is the question its run was `asked`).
+    fn assert_clean(
+        face: &str,
+        rules: &Rules,
+        agents: &HashMap<String, usize>,
+        asked: &HashMap<String, String>,
+        received: &[Value],
+    ) {
+        let bytes = serde_json::to_string(received).unwrap();
+        for (run, agent) in agents {
+            let hidden = &rules[*agent];
+            for (part, marker) in [
+                (Part::Reasoning, format!("\"{run}-reasoning\"")),
+                (Part::ToolCalls, format!("\"{run}-call\"")),
+            ] {
+                assert!(
+                    !hidden.contains(&part) || !bytes.contains(&marker),
+                    "{face}: {marker} (agent {agent}) reached a viewer hiding {part:?}: {bytes}"
+                );
+            }
+        }
+        let mut states = Vec::new();
+        for v in received {
+            let e = if v["type"] == "event" { &v["event"] } else { v };
+            states.push(&v["state"]);
+            states.push(&e["snapshot"]);
+            states.push(&e["input"]["state"]);
+        }
+        for state in states {
+            // A regenerate asks its run's question again: every run that
+            // may have written this state must be a hidden writer.
+            if let Some(topic) = state["topic"].as_str() {
+                let writers: Vec<usize> = asked
+                    .iter()
+                    .filter(|(_, q)| q.as_str() == topic)
+                    .filter_map(|(run, _)| agents.get(run).copied())
+                    .collect();
+                assert!(
+                    writers.is_empty() || writers.iter().any(|a| !rules[*a].contains(&Part::State)),
+                    "{face}: a state only agents {writers:?} wrote reached a viewer hiding it: {state}"
+                );
+            }
+        }
+    }
+
+    async fn check(ops: Vec<Op>, viewers: Vec<Rules>, replay_from: u64) {
+        let demo = crate::demo::start(&crate::config::DemoConfig {
+            token_delay: std::time::Duration::ZERO,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let agent = |id: &str| {
+            let cfg: crate::config::AgentConfig =
+                toml::from_str(&format!("id = \"{id}\"\nurl = \"demo:\"")).unwrap();
+            Arc::new(crate::upstream::Agent::from_config(&cfg, Some(demo)).unwrap())
+        };
+        let agents = [agent("a"), agent("b")];
+        let (_demo_agent, _threads, t) = crate::thread::demo_thread(100_000).await;
+        let scope = |r: &Rules| -> ViewerVisibility { Some(Arc::new(Scope(r.clone()))) };
+        let mut live = Vec::new();
+        // Every other viewer and requester has a budget it overruns, so it
+        // reads from the journal (a catch-up) what it fell behind on.
+        let budget = |i: usize| if i % 2 == 1 { 4096 } else { 1 << 24 };
+        for (i, r) in viewers.iter().enumerate() {
+            let (ob, rx) = fanout::outbox(budget(i));
+            t.subscribe(i as u64 + 1, ob, Start::Live, scope(r));
+            live.push(Watcher {
+                rules: r.clone(),
+                rx,
+                face: format!("live viewer {i}"),
+            });
+        }
+        let mut run_agent: HashMap<String, usize> = HashMap::new();
+        let mut asked: HashMap<String, String> = HashMap::new();
+        let mut run_ids: Vec<String> = Vec::new();
+        for (n, op) in std::iter::once(Op::Run(0)).chain(ops).enumerate() {
+            let run_id = format!("r{n:02}");
+            let user =
+                |text: &str| json!({"id": format!("u-{run_id}"), "role": "user", "content": text});
+            let question = format!("q-{run_id}");
+            let (who, base, messages) = match op {
+                Op::Run(a) => (a, BaseRequest::Head, vec![user(&question)]),
+                Op::Handoff(a) => (a, BaseRequest::Handoff, vec![user(&question)]),
+                Op::Branch(a, i) if !run_ids.is_empty() => (
+                    a,
+                    BaseRequest::Run(run_ids[i % run_ids.len()].clone()),
+                    vec![user(&question)],
+                ),
+                Op::Branch(..) => continue,
+                Op::Regenerate(a) => (a, BaseRequest::Regenerate(None), vec![]),
+                Op::Edit(a, i) => {
+                    let users: Vec<String> = t
+                        .lock()
+                        .fold
+                        .messages()
+                        .iter()
+                        .filter(|m| m["role"] == "user")
+                        .filter_map(|m| m["id"].as_str().map(str::to_owned))
+                        .collect();
+                    let Some(id) = users.get(i % users.len().max(1)).cloned() else {
+                        continue;
+                    };
+                    let message = json!({"role": "user", "content": question});
+                    (
+                        a,
+                        BaseRequest::Edit {
+                            message_id: id,
+                            message,
+                        },
+                        vec![],
+                    )
+                }
+            };
+            // The requester: one of the viewers' roles.
+            let requester_rules = viewers[n % viewers.len()].clone();
+            let (ob, rx) = fanout::outbox(budget(n));
+            let req = RunRequest {
+                agent: agents[who].clone(),
+                run_id: run_id.clone(),
+                input: RunInput::Incremental {
+                    messages,
+                    tools: vec![],
+                    context: vec![],
+                    state: None,
+                    forwarded_props: None,
+                    resume: None,
+                },
+                starter: Some(ob),
+                requester_connection: None,
+                starter_visibility: scope(&requester_rules),
+                filter: None,
+                upstream_headers: Default::default(),
+                span: tracing::Span::none(),
+                base,
+                started_by: Some("u".into()),
+                handoff: Default::default(),
+                route: None,
+            };
+            if t.start_run(req, crate::config::Strategy::Reject)
+                .await
+                .is_err()
+            {
+                continue; // e.g. a regenerate with nothing to regenerate
+            }
+            run_agent.insert(run_id.clone(), who);
+            let mut requester = Watcher {
+                rules: requester_rules,
+                rx,
+                face: format!("requester of {run_id}"),
+            };
+            let got = drain(&mut requester, 0, Some(&run_id)).await;
+            // The question the run answered (a regenerate's is its run's).
+            let last_question = t
+                .lock()
+                .fold
+                .messages()
+                .iter()
+                .rev()
+                .find(|m| m["role"] == "user")
+                .and_then(|m| m["content"].as_str().map(str::to_owned));
+            asked.insert(run_id.clone(), last_question.unwrap_or(question));
+            assert_clean(&requester.face, &requester.rules, &run_agent, &asked, &got);
+            run_ids.push(run_id);
+        }
+        let last = t.lock().fold.seq;
+        for w in &mut live {
+            let got = drain(w, last, None).await;
+            assert_clean(&w.face, &w.rules, &run_agent, &asked, &got);
+        }
+        // Late joiners: from 0, from some position, from a snapshot.
+        for (i, r) in viewers.iter().enumerate() {
+            for (k, start) in [
+                Start::After(0),
+                Start::After(replay_from % last.max(1)),
+                Start::Snapshot,
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let (ob, rx) = fanout::outbox(1 << 24);
+                let id = 100 + (i * 3 + k) as u64;
+                t.subscribe(id, ob, start, scope(r));
+                let mut w = Watcher {
+                    rules: r.clone(),
+                    rx,
+                    face: format!("joiner {i} start {k}"),
+                };
+                let got = drain(&mut w, last, None).await;
+                assert_clean(&w.face, &w.rules, &run_agent, &asked, &got);
+                t.unsubscribe(id);
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+        #[test]
+        fn no_viewer_receives_what_its_rules_hide_on_any_face(
+            ops in proptest::collection::vec(op(), 1..10),
+            viewers in proptest::collection::vec(rules(), 1..4),
+            replay_from in 0u64..400,
+        ) {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(check(ops, viewers, replay_from));
+        }
     }
 }
