@@ -164,6 +164,15 @@ fn check_journal(journal: &[(u64, Value)]) -> Vec<(String, Value)> {
     ended
 }
 
+/// The run that `run` handed the thread over to, if the journal holds one.
+fn handed_to(journal: &[(u64, Value)], run: &str) -> Option<String> {
+    journal.iter().find_map(|(_, e)| {
+        let stamp = &e["agui-gateway"];
+        (e["type"] == "RUN_STARTED" && stamp["kind"] == "handoff" && stamp["parentRunId"] == run)
+            .then(|| e["runId"].as_str().unwrap_or_default().to_owned())
+    })
+}
+
 /// Waits until the thread is listed as not running on `base` (invariant 3),
 /// at most `within`.
 async fn settled_within(base: &str, t: &str, thread: &str, within: Duration) {
@@ -643,7 +652,15 @@ async fn a_randomized_kill_drill_keeps_every_invariant() {
                     .rev()
                     .find(|e| e["type"] == "RUN_FINISHED" || e["type"] == "RUN_ERROR")
                 {
-                    let ended = end["runId"].as_str().unwrap_or(&run).to_owned();
+                    // A RUN_ERROR names no run: it ends the stream's last
+                    // run (a handoff's response goes on with the target's).
+                    let last_run = events
+                        .iter()
+                        .rev()
+                        .find(|e| e["type"] == "RUN_STARTED")
+                        .and_then(|e| e["runId"].as_str())
+                        .unwrap_or(&run);
+                    let ended = end["runId"].as_str().unwrap_or(last_run).to_owned();
                     told.lock()
                         .unwrap()
                         .push((thread.clone(), ended, end.clone()));
@@ -689,6 +706,13 @@ async fn a_randomized_kill_drill_keeps_every_invariant() {
         let journal = journal_at(&base, &t, thread).await;
         let ended = check_journal(&journal);
         for (th, run, end) in told.iter().filter(|(th, _, _)| th == thread) {
+            // A run that handed over ends, for its requester, with the
+            // last leg of its chain (the response goes on with each).
+            let mut run = run.clone();
+            while let Some(next) = handed_to(&journal, &run) {
+                run = next;
+            }
+            let run = &run;
             let Some(journaled) = ended.iter().find(|(r, _)| r == run) else {
                 // Stopped before anything of it was journaled (its node
                 // froze past its lease, or its store failed): the requester
