@@ -474,10 +474,8 @@ mod tests {
     //! any run's path gives that run's checkpoint — so the restated
     //! snapshots say exactly what each branch holds.
     use super::*;
-    use crate::protocol::hooks::RunInput;
     use crate::thread::Start;
     use crate::thread::fanout::{self, Outgoing};
-    use crate::thread::run::RunRequest;
     use proptest::prelude::*;
     use serde_json::json;
 
@@ -536,28 +534,7 @@ mod tests {
                     }
                 }
             };
-            let req = RunRequest {
-                agent: agent.clone(),
-                run_id: run_id.clone(),
-                input: RunInput::Incremental {
-                    messages,
-                    tools: vec![],
-                    context: vec![],
-                    state: None,
-                    forwarded_props: None,
-                    resume: None,
-                },
-                starter: None,
-                requester_connection: None,
-                starter_visibility: None,
-                filter: None,
-                upstream_headers: Default::default(),
-                span: tracing::Span::none(),
-                base,
-                started_by: Some("u".into()),
-                handoff: Default::default(),
-                route: None,
-            };
+            let req = crate::thread::request::test_request(agent.clone(), &run_id, messages, base);
             if t.start_run(req, crate::config::Strategy::Reject)
                 .await
                 .is_err()
@@ -622,30 +599,12 @@ mod tests {
         let runs = crate::protocol::lineage::CHECKPOINTS_KEPT + 3;
         for n in 0..runs {
             let run_id = format!("r{n}");
-            let req = RunRequest {
-                agent: agent.clone(),
-                run_id: run_id.clone(),
-                input: RunInput::Incremental {
-                    messages: vec![
-                        json!({"id": format!("u-{run_id}"), "role": "user", "content": "hi"}),
-                    ],
-                    tools: vec![],
-                    context: vec![],
-                    state: None,
-                    forwarded_props: None,
-                    resume: None,
-                },
-                starter: None,
-                requester_connection: None,
-                starter_visibility: None,
-                filter: None,
-                upstream_headers: Default::default(),
-                span: tracing::Span::none(),
-                base: BaseRequest::Head,
-                started_by: Some("u".into()),
-                handoff: Default::default(),
-                route: None,
-            };
+            let req = crate::thread::request::test_request(
+                agent.clone(),
+                &run_id,
+                vec![json!({"id": format!("u-{run_id}"), "role": "user", "content": "hi"})],
+                BaseRequest::Head,
+            );
             let (ob, mut rx) = fanout::outbox(1 << 24);
             t.subscribe(1, ob, Start::Live, None);
             t.start_run(req, crate::config::Strategy::Reject)

@@ -177,3 +177,36 @@ pub enum BaseRequest {
     /// else the head.
     Detect,
 }
+
+/// A plain run request for the unit tests: `messages` as new input, at
+/// `base`, by user `u`; its fields are public for whatever a test changes.
+#[cfg(test)]
+pub(crate) fn test_request(
+    agent: Arc<Agent>,
+    run_id: &str,
+    messages: Vec<Value>,
+    base: super::branch::BaseRequest,
+) -> RunRequest {
+    RunRequest {
+        agent,
+        run_id: run_id.into(),
+        input: RunInput::Incremental {
+            messages,
+            tools: vec![],
+            context: vec![],
+            state: None,
+            forwarded_props: None,
+            resume: None,
+        },
+        starter: None,
+        requester_connection: None,
+        starter_visibility: None,
+        filter: None,
+        upstream_headers: Default::default(),
+        span: tracing::Span::none(),
+        base,
+        started_by: Some("u".into()),
+        handoff: Default::default(),
+        route: None,
+    }
+}

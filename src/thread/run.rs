@@ -958,26 +958,14 @@ mod tests {
         let (ob, mut rx) = fanout::outbox(1 << 20);
         t.subscribe(1, ob, Start::Live, None);
         let req = |run: &str, filter: Option<Box<dyn EventFilter>>| RunRequest {
-            agent: agent.clone(),
-            run_id: run.into(),
-            input: RunInput::Incremental {
-                messages: vec![json!({"id": format!("u-{run}"), "role": "user", "content": "hi"})],
-                tools: vec![],
-                context: vec![],
-                state: None,
-                forwarded_props: None,
-                resume: None,
-            },
-            starter: None,
-            requester_connection: None,
-            starter_visibility: None,
             filter,
-            upstream_headers: Default::default(),
-            base: Default::default(),
             started_by: None,
-            span: tracing::Span::none(),
-            handoff: Default::default(),
-            route: None,
+            ..crate::thread::request::test_request(
+                agent.clone(),
+                run,
+                vec![json!({"id": format!("u-{run}"), "role": "user", "content": "hi"})],
+                Default::default(),
+            )
         };
         t.start_run(req("r1", Some(Box::new(Explodes))), Strategy::Reject)
             .await

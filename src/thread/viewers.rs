@@ -394,7 +394,6 @@ mod tests {
     //! question `q-<run>`), so each hidden thing is recognized wherever it
     //! is restated.
     use super::*;
-    use crate::protocol::hooks::RunInput;
     use crate::protocol::hooks::{ViewerScope, Visibility};
     use crate::thread::branch::BaseRequest;
     use crate::thread::fanout::{self, OutboxReceiver};
@@ -657,26 +656,9 @@ mod tests {
             let requester_rules = viewers[n % viewers.len()].clone();
             let (ob, rx) = fanout::outbox(budget(n));
             let req = RunRequest {
-                agent: agents[who].clone(),
-                run_id: run_id.clone(),
-                input: RunInput::Incremental {
-                    messages,
-                    tools: vec![],
-                    context: vec![],
-                    state: None,
-                    forwarded_props: None,
-                    resume: None,
-                },
                 starter: Some(ob),
-                requester_connection: None,
                 starter_visibility: scope(&requester_rules),
-                filter: None,
-                upstream_headers: Default::default(),
-                span: tracing::Span::none(),
-                base,
-                started_by: Some("u".into()),
-                handoff: Default::default(),
-                route: None,
+                ..crate::thread::request::test_request(agents[who].clone(), &run_id, messages, base)
             };
             if t.start_run(req, crate::config::Strategy::Reject)
                 .await
