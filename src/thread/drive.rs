@@ -440,7 +440,8 @@ impl<'a> Leg<'a> {
     /// acknowledgement and its delivery leaves viewers (who have it) ahead
     /// of the requester (who reconnects from the journal).
     async fn delivered(&mut self, stored: StoredBatch) -> bool {
-        crate::fault::point(if self.ending {
+        let ends = matches!(&stored.0, Ok(entries) if entries.iter().any(|e| e.event.kind().is_terminal()));
+        crate::fault::point(if ends {
             "run.end_stored"
         } else {
             "run.batch_stored"
