@@ -84,9 +84,7 @@ fn fired(name: &str) -> Option<String> {
             }
             None
         }
-        _ => action
-            .strip_prefix("stall:")
-            .map(|ms| ms.trim().to_owned()),
+        _ => action.strip_prefix("stall:").map(|ms| ms.trim().to_owned()),
     }
 }
 

@@ -176,7 +176,9 @@ pub async fn join(
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
-    let after = q.after.or(last_event_id).unwrap_or(0);
+    // An `EventSource` reconnects to the URL it was opened with: its
+    // `Last-Event-ID` is where it stands, whatever `after` the URL says.
+    let after = last_event_id.or(q.after).unwrap_or(0);
     // With a ticket, the stream's claim on it: what it sent bounds where a
     // reconnect may resume, and a reconnect ends it (`auth::ticket`).
     let (who, claim) = match &q.ticket {
@@ -210,6 +212,16 @@ pub async fn join(
     let viewer = state.next_connection_id();
     let visibility = visibility_on(&state, &who, &thread);
     let mut framer = JoinFramer::new(&thread_id, &thread.snapshot(&visibility));
+    let prelude = join_prelude(
+        &thread,
+        &mut framer,
+        after,
+        last_event_id.is_some(),
+        &visibility,
+    );
+    // Wakes the stream so the prelude goes out before any event comes.
+    ob.push(Outgoing::Continues);
+    let seen_as = visibility.clone();
     thread.subscribe(viewer, ob.clone(), Start::After(after), visibility);
     tracing::debug!(thread = %thread_id, viewer, after, "viewer joined the SSE stream");
     let keepalive = state.config.server.keepalive;
@@ -237,9 +249,13 @@ pub async fn join(
             claim.sent(seq);
         }
     };
+    let mut prelude = Some(prelude);
     let stream = pump(rx, enc, keepalive, move |item, chunk| {
         // Dropped with the stream, however it ends: the guard unsubscribes.
         let (_guard, _counted, _ob) = (&guard, &counted, &ob);
+        if let Some(prelude) = prelude.take() {
+            write_snapshot(enc, &thread_id, prelude, None, chunk);
+        }
         {
             match item {
                 Some(Outgoing::Event(e)) => {
@@ -253,7 +269,15 @@ pub async fn join(
                         if let Some(seq) = seq {
                             sent(seq);
                         }
-                        write_snapshot(enc, &thread_id, framer.snapshot(&snap), seq, chunk);
+                        let point = guard.thread.join_point(seq.unwrap_or(0), &seen_as, false);
+                        let prefix: Vec<_> = point
+                            .prefix
+                            .iter()
+                            .flatten()
+                            .map(|e| (e.seq, &e.event))
+                            .collect();
+                        let framed = framer.snapshot(&snap, &prefix);
+                        write_snapshot(enc, &thread_id, framed, seq, chunk);
                     }
                 }
                 Some(Outgoing::Close(..)) => return Next::End,
@@ -263,6 +287,32 @@ pub async fn join(
         }
     });
     stream_response(enc, stream)
+}
+
+/// Brings `framer` to where a viewer starting after `after` stands (see
+/// [`crate::protocol::join`], "Cursors"): a reconnect (`Last-Event-ID`)
+/// holds open what the journal up to `after` opened, and gets nothing more;
+/// a fresh start inside a run gets the run re-opened (the prelude returned).
+/// A fresh start whose conversation cannot be rebuilt (compacted) is framed
+/// as before cursors existed: what it never saw open is opened when used.
+fn join_prelude(
+    thread: &crate::thread::Thread,
+    framer: &mut JoinFramer,
+    after: u64,
+    reconnect: bool,
+    visibility: &crate::protocol::hooks::ViewerVisibility,
+) -> Vec<Framed> {
+    if after == 0 {
+        return Vec::new();
+    }
+    let point = thread.join_point(after, visibility, !reconnect);
+    let (Some(prefix), true) = (point.prefix, reconnect || point.at.is_some()) else {
+        return Vec::new();
+    };
+    for e in &prefix {
+        framer.follow(e.seq, &e.event);
+    }
+    point.at.map(|at| framer.reopen(&at)).unwrap_or_default()
 }
 
 /// Frames, in `enc`'s format, for what the framer made of journal entry
@@ -277,7 +327,7 @@ fn write_framed(
     for f in framed {
         match f {
             Framed::Journal => enc.write_entry(e, out),
-            Framed::Converted(v) => {
+            Framed::Converted(v) | Framed::Marked(v) => {
                 enc.event(&e.thread_id, v.to_string().as_bytes(), Some(e.seq), out)
             }
             Framed::Synthetic(v) => enc.event(&e.thread_id, v.to_string().as_bytes(), None, out),
@@ -296,7 +346,9 @@ fn write_snapshot(
 ) {
     for f in framed {
         match f {
-            Framed::Converted(v) => enc.event(thread_id, v.to_string().as_bytes(), seq, out),
+            Framed::Converted(v) | Framed::Marked(v) => {
+                enc.event(thread_id, v.to_string().as_bytes(), seq, out)
+            }
             Framed::Synthetic(v) => enc.event(thread_id, v.to_string().as_bytes(), None, out),
             Framed::Journal => {}
         }

@@ -10,8 +10,8 @@
 //! lease or a failed write ends the run with the right terminal event.
 
 use super::fanout::Outgoing;
-use super::requester_feed::RequesterFeed;
 use super::request::{Ended, Incoming, RunRequest, Then};
+use super::requester_feed::RequesterFeed;
 use super::run_input::{PreparedInput, restore_thread_id};
 use super::{Entry, Thread};
 use crate::protocol::event::run_error;
@@ -656,4 +656,3 @@ fn apply_filter(filter: &mut Option<Box<dyn EventFilter>>, staged: Staged) -> (S
     }
     (out, false)
 }
-

@@ -31,6 +31,7 @@
 
 pub mod branch;
 mod compaction;
+pub mod cursor;
 mod drive;
 pub mod entry;
 pub mod fanout;

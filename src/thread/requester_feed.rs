@@ -9,10 +9,10 @@
 use super::drive::ForRequester;
 use super::fanout::{Live, Outbox, Outgoing};
 use super::{Entry, Thread};
+use crate::protocol::Event;
 use crate::protocol::event::run_error;
 use crate::protocol::hooks::SeenBy;
 use crate::store::StoreError;
-use crate::protocol::Event;
 use std::sync::Arc;
 
 /// The HTTP requester's stream while the run's task feeds it: the journal
@@ -106,7 +106,12 @@ impl RequesterFeed {
     /// requester that falls behind its budget is handed to the journal (it
     /// reads the rest of the run from there, losing nothing) and is fed no
     /// more from here.
-    pub(super) fn forward(&mut self, thread: &Thread, entries: &[Arc<Entry>], originals: Vec<ForRequester>) {
+    pub(super) fn forward(
+        &mut self,
+        thread: &Thread,
+        entries: &[Arc<Entry>],
+        originals: Vec<ForRequester>,
+    ) {
         let Some(outbox) = &self.outbox else { return };
         let mut originals = originals.into_iter();
         for e in entries {
