@@ -136,6 +136,33 @@ impl Journals {
     }
 }
 
+/// The `maxmemory-policy` the journal needs: `noeviction`. Any other policy
+/// lets Redis delete keys under memory pressure — a thread's event stream
+/// while its meta hash survives, or the other way round — which is history
+/// lost without a flush, so an operator must hear of it at start. Redis
+/// with `CONFIG` renamed away (managed services do) cannot be asked; that
+/// is said too, once, and tolerated.
+pub(super) async fn check_eviction_policy(conn: &mut ConnectionManager) {
+    let reply: Result<Vec<String>, _> = ::redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .query_async(conn)
+        .await;
+    match reply.as_deref() {
+        Ok([_, policy]) if policy == "noeviction" => {}
+        Ok([_, policy]) => tracing::warn!(
+            policy = %policy,
+            "Redis maxmemory-policy is '{policy}': Redis may evict journal keys under memory \
+             pressure and lose acknowledged events; set `maxmemory-policy noeviction` \
+             (docs/operations.md, Redis)"
+        ),
+        Ok(_) | Err(_) => tracing::info!(
+            "could not read Redis's maxmemory-policy (CONFIG disabled?); it must be \
+             noeviction (docs/operations.md, Redis)"
+        ),
+    }
+}
+
 /// The store's identity. KEYS: the identity key; ARGV: a new identity, used
 /// when the key is missing (a fresh, flushed, or emptied store). Returns it.
 pub(super) const IDENTITY: &str = r#"

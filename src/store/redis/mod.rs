@@ -174,6 +174,7 @@ impl RedisStore {
         let conn = ConnectionManager::new_with_config(client.clone(), config)
             .await
             .map_err(StoreError::failed)?;
+        epochs::check_eviction_policy(&mut conn.clone()).await;
         let (tx, rx) = mpsc::unbounded_channel();
         let (pub_tx, pub_rx) = mpsc::unbounded_channel();
         let (control_tx, control_rx) = mpsc::unbounded_channel();
