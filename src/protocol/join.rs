@@ -44,6 +44,52 @@ use super::open::{Entity, OpenEntities, Role};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 
+/// A client's position in a thread's journal (docs/protocol.md, "Cursors"):
+/// the seq of the last event it holds and, when the journal's store can
+/// lose history and start anew (Redis), the epoch of the history that seq
+/// belongs to: `<seq>` or `<seq>.<epoch>`. A plain seq (clients from before
+/// epochs, or a local store) is taken as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    pub seq: u64,
+    pub epoch: Option<String>,
+}
+
+impl Cursor {
+    /// Reads `<seq>` or `<seq>.<epoch>` (`None` when it is neither).
+    pub fn parse(s: &str) -> Option<Cursor> {
+        let s = s.trim();
+        let (seq, epoch) = match s.split_once('.') {
+            Some((seq, epoch)) => (seq, Some(epoch)),
+            None => (s, None),
+        };
+        let epoch = match epoch {
+            Some(e) if e.is_empty() || !e.chars().all(|c| c.is_ascii_alphanumeric()) => {
+                return None;
+            }
+            e => e.map(str::to_owned),
+        };
+        Some(Cursor {
+            seq: seq.parse().ok()?,
+            epoch,
+        })
+    }
+
+    /// The cursor text for `seq` of a journal of `epoch`.
+    pub fn text(seq: u64, epoch: Option<&str>) -> String {
+        match epoch {
+            Some(e) => format!("{seq}.{e}"),
+            None => seq.to_string(),
+        }
+    }
+
+    /// True when this cursor was read from another history than the one
+    /// the journal holds now (`current`): its seqs mean other events.
+    pub fn from_other_history(&self, current: Option<&str>) -> bool {
+        matches!((self.epoch.as_deref(), current), (Some(mine), Some(now)) if mine != now)
+    }
+}
+
 /// One item of the join stream.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Framed {
@@ -686,5 +732,31 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn cursors_read_plain_seqs_and_seqs_with_an_epoch() {
+        assert_eq!(
+            Cursor::parse("12"),
+            Some(Cursor {
+                seq: 12,
+                epoch: None
+            })
+        );
+        let c = Cursor::parse("12.ab12cd34").unwrap();
+        assert_eq!((c.seq, c.epoch.as_deref()), (12, Some("ab12cd34")));
+        assert_eq!(Cursor::text(12, Some("ab12cd34")), "12.ab12cd34");
+        assert_eq!(Cursor::text(12, None), "12");
+        for bad in ["", "x", "12.", "12.a-b", "-1", "12.ab.cd"] {
+            assert_eq!(Cursor::parse(bad), None, "{bad}");
+        }
+        assert!(c.from_other_history(Some("ffffffff")));
+        assert!(!c.from_other_history(Some("ab12cd34")));
+        assert!(!c.from_other_history(None), "a store without epochs");
+        assert!(
+            !Cursor::parse("12")
+                .unwrap()
+                .from_other_history(Some("ab12cd34"))
+        );
     }
 }

@@ -167,6 +167,14 @@ pub trait JournalStore: Send + Sync + 'static {
     fn running(&self) -> Result<Vec<ThreadKey>, StoreError>;
     /// Cheap reachability check for `/readyz`.
     fn ping(&self) -> Result<(), StoreError>;
+    /// A short name of the history `key`'s journal holds, as this node
+    /// knows it, when the store can lose history and start a journal anew
+    /// (Redis: its epoch); part of the cursors clients hold, so a cursor
+    /// into a lost history is told apart from the same seq of the new one.
+    /// `None`: nothing to tell apart (a local store).
+    fn epoch(&self, _key: &ThreadKey) -> Option<String> {
+        None
+    }
     /// False once a write has failed: readiness turns false, because runs
     /// can no longer be journaled (and nothing unjournaled is published).
     fn healthy(&self) -> bool {

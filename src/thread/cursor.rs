@@ -87,3 +87,12 @@ fn fold_at(inner: &Inner, n: u64) -> Option<Fold> {
     }
     Some(fold)
 }
+
+impl Thread {
+    /// The short name of the history this thread's journal holds, when the
+    /// store can lose history ([`crate::store::JournalStore::epoch`]): what
+    /// a client's cursor carries beside its seq.
+    pub fn epoch(&self) -> Option<String> {
+        self.store.epoch(&self.key)
+    }
+}

@@ -19,6 +19,9 @@
 
 use super::*;
 
+/// Characters of a journal's epoch in a client's cursor.
+const CURSOR_EPOCH_LEN: usize = 8;
+
 /// What this node knows of one thread's journal.
 #[derive(Debug, Default)]
 struct Known {
@@ -63,6 +66,21 @@ impl Journals {
         if let Some(mut k) = self.known.get_mut(member) {
             *k = Known { epoch, last };
         }
+    }
+
+    /// `member`'s epoch as clients see it in their cursors: its first
+    /// [`CURSOR_EPOCH_LEN`] characters (a random id's; two journals of one
+    /// thread share them about once in 4 billion), `None` while unknown.
+    pub(super) fn cursor_epoch(&self, member: &str) -> Option<String> {
+        let known = self.known.get(member)?;
+        let epoch = known.epoch.as_deref()?;
+        Some(
+            epoch
+                .chars()
+                .filter(char::is_ascii_alphanumeric)
+                .take(CURSOR_EPOCH_LEN)
+                .collect(),
+        )
     }
 
     /// The highest seq this node knows durable of `member` (0: none known).

@@ -394,6 +394,11 @@ fn meta_from_hash(h: &HashMap<String, Vec<u8>>) -> Option<ThreadMeta> {
 }
 
 impl JournalStore for RedisStore {
+    fn epoch(&self, key: &ThreadKey) -> Option<String> {
+        self.journals
+            .cursor_epoch(&Keys::of(&self.prefix, key).member)
+    }
+
     fn append(&self, batch: AppendBatch) -> AppendAck {
         let (tx, rx) = oneshot::channel();
         let writer = self
