@@ -107,10 +107,14 @@ export interface EventFrame { type: 'event'; threadId: string; seq: number; even
 export interface SnapshotFrame {
   type: 'snapshot'; threadId: string; seq: number; messages: AgUiMessage[]; state: unknown;
   run: RunInfo | null; headRunId: string | null; activeAgent: string | null; interrupts: Interrupt[]; reset?: boolean;
+  /** The epoch of the history `seq` belongs to, when the gateway names it. */
+  epoch?: string;
 }
 export interface AckFrame {
   type: 'ack'; id: string | number | null; threadId?: string; runId?: string | null;
   queued?: number; eventId?: string; duplicate?: boolean;
+  /** `subscribe` and `run`: the epoch of the seqs that follow (docs/protocol.md, "Cursors"). */
+  epoch?: string;
 }
 export interface ErrorFrame {
   type: 'error'; id?: string | number; code: ErrorCode; message: string; retryAfter?: number | null; threadId?: string; runId?: string;
@@ -266,6 +270,10 @@ export declare class ThreadSession extends Emitter<SessionEvents> {
   readonly threadId: string;
   /** The last seq applied (null before the first snapshot or event). */
   readonly seq: number | null;
+  /** The epoch of the history `seq` belongs to, as the gateway's acks name
+   *  it (null: none named). Sent back with `seq` when resubscribing: a seq
+   *  of a history the gateway's store lost gets a reset snapshot. */
+  readonly epoch: string | null;
   /** The messages and state of the latest snapshot (the folded view after every event is GatewayAgent's). */
   readonly messages: AgUiMessage[];
   readonly state: unknown;

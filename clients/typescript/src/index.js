@@ -383,10 +383,9 @@ export class GatewayConnection extends Emitter {
     const frame = { ...command, id };
     // A run or resume subscribes the connection to its thread: its session
     // (if any) is resubscribed after a reconnect from then on.
-    if (STARTS_RUN.has(command.type) && this.sessions.has(command.threadId)) {
-      this.sessions.get(command.threadId)._joinedByRun();
-    }
-    return new Promise((resolve, reject) => {
+    const session = STARTS_RUN.has(command.type) ? this.sessions.get(command.threadId) : undefined;
+    session?._joinedByRun();
+    const acked = new Promise((resolve, reject) => {
       const ws = this.ws;
       if (this.state !== 'open' || !ws || ws.readyState !== OPEN) {
         reject(new GatewayError(this.state === 'closed' ? 'closed' : 'disconnected', 'not connected; the connection reconnects by itself'));
@@ -401,6 +400,8 @@ export class GatewayConnection extends Emitter {
       this.pending.set(id, { resolve, reject, timer });
       ws.send(JSON.stringify(frame));
     });
+    // A run's ack names the epoch of the seqs its events carry.
+    return session ? acked.then((ack) => { session._learnEpoch(ack); return ack; }) : acked;
   }
 
   #frame(frame) {
@@ -484,6 +485,12 @@ export class ThreadSession extends Emitter {
     this.threadId = threadId;
     /** The last seq applied (null before the first snapshot). */
     this.seq = null;
+    /** The epoch of the history `seq` belongs to (docs/protocol.md,
+     *  "Cursors"), as the gateway's acks name it; null when it names none
+     *  (a local store, or a thread not written yet). Sent back with `seq`
+     *  on every resubscribe, so a cursor into a history the store lost is
+     *  answered with a reset snapshot, never the new history spliced on. */
+    this.epoch = null;
     this.messages = [];
     this.state = {};
     /** `{runId, agent, status, parentRunId, kind}` of the thread's latest
@@ -518,8 +525,12 @@ export class ThreadSession extends Emitter {
   #send() {
     const frame = { type: 'subscribe', threadId: this.threadId };
     // After a reconnect: every event after the last one seen, nothing twice.
-    if (this.seq !== null) frame.after = this.seq;
-    this.connection.send(frame).then(() => {
+    if (this.seq !== null) {
+      frame.after = this.seq;
+      if (this.epoch !== null) frame.epoch = this.epoch;
+    }
+    this.connection.send(frame).then((ack) => {
+      this._learnEpoch(ack);
       if (this.seq !== null) this.#markReady();
     }, (e) => {
       if (e.code === 'disconnected' || e.code === 'closed') return;
@@ -535,6 +546,11 @@ export class ThreadSession extends Emitter {
   #markReady() {
     this.ready = true;
     for (const w of this.readyWaiters.splice(0)) w.resolve();
+  }
+
+  /** Keeps the epoch an ack names (the seqs that follow it are of it). */
+  _learnEpoch(ack) {
+    if (ack && typeof ack.epoch === 'string') this.epoch = ack.epoch;
   }
 
   _joinedByRun() {
@@ -553,6 +569,7 @@ export class ThreadSession extends Emitter {
   /** Drops what it has and subscribes again from a fresh snapshot. */
   resync() {
     this.seq = null;
+    this.epoch = null;
     this.ready = false;
     if (this.wanted && this.connection.isOpen) this.#send();
   }
@@ -576,6 +593,10 @@ export class ThreadSession extends Emitter {
     if (frame.type === 'snapshot') {
       const previous = this.seq;
       this.seq = frame.seq;
+      // A reset after the store lost history: the acks so far named the
+      // lost one (a snapshot that names its epoch says which it is).
+      if (typeof frame.epoch === 'string') this.epoch = frame.epoch;
+      else if (frame.reset) this.epoch = null;
       this.messages = frame.messages || [];
       this.state = frame.state ?? {};
       this.latestRun = frame.run ?? null;
