@@ -224,3 +224,62 @@ async fn a_cursor_of_the_history_held_resumes_and_a_plain_seq_still_works() {
     let e: Value = bad.json().await.unwrap();
     assert_eq!(e["error"]["code"], "invalid");
 }
+
+/// A thread's event stream deleted while its meta hash survives (what
+/// eviction or a careless `DEL` does): appends go on at the hash's last seq,
+/// and a node loading the thread would show what came after as the whole
+/// conversation, at seqs clients hold of the old one. The gap is found, the
+/// history restarted under a new epoch, and a cursor into the old one gets a
+/// reset snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_event_stream_is_found_and_cursors_into_it_are_reset() {
+    let redis = RedisServer::start().await;
+    let py = PyAgent::start("scripted_agent.py").await;
+    let a = node(&redis, "a", &py).await;
+    let t = token(json!({"sub": "alice"}));
+    let (status, body) = post_run(&a.run_url("ok"), &t, &run_input("r1")).await;
+    assert_eq!(status, 200, "{body}");
+    let held = sse_events(&body).len() as u64;
+    let mut ws = Ws::connect(&a, WsAuth::Header(&t)).await.unwrap();
+    ws.send(json!({"type": "subscribe", "id": "s", "threadId": "away", "after": 0}))
+        .await;
+    let ack = ws.recv().await;
+    let epoch = ack["epoch"].as_str().expect("an epoch on Redis").to_owned();
+    ws.recv_until(|f| f["seq"] == held).await;
+    drop(ws);
+
+    let stream = redis.cli(&["--scan", "--pattern", "*away*:ev"]);
+    let stream = stream.trim();
+    assert!(!stream.is_empty(), "the thread's stream key");
+    assert_eq!(redis.cli(&["DEL", stream]).trim(), "1");
+    let (status, body) = post_run(&a.run_url("ok"), &t, &run_input("r2")).await;
+    assert_eq!(status, 200, "{body}");
+
+    // A node that never held the thread.
+    let c = node(&redis, "c", &py).await;
+    let mut ws = Ws::connect(&c, WsAuth::Header(&t)).await.unwrap();
+    ws.send(
+        json!({"type": "subscribe", "id": "s", "threadId": "away", "after": held, "epoch": epoch}),
+    )
+    .await;
+    let ack = ws.recv().await;
+    assert_eq!(ack["type"], "ack", "{ack}");
+    assert_ne!(ack["epoch"], epoch, "a new history: {ack}");
+    let first = ws.recv().await;
+    assert_eq!(
+        first["type"], "snapshot",
+        "a reset, not r2 spliced onto r1: {first}"
+    );
+    assert_eq!(first["reset"], true, "{first}");
+    c.proc.expect_stderr("JOURNAL LOST HISTORY").await;
+    assert!(
+        c.proc.stderr().contains("event stream starts after seq"),
+        "{}",
+        c.proc.stderr()
+    );
+    // The thread goes on, on both nodes.
+    let (status, body) = post_run(&c.run_url("ok"), &t, &run_input("r3")).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = post_run(&a.run_url("ok"), &t, &run_input("r4")).await;
+    assert_eq!(status, 200, "{body}");
+}

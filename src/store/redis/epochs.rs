@@ -181,6 +181,67 @@ pub(super) async fn check_eviction_policy(conn: &mut ConnectionManager) {
     }
 }
 
+/// Where a thread's event stream no longer holds what its meta hash says
+/// it does: the events after `after` up to `last` must all be there, from
+/// `after + 1`. Eviction (any `maxmemory-policy` but `noeviction`) or a
+/// careless `DEL`/`XTRIM` deletes the stream and leaves the hash: appends go
+/// on at the hash's last seq under the same epoch, and a node loading the
+/// thread would show the events after the gap as the whole conversation,
+/// at the seqs clients hold of the old one. `Some(seq)`: the stream starts
+/// after `seq` instead (nothing of it before is left).
+pub(super) fn stream_gap(after: u64, last: u64, events: &[(u64, Bytes)]) -> Option<u64> {
+    let first = events.first().map_or(last + 1, |(seq, _)| *seq);
+    (last > after && first > after + 1).then_some(first - 1)
+}
+
+/// Makes a stream's gap the start of a new history: a new epoch (every
+/// cursor into the old one gets a reset), and the base moved to just before
+/// the first event the stream still holds (or to the last seq, if it holds
+/// none) with an empty conversation: what was before the gap is gone. The
+/// gap is checked again here, atomically: a read sees the hash and then the
+/// stream, and a compaction in between trims the stream to a base the read
+/// did not see (no gap), and another node may have restarted the history
+/// already (another epoch). KEYS: meta hash, event stream; ARGV: epoch seen
+/// ('' = none), new epoch. Returns 1 when it restarted the history.
+const RESTART_HISTORY: &str = r#"
+local epoch = redis.call('HGET', KEYS[1], 'epoch') or ''
+if epoch ~= ARGV[1] then
+  return 0
+end
+local base = tonumber(redis.call('HGET', KEYS[1], 'base_seq') or '0')
+local last = tonumber(redis.call('HGET', KEYS[1], 'last_seq') or '0')
+if last <= base then
+  return 0
+end
+local first = redis.call('XRANGE', KEYS[2], (base + 1) .. '-0', '+', 'COUNT', 1)[1]
+local start = last + 1
+if first then
+  start = tonumber(string.match(first[1], '^(%d+)'))
+end
+if start <= base + 1 then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'epoch', ARGV[2], 'base_seq', start - 1, 'base', '{}')
+return 1
+"#;
+
+/// Runs [`RESTART_HISTORY`] on a thread whose read found a gap; true when
+/// the history was restarted (false: no gap after all, or done already).
+pub(super) async fn restart_history(
+    conn: &mut ConnectionManager,
+    (meta, events): (&str, &str),
+    seen: Option<&str>,
+) -> ::redis::RedisResult<bool> {
+    ::redis::Script::new(RESTART_HISTORY)
+        .key(meta)
+        .key(events)
+        .arg(seen.unwrap_or(""))
+        .arg(uuid::Uuid::new_v4().to_string())
+        .invoke_async::<i64>(conn)
+        .await
+        .map(|restarted| restarted == 1)
+}
+
 /// The store's identity. KEYS: the identity key; ARGV: a new identity, used
 /// when the key is missing (a fresh, flushed, or emptied store). Returns it.
 pub(super) const IDENTITY: &str = r#"
@@ -195,6 +256,24 @@ return ARGV[1]
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stream_that_no_longer_reaches_back_to_its_base_has_a_gap() {
+        let ev = |seqs: &[u64]| -> Vec<(u64, Bytes)> {
+            seqs.iter().map(|s| (*s, Bytes::new())).collect()
+        };
+        assert_eq!(stream_gap(0, 3, &ev(&[1, 2, 3])), None);
+        assert_eq!(stream_gap(5, 7, &ev(&[6, 7])), None, "after a base");
+        assert_eq!(stream_gap(0, 0, &ev(&[])), None, "nothing written");
+        assert_eq!(stream_gap(7, 7, &ev(&[])), None, "nothing after");
+        assert_eq!(stream_gap(0, 7, &ev(&[])), Some(7), "deleted");
+        assert_eq!(
+            stream_gap(0, 9, &ev(&[8, 9])),
+            Some(7),
+            "deleted, then written"
+        );
+        assert_eq!(stream_gap(2, 9, &ev(&[5, 9])), Some(4));
+    }
 
     #[test]
     fn a_journal_under_another_epoch_or_behind_what_was_seen_is_lost() {

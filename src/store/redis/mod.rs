@@ -268,7 +268,7 @@ impl RedisStore {
                 return Err(StoreError::JournalLost);
             }
         } else {
-            self.journals.loaded(&keys.member, epoch, last);
+            self.journals.loaded(&keys.member, epoch.clone(), last);
         }
         let Some(meta) = meta else {
             return Ok(None);
@@ -299,6 +299,28 @@ impl RedisStore {
                 }
             };
             events.push((seq, json));
+        }
+        if let Some(gap) = epochs::stream_gap(after, meta.last_seq, &events) {
+            // The stream lost its start (eviction, a DEL) — or a compaction
+            // came between the two reads: the script tells them apart.
+            let meta_key = (keys.meta.as_str(), keys.events.as_str());
+            if self.block_on(epochs::restart_history(
+                &mut conn,
+                meta_key,
+                epoch.as_deref(),
+            ))? {
+                self.journals.lost(
+                    &format!("thread {:?} of tenant {:?}", key.thread_id, key.tenant),
+                    &format!(
+                        "its event stream starts after seq {gap}, not at seq {}",
+                        after + 1
+                    ),
+                );
+                if check {
+                    return Err(StoreError::JournalLost);
+                }
+            }
+            return self.read(key, after, check);
         }
         Ok(Some(StoredThread { meta, base, events }))
     }
