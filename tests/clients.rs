@@ -264,6 +264,81 @@ async fn a_session_away_while_redis_lost_the_history_is_reset_not_spliced() {
     );
 }
 
+/// `joinStream` (the package's SSE join stream through the platform's own
+/// `EventSource`) survives a gateway restart: the restarted gateway has
+/// forgotten the stream's ticket, the `EventSource` gives up on the 401,
+/// and the package opens it again with a new ticket and `lastEventId=` —
+/// the stream goes on after the last event it got, nothing repeated, no
+/// second `RUN_STARTED` of a run it already had (docs/protocol.md, "Join
+/// cursors").
+#[tokio::test]
+async fn a_join_stream_survives_a_gateway_restart_with_nothing_repeated() {
+    if single_node_only("restarts one process on a fixed port") {
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\nshutdown_grace = \"1s\"\n\
+             [auth]\nalgorithms = [\"HS256\"]\nhs_secret = \"{SECRET}\"\n\
+             [demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
+             [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n"
+        ),
+    )
+    .unwrap();
+    let gw = Gateway::start_file(&path, &[]).await;
+    let t = token(json!({"sub": "ria"}));
+    let (status, _) = post_run(&gw.run_url("demo"), &t, &input("es", "r1", "hello")).await;
+    assert_eq!(status, 200);
+    let mut cmd = tokio::process::Command::new("node");
+    cmd.arg("--experimental-eventsource")
+        .arg(package().join("test/joinstream.mjs"))
+        .args([gw.base.as_str(), t.as_str(), "es"])
+        .env("NODE_NO_WARNINGS", "1")
+        .current_dir(package());
+    let mut client = Proc::spawn(cmd);
+    client.expect_line("watching").await;
+    let gw = gw.restart().await;
+    let mut next = input("es", "r2", "and again");
+    next["messages"][0]["id"] = "m-es-2".into();
+    let (status, _) = post_run(&gw.run_url("demo"), &t, &next).await;
+    assert_eq!(status, 200);
+    let line = client.expect_line("{").await;
+    let seen: Value = serde_json::from_str(&line).unwrap();
+    assert!(seen.get("failure").is_none(), "{seen:#}");
+    assert!(
+        seen["opens"].as_u64().unwrap() >= 2,
+        "it opened again: {seen:#}"
+    );
+    let events = seen["events"].as_array().unwrap();
+    let started: Vec<&Value> = events.iter().filter(|e| e[1] == "RUN_STARTED").collect();
+    assert_eq!(started.len(), 2, "r1 once, r2 once: {seen:#}");
+    assert_eq!(
+        (started[0][2].as_str(), started[1][2].as_str()),
+        (Some("r1"), Some("r2"))
+    );
+    // Every journal event once, in order: the cursors are the seqs 1..=n.
+    let seqs: Vec<u64> = events
+        .iter()
+        .filter_map(|e| e[0].as_str())
+        .map(|c| c.parse().unwrap())
+        .collect();
+    let mut deduped = seqs.clone();
+    deduped.dedup();
+    assert_eq!(
+        seqs, deduped,
+        "an id only once (the gateway adds events without one): {seen:#}"
+    );
+    assert!(gapless_from(&deduped, 1), "{seen:#}");
+}
+
 #[tokio::test]
 async fn a_session_rides_out_a_cut_tcp_connection_mid_run() {
     let py = PyAgent::start("scripted_agent.py").await;

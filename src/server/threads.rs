@@ -130,6 +130,12 @@ pub struct JoinQuery {
     /// A one-use ticket from `POST /v1/threads/{id}/ticket`, for clients
     /// that cannot send headers (`EventSource`).
     ticket: Option<String>,
+    /// `Last-Event-ID` for clients that cannot send the header: a reopened
+    /// `EventSource` (a new one, after the old one gave up — its ticket
+    /// died with a restarted gateway) goes on exactly like a reconnect. The
+    /// name the common `EventSource` polyfills use. The header wins.
+    #[serde(rename = "lastEventId")]
+    last_event_id: Option<String>,
 }
 
 /// `POST /v1/threads/{threadId}/ticket`: a one-use, short-lived ticket that
@@ -176,6 +182,7 @@ pub async fn join(
     let resumed = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
+        .or(q.last_event_id.as_deref())
         .and_then(Cursor::parse);
     let last_event_id = resumed.as_ref().map(|c| c.seq);
     let asked = match q.after.as_deref().map(|a| (a, Cursor::parse(a))) {

@@ -85,7 +85,7 @@ export interface ResumeCommand {
 export interface CancelCommand { type: 'cancel'; id?: string | number; threadId: string; runId?: string }
 /** The thread's next plain run goes to `agent` (docs/protocol.md, "Handoff"). */
 export interface SwitchCommand { type: 'switch'; id?: string | number; threadId: string; agent: string }
-export interface SubscribeCommand { type: 'subscribe'; id?: string | number; threadId: string; after?: number }
+export interface SubscribeCommand { type: 'subscribe'; id?: string | number; threadId: string; after?: number | string; epoch?: string }
 export interface UnsubscribeCommand { type: 'unsubscribe'; id?: string | number; threadId: string }
 export interface MetaCommand {
   type: 'meta'; id?: string | number; threadId: string; metaType: string; payload: Record<string, unknown>; clientEventId?: string;
@@ -304,3 +304,25 @@ export declare class ThreadSession extends Emitter<SessionEvents> {
   /** Every page of the run tree. */
   allRuns(): Promise<RunTree>;
 }
+
+/** Options of {@link joinStream}. */
+export interface JoinStreamOptions {
+  base: string;
+  threadId: string;
+  token: string | (() => string | Promise<string>);
+  onEvent?: (event: AgUiEvent, cursor: string | null) => void;
+  onError?: (error: unknown) => void;
+  after?: string | number;
+  retryMs?: number;
+  EventSource?: unknown;
+  fetch?: typeof fetch;
+}
+
+/** A thread's SSE join stream through the platform's `EventSource`, opened
+ *  again with a new ticket and `lastEventId=` when the platform gives up
+ *  (a restarted gateway forgot the ticket): it continues exactly. */
+export function joinStream(options: JoinStreamOptions): {
+  close(): void;
+  readonly lastEventId: string | null;
+  readonly opens: number;
+};

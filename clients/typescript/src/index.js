@@ -23,7 +23,7 @@ export const PROTOCOL = Object.freeze({
     resume: ['threadId', 'resume', 'agent?', 'runId?', 'messages?', 'tools?', 'context?', 'forwardedProps?'],
     cancel: ['threadId', 'runId?'],
     switch: ['threadId', 'agent'],
-    subscribe: ['threadId', 'after?'],
+    subscribe: ['threadId', 'after?', 'epoch?'],
     unsubscribe: ['threadId'],
     meta: ['threadId', 'metaType', 'payload', 'clientEventId?'],
     ping: [],
@@ -37,7 +37,7 @@ export const PROTOCOL = Object.freeze({
   },
   /** Fields the contract's "Extensions" section adds to replies. */
   replyExtensions: {
-    ack: ['queued?', 'eventId?', 'duplicate?'],
+    ack: ['queued?', 'eventId?', 'duplicate?', 'epoch?'],
     error: ['retryAfter?', 'threadId?', 'runId?'],
   },
   errorCodes: ['unauthenticated', 'forbidden', 'not_found', 'invalid', 'conflict', 'rate_limited', 'too_large', 'unavailable', 'internal'],
@@ -754,4 +754,81 @@ function httpBase(url) {
   const u = new URL(url, globalThis.location?.href);
   u.protocol = u.protocol === 'wss:' || u.protocol === 'https:' ? 'https:' : 'http:';
   return u.origin;
+}
+
+/**
+ * A thread's SSE join stream read with the platform's own `EventSource`
+ * (docs/protocol.md, "Join cursors"), for pages that want the plain AG-UI
+ * stream rather than a WebSocket session. `EventSource` reconnects by itself
+ * after a network drop (same URL and ticket, `Last-Event-ID`), but gives up
+ * for good on any refusal — and a gateway that restarted has forgotten the
+ * ticket (tickets live in one process). Then this trades the token for a new
+ * ticket and opens the stream again with `lastEventId=` the last cursor it
+ * got: the gateway continues exactly as after a reconnect (no second
+ * `RUN_STARTED`, nothing repeated or missed), so a stock `@ag-ui/client`
+ * fed the events never notices.
+ *
+ * @param {object} options `base` (the gateway's URL), `threadId`, `token`
+ *   (a string, or a function returning one or a promise of one), `onEvent`
+ *   (called with each event and its cursor, or null for events the gateway
+ *   adds), `onError` (a failed ticket request; retried), `after` (a cursor
+ *   to start after), `retryMs` (default 1000), `EventSource` and `fetch`
+ *   (default: the platform's).
+ * @returns {{close(): void, readonly lastEventId: string|null, readonly opens: number}}
+ */
+export function joinStream(options) {
+  const ES = options.EventSource ?? globalThis.EventSource;
+  const fetchFn = options.fetch ?? globalThis.fetch;
+  if (!ES) throw new TypeError('joinStream: no EventSource (pass options.EventSource)');
+  const base = String(options.base).replace(/\/$/, '');
+  const path = `${base}/v1/threads/${encodeURIComponent(options.threadId)}`;
+  let last = options.after ?? null;
+  let source = null;
+  let timer = null;
+  let closed = false;
+  let opens = 0;
+  const retry = () => {
+    if (!closed) timer = setTimeout(open, options.retryMs ?? 1000);
+  };
+  async function open() {
+    if (closed) return;
+    let ticket;
+    try {
+      const token = typeof options.token === 'function' ? await options.token() : options.token;
+      const res = await fetchFn(`${path}/ticket`, { method: 'POST', headers: { Authorization: `Bearer ${token}` } });
+      if (!res.ok) throw new GatewayError('ticket_refused', `ticket request answered ${res.status}`);
+      ({ ticket } = await res.json());
+    } catch (e) {
+      options.onError?.(e);
+      retry();
+      return;
+    }
+    if (closed) return;
+    const query = new URLSearchParams({ ticket });
+    if (last !== null) query.set('lastEventId', String(last));
+    const es = new ES(`${path}/events?${query}`);
+    source = es;
+    opens += 1;
+    es.onmessage = (m) => {
+      if (m.lastEventId) last = m.lastEventId;
+      options.onEvent?.(JSON.parse(m.data), m.lastEventId || null);
+    };
+    es.onerror = () => {
+      // CLOSED: the platform gave up (a refusal); CONNECTING: it retries itself.
+      if (es.readyState === 2 && source === es) {
+        source = null;
+        retry();
+      }
+    };
+  }
+  open();
+  return {
+    close() {
+      closed = true;
+      clearTimeout(timer);
+      source?.close();
+    },
+    get lastEventId() { return last; },
+    get opens() { return opens; },
+  };
 }
