@@ -283,3 +283,68 @@ async fn a_deleted_event_stream_is_found_and_cursors_into_it_are_reset() {
     let (status, body) = post_run(&a.run_url("ok"), &t, &run_input("r4")).await;
     assert_eq!(status, 200, "{body}");
 }
+
+/// Redis restored from an older snapshot while a client was away: the
+/// journal keeps its old epoch in the snapshot, and the thread goes on from
+/// the older seq; once it is past the client's seq, that cursor names new
+/// events. The node that finds the loss renews the epoch, so the cursor
+/// gets a reset — on that node and on one that never held the thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cursor_into_history_lost_to_an_older_snapshot_gets_a_reset() {
+    let mut redis = RedisServer::start().await;
+    let py = PyAgent::start("scripted_agent.py").await;
+    let a = node(&redis, "a", &py).await;
+    let t = token(json!({"sub": "alice"}));
+    let (status, body) = post_run(&a.run_url("ok"), &t, &run_input("r1")).await;
+    assert_eq!(status, 200, "{body}");
+    let older = redis.snapshot_bytes();
+    let (status, body) = post_run(&a.run_url("ok"), &t, &run_input("r2")).await;
+    assert_eq!(status, 200, "{body}");
+    let now = json_of(http().get(a.url("/v1/threads/away")).bearer_auth(&t)).await;
+    let held = now["seq"].as_u64().unwrap();
+    let mut ws = Ws::connect(&a, WsAuth::Header(&t)).await.unwrap();
+    ws.send(json!({"type": "subscribe", "id": "s", "threadId": "away", "after": 0}))
+        .await;
+    let epoch = ws.recv().await["epoch"].as_str().unwrap().to_owned();
+    ws.recv_until(|f| f["seq"] == held).await;
+    drop(ws);
+
+    redis.kill().await;
+    std::fs::write(redis.data_dir().join("dump.rdb"), older).unwrap();
+    redis.start_again().await;
+    // The thread goes on from the older seq until it is past the client's
+    // (the first run after the restore may be the one that finds the loss).
+    let mut runs = 3;
+    let last = loop {
+        assert!(runs < 20, "the thread does not go on past seq {held}");
+        let (status, body) = post_run(&a.run_url("ok"), &t, &run_input(&format!("r{runs}"))).await;
+        runs += 1;
+        if status == 503 {
+            // Redis is back, the node's connection not yet.
+            until_ready_is(&a, 200).await;
+            continue;
+        }
+        assert_eq!(status, 200, "{body}");
+        let now = json_of(http().get(a.url("/v1/threads/away")).bearer_auth(&t)).await;
+        let last = now["seq"].as_u64().unwrap();
+        if last > held + 1 {
+            break last;
+        }
+    };
+    a.proc.expect_stderr("JOURNAL LOST HISTORY").await;
+    let c = node(&redis, "c", &py).await;
+    for gw in [&a, &c] {
+        let mut ws = Ws::connect(gw, WsAuth::Header(&t)).await.unwrap();
+        ws.send(json!({"type": "subscribe", "id": "s", "threadId": "away", "after": held, "epoch": epoch}))
+            .await;
+        let ack = ws.recv().await;
+        assert_ne!(ack["epoch"], epoch, "a new history: {ack}");
+        let first = ws.recv().await;
+        assert_eq!(
+            first["type"], "snapshot",
+            "a reset, not the new events at its seqs: {first}"
+        );
+        assert_eq!(first["reset"], true, "{first}");
+        assert_eq!(first["seq"], last, "{first}");
+    }
+}

@@ -175,6 +175,16 @@ pub trait JournalStore: Send + Sync + 'static {
     fn epoch(&self, _key: &ThreadKey) -> Option<String> {
         None
     }
+    /// `key`'s journal lost history this node had seen: what the store
+    /// holds from here on is a new history, under a new epoch, unless the
+    /// store's journal is already another one than this node knew (a flush
+    /// or an empty restart: its next write starts one). Without it a
+    /// journal restored from an older snapshot would go on under its old
+    /// epoch, and a cursor into the lost events would match the new ones
+    /// written at the same seqs. Blocking; a store without epochs: nothing.
+    fn new_history(&self, _key: &ThreadKey) -> Result<(), StoreError> {
+        Ok(())
+    }
     /// False once a write has failed: readiness turns false, because runs
     /// can no longer be journaled (and nothing unjournaled is published).
     fn healthy(&self) -> bool {

@@ -242,6 +242,34 @@ pub(super) async fn restart_history(
         .map(|restarted| restarted == 1)
 }
 
+/// A new epoch for a journal that went back (see
+/// [`crate::store::JournalStore::new_history`]), only if it still has the
+/// epoch this node knew (`seen`; another node may have renewed it, and a
+/// flushed journal has none or a new one already). KEYS: meta hash; ARGV:
+/// epoch seen, new epoch.
+const NEW_EPOCH: &str = r#"
+if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'epoch') == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'epoch', ARGV[2])
+  return 1
+end
+return 0
+"#;
+
+/// Runs [`NEW_EPOCH`] on `meta`.
+pub(super) async fn new_epoch(
+    conn: &mut ConnectionManager,
+    meta: &str,
+    seen: &str,
+) -> ::redis::RedisResult<()> {
+    ::redis::Script::new(NEW_EPOCH)
+        .key(meta)
+        .arg(seen)
+        .arg(uuid::Uuid::new_v4().to_string())
+        .invoke_async::<i64>(conn)
+        .await
+        .map(drop)
+}
+
 /// The store's identity. KEYS: the identity key; ARGV: a new identity, used
 /// when the key is missing (a fresh, flushed, or emptied store). Returns it.
 pub(super) const IDENTITY: &str = r#"

@@ -421,6 +421,13 @@ impl JournalStore for RedisStore {
             .cursor_epoch(&Keys::of(&self.prefix, key).member)
     }
 
+    fn new_history(&self, key: &ThreadKey) -> Result<(), StoreError> {
+        let keys = Keys::of(&self.prefix, key);
+        let (seen, _) = self.journals.expected(&keys.member);
+        let mut conn = self.conn.clone();
+        self.block_on(epochs::new_epoch(&mut conn, &keys.meta, &seen))
+    }
+
     fn append(&self, batch: AppendBatch) -> AppendAck {
         let (tx, rx) = oneshot::channel();
         let writer = self
