@@ -13,9 +13,12 @@ use serde_json::{Value, json};
 
 async fn gateway() -> (PyAgent, Gateway) {
     let py = PyAgent::start("scripted_agent.py").await;
+    // `events` may hand the thread to `ok` (its transfer tool).
     let cfg = format!(
-        "[[agents]]\nid = \"events\"\nurl = \"{}\"\n",
-        py.url("events")
+        "[[agents]]\nid = \"events\"\nurl = \"{}\"\nhandoff = {{ targets = [\"ok\"] }}\n\
+         [[agents]]\nid = \"ok\"\nurl = \"{}\"\n",
+        py.url("events"),
+        py.url("ok")
     );
     (py, Gateway::start(&cfg).await)
 }
@@ -73,7 +76,41 @@ fn tool_events(msg: &str, call: &str) -> Value {
     ])
 }
 
-/// A join stream's raw SSE text, up to the end of the frame carrying `last`.
+/// A turn that hands the thread to `ok` with the transfer tool (its call
+/// answered by the gateway in the target run's input).
+fn handoff_events() -> Value {
+    json!([
+        {"type": "TEXT_MESSAGE_START", "messageId": "a5", "role": "assistant"},
+        {"type": "TEXT_MESSAGE_CONTENT", "messageId": "a5", "delta": "Passing you on."},
+        {"type": "TEXT_MESSAGE_END", "messageId": "a5"},
+        {"type": "TOOL_CALL_START", "toolCallId": "x1", "toolCallName": "transfer_to_ok", "parentMessageId": "a5"},
+        {"type": "TOOL_CALL_ARGS", "toolCallId": "x1", "delta": "{\"reason\": "},
+        {"type": "TOOL_CALL_ARGS", "toolCallId": "x1", "delta": "\"billing\"}"},
+        {"type": "TOOL_CALL_END", "toolCallId": "x1"},
+    ])
+}
+
+/// Checks a captured stream with the `ag-ui-validate` conformance tool.
+async fn ag_ui_validate(name: &str, body: &str) -> Option<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let capture = dir.path().join("join.sse");
+    std::fs::write(&capture, body).unwrap();
+    let out = tokio::process::Command::new(python().with_file_name("ag-ui-validate"))
+        .arg(&capture)
+        .arg("--no-color")
+        .output()
+        .await
+        .expect("ag-ui-validate runs");
+    (!out.status.success()).then(|| {
+        format!(
+            "{name}: ag-ui-validate: {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// A join stream's raw SSE text, up to the end of the frame carrying `last`
+/// (bytes gathered whole: a character may straddle two chunks).
 async fn read_join(gw: &Gateway, t: &str, query: &str, resume: Option<&str>, last: u64) -> String {
     let mut req = http()
         .get(gw.url(&format!("/v1/threads/jc/events{query}")))
@@ -84,20 +121,20 @@ async fn read_join(gw: &Gateway, t: &str, query: &str, resume: Option<&str>, las
     let mut resp = req.send().await.unwrap();
     assert_eq!(resp.status(), 200);
     let mark = format!("id: {last}\n");
-    let mut body = String::new();
+    let mut bytes = Vec::new();
     loop {
+        let body = String::from_utf8_lossy(&bytes);
         if let Some(at) = body.find(&mark)
             && let Some(end) = body[at..].find("\n\n")
         {
-            body.truncate(at + end + 2);
-            return body;
+            return body[..at + end + 2].to_owned();
         }
         let chunk = tokio::time::timeout(WAIT, resp.chunk())
             .await
             .expect("the join stream stalled")
             .unwrap()
             .expect("the join stream ended");
-        body.push_str(&String::from_utf8_lossy(&chunk));
+        bytes.extend_from_slice(&chunk);
     }
 }
 
@@ -125,6 +162,8 @@ async fn every_fresh_start_and_every_reconnect_is_valid_and_folds_the_thread() {
         run_input("r2", None, tool_events("a3", "c2")),
         // A fork from the first run: the history is restated.
         run_input("r3", Some("r1"), tool_events("a4", "c3")),
+        // A handoff: `ok`'s run follows in the same request.
+        run_input("r4", None, handoff_events()),
     ];
     for (i, body) in runs.iter().enumerate() {
         let (status, text) = post_run(&url, &t, body).await;
@@ -146,7 +185,9 @@ async fn every_fresh_start_and_every_reconnect_is_valid_and_folds_the_thread() {
 
     let whole = read_join(&gw, &t, "", None, last).await;
     let whole_frames = frames(&whole);
-    let mut cases = vec![json!({"name": "whole", "bodies": [whole]})];
+    let mut cases = vec![json!({"name": "whole", "bodies": [whole.clone()]})];
+    // Streams a client reads from their start, for ag-ui-validate too.
+    let mut standalone = vec![("whole".to_owned(), whole.clone())];
     // A reconnect after every frame that carried an id.
     for (i, (id, _)) in whole_frames.iter().enumerate() {
         let Some(id) = id else { continue };
@@ -156,7 +197,9 @@ async fn every_fresh_start_and_every_reconnect_is_valid_and_folds_the_thread() {
         } else {
             read_join(&gw, &t, "", Some(id), last).await
         };
-        cases.push(json!({"name": format!("reconnect {id}"), "bodies": [format!("{cut}{rest}")]}));
+        let name = format!("reconnect {id}");
+        standalone.push((name.clone(), format!("{cut}{rest}")));
+        cases.push(json!({"name": name, "bodies": [format!("{cut}{rest}")]}));
     }
     // A fresh start at every seq, by a client that read up to there (and
     // so holds the conversation so far) and by one that did not.
@@ -171,12 +214,24 @@ async fn every_fresh_start_and_every_reconnect_is_valid_and_folds_the_thread() {
         let cut: String = whole_frames[..=i].iter().map(|(_, f)| f.as_str()).collect();
         let rest = read_join(&gw, &t, &format!("?after={n}"), None, last).await;
         cases.push(json!({"name": format!("after {n}, was there"), "bodies": [cut, rest.clone()]}));
+        standalone.push((format!("after {n}"), rest.clone()));
         cases.push(json!({"name": format!("after {n}, new"), "bodies": [rest]}));
     }
     let path = std::env::temp_dir().join(format!("join-cursors-{}.json", std::process::id()));
     std::fs::write(&path, serde_json::to_vec(&cases).unwrap()).unwrap();
     let seen = node_client("replay_sse.mjs", &[path.to_str().unwrap()]).await;
     let _ = std::fs::remove_file(&path);
+
+    let mut failures = Vec::new();
+    for (name, body) in &standalone {
+        failures.extend(ag_ui_validate(name, body).await);
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let types = types(&sse_events(&whole));
+    assert!(
+        types.iter().filter(|t| *t == "RUN_STARTED").count() >= 5,
+        "a handoff's run follows: {types:?}"
+    );
 
     let baseline = &seen["whole"];
     assert!(baseline["error"].is_null(), "{baseline:#}");
@@ -185,7 +240,6 @@ async fn every_fresh_start_and_every_reconnect_is_valid_and_folds_the_thread() {
         "the stream from 0 folds the snapshot"
     );
     assert_eq!(baseline["state"], snap["state"]);
-    let mut failures = Vec::new();
     for (name, got) in seen.as_object().unwrap() {
         if !got["error"].is_null() {
             failures.push(format!("{name}: {}", got["error"]));

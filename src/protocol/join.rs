@@ -186,8 +186,11 @@ impl JoinFramer {
     }
 
     /// The prelude of a fresh start (`?after=`) at the point this framer
-    /// [`JoinFramer::follow`]ed up to, when that is inside a run; `at` is
-    /// the conversation there (`messages`, `state`). Nothing between runs.
+    /// [`JoinFramer::follow`]ed up to; `at` is the conversation there
+    /// (`seq`, `messages`, `state`, `interrupts`). Between runs, that
+    /// conversation as a run of its own (`agui-gateway-snapshot-<seq>`,
+    /// ending with the pending interrupts as its outcome): a client that
+    /// starts there holds what one that read from the start holds.
     ///
     /// The run is opened, `MESSAGES_SNAPSHOT` and `STATE_SNAPSHOT` give the
     /// conversation as it stood, and what the run holds open is opened
@@ -204,12 +207,34 @@ impl JoinFramer {
     /// the same conversation.
     pub fn reopen(&mut self, at: &Map<String, Value>) -> Vec<Framed> {
         let Some(run_id) = self.run.clone() else {
-            return Vec::new();
+            let seq = at.get("seq").and_then(Value::as_u64).unwrap_or(0);
+            let run_id = format!("agui-gateway-snapshot-{seq}");
+            let mut out = vec![Framed::Synthetic(self.run_started(&run_id))];
+            out.extend(self.conversation(at));
+            out.push(Framed::Synthetic(
+                self.finished_with_interrupts(&run_id, at),
+            ));
+            return out;
         };
         let mut out = vec![Framed::Synthetic(self.run_started(&run_id))];
         out.extend(self.conversation(at));
         out.extend(self.openers());
         out
+    }
+
+    /// `RUN_FINISHED` of a run standing for a snapshot: the snapshot's
+    /// pending interrupts, if any, are its outcome.
+    fn finished_with_interrupts(&self, run_id: &str, snapshot: &Map<String, Value>) -> Value {
+        let mut finished =
+            json!({"type": "RUN_FINISHED", "threadId": self.thread_id, "runId": run_id});
+        if let Some(i) = snapshot
+            .get("interrupts")
+            .and_then(Value::as_array)
+            .filter(|i| !i.is_empty())
+        {
+            finished["outcome"] = json!({"type": "interrupt", "interrupts": i});
+        }
+        finished
     }
 
     /// `MESSAGES_SNAPSHOT` (without the tool calls open now) and
@@ -297,16 +322,9 @@ impl JoinFramer {
         out.push(self.start_run(&run_id));
         out.extend(self.conversation(snapshot));
         out.push(Framed::Synthetic(custom));
-        let interrupts = snapshot
-            .get("interrupts")
-            .and_then(Value::as_array)
-            .filter(|i| !i.is_empty());
-        let mut finished =
-            json!({"type": "RUN_FINISHED", "threadId": self.thread_id, "runId": run_id});
-        if let Some(i) = interrupts {
-            finished["outcome"] = json!({"type": "interrupt", "interrupts": i});
-        }
-        out.push(Framed::Marked(finished));
+        out.push(Framed::Marked(
+            self.finished_with_interrupts(&run_id, snapshot),
+        ));
         self.run = None;
         out
     }

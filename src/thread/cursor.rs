@@ -51,6 +51,7 @@ impl Thread {
             .flatten()
             .map(|fold| {
                 let mut snap = fold.to_json();
+                snap.insert("seq".into(), n.into());
                 seen.redact_snapshot(&mut snap, fold.authors());
                 snap
             });
