@@ -5,7 +5,8 @@
 //! parser, verifier and reducer read the bytes the gateway sent — and fold
 //! the conversation the gateway holds. The thread has tool calls (joined
 //! mid-arguments, and between a call's end and its result), reasoning,
-//! steps, state, a meta event between runs and a fork.
+//! steps, state, a meta event between runs, a fork and a handoff; every
+//! stream read from its start also passes `ag-ui-validate`.
 
 mod common;
 use common::*;
