@@ -177,6 +177,168 @@ async fn a_session_resumes_after_its_last_seq_across_a_gateway_restart() {
     assert_eq!(types.last().unwrap(), "RUN_FINISHED", "{seen:#}");
 }
 
+/// A session away (its gateway down) while Redis lost the thread's history
+/// and the new journal went past the seq it holds: resubscribing with its
+/// cursor — the seq and the epoch the gateway's ack named — gets a reset
+/// snapshot of the new history, not the new history's later events spliced
+/// onto the old one (docs/protocol.md, "Cursors").
+#[tokio::test]
+async fn a_session_away_while_redis_lost_the_history_is_reset_not_spliced() {
+    if single_node_only("stops one process on a fixed port") {
+        return;
+    }
+    let redis = RedisServer::start().await;
+    let py = PyAgent::start("scripted_agent.py").await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let agents = format!("[[agents]]\nid = \"ok\"\nurl = \"{}\"\n", py.url("ok"));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\nshutdown_grace = \"1s\"\n\
+             [auth]\nalgorithms = [\"HS256\"]\nhs_secret = \"{SECRET}\"\n{}{agents}",
+            redis.store_config("a")
+        ),
+    )
+    .unwrap();
+    let mut gw = Gateway::start_file(&path, &[]).await;
+    let t = token(json!({"sub": "ria"}));
+    let run = |r: &str| {
+        let mut body = input("away", r, "hello");
+        body["messages"][0]["id"] = format!("u-{r}").into();
+        body
+    };
+    let (status, _) = post_run(&gw.run_url("ok"), &t, &run("r1")).await;
+    assert_eq!(status, 200);
+    let mut cmd = tokio::process::Command::new("node");
+    cmd.arg(package().join("test/reconnect.mjs"))
+        .args(["restart", gw.base.as_str(), t.as_str(), "away"])
+        .current_dir(package());
+    let mut client = Proc::spawn(cmd);
+    client.expect_line("watching").await;
+    // The client's gateway goes away; meanwhile Redis loses everything and
+    // another node writes a new history past the client's seq.
+    gw.signal("KILL");
+    gw.proc.child.wait().await.unwrap();
+    assert_eq!(redis.cli(&["FLUSHALL"]).trim(), "OK");
+    let other = Gateway::start(&format!("{}{agents}", redis.store_config("b"))).await;
+    for r in ["r2", "r3"] {
+        let (status, body) = post_run(&other.run_url("ok"), &t, &run(r)).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let gw = Gateway::start_file(&path, &[]).await;
+    client.expect_line("reconnected").await;
+    let now: Value = json_of(http().get(gw.url("/v1/threads/away")).bearer_auth(&t)).await;
+    let (status, _) = post_run(&gw.run_url("ok"), &t, &run("r4")).await;
+    assert_eq!(status, 200);
+    let line = client.expect_line("{").await;
+    let seen: Value = serde_json::from_str(&line).unwrap();
+    assert!(seen.get("failure").is_none(), "{seen:#}");
+    let epochs = seen["epochs"].as_array().unwrap();
+    assert!(epochs[0].is_string(), "the ack named the epoch: {seen:#}");
+    assert!(
+        epochs[1].is_string() && epochs[1] != epochs[0],
+        "and names the new one: {seen:#}"
+    );
+    // A reset snapshot of the new history, then its next run, gapless.
+    let snapshots = seen["snapshots"].as_array().unwrap();
+    assert_eq!(snapshots.len(), 2, "{seen:#}");
+    assert_eq!(seen["resets"][0]["seq"], now["seq"], "{seen:#}");
+    let seqs: Vec<&Value> = seen["seqs"].as_array().unwrap().iter().collect();
+    let after_reset = seqs
+        .iter()
+        .position(|s| s.as_str().is_some_and(|s| s.starts_with("snapshot@")) && *s != seqs[0])
+        .expect("the reset is recorded");
+    let next: Vec<u64> = seqs[after_reset + 1..]
+        .iter()
+        .map(|s| s.as_u64().unwrap())
+        .collect();
+    assert!(
+        gapless_from(&next, now["seq"].as_u64().unwrap() + 1),
+        "{seen:#}"
+    );
+}
+
+/// `joinStream` (the package's SSE join stream through the platform's own
+/// `EventSource`) survives a gateway restart: the restarted gateway has
+/// forgotten the stream's ticket, the `EventSource` gives up on the 401,
+/// and the package opens it again with a new ticket and `lastEventId=` —
+/// the stream goes on after the last event it got, nothing repeated, no
+/// second `RUN_STARTED` of a run it already had (docs/protocol.md, "Join
+/// cursors").
+#[tokio::test]
+async fn a_join_stream_survives_a_gateway_restart_with_nothing_repeated() {
+    if single_node_only("restarts one process on a fixed port") {
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\nshutdown_grace = \"1s\"\n\
+             [auth]\nalgorithms = [\"HS256\"]\nhs_secret = \"{SECRET}\"\n\
+             [demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
+             [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n"
+        ),
+    )
+    .unwrap();
+    let gw = Gateway::start_file(&path, &[]).await;
+    let t = token(json!({"sub": "ria"}));
+    let (status, _) = post_run(&gw.run_url("demo"), &t, &input("es", "r1", "hello")).await;
+    assert_eq!(status, 200);
+    let mut cmd = tokio::process::Command::new("node");
+    cmd.arg("--experimental-eventsource")
+        .arg(package().join("test/joinstream.mjs"))
+        .args([gw.base.as_str(), t.as_str(), "es"])
+        .env("NODE_NO_WARNINGS", "1")
+        .current_dir(package());
+    let mut client = Proc::spawn(cmd);
+    client.expect_line("watching").await;
+    let gw = gw.restart().await;
+    let mut next = input("es", "r2", "and again");
+    next["messages"][0]["id"] = "m-es-2".into();
+    let (status, _) = post_run(&gw.run_url("demo"), &t, &next).await;
+    assert_eq!(status, 200);
+    let line = client.expect_line("{").await;
+    let seen: Value = serde_json::from_str(&line).unwrap();
+    assert!(seen.get("failure").is_none(), "{seen:#}");
+    assert!(
+        seen["opens"].as_u64().unwrap() >= 2,
+        "it opened again: {seen:#}"
+    );
+    let events = seen["events"].as_array().unwrap();
+    let started: Vec<&Value> = events.iter().filter(|e| e[1] == "RUN_STARTED").collect();
+    assert_eq!(started.len(), 2, "r1 once, r2 once: {seen:#}");
+    assert_eq!(
+        (started[0][2].as_str(), started[1][2].as_str()),
+        (Some("r1"), Some("r2"))
+    );
+    // Every journal event once, in order: the cursors are the seqs 1..=n.
+    let seqs: Vec<u64> = events
+        .iter()
+        .filter_map(|e| e[0].as_str())
+        .map(|c| c.parse().unwrap())
+        .collect();
+    let mut deduped = seqs.clone();
+    deduped.dedup();
+    assert_eq!(
+        seqs, deduped,
+        "an id only once (the gateway adds events without one): {seen:#}"
+    );
+    assert!(gapless_from(&deduped, 1), "{seen:#}");
+}
+
 #[tokio::test]
 async fn a_session_rides_out_a_cut_tcp_connection_mid_run() {
     let py = PyAgent::start("scripted_agent.py").await;

@@ -42,7 +42,13 @@ async fn journal(gw: &Gateway, t: &str, thread: &str) -> Vec<Value> {
             .bearer_auth(t),
     )
     .await;
-    let last = format!("id: {}\n", snap["seq"].as_u64().unwrap());
+    // `id: <seq>`, or `id: <seq>.<epoch>` on Redis (docs/protocol.md, "Cursors").
+    let seq = snap["seq"].as_u64().unwrap();
+    let last = |body: &str| {
+        let plain = format!("id: {seq}\n");
+        let with_epoch = format!("id: {seq}.");
+        body.find(&plain).or_else(|| body.find(&with_epoch))
+    };
     let mut resp = http()
         .get(gw.url(&format!("/v1/threads/{thread}/events?after=0")))
         .bearer_auth(t)
@@ -50,12 +56,12 @@ async fn journal(gw: &Gateway, t: &str, thread: &str) -> Vec<Value> {
         .await
         .unwrap();
     let mut body = String::new();
-    while !body.contains(&last) {
+    while last(&body).is_none() {
         let chunk = resp.chunk().await.unwrap().expect("the stream goes on");
         body.push_str(&String::from_utf8_lossy(&chunk));
     }
     // Up to the end of that frame.
-    let end = body.find(&last).unwrap();
+    let end = last(&body).unwrap();
     let end = end + body[end..].find("\n\n").map_or(body.len() - end, |i| i + 2);
     sse_events(&body[..end])
 }

@@ -9,7 +9,7 @@ use super::state::AppState;
 use crate::auth::Permission;
 use crate::auth::access::permissions;
 use crate::auth::ticket::StreamClaim;
-use crate::protocol::join::{Framed, JoinFramer};
+use crate::protocol::join::{Cursor, Framed, JoinFramer};
 use crate::thread::Start;
 use crate::thread::fanout::{Outgoing, outbox};
 use axum::Json;
@@ -125,10 +125,17 @@ pub async fn runs(
 /// Query of the join stream.
 #[derive(Debug, Deserialize)]
 pub struct JoinQuery {
-    after: Option<u64>,
+    /// A cursor: `<seq>` or `<seq>.<epoch>` (see [`Cursor`]).
+    after: Option<String>,
     /// A one-use ticket from `POST /v1/threads/{id}/ticket`, for clients
     /// that cannot send headers (`EventSource`).
     ticket: Option<String>,
+    /// `Last-Event-ID` for clients that cannot send the header: a reopened
+    /// `EventSource` (a new one, after the old one gave up — its ticket
+    /// died with a restarted gateway) goes on exactly like a reconnect. The
+    /// name the common `EventSource` polyfills use. The header wins.
+    #[serde(rename = "lastEventId")]
+    last_event_id: Option<String>,
 }
 
 /// `POST /v1/threads/{threadId}/ticket`: a one-use, short-lived ticket that
@@ -172,11 +179,30 @@ pub async fn join(
         Ok(enc) => enc,
         Err(e) => return e.into_response(),
     };
-    let last_event_id = headers
+    let resumed = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    let after = q.after.or(last_event_id).unwrap_or(0);
+        .or(q.last_event_id.as_deref())
+        .and_then(Cursor::parse);
+    let last_event_id = resumed.as_ref().map(|c| c.seq);
+    let asked = match q.after.as_deref().map(|a| (a, Cursor::parse(a))) {
+        Some((_, Some(c))) => Some(c),
+        Some((a, None)) => {
+            return ApiError::new(
+                ErrorCode::Invalid,
+                format!("'after' must be a cursor (<seq> or <seq>.<epoch>), not '{a}'"),
+            )
+            .into_response();
+        }
+        None => None,
+    };
+    // An `EventSource` reconnects to the URL it was opened with: its
+    // `Last-Event-ID` is where it stands, whatever `after` the URL says.
+    let cursor = resumed.clone().or(asked).unwrap_or(Cursor {
+        seq: 0,
+        epoch: None,
+    });
+    let mut after = cursor.seq;
     // With a ticket, the stream's claim on it: what it sent bounds where a
     // reconnect may resume, and a reconnect ends it (`auth::ticket`).
     let (who, claim) = match &q.ticket {
@@ -209,7 +235,22 @@ pub async fn join(
     let (ob, rx) = outbox(state.config.threads.viewer_queue_bytes);
     let viewer = state.next_connection_id();
     let visibility = visibility_on(&state, &who, &thread);
+    let mut epoch = thread.epoch();
+    // A cursor into a history the store lost: its seqs name other events
+    // now. A reset snapshot instead; a reconnect's open run ends first.
+    let lost = cursor.from_other_history(epoch.as_deref());
+    if lost {
+        after = u64::MAX;
+    }
     let mut framer = JoinFramer::new(&thread_id, &thread.snapshot(&visibility));
+    let prelude = match (lost, resumed.is_some()) {
+        (true, true) => vec![history_lost()],
+        (true, false) => Vec::new(),
+        _ => join_prelude(&thread, &mut framer, after, resumed.is_some(), &visibility),
+    };
+    // Wakes the stream so the prelude goes out before any event comes.
+    ob.push(Outgoing::Continues);
+    let seen_as = visibility.clone();
     thread.subscribe(viewer, ob.clone(), Start::After(after), visibility);
     tracing::debug!(thread = %thread_id, viewer, after, "viewer joined the SSE stream");
     let keepalive = state.config.server.keepalive;
@@ -237,15 +278,20 @@ pub async fn join(
             claim.sent(seq);
         }
     };
+    let mut prelude = Some(prelude);
     let stream = pump(rx, enc, keepalive, move |item, chunk| {
         // Dropped with the stream, however it ends: the guard unsubscribes.
         let (_guard, _counted, _ob) = (&guard, &counted, &ob);
+        if let Some(prelude) = prelude.take() {
+            write_snapshot(enc, &thread_id, prelude, None, None, chunk);
+        }
         {
             match item {
                 Some(Outgoing::Event(e)) => {
                     events_out.inc();
                     sent(e.seq);
-                    write_framed(enc, &e, framer.event(e.seq, &e.event), chunk)
+                    let framed = framer.event(e.seq, &e.event);
+                    write_framed(enc, &e, framed, epoch.as_deref(), chunk)
                 }
                 Some(Outgoing::Message(m)) => {
                     if let Some(snap) = snapshot_of_message(&m) {
@@ -253,7 +299,19 @@ pub async fn join(
                         if let Some(seq) = seq {
                             sent(seq);
                         }
-                        write_snapshot(enc, &thread_id, framer.snapshot(&snap), seq, chunk);
+                        let point = guard.thread.join_point(seq.unwrap_or(0), &seen_as, false);
+                        let prefix: Vec<_> = point
+                            .prefix
+                            .iter()
+                            .flatten()
+                            .map(|e| (e.seq, &e.event))
+                            .collect();
+                        let framed = framer.snapshot(&snap, &prefix);
+                        if snap.get("reset").is_some() {
+                            // Reloaded after a loss: the ids name the new history.
+                            epoch = guard.thread.epoch();
+                        }
+                        write_snapshot(enc, &thread_id, framed, seq, epoch.as_deref(), chunk);
                     }
                 }
                 Some(Outgoing::Close(..)) => return Next::End,
@@ -265,6 +323,32 @@ pub async fn join(
     stream_response(enc, stream)
 }
 
+/// Brings `framer` to where a viewer starting after `after` stands (see
+/// [`crate::protocol::join`], "Cursors"): a reconnect (`Last-Event-ID`)
+/// holds open what the journal up to `after` opened, and gets nothing more;
+/// a fresh start inside a run gets the run re-opened (the prelude returned).
+/// A fresh start whose conversation cannot be rebuilt (compacted) is framed
+/// as before cursors existed: what it never saw open is opened when used.
+fn join_prelude(
+    thread: &crate::thread::Thread,
+    framer: &mut JoinFramer,
+    after: u64,
+    reconnect: bool,
+    visibility: &crate::protocol::hooks::ViewerVisibility,
+) -> Vec<Framed> {
+    if after == 0 {
+        return Vec::new();
+    }
+    let point = thread.join_point(after, visibility, !reconnect);
+    let (Some(prefix), true) = (point.prefix, reconnect || point.at.is_some()) else {
+        return Vec::new();
+    };
+    for e in &prefix {
+        framer.follow(e.seq, &e.event);
+    }
+    point.at.map(|at| framer.reopen(&at)).unwrap_or_default()
+}
+
 /// Frames, in `enc`'s format, for what the framer made of journal entry
 /// `e`: the entry itself from its frame cache, converted events with its
 /// seq, synthetic ones without.
@@ -272,17 +356,54 @@ fn write_framed(
     enc: &dyn Encoder,
     e: &crate::thread::Entry,
     framed: Vec<Framed>,
+    epoch: Option<&str>,
     out: &mut BytesMut,
 ) {
     for f in framed {
         match f {
-            Framed::Journal => enc.write_entry(e, out),
-            Framed::Converted(v) => {
-                enc.event(&e.thread_id, v.to_string().as_bytes(), Some(e.seq), out)
+            Framed::Journal if epoch.is_none() => enc.write_entry(e, out),
+            Framed::Journal => {
+                write_event(enc, &e.thread_id, e.event.json(), Some(e.seq), epoch, out)
+            }
+            Framed::Converted(v) | Framed::Marked(v) => {
+                let json = v.to_string();
+                write_event(enc, &e.thread_id, json.as_bytes(), Some(e.seq), epoch, out)
             }
             Framed::Synthetic(v) => enc.event(&e.thread_id, v.to_string().as_bytes(), None, out),
         }
     }
+}
+
+/// One event's frame, carrying `seq` as its id — with the journal's
+/// `epoch`, when the store has one, in SSE: the `Last-Event-ID` a browser
+/// sends back is then a whole [`Cursor`].
+fn write_event(
+    enc: &dyn Encoder,
+    thread_id: &str,
+    json: &[u8],
+    seq: Option<u64>,
+    epoch: Option<&str>,
+    out: &mut BytesMut,
+) {
+    match (seq, epoch) {
+        (Some(seq), Some(epoch)) if enc.content_type() == encode::sse::SSE.content_type() => {
+            out.extend_from_slice(b"id: ");
+            out.extend_from_slice(Cursor::text(seq, Some(epoch)).as_bytes());
+            out.extend_from_slice(b"\n");
+            enc.event(thread_id, json, None, out);
+        }
+        _ => enc.event(thread_id, json, seq, out),
+    }
+}
+
+/// What a reconnect into a lost history gets before its reset snapshot:
+/// the end of whatever run it held open (`RUN_ERROR` may come at any point).
+fn history_lost() -> Framed {
+    let error = crate::protocol::event::run_error(
+        "journal_lost",
+        "the journal store lost the history this stream was reading; a snapshot of what it holds follows",
+    );
+    Framed::Synthetic(Value::Object(error.body().clone()))
 }
 
 /// Frames for a snapshot start; the event standing for the journal up to
@@ -292,11 +413,14 @@ fn write_snapshot(
     thread_id: &str,
     framed: Vec<Framed>,
     seq: Option<u64>,
+    epoch: Option<&str>,
     out: &mut BytesMut,
 ) {
     for f in framed {
         match f {
-            Framed::Converted(v) => enc.event(thread_id, v.to_string().as_bytes(), seq, out),
+            Framed::Converted(v) | Framed::Marked(v) => {
+                write_event(enc, thread_id, v.to_string().as_bytes(), seq, epoch, out)
+            }
             Framed::Synthetic(v) => enc.event(thread_id, v.to_string().as_bytes(), None, out),
             Framed::Journal => {}
         }

@@ -167,6 +167,24 @@ pub trait JournalStore: Send + Sync + 'static {
     fn running(&self) -> Result<Vec<ThreadKey>, StoreError>;
     /// Cheap reachability check for `/readyz`.
     fn ping(&self) -> Result<(), StoreError>;
+    /// A short name of the history `key`'s journal holds, as this node
+    /// knows it, when the store can lose history and start a journal anew
+    /// (Redis: its epoch); part of the cursors clients hold, so a cursor
+    /// into a lost history is told apart from the same seq of the new one.
+    /// `None`: nothing to tell apart (a local store).
+    fn epoch(&self, _key: &ThreadKey) -> Option<String> {
+        None
+    }
+    /// `key`'s journal lost history this node had seen: what the store
+    /// holds from here on is a new history, under a new epoch, unless the
+    /// store's journal is already another one than this node knew (a flush
+    /// or an empty restart: its next write starts one). Without it a
+    /// journal restored from an older snapshot would go on under its old
+    /// epoch, and a cursor into the lost events would match the new ones
+    /// written at the same seqs. Blocking; a store without epochs: nothing.
+    fn new_history(&self, _key: &ThreadKey) -> Result<(), StoreError> {
+        Ok(())
+    }
     /// False once a write has failed: readiness turns false, because runs
     /// can no longer be journaled (and nothing unjournaled is published).
     fn healthy(&self) -> bool {

@@ -6,7 +6,11 @@
 //! never matches the store's). So it is reloaded from what the store holds
 //! now, the run active here (which wrote into the lost history) is stopped
 //! with `RUN_ERROR journal_lost`, and every viewer gets a `reset` snapshot
-//! of the reloaded thread.
+//! of the reloaded thread. What the store holds from then on is a new
+//! history under a new epoch ([`crate::store::JournalStore::new_history`]):
+//! a journal restored from an older snapshot keeps its old epoch otherwise,
+//! and a client away during the loss would resume with a cursor that names
+//! the new events written at its seqs.
 
 use super::*;
 
@@ -26,7 +30,15 @@ impl Thread {
         };
         let store = self.store.clone();
         let key = self.key.clone();
-        let stored = tokio::task::spawn_blocking(move || store.load(&key)).await;
+        // What the store holds from here is a new history (its epoch too):
+        // cursors clients hold of the lost one must not match it.
+        let stored = tokio::task::spawn_blocking(move || {
+            if let Err(e) = store.new_history(&key) {
+                tracing::warn!(thread = %key.thread_id, "could not renew the journal's epoch: {e}");
+            }
+            store.load(&key)
+        })
+        .await;
         match stored {
             Ok(Ok(stored)) => {
                 let mut inner = self.lock();

@@ -32,6 +32,7 @@
 pub mod abandoned;
 pub mod branch;
 mod compaction;
+pub mod cursor;
 mod drive;
 pub mod entry;
 pub mod fanout;

@@ -85,7 +85,7 @@ export interface ResumeCommand {
 export interface CancelCommand { type: 'cancel'; id?: string | number; threadId: string; runId?: string }
 /** The thread's next plain run goes to `agent` (docs/protocol.md, "Handoff"). */
 export interface SwitchCommand { type: 'switch'; id?: string | number; threadId: string; agent: string }
-export interface SubscribeCommand { type: 'subscribe'; id?: string | number; threadId: string; after?: number }
+export interface SubscribeCommand { type: 'subscribe'; id?: string | number; threadId: string; after?: number | string; epoch?: string }
 export interface UnsubscribeCommand { type: 'unsubscribe'; id?: string | number; threadId: string }
 export interface MetaCommand {
   type: 'meta'; id?: string | number; threadId: string; metaType: string; payload: Record<string, unknown>; clientEventId?: string;
@@ -107,10 +107,14 @@ export interface EventFrame { type: 'event'; threadId: string; seq: number; even
 export interface SnapshotFrame {
   type: 'snapshot'; threadId: string; seq: number; messages: AgUiMessage[]; state: unknown;
   run: RunInfo | null; headRunId: string | null; activeAgent: string | null; interrupts: Interrupt[]; reset?: boolean;
+  /** The epoch of the history `seq` belongs to, when the gateway names it. */
+  epoch?: string;
 }
 export interface AckFrame {
   type: 'ack'; id: string | number | null; threadId?: string; runId?: string | null;
   queued?: number; eventId?: string; duplicate?: boolean;
+  /** `subscribe` and `run`: the epoch of the seqs that follow (docs/protocol.md, "Cursors"). */
+  epoch?: string;
 }
 export interface ErrorFrame {
   type: 'error'; id?: string | number; code: ErrorCode; message: string; retryAfter?: number | null; threadId?: string; runId?: string;
@@ -266,6 +270,10 @@ export declare class ThreadSession extends Emitter<SessionEvents> {
   readonly threadId: string;
   /** The last seq applied (null before the first snapshot or event). */
   readonly seq: number | null;
+  /** The epoch of the history `seq` belongs to, as the gateway's acks name
+   *  it (null: none named). Sent back with `seq` when resubscribing: a seq
+   *  of a history the gateway's store lost gets a reset snapshot. */
+  readonly epoch: string | null;
   /** The messages and state of the latest snapshot (the folded view after every event is GatewayAgent's). */
   readonly messages: AgUiMessage[];
   readonly state: unknown;
@@ -296,3 +304,25 @@ export declare class ThreadSession extends Emitter<SessionEvents> {
   /** Every page of the run tree. */
   allRuns(): Promise<RunTree>;
 }
+
+/** Options of {@link joinStream}. */
+export interface JoinStreamOptions {
+  base: string;
+  threadId: string;
+  token: string | (() => string | Promise<string>);
+  onEvent?: (event: AgUiEvent, cursor: string | null) => void;
+  onError?: (error: unknown) => void;
+  after?: string | number;
+  retryMs?: number;
+  EventSource?: unknown;
+  fetch?: typeof fetch;
+}
+
+/** A thread's SSE join stream through the platform's `EventSource`, opened
+ *  again with a new ticket and `lastEventId=` when the platform gives up
+ *  (a restarted gateway forgot the ticket): it continues exactly. */
+export function joinStream(options: JoinStreamOptions): {
+  close(): void;
+  readonly lastEventId: string | null;
+  readonly opens: number;
+};

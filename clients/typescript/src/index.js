@@ -23,7 +23,7 @@ export const PROTOCOL = Object.freeze({
     resume: ['threadId', 'resume', 'agent?', 'runId?', 'messages?', 'tools?', 'context?', 'forwardedProps?'],
     cancel: ['threadId', 'runId?'],
     switch: ['threadId', 'agent'],
-    subscribe: ['threadId', 'after?'],
+    subscribe: ['threadId', 'after?', 'epoch?'],
     unsubscribe: ['threadId'],
     meta: ['threadId', 'metaType', 'payload', 'clientEventId?'],
     ping: [],
@@ -37,7 +37,7 @@ export const PROTOCOL = Object.freeze({
   },
   /** Fields the contract's "Extensions" section adds to replies. */
   replyExtensions: {
-    ack: ['queued?', 'eventId?', 'duplicate?'],
+    ack: ['queued?', 'eventId?', 'duplicate?', 'epoch?'],
     error: ['retryAfter?', 'threadId?', 'runId?'],
   },
   errorCodes: ['unauthenticated', 'forbidden', 'not_found', 'invalid', 'conflict', 'rate_limited', 'too_large', 'unavailable', 'internal'],
@@ -383,10 +383,9 @@ export class GatewayConnection extends Emitter {
     const frame = { ...command, id };
     // A run or resume subscribes the connection to its thread: its session
     // (if any) is resubscribed after a reconnect from then on.
-    if (STARTS_RUN.has(command.type) && this.sessions.has(command.threadId)) {
-      this.sessions.get(command.threadId)._joinedByRun();
-    }
-    return new Promise((resolve, reject) => {
+    const session = STARTS_RUN.has(command.type) ? this.sessions.get(command.threadId) : undefined;
+    session?._joinedByRun();
+    const acked = new Promise((resolve, reject) => {
       const ws = this.ws;
       if (this.state !== 'open' || !ws || ws.readyState !== OPEN) {
         reject(new GatewayError(this.state === 'closed' ? 'closed' : 'disconnected', 'not connected; the connection reconnects by itself'));
@@ -401,6 +400,8 @@ export class GatewayConnection extends Emitter {
       this.pending.set(id, { resolve, reject, timer });
       ws.send(JSON.stringify(frame));
     });
+    // A run's ack names the epoch of the seqs its events carry.
+    return session ? acked.then((ack) => { session._learnEpoch(ack); return ack; }) : acked;
   }
 
   #frame(frame) {
@@ -484,6 +485,12 @@ export class ThreadSession extends Emitter {
     this.threadId = threadId;
     /** The last seq applied (null before the first snapshot). */
     this.seq = null;
+    /** The epoch of the history `seq` belongs to (docs/protocol.md,
+     *  "Cursors"), as the gateway's acks name it; null when it names none
+     *  (a local store, or a thread not written yet). Sent back with `seq`
+     *  on every resubscribe, so a cursor into a history the store lost is
+     *  answered with a reset snapshot, never the new history spliced on. */
+    this.epoch = null;
     this.messages = [];
     this.state = {};
     /** `{runId, agent, status, parentRunId, kind}` of the thread's latest
@@ -518,8 +525,12 @@ export class ThreadSession extends Emitter {
   #send() {
     const frame = { type: 'subscribe', threadId: this.threadId };
     // After a reconnect: every event after the last one seen, nothing twice.
-    if (this.seq !== null) frame.after = this.seq;
-    this.connection.send(frame).then(() => {
+    if (this.seq !== null) {
+      frame.after = this.seq;
+      if (this.epoch !== null) frame.epoch = this.epoch;
+    }
+    this.connection.send(frame).then((ack) => {
+      this._learnEpoch(ack);
       if (this.seq !== null) this.#markReady();
     }, (e) => {
       if (e.code === 'disconnected' || e.code === 'closed') return;
@@ -535,6 +546,11 @@ export class ThreadSession extends Emitter {
   #markReady() {
     this.ready = true;
     for (const w of this.readyWaiters.splice(0)) w.resolve();
+  }
+
+  /** Keeps the epoch an ack names (the seqs that follow it are of it). */
+  _learnEpoch(ack) {
+    if (ack && typeof ack.epoch === 'string') this.epoch = ack.epoch;
   }
 
   _joinedByRun() {
@@ -553,6 +569,7 @@ export class ThreadSession extends Emitter {
   /** Drops what it has and subscribes again from a fresh snapshot. */
   resync() {
     this.seq = null;
+    this.epoch = null;
     this.ready = false;
     if (this.wanted && this.connection.isOpen) this.#send();
   }
@@ -576,6 +593,10 @@ export class ThreadSession extends Emitter {
     if (frame.type === 'snapshot') {
       const previous = this.seq;
       this.seq = frame.seq;
+      // A reset after the store lost history: the acks so far named the
+      // lost one (a snapshot that names its epoch says which it is).
+      if (typeof frame.epoch === 'string') this.epoch = frame.epoch;
+      else if (frame.reset) this.epoch = null;
       this.messages = frame.messages || [];
       this.state = frame.state ?? {};
       this.latestRun = frame.run ?? null;
@@ -733,4 +754,81 @@ function httpBase(url) {
   const u = new URL(url, globalThis.location?.href);
   u.protocol = u.protocol === 'wss:' || u.protocol === 'https:' ? 'https:' : 'http:';
   return u.origin;
+}
+
+/**
+ * A thread's SSE join stream read with the platform's own `EventSource`
+ * (docs/protocol.md, "Join cursors"), for pages that want the plain AG-UI
+ * stream rather than a WebSocket session. `EventSource` reconnects by itself
+ * after a network drop (same URL and ticket, `Last-Event-ID`), but gives up
+ * for good on any refusal — and a gateway that restarted has forgotten the
+ * ticket (tickets live in one process). Then this trades the token for a new
+ * ticket and opens the stream again with `lastEventId=` the last cursor it
+ * got: the gateway continues exactly as after a reconnect (no second
+ * `RUN_STARTED`, nothing repeated or missed), so a stock `@ag-ui/client`
+ * fed the events never notices.
+ *
+ * @param {object} options `base` (the gateway's URL), `threadId`, `token`
+ *   (a string, or a function returning one or a promise of one), `onEvent`
+ *   (called with each event and its cursor, or null for events the gateway
+ *   adds), `onError` (a failed ticket request; retried), `after` (a cursor
+ *   to start after), `retryMs` (default 1000), `EventSource` and `fetch`
+ *   (default: the platform's).
+ * @returns {{close(): void, readonly lastEventId: string|null, readonly opens: number}}
+ */
+export function joinStream(options) {
+  const ES = options.EventSource ?? globalThis.EventSource;
+  const fetchFn = options.fetch ?? globalThis.fetch;
+  if (!ES) throw new TypeError('joinStream: no EventSource (pass options.EventSource)');
+  const base = String(options.base).replace(/\/$/, '');
+  const path = `${base}/v1/threads/${encodeURIComponent(options.threadId)}`;
+  let last = options.after ?? null;
+  let source = null;
+  let timer = null;
+  let closed = false;
+  let opens = 0;
+  const retry = () => {
+    if (!closed) timer = setTimeout(open, options.retryMs ?? 1000);
+  };
+  async function open() {
+    if (closed) return;
+    let ticket;
+    try {
+      const token = typeof options.token === 'function' ? await options.token() : options.token;
+      const res = await fetchFn(`${path}/ticket`, { method: 'POST', headers: { Authorization: `Bearer ${token}` } });
+      if (!res.ok) throw new GatewayError('ticket_refused', `ticket request answered ${res.status}`);
+      ({ ticket } = await res.json());
+    } catch (e) {
+      options.onError?.(e);
+      retry();
+      return;
+    }
+    if (closed) return;
+    const query = new URLSearchParams({ ticket });
+    if (last !== null) query.set('lastEventId', String(last));
+    const es = new ES(`${path}/events?${query}`);
+    source = es;
+    opens += 1;
+    es.onmessage = (m) => {
+      if (m.lastEventId) last = m.lastEventId;
+      options.onEvent?.(JSON.parse(m.data), m.lastEventId || null);
+    };
+    es.onerror = () => {
+      // CLOSED: the platform gave up (a refusal); CONNECTING: it retries itself.
+      if (es.readyState === 2 && source === es) {
+        source = null;
+        retry();
+      }
+    };
+  }
+  open();
+  return {
+    close() {
+      closed = true;
+      clearTimeout(timer);
+      source?.close();
+    },
+    get lastEventId() { return last; },
+    get opens() { return opens; },
+  };
 }

@@ -23,13 +23,18 @@ if (mode === 'restart') {
     const session = conn.session(thread);
     const seen = record(session);
     await session.subscribe();
+    // The cursor it holds: a seq, and the epoch of its history (if named).
+    const epochs = [session.epoch];
+    const resets = [];
+    session.on('reset', ({ previousSeq, snapshot }) => resets.push({ previousSeq, seq: snapshot.seq }));
     console.log('watching');
     await new Promise((resolve) => { const stop = conn.on('state', (s) => { if (s === 'reconnecting') { stop(); resolve(); } }); });
     await new Promise((resolve) => { const stop = conn.on('open', () => { stop(); resolve(); }); });
     await session.whenReady();
     console.log('reconnected');
     await new Promise((resolve) => session.on('event', ({ event }) => { if (event.type === 'RUN_FINISHED') resolve(); }));
-    Object.assign(out, seen, { states });
+    epochs.push(session.epoch);
+    Object.assign(out, seen, { states, epochs, resets });
     conn.close();
   });
 } else if (mode === 'cut' || mode === 'stall') {

@@ -6,6 +6,7 @@ use super::frame::{Refusal, branch_command, decode_command, resume_command, run_
 use super::writer::reply;
 use crate::auth::{Permission, Principal};
 use crate::protocol::hooks::ViewerVisibility;
+use crate::protocol::join::Cursor;
 use crate::server::access::{AccessError, thread_for, visibility_on};
 use crate::server::commands::{self, Requester, Viewer};
 use crate::server::error::{ApiError, ErrorCode};
@@ -213,12 +214,7 @@ impl Client {
 
     async fn subscribe(&mut self, v: &Value) -> Result<(), ApiError> {
         let thread_id = req_str(v, "threadId")?;
-        let start = match v.get("after") {
-            None | Some(Value::Null) => Start::Snapshot,
-            Some(a) => Start::After(a.as_u64().ok_or_else(|| {
-                ApiError::new(ErrorCode::Invalid, "'after' must be a non-negative integer")
-            })?),
-        };
+        let cursor = subscribe_cursor(v)?;
         let thread = thread_for(
             &self.state,
             &self.principal,
@@ -228,9 +224,20 @@ impl Client {
         )
         .await
         .map_err(AccessError::into_api)?;
+        let epoch = thread.epoch();
+        let start = match cursor {
+            None => Start::Snapshot,
+            // A cursor into a history the store lost: its seqs name other
+            // events now, so a reset snapshot (past the end gives one).
+            Some(c) if c.from_other_history(epoch.as_deref()) => Start::After(u64::MAX),
+            Some(c) => Start::After(c.seq),
+        };
         if v.get("id").is_some() {
             let mut extra = Map::new();
             extra.insert("threadId".into(), thread_id.into());
+            if let Some(epoch) = epoch {
+                extra.insert("epoch".into(), epoch.into());
+            }
             self.ack(v.get("id"), extra);
         }
         let visibility = visibility_on(&self.state, &self.principal, &thread);
@@ -261,7 +268,12 @@ impl Client {
         };
         let cmd = run_command(&self.state, &self.principal, v, routed)?;
         let requester = Requester::Viewer(&mut self.subs);
-        let ack = commands::run(&self.state, &self.principal, cmd, requester).await?;
+        let mut ack = commands::run(&self.state, &self.principal, cmd, requester).await?;
+        // The epoch of the seqs this connection is about to get (a thread
+        // not written yet has none until its first event).
+        if let Some(epoch) = self.subs.pending.as_ref().and_then(|(t, ..)| t.epoch()) {
+            ack.insert("epoch".into(), epoch.into());
+        }
         self.ack(v.get("id"), ack);
         self.subs.start_pending();
         Ok(())
@@ -322,4 +334,31 @@ impl Client {
         self.ack(v.get("id"), ack);
         Ok(())
     }
+}
+
+/// The position a `subscribe` names: `after` as a seq (with `epoch`
+/// beside it), or as a cursor text `<seq>.<epoch>` (docs/protocol.md,
+/// "Cursors"); `None` without `after` (a snapshot start).
+fn subscribe_cursor(v: &Value) -> Result<Option<Cursor>, ApiError> {
+    let bad = || {
+        ApiError::new(
+            ErrorCode::Invalid,
+            "'after' must be a non-negative integer or a cursor '<seq>.<epoch>', \
+             and 'epoch' a string",
+        )
+    };
+    let mut cursor = match v.get("after") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(s)) => Cursor::parse(s).ok_or_else(bad)?,
+        Some(a) => Cursor {
+            seq: a.as_u64().ok_or_else(bad)?,
+            epoch: None,
+        },
+    };
+    match v.get("epoch") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(e)) => cursor.epoch = Some(e.clone()),
+        Some(_) => return Err(bad()),
+    }
+    Ok(Some(cursor))
 }

@@ -19,6 +19,9 @@
 
 use super::*;
 
+/// Characters of a journal's epoch in a client's cursor.
+const CURSOR_EPOCH_LEN: usize = 8;
+
 /// What this node knows of one thread's journal.
 #[derive(Debug, Default)]
 struct Known {
@@ -63,6 +66,21 @@ impl Journals {
         if let Some(mut k) = self.known.get_mut(member) {
             *k = Known { epoch, last };
         }
+    }
+
+    /// `member`'s epoch as clients see it in their cursors: its first
+    /// [`CURSOR_EPOCH_LEN`] characters (a random id's; two journals of one
+    /// thread share them about once in 4 billion), `None` while unknown.
+    pub(super) fn cursor_epoch(&self, member: &str) -> Option<String> {
+        let known = self.known.get(member)?;
+        let epoch = known.epoch.as_deref()?;
+        Some(
+            epoch
+                .chars()
+                .filter(char::is_ascii_alphanumeric)
+                .take(CURSOR_EPOCH_LEN)
+                .collect(),
+        )
     }
 
     /// The highest seq this node knows durable of `member` (0: none known).
@@ -136,6 +154,122 @@ impl Journals {
     }
 }
 
+/// The `maxmemory-policy` the journal needs: `noeviction`. Any other policy
+/// lets Redis delete keys under memory pressure — a thread's event stream
+/// while its meta hash survives, or the other way round — which is history
+/// lost without a flush, so an operator must hear of it at start. Redis
+/// with `CONFIG` renamed away (managed services do) cannot be asked; that
+/// is said too, once, and tolerated.
+pub(super) async fn check_eviction_policy(conn: &mut ConnectionManager) {
+    let reply: Result<Vec<String>, _> = ::redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .query_async(conn)
+        .await;
+    match reply.as_deref() {
+        Ok([_, policy]) if policy == "noeviction" => {}
+        Ok([_, policy]) => tracing::warn!(
+            policy = %policy,
+            "Redis maxmemory-policy is '{policy}': Redis may evict journal keys under memory \
+             pressure and lose acknowledged events; set `maxmemory-policy noeviction` \
+             (docs/operations.md, Redis)"
+        ),
+        Ok(_) | Err(_) => tracing::info!(
+            "could not read Redis's maxmemory-policy (CONFIG disabled?); it must be \
+             noeviction (docs/operations.md, Redis)"
+        ),
+    }
+}
+
+/// Where a thread's event stream no longer holds what its meta hash says
+/// it does: the events after `after` up to `last` must all be there, from
+/// `after + 1`. Eviction (any `maxmemory-policy` but `noeviction`) or a
+/// careless `DEL`/`XTRIM` deletes the stream and leaves the hash: appends go
+/// on at the hash's last seq under the same epoch, and a node loading the
+/// thread would show the events after the gap as the whole conversation,
+/// at the seqs clients hold of the old one. `Some(seq)`: the stream starts
+/// after `seq` instead (nothing of it before is left).
+pub(super) fn stream_gap(after: u64, last: u64, events: &[(u64, Bytes)]) -> Option<u64> {
+    let first = events.first().map_or(last + 1, |(seq, _)| *seq);
+    (last > after && first > after + 1).then_some(first - 1)
+}
+
+/// Makes a stream's gap the start of a new history: a new epoch (every
+/// cursor into the old one gets a reset), and the base moved to just before
+/// the first event the stream still holds (or to the last seq, if it holds
+/// none) with an empty conversation: what was before the gap is gone. The
+/// gap is checked again here, atomically: a read sees the hash and then the
+/// stream, and a compaction in between trims the stream to a base the read
+/// did not see (no gap), and another node may have restarted the history
+/// already (another epoch). KEYS: meta hash, event stream; ARGV: epoch seen
+/// ('' = none), new epoch. Returns 1 when it restarted the history.
+const RESTART_HISTORY: &str = r#"
+local epoch = redis.call('HGET', KEYS[1], 'epoch') or ''
+if epoch ~= ARGV[1] then
+  return 0
+end
+local base = tonumber(redis.call('HGET', KEYS[1], 'base_seq') or '0')
+local last = tonumber(redis.call('HGET', KEYS[1], 'last_seq') or '0')
+if last <= base then
+  return 0
+end
+local first = redis.call('XRANGE', KEYS[2], (base + 1) .. '-0', '+', 'COUNT', 1)[1]
+local start = last + 1
+if first then
+  start = tonumber(string.match(first[1], '^(%d+)'))
+end
+if start <= base + 1 then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'epoch', ARGV[2], 'base_seq', start - 1, 'base', '{}')
+return 1
+"#;
+
+/// Runs [`RESTART_HISTORY`] on a thread whose read found a gap; true when
+/// the history was restarted (false: no gap after all, or done already).
+pub(super) async fn restart_history(
+    conn: &mut ConnectionManager,
+    (meta, events): (&str, &str),
+    seen: Option<&str>,
+) -> ::redis::RedisResult<bool> {
+    ::redis::Script::new(RESTART_HISTORY)
+        .key(meta)
+        .key(events)
+        .arg(seen.unwrap_or(""))
+        .arg(uuid::Uuid::new_v4().to_string())
+        .invoke_async::<i64>(conn)
+        .await
+        .map(|restarted| restarted == 1)
+}
+
+/// A new epoch for a journal that went back (see
+/// [`crate::store::JournalStore::new_history`]), only if it still has the
+/// epoch this node knew (`seen`; another node may have renewed it, and a
+/// flushed journal has none or a new one already). KEYS: meta hash; ARGV:
+/// epoch seen, new epoch.
+const NEW_EPOCH: &str = r#"
+if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'epoch') == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'epoch', ARGV[2])
+  return 1
+end
+return 0
+"#;
+
+/// Runs [`NEW_EPOCH`] on `meta`.
+pub(super) async fn new_epoch(
+    conn: &mut ConnectionManager,
+    meta: &str,
+    seen: &str,
+) -> ::redis::RedisResult<()> {
+    ::redis::Script::new(NEW_EPOCH)
+        .key(meta)
+        .arg(seen)
+        .arg(uuid::Uuid::new_v4().to_string())
+        .invoke_async::<i64>(conn)
+        .await
+        .map(drop)
+}
+
 /// The store's identity. KEYS: the identity key; ARGV: a new identity, used
 /// when the key is missing (a fresh, flushed, or emptied store). Returns it.
 pub(super) const IDENTITY: &str = r#"
@@ -150,6 +284,24 @@ return ARGV[1]
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stream_that_no_longer_reaches_back_to_its_base_has_a_gap() {
+        let ev = |seqs: &[u64]| -> Vec<(u64, Bytes)> {
+            seqs.iter().map(|s| (*s, Bytes::new())).collect()
+        };
+        assert_eq!(stream_gap(0, 3, &ev(&[1, 2, 3])), None);
+        assert_eq!(stream_gap(5, 7, &ev(&[6, 7])), None, "after a base");
+        assert_eq!(stream_gap(0, 0, &ev(&[])), None, "nothing written");
+        assert_eq!(stream_gap(7, 7, &ev(&[])), None, "nothing after");
+        assert_eq!(stream_gap(0, 7, &ev(&[])), Some(7), "deleted");
+        assert_eq!(
+            stream_gap(0, 9, &ev(&[8, 9])),
+            Some(7),
+            "deleted, then written"
+        );
+        assert_eq!(stream_gap(2, 9, &ev(&[5, 9])), Some(4));
+    }
 
     #[test]
     fn a_journal_under_another_epoch_or_behind_what_was_seen_is_lost() {

@@ -174,6 +174,7 @@ impl RedisStore {
         let conn = ConnectionManager::new_with_config(client.clone(), config)
             .await
             .map_err(StoreError::failed)?;
+        epochs::check_eviction_policy(&mut conn.clone()).await;
         let (tx, rx) = mpsc::unbounded_channel();
         let (pub_tx, pub_rx) = mpsc::unbounded_channel();
         let (control_tx, control_rx) = mpsc::unbounded_channel();
@@ -267,7 +268,7 @@ impl RedisStore {
                 return Err(StoreError::JournalLost);
             }
         } else {
-            self.journals.loaded(&keys.member, epoch, last);
+            self.journals.loaded(&keys.member, epoch.clone(), last);
         }
         let Some(meta) = meta else {
             return Ok(None);
@@ -298,6 +299,28 @@ impl RedisStore {
                 }
             };
             events.push((seq, json));
+        }
+        if let Some(gap) = epochs::stream_gap(after, meta.last_seq, &events) {
+            // The stream lost its start (eviction, a DEL) — or a compaction
+            // came between the two reads: the script tells them apart.
+            let meta_key = (keys.meta.as_str(), keys.events.as_str());
+            if self.block_on(epochs::restart_history(
+                &mut conn,
+                meta_key,
+                epoch.as_deref(),
+            ))? {
+                self.journals.lost(
+                    &format!("thread {:?} of tenant {:?}", key.thread_id, key.tenant),
+                    &format!(
+                        "its event stream starts after seq {gap}, not at seq {}",
+                        after + 1
+                    ),
+                );
+                if check {
+                    return Err(StoreError::JournalLost);
+                }
+            }
+            return self.read(key, after, check);
         }
         Ok(Some(StoredThread { meta, base, events }))
     }
@@ -393,6 +416,18 @@ fn meta_from_hash(h: &HashMap<String, Vec<u8>>) -> Option<ThreadMeta> {
 }
 
 impl JournalStore for RedisStore {
+    fn epoch(&self, key: &ThreadKey) -> Option<String> {
+        self.journals
+            .cursor_epoch(&Keys::of(&self.prefix, key).member)
+    }
+
+    fn new_history(&self, key: &ThreadKey) -> Result<(), StoreError> {
+        let keys = Keys::of(&self.prefix, key);
+        let (seen, _) = self.journals.expected(&keys.member);
+        let mut conn = self.conn.clone();
+        self.block_on(epochs::new_epoch(&mut conn, &keys.meta, &seen))
+    }
+
     fn append(&self, batch: AppendBatch) -> AppendAck {
         let (tx, rx) = oneshot::channel();
         let writer = self

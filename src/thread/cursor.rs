@@ -1,0 +1,99 @@
+//! Where a viewer's cursor stands in the journal: what a join stream needs
+//! to start at seq `n` (see [`crate::protocol::join`], "Cursors").
+//!
+//! A viewer at `n` has been sent the frames of the journal up to `n`; what
+//! it holds open is a function of that journal alone, so the join stream
+//! rebuilds it from the events the viewer may see, from the oldest held
+//! (compaction cuts only between runs, so that is a run boundary). A fresh
+//! start at `n` also needs the conversation as it stood at `n`: the end
+//! view of the last run that ended by then, and the journal after it.
+
+use super::*;
+
+/// What a join stream needs to start at a seq.
+pub struct JoinPoint {
+    /// The events up to the seq that the viewer may see, from the oldest
+    /// held (`None`: the seq is not in the journal held; the viewer gets a
+    /// reset snapshot, which needs none of this).
+    pub prefix: Option<Vec<Arc<Entry>>>,
+    /// The conversation at the seq (`messages`, `state`, …), as the viewer
+    /// may see it; only asked for a fresh start, `None` when it cannot be
+    /// rebuilt (the journal before it was compacted away).
+    pub at: Option<Map<String, Value>>,
+}
+
+impl Thread {
+    /// What viewer `visibility` needs to start at `n`; the conversation at
+    /// `n` only when `conversation` (a fresh start rather than a reconnect).
+    pub fn join_point(
+        &self,
+        n: u64,
+        visibility: &ViewerVisibility,
+        conversation: bool,
+    ) -> JoinPoint {
+        let inner = self.lock();
+        if n < inner.base_seq || n > inner.fold.seq {
+            return JoinPoint {
+                prefix: None,
+                at: None,
+            };
+        }
+        let mut seen = SeenBy::new(visibility.clone());
+        let prefix = inner
+            .journal
+            .iter()
+            .take_while(|e| e.seq <= n)
+            .filter(|e| !seen.hides(e.origin(), &e.event))
+            .cloned()
+            .collect();
+        let at = conversation
+            .then(|| fold_at(&inner, n))
+            .flatten()
+            .map(|fold| {
+                let mut snap = fold.to_json();
+                snap.insert("seq".into(), n.into());
+                seen.redact_snapshot(&mut snap, fold.authors());
+                snap
+            });
+        JoinPoint {
+            prefix: Some(prefix),
+            at,
+        }
+    }
+}
+
+/// The fold of the journal up to `n`: from the end view of the last run
+/// that ended by then (or the thread's start), plus the events after it.
+fn fold_at(inner: &Inner, n: u64) -> Option<Fold> {
+    let ended = inner
+        .fold
+        .runs()
+        .iter()
+        .filter(|r| r.ended_seq.is_some_and(|e| e <= n))
+        .max_by_key(|r| r.ended_seq);
+    let (mut fold, from) = match ended {
+        Some(run) => {
+            let view = super::branch::view_at(inner, &run.run_id).ok()?;
+            let from = view.seq;
+            (Fold::at_checkpoint(&view), from)
+        }
+        None if inner.base_seq == 0 => (Fold::new(), 0),
+        None => return None,
+    };
+    if from < inner.base_seq {
+        return None;
+    }
+    for e in inner.journal.iter().filter(|e| e.seq > from && e.seq <= n) {
+        fold.apply(e.seq, &e.event);
+    }
+    Some(fold)
+}
+
+impl Thread {
+    /// The short name of the history this thread's journal holds, when the
+    /// store can lose history ([`crate::store::JournalStore::epoch`]): what
+    /// a client's cursor carries beside its seq.
+    pub fn epoch(&self) -> Option<String> {
+        self.store.epoch(&self.key)
+    }
+}
