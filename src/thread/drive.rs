@@ -65,8 +65,17 @@ enum Step {
 /// of its events.
 type StoredBatch = (Result<Vec<Arc<Entry>>, StoreError>, Vec<ForRequester>);
 
-/// A batch in the journal's hands.
-type InFlight = std::pin::Pin<Box<dyn std::future::Future<Output = StoredBatch> + Send>>;
+/// A batch's way through the journal: its acknowledgement, then what the
+/// requester gets for it. (One function, so the run's queue of batches
+/// holds one concrete future type, unboxed: a box per batch was one more
+/// allocation per forwarded event, which `tests/alloc_count.rs` guards.)
+async fn settle_batch(
+    thread: Arc<Thread>,
+    pending: super::PendingAppend,
+    originals: Vec<ForRequester>,
+) -> StoredBatch {
+    (thread.settle(pending).await, originals)
+}
 
 /// The fencing token appends carry under `lease` (none for a lease of a
 /// single process, which needs no fencing).
@@ -172,10 +181,6 @@ struct Leg<'a> {
     started: bool,
     /// A batch of this run was acknowledged by the store.
     journaled: bool,
-    /// Batches handed to the journal and not yet acknowledged, oldest
-    /// first: the run reads the agent on while they commit (at most
-    /// `PIPELINE`), and each reaches the requester once it is durable.
-    inflight: FuturesOrdered<InFlight>,
     /// Set once the run's terminal event is enqueued: nothing more is read,
     /// and the loop ends when the journal has acknowledged everything.
     ending: bool,
@@ -278,7 +283,6 @@ impl<'a> Leg<'a> {
             open: OpenEntities::default(),
             started: false,
             journaled: false,
-            inflight: FuturesOrdered::new(),
             ending: false,
             next: None,
             approval_asked: false,
@@ -298,13 +302,17 @@ impl<'a> Leg<'a> {
     /// Runs the leg to its end; returns the run a handoff starts next,
     /// whose slot this run has already passed on ([`Thread::hand_over`]).
     async fn run(mut self) -> Option<Box<RunRequest>> {
+        // Batches handed to the journal and not yet acknowledged, oldest
+        // first: the run reads the agent on while they commit (at most
+        // `PIPELINE`), and each reaches the requester once it is durable.
+        let mut inflight = FuturesOrdered::new();
         loop {
-            if self.ending && self.inflight.is_empty() {
+            if self.ending && inflight.is_empty() {
                 break;
             }
-            match self.next_step().await {
+            match self.next_step(&mut inflight).await {
                 Step::LeaseLost => {
-                    self.lease_lost().await;
+                    self.lease_lost(&mut inflight).await;
                     break;
                 }
                 Step::StarterGone => self.starter_gone(),
@@ -315,13 +323,20 @@ impl<'a> Leg<'a> {
                     }
                 }
                 step @ (Step::Cancel | Step::Ended) => {
-                    self.close(matches!(step, Step::Cancel)).await;
+                    self.close(&mut inflight, matches!(step, Step::Cancel))
+                        .await;
                     break;
                 }
                 Step::Events(batch) => {
-                    if !self.journal_batch(batch).await {
+                    let Some((pending, originals)) = self.journal_batch(batch) else {
                         self.next = None;
                         break;
+                    };
+                    inflight.push_back(settle_batch(self.thread.clone(), pending, originals));
+                    if self.ending {
+                        crate::fault::point("run.end_enqueued").await;
+                    } else {
+                        crate::fault::point("run.batch_enqueued").await;
                     }
                 }
             }
@@ -331,8 +346,11 @@ impl<'a> Leg<'a> {
 
     /// Waits for whatever happens first: a lost lease, a cancel, the
     /// requester leaving, a batch acknowledged, the agent's next events.
-    async fn next_step(&mut self) -> Step {
-        let room = !self.ending && self.inflight.len() < PIPELINE;
+    async fn next_step<F: Future<Output = StoredBatch>>(
+        &mut self,
+        inflight: &mut FuturesOrdered<F>,
+    ) -> Step {
+        let room = !self.ending && inflight.len() < PIPELINE;
         let starter_gone = async {
             match &self.starter {
                 Some(s) => s.closed().await,
@@ -350,7 +368,7 @@ impl<'a> Leg<'a> {
             _ = self.lease.lost.cancelled() => Step::LeaseLost,
             _ = self.cancel.cancelled(), if !self.ending => Step::Cancel,
             _ = starter_gone => Step::StarterGone,
-            Some(stored) = self.inflight.next(), if !self.inflight.is_empty() => Step::Stored(stored),
+            Some(stored) = inflight.next(), if !inflight.is_empty() => Step::Stored(stored),
             batch = upstream_batch => match batch {
                 None => Step::Ended,
                 Some(batch) => Step::Events(batch),
@@ -365,10 +383,13 @@ impl<'a> Leg<'a> {
     /// batch releases the lease in the store, and a heartbeat in between
     /// reads that as lost. Otherwise the run stops: another node closes it
     /// (`gateway_node_lost`), or the store lost its journal.
-    async fn lease_lost(&mut self) {
+    async fn lease_lost<F: Future<Output = StoredBatch>>(
+        &mut self,
+        inflight: &mut FuturesOrdered<F>,
+    ) {
         self.stream.take();
         let drained = tokio::time::timeout(LOSS_CHECK, async {
-            while let Some(stored) = self.inflight.next().await {
+            while let Some(stored) = inflight.next().await {
                 if !self.deliver(stored) {
                     return false;
                 }
@@ -457,9 +478,13 @@ impl<'a> Leg<'a> {
     /// terminal event: what is in flight goes first, in order, then the
     /// run's end is journaled (its opening too, when the agent never
     /// answered, so the user's input is kept).
-    async fn close(&mut self, cancelled: bool) {
+    async fn close<F: Future<Output = StoredBatch>>(
+        &mut self,
+        inflight: &mut FuturesOrdered<F>,
+        cancelled: bool,
+    ) {
         drop(self.stream.take()); // drops the upstream request now
-        while let Some(stored) = self.inflight.next().await {
+        while let Some(stored) = inflight.next().await {
             if !self.deliver(stored) {
                 self.next = None;
                 return;
@@ -499,9 +524,12 @@ impl<'a> Leg<'a> {
     }
 
     /// Stages the agent's next events (see [`Leg::stage`]) and hands them
-    /// to the journal without waiting for the commit; `false` when the
-    /// journal refused them.
-    async fn journal_batch(&mut self, batch: Vec<Event>) -> bool {
+    /// to the journal; the caller waits for the commit with the others in
+    /// flight. `None` when the journal refused them.
+    fn journal_batch(
+        &mut self,
+        batch: Vec<Event>,
+    ) -> Option<(super::PendingAppend, Vec<ForRequester>)> {
         self.count_in(batch.len());
         let staged = self.stage(batch);
         // Operator rules, last, over exactly what would be journaled.
@@ -526,27 +554,19 @@ impl<'a> Leg<'a> {
             events.push(event);
             originals.push(original);
         }
-        match self.thread.enqueue(events, self.feed.fence.clone()) {
-            Ok(pending) => {
-                let thread = self.thread.clone();
-                self.inflight.push_back(Box::pin(async move {
-                    (thread.settle(pending).await, originals)
-                }));
-            }
+        let pending = match self.thread.enqueue(events, self.feed.fence.clone()) {
+            Ok(pending) => pending,
             Err(e) => {
                 self.feed.journal_failed(self.thread, &e);
                 self.tell_if_unjournaled(&e);
-                return false;
+                return None;
             }
-        }
+        };
         if terminal {
             self.ending = true;
             drop(self.stream.take()); // the run is over: stop reading the agent
-            crate::fault::point("run.end_enqueued").await;
-        } else {
-            crate::fault::point("run.batch_enqueued").await;
         }
-        true
+        Some((pending, originals))
     }
 
     /// Counts the agent's events (and the first one's latency).
