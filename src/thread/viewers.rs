@@ -177,15 +177,20 @@ pub(super) fn snapshot_of(key: &ThreadKey, inner: &Inner, reset: bool) -> Map<St
 
 /// A viewer's `snapshot` message. Outside the byte budget, like a catch-up
 /// page: it is built only when the viewer's writer is ready to send it.
+/// `epoch` is the journal's (a shared store's), part of the cursor the
+/// client keeps from here on: after a `reset` the old one is gone.
 pub(super) fn snapshot_frame(
     key: &ThreadKey,
     inner: &Inner,
     viewer: &mut Viewer,
-    reset: bool,
+    (reset, epoch): (bool, Option<String>),
 ) -> Outgoing {
     let mut m = Map::new();
     m.insert("type".into(), "snapshot".into());
     let mut snap = snapshot_of(key, inner, reset);
+    if let Some(epoch) = epoch {
+        snap.insert("epoch".into(), epoch.into());
+    }
     viewer.seen.redact_snapshot(&mut snap, inner.fold.authors());
     m.extend(snap);
     let text = serde_json::to_string(&m).expect("snapshot serializes");
@@ -296,7 +301,12 @@ impl Thread {
         let snapshot = snapshot.or(lost.then_some(true));
         if let Some(reset) = snapshot {
             inner.catching_up.remove(&viewer.id);
-            let page = vec![snapshot_frame(&self.key, &inner, &mut viewer, reset)];
+            let page = vec![snapshot_frame(
+                &self.key,
+                &inner,
+                &mut viewer,
+                (reset, self.epoch()),
+            )];
             inner.viewers.push(viewer);
             return (page, None);
         }

@@ -38,6 +38,7 @@ export const PROTOCOL = Object.freeze({
   /** Fields the contract's "Extensions" section adds to replies. */
   replyExtensions: {
     ack: ['queued?', 'eventId?', 'duplicate?', 'epoch?'],
+    snapshot: ['epoch?'],
     error: ['retryAfter?', 'threadId?', 'runId?'],
   },
   errorCodes: ['unauthenticated', 'forbidden', 'not_found', 'invalid', 'conflict', 'rate_limited', 'too_large', 'unavailable', 'internal'],
