@@ -20,6 +20,7 @@ use super::opening::Opening;
 use super::request::{Ended, RunRequest, Then};
 use super::requester_feed::RequesterFeed;
 use super::run_input::{PreparedInput, restore_thread_id};
+use super::staged::{ForRequester, Staged, apply_filter};
 use super::{Entry, Thread};
 use crate::protocol::event::run_error;
 use crate::protocol::handoff::{SignalWatch, UPSTREAM_NOTE, is_gateway_event, transfer_not_made};
@@ -847,51 +848,4 @@ async fn close_after_outage(thread: &Thread, run_id: &str, lease: &Lease) {
         backoff = (backoff * 2).min(std::time::Duration::from_secs(2));
         thread.read_back().await;
     }
-}
-
-/// What the HTTP requester gets for a journaled event.
-#[derive(Clone)]
-pub(super) enum ForRequester {
-    /// Nothing: the journal only (input the gateway restates, a synthetic
-    /// opening the agent never sent).
-    Nothing,
-    /// The journaled event itself.
-    Same,
-    /// The agent's own version of it (its `RUN_STARTED`, before the
-    /// gateway normalized the input and stamped it).
-    Instead(Event),
-}
-
-/// Events about to be journaled, each with what the requester gets for it.
-pub(super) type Staged = Vec<(Event, ForRequester)>;
-
-/// Runs staged events through the run's filter; `true` when the filter ended
-/// the run (its terminal event is then the last one). An event the filter
-/// left unchanged keeps what the requester gets for it; anything the filter
-/// changed or added is sent to the requester as journaled.
-fn apply_filter(filter: &mut Option<Box<dyn EventFilter>>, staged: Staged) -> (Staged, bool) {
-    let Some(filter) = filter else {
-        return (staged, false);
-    };
-    let mut out = Vec::with_capacity(staged.len());
-    for (event, original) in staged {
-        let before = event.json().clone();
-        match filter.filter(event) {
-            Ok(events) => {
-                for e in events {
-                    let keep = if *e.json() == before {
-                        original.clone()
-                    } else {
-                        ForRequester::Same
-                    };
-                    out.push((e, keep));
-                }
-            }
-            Err(end) => {
-                out.push((*end, ForRequester::Same));
-                return (out, true);
-            }
-        }
-    }
-    (out, false)
 }

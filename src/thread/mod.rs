@@ -48,6 +48,7 @@ mod request;
 mod requester_feed;
 pub mod run;
 mod run_input;
+mod staged;
 mod viewers;
 
 pub use entry::{Entry, FrameSlot};

@@ -8,8 +8,8 @@
 //! run ends before the agent said anything (so the user's input is never
 //! lost).
 
-use super::drive::{ForRequester, Staged};
 use super::request::Incoming;
+use super::staged::{ForRequester, Staged};
 use crate::protocol::handoff::HANDOFF_EVENT;
 use crate::protocol::{Event, PROTOCOL_VERSION};
 use serde_json::{Value, json};

@@ -6,8 +6,8 @@
 //! the journal (it reads the rest from there, losing nothing), and one whose
 //! run cannot be journaled is told how it ended.
 
-use super::drive::ForRequester;
 use super::fanout::{Live, Outbox, Outgoing};
+use super::staged::ForRequester;
 use super::viewers::judged;
 use super::{Entry, Thread};
 use crate::protocol::event::run_error;
