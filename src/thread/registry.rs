@@ -205,11 +205,16 @@ impl Threads {
     }
 
     /// Drops `key`'s copy when nothing ever happened on it (no event
-    /// journaled, no run, no viewer): what a refused first run leaves, so
-    /// the refusal creates nothing. (A store that recorded the thread when
-    /// a lease was asked for keeps it; it holds no events either.)
+    /// journaled, no run, no viewer) and nobody but the registry and the
+    /// caller holds it: what a refused first run leaves, so the refusal
+    /// creates nothing. A request that holds the copy too (about to start
+    /// its own run) keeps it, or it would run on a copy the registry no
+    /// longer knows while the next request loads a second one. (A store
+    /// that recorded the thread when a lease was asked for keeps it; it
+    /// holds no events either.)
     pub fn forget_if_unused(&self, key: &ThreadKey) {
-        if self.map.remove_if(key, |_, t| t.never_used()).is_some() {
+        let unused = |_: &ThreadKey, t: &Arc<Thread>| Arc::strong_count(t) <= 2 && t.never_used();
+        if self.map.remove_if(key, unused).is_some() {
             self.bus.unwatch(key);
         }
     }
