@@ -101,10 +101,20 @@ pub async fn soak(gw: &Gateway, db: &Path, load: &Load) -> Report {
                     .send(json!({"type": "run", "id": run, "agent": "demo", "threadId": th,
                         "runId": run, "messages": [{"id": format!("u-{run}"), "role": "user", "content": "tell me a story"}]}))
                     .await;
-                let Ok(ack) = tokio::time::timeout(WAIT, runner.recv_frame()).await else {
-                    panic!("{}", stuck(&base, &th, &run, "no answer to the run", &[]).await);
+                // The runner watches the thread already, so the run's first
+                // events may come before its answer (docs/protocol.md,
+                // "WebSocket"): the answer is the frame naming the command.
+                let mut seen = Vec::new();
+                let ack = loop {
+                    let Ok(f) = tokio::time::timeout(WAIT, runner.recv_frame()).await else {
+                        panic!("{}", stuck(&base, &th, &run, "no answer to the run", &seen).await);
+                    };
+                    assert!(f.get("close").is_none(), "runner closed: {f}");
+                    if f["id"] == run.as_str() {
+                        break f;
+                    }
+                    seen.push(f);
                 };
-                assert!(ack.get("close").is_none(), "runner closed: {ack}");
                 if ack["type"] == "error" {
                     eprintln!("soak: run {run} refused: {ack}");
                 }
@@ -113,17 +123,13 @@ pub async fn soak(gw: &Gateway, db: &Path, load: &Load) -> Report {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
-                let mut seen = Vec::new();
-                loop {
+                let ended = |f: &Value| is_terminal_frame(f) && f["event"]["runId"] == run.as_str();
+                while !seen.iter().any(ended) {
                     let Ok(f) = tokio::time::timeout(WAIT, runner.recv_frame()).await else {
                         panic!("{}", stuck(&base, &th, &run, "no end of the run", &seen).await);
                     };
                     assert!(f.get("close").is_none(), "{f}");
-                    let end = is_terminal_frame(&f) && f["event"]["runId"] == run.as_str();
                     seen.push(f);
-                    if end {
-                        break;
-                    }
                 }
                 runs.fetch_add(1, Ordering::Relaxed);
             }
