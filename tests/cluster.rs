@@ -454,28 +454,6 @@ async fn just_after_a_lease_renewal(redis: &RedisServer) {
     }
 }
 
-/// Polls `/readyz` until it answers `status` (the condition is awaited;
-/// there is no event to wait on from outside the process).
-async fn until_ready_is(gw: &Gateway, status: u16) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let got = http()
-            .get(gw.url("/readyz"))
-            .send()
-            .await
-            .map(|r| r.status().as_u16())
-            .unwrap_or(0);
-        if got == status {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "/readyz stayed {got}, expected {status}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_in_flight_survives_a_redis_restart_with_nothing_lost_or_repeated() {
     let mut redis = RedisServer::start_persistent().await;

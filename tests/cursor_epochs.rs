@@ -19,26 +19,6 @@ async fn node(redis: &RedisServer, name: &str, py: &PyAgent) -> Gateway {
     .await
 }
 
-async fn until_ready_is(gw: &Gateway, status: u16) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let got = http()
-            .get(gw.url("/readyz"))
-            .send()
-            .await
-            .map(|r| r.status().as_u16())
-            .unwrap_or(0);
-        if got == status {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "/readyz stayed {got}, expected {status}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-}
-
 fn run_input(run: &str) -> Value {
     let mut body = input("away", run, "hello");
     body["messages"][0]["id"] = format!("u-{run}").into();

@@ -937,3 +937,25 @@ pub async fn back_to_back_runs(
     }
     refused
 }
+
+/// Polls `/readyz` until it answers `status` (the condition is awaited;
+/// there is no event to wait on from outside the process).
+pub async fn until_ready_is(gw: &Gateway, status: u16) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let got = http()
+            .get(gw.url("/readyz"))
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+            .unwrap_or(0);
+        if got == status {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "/readyz stayed {got}, expected {status}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
