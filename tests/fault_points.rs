@@ -375,14 +375,16 @@ async fn a_websocket_requester_hears_its_run_stopped_before_anything_was_journal
                    "messages": [{"id": "u1", "role": "user", "content": "go"}]}),
     )
     .await;
-    let ack = ws.recv().await;
-    assert_eq!(ack["type"], "ack", "{ack}");
+    // The node may freeze before its writer sent the ack (the run's task
+    // and the connection's writer race): the ack is read after the wake.
     a.proc
         .expect_stderr("fault point run.lease_granted: stop")
         .await;
     // Frozen (SIGSTOP) until its lease expired in Redis, then woken.
     lease_expired(&redis).await;
     a.signal("CONT");
+    let ack = ws.recv().await;
+    assert_eq!(ack["type"], "ack", "{ack}");
     let told = loop {
         let f = ws.recv().await;
         if f["type"] == "error" || is_terminal_frame(&f) {
