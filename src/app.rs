@@ -121,6 +121,8 @@ pub async fn serve(config: Config, policy: Policy) -> Result<(), String> {
             idle_ttl: config.threads.idle_ttl,
             max_runs: config.threads.max_runs,
             max_branches: config.threads.max_branches,
+            hot_bytes: usize::try_from(config.threads.hot_bytes).unwrap_or(usize::MAX),
+            node_bytes: Default::default(),
         },
     )
     .with_bus(bus)
@@ -128,6 +130,7 @@ pub async fn serve(config: Config, policy: Policy) -> Result<(), String> {
     .with_residency(Residency {
         evict_after: config.threads.evict_after,
         max_resident: config.threads.max_resident,
+        memory_budget: usize::try_from(config.threads.memory_budget()).unwrap_or(usize::MAX),
     });
     // On a shared Redis a "running" thread may be a live run of another
     // node: only a node-local store can close what the last process left

@@ -16,6 +16,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub mod byte_size;
+
 /// The file `serve` reads when no `--config` is given (when it exists).
 pub const DEFAULT_PATH: &str = "config/gateway.toml";
 
@@ -305,6 +307,29 @@ pub struct ThreadsConfig {
     /// Most runs that fork one thread (branches, regenerates, edits); past
     /// it a fork is refused `too_large`. `0`: no cap.
     pub max_branches: usize,
+    /// Bytes of a thread's newest events kept in memory (its hot tail);
+    /// older ones stay in the store and are read from there when a reader
+    /// asks for them (a catch-up, a join from an older cursor, a fork's
+    /// replay). The events of a run still running always stay.
+    #[serde(with = "byte_size")]
+    #[schemars(with = "byte_size::Text")]
+    pub hot_bytes: u64,
+    /// What this node's resident threads may hold in all (their hot tails
+    /// and a fixed share per thread); past it the coldest bytes leave first:
+    /// the oldest events of the biggest tails, then whole idle threads.
+    /// Unset: a quarter of the machine's (or cgroup's) memory, at least
+    /// 64 MiB ([`ThreadsConfig::memory_budget`]).
+    #[serde(with = "byte_size::option")]
+    #[schemars(with = "Option<byte_size::Text>")]
+    pub memory_budget: Option<u64>,
+}
+
+impl ThreadsConfig {
+    /// The node's memory budget: as set, or a share of the machine's.
+    pub fn memory_budget(&self) -> u64 {
+        self.memory_budget
+            .unwrap_or_else(byte_size::default_memory_budget)
+    }
 }
 
 impl Default for ThreadsConfig {
@@ -317,6 +342,8 @@ impl Default for ThreadsConfig {
             max_resident: 100_000,
             max_runs: 0,
             max_branches: 0,
+            hot_bytes: 4 << 20,
+            memory_budget: None,
         }
     }
 }
@@ -1249,6 +1276,18 @@ impl Config {
             bad(
                 "threads.viewer_queue_bytes".into(),
                 "must be at least 4096".into(),
+            );
+        }
+        if self.threads.hot_bytes < 1024 {
+            bad("threads.hot_bytes".into(), "must be at least 1KiB".into());
+        }
+        if self.threads.memory_budget() < self.threads.hot_bytes {
+            bad(
+                "threads.memory_budget".into(),
+                format!(
+                    "must be at least threads.hot_bytes ({})",
+                    byte_size::format(self.threads.hot_bytes)
+                ),
             );
         }
         for (i, g) in self.grants.iter().enumerate() {

@@ -54,6 +54,21 @@ pub struct TransportLabel {
     pub transport: &'static str,
 }
 
+/// What resident bytes hold: `tail` (threads' hot tails of events) or
+/// `threads` (each resident thread's fixed share: fold, runs, viewers).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResidentKindLabel {
+    pub kind: &'static str,
+}
+
+/// Why memory was given back: `idle` (`threads.evict_after`), `count`
+/// (`threads.max_resident`), `budget` (a whole thread, over
+/// `threads.memory_budget`) or `budget_tail` (old events of a tail).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EvictionLabel {
+    pub reason: &'static str,
+}
+
 /// A refused authentication, by reason (`token_expired`, …) and transport.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AuthFailureLabels {
@@ -138,6 +153,12 @@ pub struct Metrics {
     /// Readers (viewers, join streams, requesters) reading the journal
     /// because they fell behind the live stream by more than their budget.
     pub readers_catching_up: Gauge,
+    /// Bytes resident threads hold, by kind (set at scrape time).
+    pub resident_bytes: Family<ResidentKindLabel, Gauge>,
+    /// Threads and tails that left memory, by reason.
+    pub evictions: Family<EvictionLabel, Counter>,
+    /// Events read back from the store because they had left memory.
+    pub cold_reads: Counter,
     /// Size of the SQLite journal's WAL file, after the latest commit.
     pub journal_wal_bytes: Gauge,
 }
@@ -190,6 +211,9 @@ impl Metrics {
             reload_success: Gauge::default(),
             outbox_bytes: Gauge::default(),
             readers_catching_up: Gauge::default(),
+            resident_bytes: Family::default(),
+            evictions: Family::default(),
+            cold_reads: Counter::default(),
             journal_wal_bytes: Gauge::default(),
             registry: Registry::default(),
         };
@@ -329,6 +353,21 @@ impl Metrics {
             "outbox_bytes",
             "Bytes of live frames queued for clients, not yet written.",
             m.outbox_bytes.clone(),
+        );
+        r.register(
+            "resident_bytes",
+            "Bytes resident threads hold, by kind (held to threads.memory_budget).",
+            m.resident_bytes.clone(),
+        );
+        r.register(
+            "evictions",
+            "Threads (idle, count, budget) and old tail events (budget_tail) that left memory.",
+            m.evictions.clone(),
+        );
+        r.register(
+            "cold_reads",
+            "Events read back from the store after they left memory.",
+            m.cold_reads.clone(),
         );
         r.register(
             "readers_catching_up",

@@ -60,6 +60,11 @@ pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let m = crate::metrics::metrics();
     m.resident_threads.set(state.threads.resident() as i64);
+    for (kind, bytes) in state.threads.resident_bytes() {
+        m.resident_bytes
+            .get_or_create(&crate::metrics::ResidentKindLabel { kind })
+            .set(bytes as i64);
+    }
     m.active_runs.set(state.threads.runs_here() as i64);
     (
         [(

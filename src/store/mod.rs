@@ -161,6 +161,24 @@ pub trait JournalStore: Send + Sync + 'static {
         }
         Ok(stored)
     }
+    /// Events with `after < seq < until`, in seq order: about `max_bytes`
+    /// of them (at least one, when there is one), for a reader of what
+    /// left a thread's memory (see `thread::tail`). Fewer than asked when
+    /// compaction took them. Blocking. The default reads the journal after
+    /// `after`; a backend overrides it with a bounded read.
+    fn read_events(
+        &self,
+        key: &ThreadKey,
+        after: u64,
+        until: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<(u64, Bytes)>, StoreError> {
+        let events = self
+            .load_after(key, after)?
+            .map(|t| t.events)
+            .unwrap_or_default();
+        Ok(within(events.into_iter(), after, until, max_bytes))
+    }
     /// Threads of `tenant`, newest first.
     fn list(&self, tenant: &str) -> Result<Vec<(ThreadKey, ThreadMeta)>, StoreError>;
     /// Threads whose latest run was still running (for restart recovery).
@@ -196,4 +214,28 @@ pub trait JournalStore: Send + Sync + 'static {
     fn close(&self) -> futures::future::BoxFuture<'static, ()> {
         Box::pin(async {})
     }
+}
+
+/// Of `events` (in seq order), those with `after < seq < until`, up to
+/// `max_bytes` of JSON (at least one): what [`JournalStore::read_events`]
+/// answers.
+pub fn within(
+    events: impl Iterator<Item = (u64, Bytes)>,
+    after: u64,
+    until: u64,
+    max_bytes: usize,
+) -> Vec<(u64, Bytes)> {
+    let mut out = Vec::new();
+    let mut bytes = 0;
+    for (seq, json) in events {
+        if seq <= after {
+            continue;
+        }
+        if seq >= until || (bytes >= max_bytes && !out.is_empty()) {
+            break;
+        }
+        bytes += json.len();
+        out.push((seq, json));
+    }
+    out
 }

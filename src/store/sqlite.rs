@@ -817,6 +817,56 @@ impl JournalStore for SqliteStore {
         Ok(Some(StoredThread { meta, base, events }))
     }
 
+    /// The batches overlapping the range, read until the budget is met.
+    fn read_events(
+        &self,
+        key: &ThreadKey,
+        after: u64,
+        until: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<(u64, Bytes)>, StoreError> {
+        let conn = self
+            .reader
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT first_seq, last_seq, ends, frames FROM batches
+                 WHERE tenant = ?1 AND thread = ?2 AND last_seq > ?3 AND first_seq < ?4
+                 ORDER BY last_seq",
+            )
+            .map_err(err)?;
+        let mut rows = stmt
+            .query(params![
+                key.tenant,
+                key.thread_id,
+                after as i64,
+                until.min(i64::MAX as u64) as i64
+            ])
+            .map_err(err)?;
+        let mut events = Vec::new();
+        let mut bytes = 0;
+        while bytes < max_bytes
+            && let Some(row) = rows.next().map_err(err)?
+        {
+            let first = row.get::<_, i64>(0).map_err(err)? as u64;
+            let last = row.get::<_, i64>(1).map_err(err)? as u64;
+            let (ends, frames) = (blob(row, 2)?, blob(row, 3)?);
+            let before = events.len();
+            batch_row::decode(first, last, ends, frames, after, &mut events)?;
+            bytes += events[before..]
+                .iter()
+                .map(|(_, j): &(u64, Bytes)| j.len())
+                .sum::<usize>();
+        }
+        Ok(crate::store::within(
+            events.into_iter(),
+            after,
+            until,
+            max_bytes,
+        ))
+    }
+
     fn list(&self, tenant: &str) -> Result<Vec<(ThreadKey, ThreadMeta)>, StoreError> {
         let conn = self
             .reader

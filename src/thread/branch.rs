@@ -15,9 +15,9 @@
 //! learned the hard way (ag-ui issues 1551, 1743, 1748, 2109): a resume, a
 //! tool result being sent back, or pending interrupts are never a branch.
 
-use super::Inner;
 pub use super::request::BaseRequest;
 use super::request::{RunRefused, RunRequest};
+use super::{Inner, Thread};
 use crate::protocol::Event;
 use crate::protocol::fold::{Fold, RunStatus};
 use crate::protocol::hooks::RunInput;
@@ -59,11 +59,8 @@ impl Base {
 
 /// The base `req` resolves to on the thread as it stands, within the
 /// thread's caps and what its agent's `branching.mode` allows.
-pub(super) fn admit(
-    req: &RunRequest,
-    inner: &Inner,
-    caps: &super::ThreadSettings,
-) -> Result<Base, RunRefused> {
+pub(super) fn admit(thread: &Thread, req: &RunRequest, inner: &Inner) -> Result<Base, RunRefused> {
+    let caps = &thread.settings;
     let sent: Option<Vec<Value>> = match &req.input {
         RunInput::Complete(i) if req.base == BaseRequest::Detect => Some(
             i.messages
@@ -73,7 +70,13 @@ pub(super) fn admit(
         ),
         _ => None,
     };
-    let base = resolve(inner, &req.base, req.input.has_resume(), sent.as_deref())?;
+    let base = resolve(
+        thread,
+        inner,
+        &req.base,
+        req.input.has_resume(),
+        sent.as_deref(),
+    )?;
     let runs = inner.fold.runs();
     let (max_runs, max_branches) = (caps.max_runs, caps.max_branches);
     if max_runs > 0 && runs.started_count() >= max_runs {
@@ -111,6 +114,7 @@ pub(super) fn admit(
 /// carries a resume; `sent`: the complete input's messages, for
 /// [`BaseRequest::Detect`]).
 pub(super) fn resolve(
+    thread: &Thread,
     inner: &Inner,
     request: &BaseRequest,
     resumes: bool,
@@ -141,7 +145,7 @@ pub(super) fn resolve(
                 kind: RunKind::Branch,
                 parent: Some(run.run_id.clone()),
                 head_before: head.clone(),
-                view: Some(view_at(inner, id)?),
+                view: Some(view_at(thread, inner, id)?),
                 input: None,
                 replaces: None,
             })
@@ -178,7 +182,14 @@ pub(super) fn resolve(
                         "message '{message}' is not part of a run this thread remembers"
                     ))
                 })?;
-            sibling_of(inner, run, RunKind::Regenerate, run.input.clone(), message)
+            sibling_of(
+                thread,
+                inner,
+                run,
+                RunKind::Regenerate,
+                run.input.clone(),
+                message,
+            )
         }
         BaseRequest::Edit {
             message_id,
@@ -195,10 +206,10 @@ pub(super) fn resolve(
                 ))
             })?;
             let input = edited_input(&run.input, message_id, message, &[]);
-            sibling_of(inner, run, RunKind::Edit, input, message_id.clone())
+            sibling_of(thread, inner, run, RunKind::Edit, input, message_id.clone())
         }
         BaseRequest::Detect => match sent.and_then(|sent| detect(inner, sent, resumes)) {
-            Some(request) => resolve(inner, &request, resumes, None),
+            Some(request) => resolve(thread, inner, &request, resumes, None),
             None => Ok(linear(plain)),
         },
     }
@@ -206,6 +217,7 @@ pub(super) fn resolve(
 
 /// A run that answers `run`'s question again: hangs from `run`'s base.
 fn sibling_of(
+    thread: &Thread,
     inner: &Inner,
     run: &RunRecord,
     kind: RunKind,
@@ -213,7 +225,7 @@ fn sibling_of(
     replaces: String,
 ) -> Result<Base, RunRefused> {
     let view = match &run.parent {
-        Some(parent) => view_at(inner, parent)?,
+        Some(parent) => view_at(thread, inner, parent)?,
         None => Arc::new(Fold::new().checkpoint(None)),
     };
     Ok(Base {
@@ -256,7 +268,11 @@ fn known_run<'a>(inner: &'a Inner, id: &str) -> Result<&'a RunRecord, RunRefused
 /// The conversation at the end of run `id`: its checkpoint, or a replay of
 /// the journal from its nearest ancestor that has one (or from the
 /// thread's start).
-pub(super) fn view_at(inner: &Inner, id: &str) -> Result<Arc<Checkpoint>, RunRefused> {
+pub(super) fn view_at(
+    thread: &Thread,
+    inner: &Inner,
+    id: &str,
+) -> Result<Arc<Checkpoint>, RunRefused> {
     let run = known_run(inner, id)?;
     if run.status == RunStatus::Running {
         return Err(RunRefused::Conflict(format!(
@@ -283,12 +299,8 @@ pub(super) fn view_at(inner: &Inner, id: &str) -> Result<Arc<Checkpoint>, RunRef
         if run.started_seq <= inner.base_seq {
             return Err(gone(id));
         }
-        for entry in inner
-            .journal
-            .iter()
-            .filter(|e| (run.started_seq..=end).contains(&e.seq))
-        {
-            fold.apply(entry.seq, &entry.event);
+        if !thread.replay_into(inner, &mut fold, run.started_seq, end) {
+            return Err(gone(id));
         }
     }
     Ok(Arc::new(fold.checkpoint(None)))
@@ -407,7 +419,7 @@ impl super::Thread {
             return Ok(self.snapshot(visibility));
         };
         let inner = self.lock();
-        let view = view_at(&inner, run_id)?;
+        let view = view_at(self, &inner, run_id)?;
         let run = inner.fold.runs().get(run_id).expect("view_at found it");
         let mut snap = serde_json::Map::new();
         snap.insert("threadId".into(), self.key.thread_id.clone().into());
@@ -624,7 +636,7 @@ mod tests {
             let inner = t.lock();
             assert!(inner.fold.runs().get("r0").is_some(), "r0 is remembered");
             assert!(inner.base_seq > 0, "the journal was compacted");
-            resolve(&inner, &BaseRequest::Run(id.to_owned()), false, None)
+            resolve(&t, &inner, &BaseRequest::Run(id.to_owned()), false, None)
                 .expect_err("refused")
                 .to_string()
                 .replace(id, "<id>")
@@ -639,11 +651,11 @@ mod tests {
             "{compacted}"
         );
         let inner = t.lock();
-        let not_found = resolve(&inner, &BaseRequest::Run("r0".into()), false, None);
+        let not_found = resolve(&t, &inner, &BaseRequest::Run("r0".into()), false, None);
         assert!(matches!(not_found, Err(RunRefused::NotFound(_))));
         // A view at it is refused the same way.
         assert_eq!(
-            view_at(&inner, "r0").expect_err("refused").to_string(),
+            view_at(&t, &inner, "r0").expect_err("refused").to_string(),
             compacted.replace("<id>", "r0")
         );
     }

@@ -74,7 +74,7 @@ impl Thread {
             let inner = self.lock();
             !self.settings.idle_ttl.is_zero()
                 && inner.runs.is_idle()
-                && !inner.journal.is_empty()
+                && inner.fold.seq > inner.base_seq
                 && inner.last_event.elapsed() >= self.settings.idle_ttl
         };
         if idle {
@@ -133,14 +133,16 @@ impl Thread {
     /// journal. Only between runs (no run active or starting here), so the
     /// base is a whole-run boundary.
     fn compaction_due(&self, inner: &Inner, force: bool) -> bool {
-        let due = force || inner.journal.len() > self.settings.max_events;
+        // Counted in the store, not in memory: the tail holds only the newest.
+        let kept = inner.fold.seq.saturating_sub(inner.base_seq);
+        let due = force || kept > self.settings.max_events as u64;
         // Lagging viewers still read the journal: compact later.
         let busy = inner.inflight > 0
             || !inner.arrived.is_empty()
             || !inner.catching_up.is_empty()
             || inner.runs.has_active()
             || inner.recovering;
-        due && !inner.journal.is_empty() && !busy
+        due && kept > 0 && !busy
     }
 
     /// Compacts now, serializing the base under the lock the caller holds;
@@ -165,7 +167,7 @@ impl Thread {
         // Freeing a long run's entries is real work (a 200k-event run's
         // were a tenth of its time on the runtime, under this lock): a
         // blocking thread does it.
-        let compacted = std::mem::take(&mut inner.journal);
+        let compacted = inner.journal.take();
         match tokio::runtime::Handle::try_current() {
             Ok(rt) if compacted.len() > LONG_JOURNAL => {
                 drop(rt.spawn_blocking(move || drop(compacted)))

@@ -31,23 +31,32 @@ impl Thread {
         visibility: &ViewerVisibility,
         conversation: bool,
     ) -> JoinPoint {
+        const NONE: JoinPoint = JoinPoint {
+            prefix: None,
+            at: None,
+        };
+        let from = {
+            let inner = self.lock();
+            if n < inner.base_seq || n > inner.fold.seq {
+                return NONE;
+            }
+            boundary(&inner, n)
+        };
+        // What the viewer holds open at `n` began after the last run's end
+        // before it: the events from there are all it takes (read back
+        // from the store, outside the lock, when they left memory).
+        let Some(events) = self.entries_between(from, n) else {
+            return NONE;
+        };
         let inner = self.lock();
-        if n < inner.base_seq || n > inner.fold.seq {
-            return JoinPoint {
-                prefix: None,
-                at: None,
-            };
-        }
         let mut seen = SeenBy::new(visibility.clone());
-        let prefix = inner
-            .journal
+        let prefix = events
             .iter()
-            .take_while(|e| e.seq <= n)
             .filter(|e| !seen.hides(e.origin(), &e.event))
             .cloned()
             .collect();
         let at = conversation
-            .then(|| fold_at(&inner, n))
+            .then(|| fold_at(self, &inner, n, &events))
             .flatten()
             .map(|fold| {
                 let mut snap = fold.to_json();
@@ -62,18 +71,34 @@ impl Thread {
     }
 }
 
-/// The fold of the journal up to `n`: from the end view of the last run
-/// that ended by then (or the thread's start), plus the events after it.
-fn fold_at(inner: &Inner, n: u64) -> Option<Fold> {
-    let ended = inner
+/// The last run that ended by `n` (any branch's: runs of a thread never
+/// overlap).
+fn last_ended(inner: &Inner, n: u64) -> Option<&crate::protocol::lineage::RunRecord> {
+    inner
         .fold
         .runs()
         .iter()
         .filter(|r| r.ended_seq.is_some_and(|e| e <= n))
-        .max_by_key(|r| r.ended_seq);
-    let (mut fold, from) = match ended {
+        .max_by_key(|r| r.ended_seq)
+}
+
+/// The first seq a viewer at `n` may hold anything open from: just after
+/// the last run's end before `n` (nothing stays open past a run's end),
+/// else the oldest seq the journal holds.
+fn boundary(inner: &Inner, n: u64) -> u64 {
+    let held = inner.base_seq + 1;
+    last_ended(inner, n)
+        .and_then(|r| r.ended_seq)
+        .map_or(held, |end| (end + 1).max(held))
+}
+
+/// The fold of the journal up to `n`: from the end view of the last run
+/// that ended by then (or the thread's start), plus `events` after it
+/// (those from [`boundary`] to `n`).
+fn fold_at(thread: &Thread, inner: &Inner, n: u64, events: &[Arc<Entry>]) -> Option<Fold> {
+    let (mut fold, from) = match last_ended(inner, n) {
         Some(run) => {
-            let view = super::branch::view_at(inner, &run.run_id).ok()?;
+            let view = super::branch::view_at(thread, inner, &run.run_id).ok()?;
             let from = view.seq;
             (Fold::at_checkpoint(&view), from)
         }
@@ -83,7 +108,7 @@ fn fold_at(inner: &Inner, n: u64) -> Option<Fold> {
     if from < inner.base_seq {
         return None;
     }
-    for e in inner.journal.iter().filter(|e| e.seq > from && e.seq <= n) {
+    for e in events.iter().filter(|e| e.seq > from && e.seq <= n) {
         fold.apply(e.seq, &e.event);
     }
     Some(fold)

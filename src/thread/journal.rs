@@ -447,6 +447,9 @@ impl Thread {
         }
         entry.set_origin(inner.fold.apply(entry.seq, &entry.event));
         inner.journal.push_back(entry.clone());
+        if inner.journal.bytes() > self.settings.hot_bytes {
+            self.trim_tail(inner, self.settings.hot_bytes);
+        }
         // What each viewer gets of it is decided now (by the fold as of
         // this entry) and queued with the rest of the batch ([`Self::fan_out`]).
         let Inner { viewers, fold, .. } = &mut *inner;

@@ -49,11 +49,14 @@ mod requester_feed;
 pub mod run;
 mod run_input;
 mod staged;
+mod tail;
 mod viewers;
 
 pub use entry::{Entry, FrameSlot};
 pub use journal::PendingAppend;
 pub use registry::{Residency, Threads};
+pub use tail::NodeBytes;
+use tail::Tail;
 use viewers::Viewer;
 
 use crate::protocol::authorship::RunAgent;
@@ -89,13 +92,19 @@ pub struct ThreadSettings {
     pub max_runs: u64,
     /// Most runs that fork a thread (0: no cap); past it, `too_large`.
     pub max_branches: usize,
+    /// Bytes of its newest events a thread keeps in memory (0: no bound);
+    /// see [`tail`].
+    pub hot_bytes: usize,
+    /// The node's count of resident bytes, shared by every thread.
+    pub node_bytes: NodeBytes,
 }
 
 struct Inner {
     meta: ThreadMeta,
     fold: Fold,
-    /// Published entries after `base_seq`.
-    journal: VecDeque<Arc<Entry>>,
+    /// Published entries after `base_seq` still in memory (the newest;
+    /// older ones are read back from the store, see [`tail`]).
+    journal: Tail,
     /// Events up to here exist only as the fold (compacted).
     base_seq: u64,
     /// The next seq to publish (everything before it is published).
@@ -178,6 +187,7 @@ impl Thread {
         settings: ThreadSettings,
         meta: ThreadMeta,
     ) -> Arc<Thread> {
+        let tail = Tail::new(settings.node_bytes.clone());
         Arc::new_cyclic(|me| Thread {
             id: Arc::from(key.thread_id.as_str()),
             key,
@@ -190,7 +200,7 @@ impl Thread {
             inner: Mutex::new(Inner {
                 meta,
                 fold: Fold::new(),
-                journal: VecDeque::new(),
+                journal: tail,
                 base_seq: 0,
                 next_seq: 1,
                 next_assign: 1,
@@ -787,6 +797,7 @@ mod tests {
         .with_residency(Residency {
             evict_after: std::time::Duration::ZERO,
             max_resident: 2,
+            ..Residency::default()
         });
         let keys: Vec<ThreadKey> = (0..5)
             .map(|i| ThreadKey::new("ten", format!("th{i}")))

@@ -14,6 +14,10 @@ pub struct Residency {
     /// Most threads kept in memory; past it the longest-idle ones leave
     /// first (threads in use never do).
     pub max_resident: usize,
+    /// Bytes resident threads may hold in all ([`Threads::resident_bytes`]);
+    /// past it idle threads leave (longest idle first), then the biggest
+    /// tails give back their oldest events.
+    pub memory_budget: usize,
 }
 
 impl Default for Residency {
@@ -21,9 +25,21 @@ impl Default for Residency {
         Residency {
             evict_after: std::time::Duration::ZERO,
             max_resident: usize::MAX,
+            memory_budget: usize::MAX,
         }
     }
 }
+
+/// What a resident thread is counted beside its tail: its fold, run table,
+/// checkpoints, viewers' registrations and the registry's entry. A fixed
+/// share, not a measure: those grow with the conversation (which a
+/// snapshot needs at once, so it stays), not with the events streamed.
+/// Measured as about 10 KiB for a thread of 20 short runs (docs/benchmarks.md,
+/// "Memory by the byte"); counted high, so the budget errs on the safe side.
+pub const THREAD_BYTES: usize = 16 << 10;
+
+/// How often the sweeper compares the node's bytes with its budget.
+const BUDGET_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Every thread in use, loaded from the store on demand and evicted when
 /// idle (see [`Residency`]).
@@ -240,6 +256,7 @@ impl Threads {
         let Residency {
             evict_after,
             max_resident,
+            memory_budget,
         } = self.residency;
         let mut idle: Vec<(ThreadKey, std::time::Instant)> = self
             .map
@@ -252,20 +269,83 @@ impl Threads {
         let mut evicted = 0;
         for (key, since) in idle {
             let expired = !evict_after.is_zero() && since.elapsed() >= evict_after;
-            if !expired && over == 0 {
+            let over_budget = self.total_bytes() > memory_budget;
+            if !expired && over == 0 && !over_budget {
                 continue;
             }
             crate::fault::point_sync("thread.evicting");
             let gone = self.map.remove_if(&key, |_, t| {
                 Arc::strong_count(t) == 1 && t.idle_since().is_some()
             });
-            if gone.is_some() {
+            if let Some((_, thread)) = gone {
                 self.bus.unwatch(&key);
                 evicted += 1;
                 over = over.saturating_sub(1);
+                let reason = if expired {
+                    "idle"
+                } else if over_budget {
+                    "budget"
+                } else {
+                    "count"
+                };
+                evicted_for(reason);
+                drop(thread); // its tail's bytes leave the count now
             }
         }
+        self.shrink_tails(memory_budget);
         evicted
+    }
+
+    /// Still over the budget with every idle thread gone: the biggest
+    /// tails give back their oldest events (halved, biggest first, until
+    /// the node is within budget). Those events stay in the store; readers
+    /// of them read them there.
+    fn shrink_tails(&self, memory_budget: usize) {
+        if self.total_bytes() <= memory_budget {
+            return;
+        }
+        let mut tails: Vec<(usize, Arc<Thread>)> = self
+            .map
+            .iter()
+            .map(|t| (t.value().tail_bytes(), t.value().clone()))
+            .filter(|(bytes, _)| *bytes > 0)
+            .collect();
+        tails.sort_by_key(|(bytes, _)| std::cmp::Reverse(*bytes));
+        for (_, thread) in tails {
+            if self.total_bytes() <= memory_budget {
+                break;
+            }
+            if thread.shrink_tail() > 0 {
+                evicted_for("budget_tail");
+            }
+        }
+    }
+
+    /// Bytes the resident threads hold, by kind: their tails, and each
+    /// one's fixed share ([`THREAD_BYTES`]).
+    pub fn resident_bytes(&self) -> [(&'static str, usize); 2] {
+        [
+            ("tail", self.settings.node_bytes.get()),
+            ("threads", self.map.len() * THREAD_BYTES),
+        ]
+    }
+
+    /// All of [`Threads::resident_bytes`].
+    pub fn total_bytes(&self) -> usize {
+        self.resident_bytes().iter().map(|(_, b)| b).sum()
+    }
+
+    /// The resident threads holding the most bytes, biggest first (the
+    /// admin view).
+    pub fn biggest(&self, n: usize) -> Vec<(ThreadKey, usize)> {
+        let mut all: Vec<(ThreadKey, usize)> = self
+            .map
+            .iter()
+            .map(|t| (t.key().clone(), t.value().tail_bytes() + THREAD_BYTES))
+            .collect();
+        all.sort_by_key(|(_, bytes)| std::cmp::Reverse(*bytes));
+        all.truncate(n);
+        all
     }
 
     /// The store (for listing and readiness).
@@ -311,7 +391,11 @@ impl Threads {
             self.settings.clone(),
             stored.meta.clone(),
         );
-        thread.lock().fill(&thread.id, Some(stored));
+        {
+            let mut inner = thread.lock();
+            inner.fill(&thread.id, Some(stored));
+            thread.trim_tail(&mut inner, thread.settings.hot_bytes);
+        }
         let thread = self.insert_watched(key, thread);
         // What another node announced between the load and now was not
         // delivered (the thread was not in the map yet): read it back.
@@ -390,12 +474,23 @@ impl Threads {
     pub fn spawn_sweeper(self: &Arc<Self>, every: std::time::Duration) {
         let threads = Arc::downgrade(self);
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
+            // The budget is looked at every second (an atomic read when
+            // within it): a node filling up must not wait for the idle
+            // sweep's period, which can be a minute.
+            let mut tick = tokio::time::interval(BUDGET_CHECK.min(every));
             tick.tick().await;
+            let mut last_sweep = tokio::time::Instant::now();
             loop {
                 tick.tick().await;
                 let Some(t) = threads.upgrade() else { return };
-                t.sweep_idle().await;
+                let over_budget = t.total_bytes() > t.residency.memory_budget;
+                if !over_budget && last_sweep.elapsed() < every {
+                    continue;
+                }
+                if last_sweep.elapsed() >= every {
+                    last_sweep = tokio::time::Instant::now();
+                    t.sweep_idle().await;
+                }
                 let evicted = t.evict_idle();
                 if evicted > 0 {
                     tracing::debug!(evicted, resident = t.resident(), "idle threads left memory");
@@ -481,4 +576,12 @@ fn release_freed_memory() {
             malloc_trim(0);
         }
     }
+}
+
+/// Counts one eviction for `reason` ([`crate::metrics::EvictionLabel`]).
+fn evicted_for(reason: &'static str) {
+    crate::metrics::metrics()
+        .evictions
+        .get_or_create(&crate::metrics::EvictionLabel { reason })
+        .inc();
 }

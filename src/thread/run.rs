@@ -267,7 +267,7 @@ impl Thread {
         if inner.recovering {
             return Err(RunRefused::Unavailable(JOURNAL_RECOVERING.into()));
         }
-        let base = admit(&req, &inner, &self.settings)?;
+        let base = admit(self, &req, &inner)?;
         let interrupts = base.interrupts(&inner.fold);
         let pending: Vec<String> = interrupts
             .iter()
@@ -525,7 +525,8 @@ impl Thread {
             }
             let now = !inner.runs.queue.is_empty() || inner.compaction_deferred;
             if !now {
-                inner.compaction_deferred = inner.journal.len() > self.settings.max_events;
+                inner.compaction_deferred =
+                    inner.fold.seq.saturating_sub(inner.base_seq) > self.settings.max_events as u64;
             } else if let Some(ack) = self.compaction(inner, false) {
                 let thread_id = self.key.thread_id.clone();
                 tokio::spawn(async move {
@@ -719,7 +720,7 @@ impl Thread {
             inner.runs.resume_claimed = Some(req.run_id.clone());
         }
         // Resolved again: the head may have moved while the run was queued.
-        let base = match admit(&req, inner, &self.settings) {
+        let base = match admit(self, &req, inner) {
             Ok(base) => base,
             Err(refused) => {
                 self.leases.release(&self.key, &lease);
@@ -788,7 +789,7 @@ impl Thread {
     /// leaves the slot to the caller to give back.
     pub(super) fn next_leg(&self, req: &RunRequest) -> Result<PreparedInput, RunRefused> {
         let mut inner = self.lock();
-        let base = admit(req, &inner, &self.settings)?;
+        let base = admit(self, req, &inner)?;
         let prepared = build_input(&self.key.thread_id, &inner, req, &base);
         inner.meta.agent = Some(req.agent.id.clone());
         if let Some(active) = inner.runs.active.as_mut() {

@@ -287,6 +287,12 @@ impl Thread {
         budget: usize,
         snapshot: Option<bool>,
     ) -> (Vec<Outgoing>, Option<(Viewer, u64)>) {
+        // Events that left memory come from the store, read before the
+        // lock is taken (the live path never waits for this read).
+        let cold = match snapshot {
+            None => self.cold_page(after, budget),
+            Some(_) => None,
+        };
         let mut inner = self.lock();
         if inner.catching_up.get(&viewer.id) != Some(&ticket) || viewer.outbox.is_closed() {
             // Unsubscribed, subscribed anew, or gone meanwhile.
@@ -297,7 +303,9 @@ impl Thread {
         // of a journal reloaded after the store lost history: the snapshot
         // as this page (a reset for the last two), then live from the fold
         // it shows.
-        let lost = after < inner.base_seq || after > inner.fold.seq;
+        let lost = after < inner.base_seq
+            || after > inner.fold.seq
+            || matches!(cold, Some(None)) && after + 1 < inner.resident_from();
         let snapshot = snapshot.or(lost.then_some(true));
         if let Some(reset) = snapshot {
             inner.catching_up.remove(&viewer.id);
@@ -312,7 +320,15 @@ impl Thread {
         }
         let start = inner.journal.partition_point(|e| e.seq <= after);
         let (mut page, mut bytes, mut last) = (Vec::new(), 0, after);
-        for e in inner.journal.range(start..) {
+        let read_back = cold
+            .flatten()
+            .filter(|c| c.first().is_some_and(|e| e.seq == after + 1));
+        let entries: Box<dyn Iterator<Item = &Arc<Entry>>> = match &read_back {
+            Some(cold) => Box::new(cold.iter()),
+            None => Box::new(inner.journal.range(start..)),
+        };
+        let mut ended = false;
+        for e in entries {
             if bytes >= budget {
                 break;
             }
@@ -321,10 +337,14 @@ impl Thread {
                 bytes += seen.cost();
                 page.push(Outgoing::Event(seen));
                 if viewer.ends_with(&e.event) {
-                    inner.catching_up.remove(&viewer.id);
-                    return (page, None);
+                    ended = true;
+                    break;
                 }
             }
+        }
+        if ended {
+            inner.catching_up.remove(&viewer.id);
+            return (page, None);
         }
         if last >= inner.fold.seq {
             inner.catching_up.remove(&viewer.id);
@@ -333,6 +353,30 @@ impl Thread {
         } else {
             (page, Some((viewer, last)))
         }
+    }
+
+    /// The next catch-up page from the store when the events after
+    /// `after` left memory: `None` when they are resident (or compacted,
+    /// which the page answers with a reset), `Some(None)` when the store
+    /// could not give them (the page is then a reset snapshot: the reader
+    /// loses nothing, it restarts from the conversation as it is).
+    fn cold_page(&self, after: u64, budget: usize) -> Option<Option<Vec<Arc<Entry>>>> {
+        let (resident_from, base) = {
+            let inner = self.lock();
+            (inner.resident_from(), inner.base_seq)
+        };
+        if after < base || after + 1 >= resident_from {
+            return None;
+        }
+        let read = tail::read_past(|| self.read_cold(after, resident_from, budget.max(1)));
+        Some(match read {
+            Ok(page) if page.first().is_some_and(|e| e.seq == after + 1) => Some(page),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(thread = %self.key.thread_id, after, "reading a catch-up page back from the store failed: {e}");
+                None
+            }
+        })
     }
 
     /// Hands a run's HTTP requester that fell behind its budget to the
@@ -376,15 +420,17 @@ impl Thread {
     /// Published entries with `seq > after` still in the journal, or `None`
     /// when `after` is older than the journal holds.
     pub fn entries_after(&self, after: u64) -> Option<Vec<Arc<Entry>>> {
-        let inner = self.lock();
-        (after >= inner.base_seq).then(|| {
-            inner
-                .journal
-                .iter()
-                .filter(|e| e.seq > after)
-                .cloned()
-                .collect()
-        })
+        let (base, last) = {
+            let inner = self.lock();
+            (inner.base_seq, inner.fold.seq)
+        };
+        if after < base {
+            return None;
+        }
+        if after >= last {
+            return Some(Vec::new());
+        }
+        self.entries_between(after + 1, u64::MAX)
     }
 }
 

@@ -283,23 +283,7 @@ impl RedisStore {
         let after = base.as_ref().map_or(0, |(s, _)| *s).max(after);
         let reply: ::redis::streams::StreamRangeReply =
             self.block_on(conn.xrange(&keys.events, format!("{}-0", after + 1), "+"))?;
-        let mut events = Vec::with_capacity(reply.ids.len());
-        for entry in reply.ids {
-            let seq = entry
-                .id
-                .split_once('-')
-                .and_then(|(s, _)| s.parse::<u64>().ok())
-                .ok_or_else(|| StoreError::failed(format!("bad stream id {}", entry.id)))?;
-            let json = match entry.map.get("e") {
-                Some(RedisValue::BulkString(b)) => Bytes::from(b.clone()),
-                _ => {
-                    return Err(StoreError::failed(format!(
-                        "stream entry {seq} has no event"
-                    )));
-                }
-            };
-            events.push((seq, json));
-        }
+        let events = stream_events(reply)?;
         if let Some(gap) = epochs::stream_gap(after, meta.last_seq, &events) {
             // The stream lost its start (eviction, a DEL) — or a compaction
             // came between the two reads: the script tells them apart.
@@ -474,6 +458,36 @@ impl JournalStore for RedisStore {
         self.read(key, after, true)
     }
 
+    /// One bounded `XRANGE` (no meta read: the caller's copy knows the
+    /// thread; a journal lost meanwhile is noticed by its next append).
+    fn read_events(
+        &self,
+        key: &ThreadKey,
+        after: u64,
+        until: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<(u64, Bytes)>, StoreError> {
+        if until <= after + 1 {
+            return Ok(Vec::new());
+        }
+        let keys = Keys::of(&self.prefix, key);
+        let mut conn = self.conn.clone();
+        // About a page's worth of typical events per round trip.
+        let count = (max_bytes / 128).clamp(16, 4096);
+        let reply: ::redis::streams::StreamRangeReply = self.block_on(conn.xrange_count(
+            &keys.events,
+            format!("{}-0", after + 1),
+            (until - 1).to_string(),
+            count,
+        ))?;
+        Ok(crate::store::within(
+            stream_events(reply)?.into_iter(),
+            after,
+            until,
+            max_bytes,
+        ))
+    }
+
     fn list(&self, tenant: &str) -> Result<Vec<(ThreadKey, ThreadMeta)>, StoreError> {
         let mut conn = self.conn.clone();
         let index = format!("{}:threads:{}", self.prefix, escape(tenant));
@@ -608,4 +622,28 @@ mod tests {
             "truncated"
         );
     }
+}
+
+/// A stream range's entries as (seq, event JSON).
+fn stream_events(
+    reply: ::redis::streams::StreamRangeReply,
+) -> Result<Vec<(u64, Bytes)>, StoreError> {
+    let mut events = Vec::with_capacity(reply.ids.len());
+    for entry in reply.ids {
+        let seq = entry
+            .id
+            .split_once('-')
+            .and_then(|(s, _)| s.parse::<u64>().ok())
+            .ok_or_else(|| StoreError::failed(format!("bad stream id {}", entry.id)))?;
+        let json = match entry.map.get("e") {
+            Some(RedisValue::BulkString(b)) => Bytes::from(b.clone()),
+            _ => {
+                return Err(StoreError::failed(format!(
+                    "stream entry {seq} has no event"
+                )));
+            }
+        };
+        events.push((seq, json));
+    }
+    Ok(events)
 }

@@ -1,0 +1,383 @@
+//! A thread's hot tail: the newest published entries, kept in memory up to
+//! `threads.hot_bytes`; what is older (and not compacted) stays in the
+//! store and is read back when a reader asks for it.
+//!
+//! Why by bytes: a count bounds nothing. Ten thousand entries of a thread
+//! were 1.5 MB for short deltas and 40 MB for a run restating its inputs,
+//! and a node holding thousands of threads could not say what it would
+//! need. A reader of the past (a viewer catching up, a join from an older
+//! cursor, a fork replaying its base) is rare next to the live path, which
+//! only ever needs the newest entries; so the past pays a store read and
+//! the live path pays nothing.
+//!
+//! What never leaves: the entries of a run still running (closing it after
+//! a node loss needs them, and the SSE join re-opens it from them), and a
+//! thread's fold, run table and checkpoints (a snapshot never reads the
+//! journal). Each tail counts its bytes into the node's total
+//! ([`NodeBytes`]), which the registry holds to `threads.memory_budget`.
+
+use super::*;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// What one resident entry costs, beside its event's JSON text: the entry
+/// itself with its `Arc` header, and the WebSocket frame a viewer caches in
+/// it (about the JSON again, plus its envelope). An upper estimate: the
+/// frame exists only once a WebSocket viewer asked for it.
+pub fn entry_bytes(entry: &Entry) -> usize {
+    const FIXED: usize = std::mem::size_of::<Entry>() + 16 + 64;
+    FIXED + 2 * entry.event.json().len()
+}
+
+/// Bytes the resident threads of this node hold, all kinds together (the
+/// registry compares it with `threads.memory_budget`). Shared by every
+/// thread's settings.
+#[derive(Debug, Clone, Default)]
+pub struct NodeBytes(Arc<AtomicUsize>);
+
+impl NodeBytes {
+    /// The node's resident bytes now.
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn add(&self, n: usize) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn sub(&self, n: usize) {
+        self.0.fetch_sub(n, Ordering::Relaxed);
+    }
+}
+
+/// The published entries a thread holds in memory, oldest first, and what
+/// they cost. Read like the deque it wraps; changed only here, so the
+/// count stays exact.
+#[derive(Default)]
+pub(super) struct Tail {
+    entries: VecDeque<Arc<Entry>>,
+    bytes: usize,
+    node: NodeBytes,
+}
+
+impl Deref for Tail {
+    type Target = VecDeque<Arc<Entry>>;
+    fn deref(&self) -> &Self::Target {
+        &self.entries
+    }
+}
+
+impl Tail {
+    /// An empty tail counting into `node`.
+    pub(super) fn new(node: NodeBytes) -> Tail {
+        Tail {
+            entries: VecDeque::new(),
+            bytes: 0,
+            node,
+        }
+    }
+
+    /// Bytes this tail holds.
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub(super) fn push_back(&mut self, entry: Arc<Entry>) {
+        let n = entry_bytes(&entry);
+        self.bytes += n;
+        self.node.add(n);
+        self.entries.push_back(entry);
+    }
+
+    /// Removes every entry (compaction, reload), handing them back so a
+    /// caller can free a long run's on another thread.
+    pub(super) fn take(&mut self) -> VecDeque<Arc<Entry>> {
+        self.node.sub(std::mem::take(&mut self.bytes));
+        std::mem::take(&mut self.entries)
+    }
+
+    pub(super) fn clear(&mut self) {
+        drop(self.take());
+    }
+
+    /// Lets the oldest entries go until the tail holds at most `max`
+    /// bytes, keeping every entry from seq `keep_from` on. Returns how many
+    /// bytes left memory.
+    pub(super) fn trim(&mut self, max: usize, keep_from: u64) -> usize {
+        let mut freed = 0;
+        while self.bytes > max {
+            match self.entries.front() {
+                Some(e) if e.seq < keep_from => {
+                    let n = entry_bytes(e);
+                    self.entries.pop_front();
+                    self.bytes -= n;
+                    freed += n;
+                }
+                _ => break,
+            }
+        }
+        self.node.sub(freed);
+        freed
+    }
+}
+
+impl Drop for Tail {
+    fn drop(&mut self) {
+        self.node.sub(self.bytes);
+    }
+}
+
+impl Inner {
+    /// The first seq held in memory: published seqs from `base_seq + 1`
+    /// up to this one (excluded) are only in the store.
+    pub(super) fn resident_from(&self) -> u64 {
+        self.journal.front().map_or(self.next_seq, |e| e.seq)
+    }
+
+    /// Where the tail must keep everything from: the running run's start
+    /// (closing it after a node loss, and re-opening it for a joiner, read
+    /// its events), else nothing is pinned.
+    fn pinned_from(&self) -> u64 {
+        match self.fold.run() {
+            Some(run) if run.status == RunStatus::Running => self
+                .fold
+                .runs()
+                .get(&run.run_id)
+                .map_or(0, |r| r.started_seq),
+            _ => u64::MAX,
+        }
+    }
+}
+
+impl Thread {
+    /// Brings this thread's tail within `max` bytes (`threads.hot_bytes`,
+    /// or less when the node is over its budget). Returns the bytes freed.
+    pub(super) fn trim_tail(&self, inner: &mut Inner, max: usize) -> usize {
+        if max == 0 {
+            return 0; // unbounded (a registry built without settings)
+        }
+        let keep_from = inner.pinned_from();
+        inner.journal.trim(max, keep_from)
+    }
+
+    /// The bytes this thread's tail holds.
+    pub fn tail_bytes(&self) -> usize {
+        self.lock().journal.bytes()
+    }
+
+    /// Halves this thread's tail (the node is over its budget); the bytes
+    /// freed.
+    pub(super) fn shrink_tail(&self) -> usize {
+        let mut inner = self.lock();
+        let half = inner.journal.bytes() / 2;
+        self.trim_tail(&mut inner, half.max(1))
+    }
+
+    /// Published entries in `(after, until)` that left memory, read back
+    /// from the store (about `max_bytes` of them, at least one), each with
+    /// the run it belongs to as the fold knows it. Called without the
+    /// thread's lock: the store read is the slow part, and the live path
+    /// must not wait for it. Blocking (a store read): from a blocking
+    /// context, or through [`read_past`].
+    pub(super) fn read_cold(
+        &self,
+        after: u64,
+        until: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<Arc<Entry>>, StoreError> {
+        let entries = self.read_stored(after, until, max_bytes)?;
+        let inner = self.lock();
+        for e in &entries {
+            e.set_origin(origin_at(&inner.fold, e.seq));
+        }
+        crate::metrics::metrics()
+            .cold_reads
+            .inc_by(entries.len() as u64);
+        Ok(entries)
+    }
+}
+
+impl Thread {
+    /// Published entries with `from <= seq <= to`, those that left memory
+    /// read back from the store outside the lock; `None` when some are
+    /// gone (compacted meanwhile, or the store failed the read).
+    pub(super) fn entries_between(&self, from: u64, to: u64) -> Option<Vec<Arc<Entry>>> {
+        // Trimming may move the tail's start between the read and the
+        // lock; a read that no longer meets it is made again.
+        for _ in 0..3 {
+            let (resident_from, base) = {
+                let inner = self.lock();
+                (inner.resident_from(), inner.base_seq)
+            };
+            if from <= base {
+                return None;
+            }
+            let mut out = Vec::new();
+            if from < resident_from {
+                let until = resident_from.min(to.saturating_add(1));
+                let mut after = from - 1;
+                while after + 1 < until {
+                    let page = read_past(|| self.read_cold(after, until, usize::MAX));
+                    match page {
+                        Ok(page) if page.first().is_some_and(|e| e.seq == after + 1) => {
+                            after = page.last().map_or(after, |e| e.seq);
+                            out.extend(page);
+                        }
+                        Ok(_) => return None,
+                        Err(e) => {
+                            tracing::warn!(thread = %self.key.thread_id, "reading events back from the store failed: {e}");
+                            return None;
+                        }
+                    }
+                }
+            }
+            let inner = self.lock();
+            let next = out.last().map_or(from, |e: &Arc<Entry>| e.seq + 1);
+            if next <= to && inner.resident_from() > next {
+                continue; // trimmed meanwhile: read the rest back too
+            }
+            let start = inner.journal.partition_point(|e| e.seq < next);
+            out.extend(
+                inner
+                    .journal
+                    .range(start..)
+                    .take_while(|e| e.seq <= to)
+                    .cloned(),
+            );
+            return Some(out);
+        }
+        None
+    }
+}
+
+impl Thread {
+    /// [`Thread::read_cold`] without the runs the entries belong to (for
+    /// a replay into a fold, which needs none): takes no lock.
+    pub(super) fn read_stored(
+        &self,
+        after: u64,
+        until: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<Arc<Entry>>, StoreError> {
+        let stored = self.store.read_events(&self.key, after, until, max_bytes)?;
+        let mut entries = Vec::with_capacity(stored.len());
+        for (seq, json) in stored {
+            match Event::parse(json) {
+                Ok(event) => entries.push(Arc::new(Entry::new(self.id.clone(), seq, event))),
+                Err(e) => {
+                    tracing::error!(thread = %self.key.thread_id, seq, "unreadable journal event skipped: {e}")
+                }
+            }
+        }
+        Ok(entries)
+    }
+
+    /// Replays the published events `from..=to` into `fold`: those in
+    /// memory from the tail, those that left it read back from the store.
+    /// Under the caller's lock, so the store read holds the thread: only
+    /// a fork from an older run whose end view left memory (the newest
+    /// [`crate::protocol::lineage::CHECKPOINTS_KEPT`] runs' are kept) and
+    /// whose events did too comes here. `false` when some are gone.
+    pub(super) fn replay_into(&self, inner: &Inner, fold: &mut Fold, from: u64, to: u64) -> bool {
+        let resident_from = inner.resident_from();
+        if from < resident_from {
+            let until = resident_from.min(to.saturating_add(1));
+            let mut after = from - 1;
+            while after + 1 < until {
+                match read_past(|| self.read_stored(after, until, usize::MAX)) {
+                    Ok(page) if page.first().is_some_and(|e| e.seq == after + 1) => {
+                        for e in &page {
+                            fold.apply(e.seq, &e.event);
+                        }
+                        after = page.last().map_or(after, |e| e.seq);
+                    }
+                    _ => return false,
+                }
+            }
+        }
+        let start = inner
+            .journal
+            .partition_point(|e| e.seq < from.max(resident_from));
+        for e in inner.journal.range(start..).take_while(|e| e.seq <= to) {
+            fold.apply(e.seq, &e.event);
+        }
+        true
+    }
+}
+
+/// The run an event at `seq` belonged to, as the run table remembers it
+/// (what a viewer may see of a read-back entry depends on it, as for one
+/// folded live); [`RunAgent::Outside`] between runs, unknown (fails closed)
+/// for a run the table no longer holds.
+fn origin_at(fold: &Fold, seq: u64) -> RunAgent {
+    match fold.runs().at_seq(seq) {
+        Some(run) => run.agent.clone(),
+        None if fold
+            .runs()
+            .iter()
+            .next()
+            .is_some_and(|first| first.started_seq <= seq) =>
+        {
+            RunAgent::Outside
+        }
+        None => RunAgent::Unknown,
+    }
+}
+
+/// Runs a blocking store read from wherever the caller is: on a
+/// multi-threaded runtime's worker, the worker hands its other tasks on
+/// first (`block_in_place`), so the live path of other threads goes on;
+/// elsewhere (a blocking thread, a test's single-threaded runtime) it just
+/// runs. Readers of the past are called from synchronous code (a viewer's
+/// writer filling its next page, a snapshot's framing), which is why the
+/// read is not an `.await`.
+pub(super) fn read_past<R>(read: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) if rt.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(read)
+        }
+        _ => read(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(seq: u64, text: &str) -> Arc<Entry> {
+        let json =
+            serde_json::json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": text});
+        Arc::new(Entry::new(
+            Arc::from("t"),
+            seq,
+            Event::parse(Bytes::from(json.to_string())).unwrap(),
+        ))
+    }
+
+    #[test]
+    fn a_tail_holds_its_bytes_and_counts_them_for_the_node() {
+        let node = NodeBytes::default();
+        let mut tail = Tail::new(node.clone());
+        for seq in 1..=100 {
+            tail.push_back(entry(seq, &"x".repeat(100)));
+        }
+        let one = entry_bytes(&tail[0]);
+        assert_eq!(tail.bytes(), 100 * one);
+        assert_eq!(node.get(), tail.bytes());
+        // Trimmed to 10 entries' worth, but seq 95 on is pinned.
+        tail.trim(10 * one, 95);
+        assert_eq!(tail.len(), 10);
+        assert_eq!(tail.front().unwrap().seq, 91);
+        tail.trim(0, 95);
+        assert_eq!(tail.front().unwrap().seq, 95, "pinned entries stay");
+        assert_eq!(node.get(), 6 * one);
+        drop(tail);
+        assert_eq!(node.get(), 0, "a dropped tail gives its bytes back");
+    }
+
+    #[test]
+    fn what_an_entry_is_counted_covers_its_text_twice() {
+        let e = entry(1, &"y".repeat(1000));
+        assert!(entry_bytes(&e) >= 2 * e.event.json().len() + std::mem::size_of::<Entry>());
+    }
+}
