@@ -52,11 +52,13 @@ use tokio::sync::Notify;
 const MAX_ALLOCS_PER_EVENT: f64 = 17.0;
 
 /// Heap bytes a retained `TEXT_MESSAGE_CONTENT` event (110 bytes of JSON)
-/// may hold in a thread's memory once its run is over: today's 531 plus
-/// 5 %. It is the journal entry, the event's text, the memory store's
-/// record of it and the fold's growth (docs/operations.md, "What a busy
-/// thread costs"); 793 while each entry kept its SSE frame.
-const MAX_RETAINED_BYTES_PER_EVENT: f64 = 560.0;
+/// may hold in a thread's memory once its run is over: today's 276 plus
+/// 5 %. It is the tail's 40-byte record, the event's text, the memory
+/// store's record of it (40; SQLite and Redis keep theirs out of process)
+/// and the fold's growth (its 51-byte delta appended to the message)
+/// (docs/operations.md, "What a busy thread costs"); 531 while the tail
+/// kept the whole journal entry, 793 while each entry kept its SSE frame.
+const MAX_RETAINED_BYTES_PER_EVENT: f64 = 290.0;
 
 /// The system allocator, counting every allocation (a `realloc` is one:
 /// it may move the block, and growing a buffer is what the guard is about).

@@ -32,7 +32,7 @@ use crate::protocol::fold::RunStatus;
 use crate::protocol::handoff::{HANDOFF_EVENT, target_of, transfer_not_made};
 use crate::protocol::lineage::{RunKind, Stamp};
 use crate::protocol::open::OpenEntities;
-use crate::protocol::{Event, EventType, PROTOCOL_VERSION};
+use crate::protocol::{Event, PROTOCOL_VERSION};
 use crate::store::StoreError;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -73,18 +73,19 @@ impl Thread {
         let inner = self.lock();
         if let Some(run) = inner.fold.run().filter(|r| r.status == RunStatus::Running) {
             // The run's open entities, from its events in the journal's tail
-            // (a run's events are never compacted while it runs).
+            // (a run's events are never compacted, nor leave memory, while
+            // it runs: see `tail`).
             let mut open = OpenEntities::default();
-            let started = inner
-                .journal
-                .iter()
-                .rposition(|e| {
-                    *e.event.kind() == EventType::RunStarted
-                        && e.event.str_field("runId") == Some(&run.run_id)
-                })
-                .unwrap_or(0);
-            for entry in inner.journal.iter().skip(started) {
-                open.track(&entry.event);
+            let started_seq = inner
+                .fold
+                .runs()
+                .get(&run.run_id)
+                .map_or(0, |r| r.started_seq);
+            let started = inner.journal.partition_point(|k| k.seq < started_seq);
+            for kept in inner.journal.range(started..) {
+                if let Some(event) = kept.event() {
+                    open.track(&event);
+                }
             }
             let mut events = open.closing();
             for (call, to) in unanswered_transfers(inner.fold.messages()) {

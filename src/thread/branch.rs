@@ -567,7 +567,7 @@ mod tests {
             run_ids.push(run_id);
         }
         let inner = t.lock();
-        let entries: Vec<_> = inner.journal.iter().cloned().collect();
+        let entries: Vec<_> = inner.journal.entries_from(0, &t.id, &inner.fold).collect();
         // (1) The journal from the start is the head's view.
         let mut all = Fold::new();
         for e in &entries {

@@ -446,7 +446,7 @@ impl Thread {
             inner.meta_ids.insert(cid.to_owned(), id.to_owned());
         }
         entry.set_origin(inner.fold.apply(entry.seq, &entry.event));
-        inner.journal.push_back(entry.clone());
+        inner.journal.push_back(&entry);
         if inner.journal.bytes() > self.settings.hot_bytes {
             self.trim_tail(inner, self.settings.hot_bytes);
         }

@@ -76,7 +76,7 @@ impl Inner {
                         self.runs.remember(run_id);
                     }
                     entry.set_origin(self.fold.apply(seq, &entry.event));
-                    self.journal.push_back(entry);
+                    self.journal.push_back(&entry);
                 }
                 Err(e) => {
                     tracing::error!(thread = %id, seq, "unreadable journal event skipped: {e}")

@@ -20,13 +20,45 @@ use super::*;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// What one resident entry costs, beside its event's JSON text: the entry
-/// itself with its `Arc` header, and the WebSocket frame a viewer caches in
-/// it (about the JSON again, plus its envelope). An upper estimate: the
-/// frame exists only once a WebSocket viewer asked for it.
-pub fn entry_bytes(entry: &Entry) -> usize {
-    const FIXED: usize = std::mem::size_of::<Entry>() + 16 + 64;
-    FIXED + 2 * entry.event.json().len()
+/// One published event as the tail keeps it: its seq and its JSON text
+/// (the same bytes the live entry had: nothing is copied); the run it
+/// belongs to is the run table's to say ([`origin_at`]). Not the
+/// [`Entry`] itself: an entry is 272 bytes of routing
+/// fields and frame slots that only the live fan-out needs, about twice a
+/// typical event's text; a reader of the past gets a fresh entry, scanned
+/// again from the text ([`Kept::entry`]), which costs it microseconds and
+/// the live path nothing.
+pub(super) struct Kept {
+    pub seq: u64,
+    json: Bytes,
+}
+
+impl Kept {
+    /// What keeping it costs: this record and the event's text.
+    fn bytes(&self) -> usize {
+        std::mem::size_of::<Kept>() + self.json.len()
+    }
+
+    /// The event, scanned again from its text (it was scanned once when
+    /// it was published, so this does not fail; a failure is logged and
+    /// the event skipped, as a damaged stored one is).
+    pub(super) fn event(&self) -> Option<Event> {
+        match Event::parse(self.json.clone()) {
+            Ok(event) => Some(event),
+            Err(e) => {
+                tracing::error!(seq = self.seq, "a kept event no longer scans, skipped: {e}");
+                None
+            }
+        }
+    }
+
+    /// A journal entry for it, of thread `thread_id`, with its run as
+    /// `fold` remembers it.
+    pub(super) fn entry(&self, thread_id: &Arc<str>, fold: &Fold) -> Option<Arc<Entry>> {
+        let entry = Entry::new(thread_id.clone(), self.seq, self.event()?);
+        entry.set_origin(origin_at(fold, self.seq));
+        Some(Arc::new(entry))
+    }
 }
 
 /// Bytes the resident threads of this node hold, all kinds together (the
@@ -55,13 +87,13 @@ impl NodeBytes {
 /// count stays exact.
 #[derive(Default)]
 pub(super) struct Tail {
-    entries: VecDeque<Arc<Entry>>,
+    entries: VecDeque<Kept>,
     bytes: usize,
     node: NodeBytes,
 }
 
 impl Deref for Tail {
-    type Target = VecDeque<Arc<Entry>>;
+    type Target = VecDeque<Kept>;
     fn deref(&self) -> &Self::Target {
         &self.entries
     }
@@ -82,16 +114,34 @@ impl Tail {
         self.bytes
     }
 
-    pub(super) fn push_back(&mut self, entry: Arc<Entry>) {
-        let n = entry_bytes(&entry);
+    /// Keeps a published entry.
+    pub(super) fn push_back(&mut self, entry: &Entry) {
+        let kept = Kept {
+            seq: entry.seq,
+            json: entry.event.json().clone(),
+        };
+        let n = kept.bytes();
         self.bytes += n;
         self.node.add(n);
-        self.entries.push_back(entry);
+        self.entries.push_back(kept);
+    }
+
+    /// Entries for the kept events from index `from` on (see
+    /// [`Kept::entry`]).
+    pub(super) fn entries_from<'a>(
+        &'a self,
+        from: usize,
+        thread_id: &'a Arc<str>,
+        fold: &'a Fold,
+    ) -> impl Iterator<Item = Arc<Entry>> + 'a {
+        self.entries
+            .range(from..)
+            .filter_map(move |k| k.entry(thread_id, fold))
     }
 
     /// Removes every entry (compaction, reload), handing them back so a
     /// caller can free a long run's on another thread.
-    pub(super) fn take(&mut self) -> VecDeque<Arc<Entry>> {
+    pub(super) fn take(&mut self) -> VecDeque<Kept> {
         self.node.sub(std::mem::take(&mut self.bytes));
         std::mem::take(&mut self.entries)
     }
@@ -108,7 +158,7 @@ impl Tail {
         while self.bytes > max {
             match self.entries.front() {
                 Some(e) if e.seq < keep_from => {
-                    let n = entry_bytes(e);
+                    let n = e.bytes();
                     self.entries.pop_front();
                     self.bytes -= n;
                     freed += n;
@@ -240,9 +290,8 @@ impl Thread {
             out.extend(
                 inner
                     .journal
-                    .range(start..)
-                    .take_while(|e| e.seq <= to)
-                    .cloned(),
+                    .entries_from(start, &self.id, &inner.fold)
+                    .take_while(|e| e.seq <= to),
             );
             return Some(out);
         }
@@ -298,8 +347,10 @@ impl Thread {
         let start = inner
             .journal
             .partition_point(|e| e.seq < from.max(resident_from));
-        for e in inner.journal.range(start..).take_while(|e| e.seq <= to) {
-            fold.apply(e.seq, &e.event);
+        for kept in inner.journal.range(start..).take_while(|e| e.seq <= to) {
+            if let Some(event) = kept.event() {
+                fold.apply(kept.seq, &event);
+            }
         }
         true
     }
@@ -347,11 +398,13 @@ mod tests {
     fn entry(seq: u64, text: &str) -> Arc<Entry> {
         let json =
             serde_json::json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": text});
-        Arc::new(Entry::new(
+        let entry = Entry::new(
             Arc::from("t"),
             seq,
             Event::parse(Bytes::from(json.to_string())).unwrap(),
-        ))
+        );
+        entry.set_origin(RunAgent::Agent(Arc::from("demo")));
+        Arc::new(entry)
     }
 
     #[test]
@@ -359,9 +412,9 @@ mod tests {
         let node = NodeBytes::default();
         let mut tail = Tail::new(node.clone());
         for seq in 1..=100 {
-            tail.push_back(entry(seq, &"x".repeat(100)));
+            tail.push_back(&entry(seq, &"x".repeat(100)));
         }
-        let one = entry_bytes(&tail[0]);
+        let one = tail[0].bytes();
         assert_eq!(tail.bytes(), 100 * one);
         assert_eq!(node.get(), tail.bytes());
         // Trimmed to 10 entries' worth, but seq 95 on is pinned.
@@ -375,9 +428,22 @@ mod tests {
         assert_eq!(node.get(), 0, "a dropped tail gives its bytes back");
     }
 
+    /// A kept event costs its text and a small record: under twice the
+    /// text for a typical 150-byte event (a live entry is 272 bytes more).
     #[test]
-    fn what_an_entry_is_counted_covers_its_text_twice() {
-        let e = entry(1, &"y".repeat(1000));
-        assert!(entry_bytes(&e) >= 2 * e.event.json().len() + std::mem::size_of::<Entry>());
+    fn a_kept_event_costs_its_text_and_a_small_record() {
+        let e = entry(1, &"y".repeat(80));
+        let mut tail = Tail::new(NodeBytes::default());
+        tail.push_back(&e);
+        let json = e.event.json().len();
+        assert!(json > 100 && json < 200, "{json}");
+        assert!(tail.bytes() < 2 * json, "{} for {json}", tail.bytes());
+        assert!(std::mem::size_of::<Kept>() <= 40);
+        // And it reads back as the same entry.
+        let back = tail
+            .entries_from(0, &Arc::from("t"), &Fold::new())
+            .next()
+            .unwrap();
+        assert_eq!((back.seq, back.event.json()), (1, e.event.json()));
     }
 }

@@ -323,12 +323,13 @@ impl Thread {
         let read_back = cold
             .flatten()
             .filter(|c| c.first().is_some_and(|e| e.seq == after + 1));
-        let entries: Box<dyn Iterator<Item = &Arc<Entry>>> = match &read_back {
-            Some(cold) => Box::new(cold.iter()),
-            None => Box::new(inner.journal.range(start..)),
+        let entries: Box<dyn Iterator<Item = Arc<Entry>>> = match read_back {
+            Some(cold) => Box::new(cold.into_iter()),
+            None => Box::new(inner.journal.entries_from(start, &self.id, &inner.fold)),
         };
         let mut ended = false;
         for e in entries {
+            let e = &e;
             if bytes >= budget {
                 break;
             }
