@@ -146,3 +146,67 @@ async fn a_node_over_its_budget_lets_idle_threads_go_and_loads_them_back_whole()
         assert_eq!(seqs(&replayed), (1..=last).collect::<Vec<_>>());
     }
 }
+
+/// A thread still watched cannot leave memory; over the budget it gives
+/// back its tail's old events and its older runs' end views instead. A
+/// fork from its first run then rebuilds that run's conversation from the
+/// events read back from the store: the agent gets the same history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_thread_over_the_budget_sheds_its_past_and_still_forks_from_it() {
+    if single_node_only("reads this node's residency") {
+        return;
+    }
+    let config = format!("{SMALL}memory_budget = \"1KiB\"\n");
+    let gw = Gateway::start(&config).await;
+    let t = token(json!({"sub": "alice"}));
+    let mut watcher = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
+    run_on(&gw, &t, "shed", "r1").await;
+    watcher
+        .send(json!({"type": "subscribe", "id": "s", "threadId": "shed", "after": 0}))
+        .await;
+    for run in ["r2", "r3"] {
+        run_on(&gw, &t, "shed", run).await;
+    }
+    // Polled: the budget is looked at every second.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let m = gw.metrics().await;
+        if series(&m, "agui_evictions_total{reason=\"budget_tail\"}") >= 1.0 {
+            assert_eq!(
+                series(&m, "agui_resident_threads"),
+                1.0,
+                "watched: stays\n{m}"
+            );
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "nothing shed:\n{m}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let mut fork = input("shed", "f1", "again");
+    fork["parentRunId"] = json!("r1");
+    fork["messages"][0]["id"] = json!("u-f1");
+    let (status, body) = post_run(&gw.run_url("demo"), &t, &fork).await;
+    assert_eq!(status, 200, "{body}");
+    // The journal's RUN_STARTED restates the branch's history (the
+    // watcher's copy; the HTTP requester gets the agent's own).
+    let frames = watcher
+        .recv_until(|f| f["event"]["type"] == "RUN_STARTED" && f["event"]["runId"] == "f1")
+        .await;
+    let started = frames.last().unwrap()["event"].clone();
+    let history = started["input"]["messages"].as_array().expect("input");
+    let contents: Vec<&str> = history
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert_eq!(
+        history.len(),
+        6,
+        "r1's five messages and the new one: {started}"
+    );
+    assert_eq!(contents.first(), Some(&"tell me"), "{started}");
+    assert_eq!(contents.last(), Some(&"again"), "{started}");
+    assert!(
+        !body.contains("r2-answer") && !body.contains("r3-answer"),
+        "{body}"
+    );
+}

@@ -31,6 +31,12 @@ pub struct RunInfo {
     pub agent: RunAgent,
 }
 
+/// What a JSON value costs in memory per byte of its text, about: a
+/// `serde_json::Value` tree spends a tag and a pointer on every value and
+/// a node per object key, so a message of short fields takes two to three
+/// times its text (an estimate that errs high).
+pub const VALUE_BYTES_PER_JSON_BYTE: usize = 3;
+
 /// Largest folded state, in serialized bytes. A `STATE_DELTA` that would
 /// grow the state past it is refused like a failing patch (state unchanged): `copy` operations can double the state each time, and forty tiny
 /// deltas copying the root would grow it past 2 GB (found by the `fold`
@@ -140,6 +146,24 @@ impl Fold {
     /// The thread's runs and head.
     pub fn runs(&self) -> &RunTable {
         &self.runs
+    }
+
+    /// What this fold holds in memory, estimated (a node's budget counts
+    /// it, docs/operations.md "Sizing by bytes"): its messages and state
+    /// at [`VALUE_BYTES_PER_JSON_BYTE`] times their JSON, its run table
+    /// and checkpoints. O(the conversation): taken once per run's end.
+    pub fn approx_bytes(&self) -> usize {
+        let value = |v: &Value| json_len(v) * VALUE_BYTES_PER_JSON_BYTE;
+        let messages: usize = self.messages.iter().map(|m| value(m)).sum();
+        messages
+            + self.state_bytes.bytes * VALUE_BYTES_PER_JSON_BYTE
+            + self.runs.approx_bytes(value)
+    }
+
+    /// Gives up the end views of older runs (the head's stays): a node
+    /// short of memory (a view at such a run is rebuilt from the journal).
+    pub fn shed_checkpoints(&mut self) {
+        self.runs.keep_checkpoints(1);
     }
 
     /// This fold as a checkpoint (what a run ending now leaves): its

@@ -676,6 +676,43 @@ impl RunTable {
         self.started
     }
 
+    /// Keeps only the newest `n` checkpoints (at least the head's): a node
+    /// short of memory gives the older ones up, and a view at such a run
+    /// is rebuilt from the journal when asked for.
+    pub fn keep_checkpoints(&mut self, n: usize) {
+        let mut kept = 0;
+        for id in self.order.iter().rev() {
+            if let Some(run) = self.runs.get_mut(id)
+                && run.checkpoint.is_some()
+            {
+                kept += 1;
+                if kept > n.max(1) {
+                    run.checkpoint = None;
+                }
+            }
+        }
+    }
+
+    /// What the table holds, estimated: each record (its ids and input)
+    /// and each checkpoint (a pointer and an origin per message: the
+    /// messages themselves are the fold's, shared).
+    pub fn approx_bytes(&self, value_bytes: impl Fn(&Value) -> usize) -> usize {
+        const RECORD: usize = 256;
+        const PER_CHECKPOINT_MESSAGE: usize = 8 + std::mem::size_of::<RunAgent>();
+        self.runs
+            .values()
+            .map(|r| {
+                let input: usize = r.input.iter().map(&value_bytes).sum();
+                let ids: usize = r.output_ids.iter().map(|i| i.len() + 24).sum();
+                let checkpoint = r.checkpoint.as_ref().map_or(0, |c| {
+                    c.messages.len() * PER_CHECKPOINT_MESSAGE
+                        + c.interrupts.iter().map(&value_bytes).sum::<usize>()
+                });
+                RECORD + r.run_id.len() + input + ids + checkpoint
+            })
+            .sum()
+    }
+
     /// Drops the oldest runs past the run bound, then the oldest
     /// checkpoints past theirs (never the head's).
     fn evict(&mut self) {
@@ -684,17 +721,7 @@ impl RunTable {
                 self.runs.remove(&id);
             }
         }
-        let mut kept = 0;
-        for id in self.order.iter().rev() {
-            if let Some(run) = self.runs.get_mut(id)
-                && run.checkpoint.is_some()
-            {
-                kept += 1;
-                if kept > CHECKPOINTS_KEPT {
-                    run.checkpoint = None;
-                }
-            }
-        }
+        self.keep_checkpoints(CHECKPOINTS_KEPT);
     }
 
     /// The stored form (part of a compacted base): the runs, and each

@@ -468,6 +468,7 @@ impl Thread {
             touched(inner);
             self.fan_out(inner);
             self.terminal_published(inner);
+            self.recount_fold(inner);
         }
     }
 

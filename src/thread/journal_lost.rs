@@ -49,7 +49,7 @@ impl Thread {
                     inner.lost_run = Some(run_id);
                 }
                 inner.fill(&self.id, stored);
-                self.trim_tail(&mut inner, self.settings.hot_bytes);
+                self.settle_residency(&mut inner);
                 tracing::error!(
                     tenant = %self.key.tenant,
                     thread = %self.key.thread_id,

@@ -151,7 +151,7 @@ impl Thread {
             "the journal holds less than viewers saw: reloaded, viewers get a reset snapshot"
         );
         inner.fill(&self.id, stored);
-        self.trim_tail(&mut inner, self.settings.hot_bytes);
+        self.settle_residency(&mut inner);
         for viewer in std::mem::take(&mut inner.viewers) {
             self.reset_viewer(&mut inner, viewer);
         }

@@ -30,13 +30,10 @@ impl Default for Residency {
     }
 }
 
-/// What a resident thread is counted beside its tail: its fold, run table,
-/// checkpoints, viewers' registrations and the registry's entry. A fixed
-/// share, not a measure: those grow with the conversation (which a
-/// snapshot needs at once, so it stays), not with the events streamed.
-/// Measured as about 10 KiB for a thread of 20 short runs (docs/benchmarks.md,
-/// "Memory by the byte"); counted high, so the budget errs on the safe side.
-pub const THREAD_BYTES: usize = 16 << 10;
+/// What a resident thread is counted beside its tail and its fold: the
+/// thread's own structures, its viewers' registrations, the registry's
+/// entry, its bus subscription. A fixed share, counted high.
+pub const THREAD_BYTES: usize = 4 << 10;
 
 /// How often the sweeper compares the node's bytes with its budget.
 const BUDGET_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
@@ -297,9 +294,10 @@ impl Threads {
     }
 
     /// Still over the budget with every idle thread gone: the biggest
-    /// tails give back their oldest events (halved, biggest first, until
-    /// the node is within budget). Those events stay in the store; readers
-    /// of them read them there.
+    /// threads give back their tails' oldest events and their older runs'
+    /// end views (halved, biggest first, until the node is within budget).
+    /// Those events stay in the store; readers of them read them there,
+    /// and a view at such a run is rebuilt from them.
     fn shrink_tails(&self, memory_budget: usize) {
         if self.total_bytes() <= memory_budget {
             return;
@@ -307,7 +305,7 @@ impl Threads {
         let mut tails: Vec<(usize, Arc<Thread>)> = self
             .map
             .iter()
-            .map(|t| (t.value().tail_bytes(), t.value().clone()))
+            .map(|t| (t.value().resident_bytes(), t.value().clone()))
             .filter(|(bytes, _)| *bytes > 0)
             .collect();
         tails.sort_by_key(|(bytes, _)| std::cmp::Reverse(*bytes));
@@ -315,17 +313,19 @@ impl Threads {
             if self.total_bytes() <= memory_budget {
                 break;
             }
-            if thread.shrink_tail() > 0 {
+            if thread.shrink() > 0 {
                 evicted_for("budget_tail");
             }
         }
     }
 
-    /// Bytes the resident threads hold, by kind: their tails, and each
-    /// one's fixed share ([`THREAD_BYTES`]).
-    pub fn resident_bytes(&self) -> [(&'static str, usize); 2] {
+    /// Bytes the resident threads hold, by kind: their tails, their folds
+    /// (as estimated at each run's end), and each one's fixed share
+    /// ([`THREAD_BYTES`]).
+    pub fn resident_bytes(&self) -> [(&'static str, usize); 3] {
         [
-            ("tail", self.settings.node_bytes.get()),
+            ("tail", self.settings.node_bytes.tails()),
+            ("fold", self.settings.node_bytes.folds()),
             ("threads", self.map.len() * THREAD_BYTES),
         ]
     }
@@ -333,19 +333,6 @@ impl Threads {
     /// All of [`Threads::resident_bytes`].
     pub fn total_bytes(&self) -> usize {
         self.resident_bytes().iter().map(|(_, b)| b).sum()
-    }
-
-    /// The resident threads holding the most bytes, biggest first (the
-    /// admin view).
-    pub fn biggest(&self, n: usize) -> Vec<(ThreadKey, usize)> {
-        let mut all: Vec<(ThreadKey, usize)> = self
-            .map
-            .iter()
-            .map(|t| (t.key().clone(), t.value().tail_bytes() + THREAD_BYTES))
-            .collect();
-        all.sort_by_key(|(_, bytes)| std::cmp::Reverse(*bytes));
-        all.truncate(n);
-        all
     }
 
     /// The store (for listing and readiness).
@@ -394,7 +381,7 @@ impl Threads {
         {
             let mut inner = thread.lock();
             inner.fill(&thread.id, Some(stored));
-            thread.trim_tail(&mut inner, thread.settings.hot_bytes);
+            thread.settle_residency(&mut inner);
         }
         let thread = self.insert_watched(key, thread);
         // What another node announced between the load and now was not

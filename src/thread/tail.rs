@@ -61,24 +61,38 @@ impl Kept {
     }
 }
 
-/// Bytes the resident threads of this node hold, all kinds together (the
-/// registry compares it with `threads.memory_budget`). Shared by every
-/// thread's settings.
+/// Bytes the resident threads of this node hold: their tails, and their
+/// folds as last estimated (the registry compares the sum with
+/// `threads.memory_budget`). Shared by every thread's settings.
 #[derive(Debug, Clone, Default)]
-pub struct NodeBytes(Arc<AtomicUsize>);
+pub struct NodeBytes(Arc<[AtomicUsize; 2]>);
+
+const TAILS: usize = 0;
+const FOLDS: usize = 1;
 
 impl NodeBytes {
-    /// The node's resident bytes now.
-    pub fn get(&self) -> usize {
-        self.0.load(Ordering::Relaxed)
+    /// The bytes of the node's tails now.
+    pub fn tails(&self) -> usize {
+        self.0[TAILS].load(Ordering::Relaxed)
+    }
+
+    /// The bytes of the node's folds (messages, state, runs, checkpoints),
+    /// as each thread last estimated them.
+    pub fn folds(&self) -> usize {
+        self.0[FOLDS].load(Ordering::Relaxed)
     }
 
     fn add(&self, n: usize) {
-        self.0.fetch_add(n, Ordering::Relaxed);
+        self.0[TAILS].fetch_add(n, Ordering::Relaxed);
     }
 
     fn sub(&self, n: usize) {
-        self.0.fetch_sub(n, Ordering::Relaxed);
+        self.0[TAILS].fetch_sub(n, Ordering::Relaxed);
+    }
+
+    fn move_fold(&self, from: usize, to: usize) {
+        self.0[FOLDS].fetch_add(to, Ordering::Relaxed);
+        self.0[FOLDS].fetch_sub(from, Ordering::Relaxed);
     }
 }
 
@@ -89,6 +103,8 @@ impl NodeBytes {
 pub(super) struct Tail {
     entries: VecDeque<Kept>,
     bytes: usize,
+    /// The thread's fold, as last estimated ([`Thread::recount_fold`]).
+    fold_bytes: usize,
     node: NodeBytes,
 }
 
@@ -105,6 +121,7 @@ impl Tail {
         Tail {
             entries: VecDeque::new(),
             bytes: 0,
+            fold_bytes: 0,
             node,
         }
     }
@@ -112,6 +129,17 @@ impl Tail {
     /// Bytes this tail holds.
     pub(super) fn bytes(&self) -> usize {
         self.bytes
+    }
+
+    /// The thread's fold's bytes, as last estimated.
+    pub(super) fn fold_bytes(&self) -> usize {
+        self.fold_bytes
+    }
+
+    /// Records a new estimate of the thread's fold.
+    pub(super) fn set_fold_bytes(&mut self, n: usize) {
+        self.node.move_fold(self.fold_bytes, n);
+        self.fold_bytes = n;
     }
 
     /// Keeps a published entry.
@@ -174,6 +202,7 @@ impl Tail {
 impl Drop for Tail {
     fn drop(&mut self) {
         self.node.sub(self.bytes);
+        self.node.move_fold(self.fold_bytes, 0);
     }
 }
 
@@ -210,17 +239,36 @@ impl Thread {
         inner.journal.trim(max, keep_from)
     }
 
-    /// The bytes this thread's tail holds.
-    pub fn tail_bytes(&self) -> usize {
-        self.lock().journal.bytes()
+    /// Estimates the fold's bytes anew (at a run's end and after a load:
+    /// O(the conversation), like the checkpoint a run's end takes).
+    pub(super) fn recount_fold(&self, inner: &mut Inner) {
+        let n = inner.fold.approx_bytes();
+        inner.journal.set_fold_bytes(n);
     }
 
-    /// Halves this thread's tail (the node is over its budget); the bytes
-    /// freed.
-    pub(super) fn shrink_tail(&self) -> usize {
+    /// After a load: the tail within `threads.hot_bytes`, the fold counted.
+    pub(super) fn settle_residency(&self, inner: &mut Inner) {
+        self.trim_tail(inner, self.settings.hot_bytes);
+        self.recount_fold(inner);
+    }
+
+    /// The bytes this thread holds: its tail and its fold.
+    pub fn resident_bytes(&self) -> usize {
+        let inner = self.lock();
+        inner.journal.bytes() + inner.journal.fold_bytes()
+    }
+
+    /// Gives memory back (the node is over its budget): half the tail's
+    /// oldest events, and the end views of older runs. The bytes freed.
+    pub(super) fn shrink(&self) -> usize {
         let mut inner = self.lock();
         let half = inner.journal.bytes() / 2;
-        self.trim_tail(&mut inner, half.max(1))
+        let mut freed = self.trim_tail(&mut inner, half.max(1));
+        let before = inner.journal.fold_bytes();
+        inner.fold.shed_checkpoints();
+        self.recount_fold(&mut inner);
+        freed += before.saturating_sub(inner.journal.fold_bytes());
+        freed
     }
 
     /// Published entries in `(after, until)` that left memory, read back
@@ -416,16 +464,16 @@ mod tests {
         }
         let one = tail[0].bytes();
         assert_eq!(tail.bytes(), 100 * one);
-        assert_eq!(node.get(), tail.bytes());
+        assert_eq!(node.tails(), tail.bytes());
         // Trimmed to 10 entries' worth, but seq 95 on is pinned.
         tail.trim(10 * one, 95);
         assert_eq!(tail.len(), 10);
         assert_eq!(tail.front().unwrap().seq, 91);
         tail.trim(0, 95);
         assert_eq!(tail.front().unwrap().seq, 95, "pinned entries stay");
-        assert_eq!(node.get(), 6 * one);
+        assert_eq!(node.tails(), 6 * one);
         drop(tail);
-        assert_eq!(node.get(), 0, "a dropped tail gives its bytes back");
+        assert_eq!(node.tails(), 0, "a dropped tail gives its bytes back");
     }
 
     /// A kept event costs its text and a small record: under twice the

@@ -591,6 +591,30 @@ impl PublicationBus for RedisStore {
     }
 }
 
+/// A stream range's entries as (seq, event JSON).
+fn stream_events(
+    reply: ::redis::streams::StreamRangeReply,
+) -> Result<Vec<(u64, Bytes)>, StoreError> {
+    let mut events = Vec::with_capacity(reply.ids.len());
+    for entry in reply.ids {
+        let seq = entry
+            .id
+            .split_once('-')
+            .and_then(|(s, _)| s.parse::<u64>().ok())
+            .ok_or_else(|| StoreError::failed(format!("bad stream id {}", entry.id)))?;
+        let json = match entry.map.get("e") {
+            Some(RedisValue::BulkString(b)) => Bytes::from(b.clone()),
+            _ => {
+                return Err(StoreError::failed(format!(
+                    "stream entry {seq} has no event"
+                )));
+            }
+        };
+        events.push((seq, json));
+    }
+    Ok(events)
+}
+
 #[cfg(test)]
 mod tests {
     use super::listener::parse_publication;
@@ -622,28 +646,4 @@ mod tests {
             "truncated"
         );
     }
-}
-
-/// A stream range's entries as (seq, event JSON).
-fn stream_events(
-    reply: ::redis::streams::StreamRangeReply,
-) -> Result<Vec<(u64, Bytes)>, StoreError> {
-    let mut events = Vec::with_capacity(reply.ids.len());
-    for entry in reply.ids {
-        let seq = entry
-            .id
-            .split_once('-')
-            .and_then(|(s, _)| s.parse::<u64>().ok())
-            .ok_or_else(|| StoreError::failed(format!("bad stream id {}", entry.id)))?;
-        let json = match entry.map.get("e") {
-            Some(RedisValue::BulkString(b)) => Bytes::from(b.clone()),
-            _ => {
-                return Err(StoreError::failed(format!(
-                    "stream entry {seq} has no event"
-                )));
-            }
-        };
-        events.push((seq, json));
-    }
-    Ok(events)
 }
