@@ -13,6 +13,15 @@ use std::time::Duration;
 /// The WAL bound this test configures (`store.max_wal_bytes`).
 const MAX_WAL: u64 = 4 << 20;
 
+/// The node budget this test configures (`threads.memory_budget`).
+const BUDGET: u64 = 16 << 20;
+
+/// What a gateway holds beside its threads (docs/operations.md, "Sizing by
+/// bytes"): about 25 MiB at start (binary, runtime, TLS and HTTP stacks),
+/// the soak's 30 connections and their outboxes, and the allocator's
+/// arenas and fragmentation.
+const FIXED_OVERHEAD: u64 = 64 << 20;
+
 // Four workers for 30 clients: in one CI run on two, the load's own sampler
 // (which only reads files) printed nothing for 20 s while a runner's wait ran
 // out, which points at the client side starving rather than the gateway.
@@ -23,7 +32,17 @@ async fn the_wal_and_memory_stop_growing_under_steady_load() {
     }
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("journal.db");
-    let gw = Gateway::start(&soak_config(&db, &format!("max_wal_bytes = {MAX_WAL}"))).await;
+    // Tails of 64 KiB and a node budget of 16 MiB (docs/operations.md,
+    // "Sizing by bytes"): the journals compact past 500 events, so both
+    // bind as the soak goes.
+    let gw = Gateway::start_with_env(
+        &soak_config(&db, &format!("max_wal_bytes = {MAX_WAL}")),
+        &[
+            ("AGUI_GATEWAY__THREADS__HOT_BYTES", "64KiB"),
+            ("AGUI_GATEWAY__THREADS__MEMORY_BUDGET", "16MiB"),
+        ],
+    )
+    .await;
     let load = Load {
         threads: 6,
         viewers_per_thread: 4,
@@ -66,8 +85,22 @@ async fn the_wal_and_memory_stop_growing_under_steady_load() {
         gained_kib * 1024 / runs.max(1) <= 32 * 1024,
         "memory keeps growing: {gained_kib} KiB over {runs} runs: {s:#?}"
     );
-    // The metric says what the file holds.
+    // The node's count of what its threads hold stays within its budget,
+    // and RSS within the budget plus the fixed overhead docs/operations.md
+    // states (the binary, the runtime, the connections, the allocator).
     let metrics = gw.metrics().await;
+    let resident: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("agui_resident_bytes{"))
+        .filter_map(|l| l.rsplit_once(' ')?.1.trim().parse::<f64>().ok())
+        .sum();
+    assert!(resident > 0.0 && resident <= BUDGET as f64, "{resident} counted:\n{metrics}");
+    assert!(
+        last.rss_kib * 1024 <= BUDGET + FIXED_OVERHEAD,
+        "RSS {} KiB passed the budget plus the fixed overhead: {s:#?}",
+        last.rss_kib
+    );
+    // The metric says what the file holds.
     let wal_metric: u64 = metrics
         .lines()
         .find_map(|l| l.strip_prefix("agui_journal_wal_bytes "))
