@@ -711,6 +711,22 @@ pub struct AgentConfig {
     /// `AgentCapabilities`), merged into `GET /v1/agents/{id}/capabilities`.
     #[serde(default)]
     pub capabilities_url: Option<String>,
+    /// What the agent speaks: `ag-ui` (POST `RunAgentInput`, SSE back) or
+    /// `a2a` (an A2A agent: `url` is its base URL, its agent card is read
+    /// from `<url>/.well-known/agent-card.json`; docs/a2a.md).
+    #[serde(default)]
+    pub protocol: AgentProtocol,
+}
+
+/// The protocol an upstream agent speaks (docs/a2a.md for `a2a`).
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum AgentProtocol {
+    /// AG-UI over HTTP: POST `RunAgentInput`, read SSE events back.
+    #[default]
+    AgUi,
+    /// A2A v1.0 (JSON-RPC binding), its events mapped to AG-UI.
+    A2a,
 }
 
 /// An agent's branching settings (docs/protocol.md, "Branches").
@@ -1488,7 +1504,12 @@ impl Config {
         let demo = self.demo.enabled;
         let check_url = |key: String, url: &str, bad: &mut dyn FnMut(String, String)| {
             if url == DEMO_URL {
-                if !demo {
+                if agent.protocol == AgentProtocol::A2a {
+                    bad(
+                        key,
+                        "'demo:' is an AG-UI agent: it cannot be protocol = \"a2a\"".into(),
+                    );
+                } else if !demo {
                     bad(key, "'demo:' needs [demo] enabled = true".into());
                 }
             } else {
