@@ -69,6 +69,16 @@ async fn an_a2a_task_streams_as_an_ag_ui_run_to_the_requester_and_every_viewer()
         "Echoes, asks, fails and ticks: a test agent"
     );
     assert_eq!(listing["a2a"]["skills"][0]["id"], "echo");
+    let caps = json_of(
+        http()
+            .get(gw.url("/v1/agents/echo/capabilities"))
+            .bearer_auth(&t),
+    )
+    .await;
+    assert_eq!(
+        caps["identity"]["a2a"]["capabilities"]["streaming"], true,
+        "{caps}"
+    );
 
     let events = run(&gw, &input("t1", "r1", "hello")).await;
     assert_eq!(
@@ -223,4 +233,35 @@ async fn an_agent_that_does_not_stream_is_sent_a_blocking_message() {
     assert_eq!(events.last().unwrap()["type"], "RUN_FINISHED");
     let events = run(&gw, &input("t7", "r1", "ask")).await;
     assert_eq!(events.last().unwrap()["outcome"]["type"], "interrupt");
+}
+
+#[tokio::test]
+async fn a_pool_of_a2a_backends_fails_over_before_the_first_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("record.jsonl");
+    let alive = PyAgent::start_args("a2a_agent.py", &[record.to_str().unwrap()]).await;
+    // A backend that refuses connections: its card cannot be read, so each
+    // run sent to it moves on to the other before anything reached anyone.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_url = format!("http://{}/", dead.local_addr().unwrap());
+    drop(dead);
+    let gw = Gateway::start(&format!(
+        "[[agents]]\nid = \"echo\"\nprotocol = \"a2a\"\nbackends = [{{ url = \"{dead_url}\" }}, {{ url = \"{}\" }}]\n\
+         [agents.pool]\neject_after = 1000\n",
+        alive.url("/")
+    ))
+    .await;
+    for i in 0..6 {
+        let events = run(&gw, &input(&format!("p{i}"), "r1", "hi")).await;
+        assert_eq!(text_of(&events), "echo: hi!", "{events:#?}");
+    }
+    let contexts: Vec<Value> = recorded(&record)
+        .iter()
+        .map(|l| l["contextId"].clone())
+        .collect();
+    assert_eq!(
+        contexts.len(),
+        6,
+        "every run reached the live backend once: {contexts:?}"
+    );
 }
