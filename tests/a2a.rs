@@ -265,3 +265,44 @@ async fn a_pool_of_a2a_backends_fails_over_before_the_first_event() {
         "every run reached the live backend once: {contexts:?}"
     );
 }
+
+#[tokio::test]
+async fn an_ag_ui_agent_hands_the_thread_to_an_a2a_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("record.jsonl");
+    let a2a = PyAgent::start_args("a2a_agent.py", &[record.to_str().unwrap()]).await;
+    let agui = PyAgent::start("handoff_agents.py").await;
+    let gw = Gateway::start(&format!(
+        "[[agents]]\nid = \"scripted\"\nurl = \"{}\"\nhandoff = {{ targets = [\"echo\"] }}\n\
+         [[agents]]\nid = \"echo\"\nprotocol = \"a2a\"\nurl = \"{}\"\n",
+        agui.url("scripted"),
+        a2a.url("/")
+    ))
+    .await;
+    let orders = json!({"handoff": "echo"}).to_string();
+    let (status, body) = post_run(
+        &gw.run_url("scripted"),
+        &token(json!({})),
+        &input("h1", "r1", &orders),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let events = sse_events(&body);
+    // The AG-UI agent's run, then the A2A agent's on the same thread.
+    let starts: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "RUN_STARTED")
+        .collect();
+    assert_eq!(starts.len(), 2, "{events:#?}");
+    assert_eq!(starts[1]["threadId"], "h1");
+    assert_eq!(text_of(&events), format!("echo: {orders}!"));
+    assert_eq!(events.last().unwrap()["type"], "RUN_FINISHED");
+    let sent = recorded(&record);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0]["contextId"], "h1");
+    assert_eq!(
+        sent[0]["parts"],
+        json!([{"text": orders}]),
+        "the user's request, taken over"
+    );
+}

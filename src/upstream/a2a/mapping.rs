@@ -125,13 +125,19 @@ fn ag_ui_metadata(input: &RunAgentInput) -> Map<String, Value> {
 }
 
 /// The parts of the user messages after the last message that is not a
-/// user's: what the agent has not seen yet.
+/// user's: what the agent has not seen yet. When there are none — a run
+/// handed over from another agent, whose history ends with the transfer —
+/// the last user message: the request the agent is asked to take over.
 fn new_user_parts(input: &RunAgentInput) -> Vec<Value> {
-    let start = input
+    let is_user = |m: &Message| matches!(m, Message::User(_));
+    let mut start = input
         .messages
         .iter()
-        .rposition(|m| !matches!(m, Message::User(_)))
+        .rposition(|m| !is_user(m))
         .map_or(0, |i| i + 1);
+    if start == input.messages.len() && input.resume.is_none() {
+        start = input.messages.iter().rposition(is_user).unwrap_or(start);
+    }
     let mut parts = Vec::new();
     for m in &input.messages[start..] {
         if let Message::User(user) = m {
@@ -516,6 +522,21 @@ mod tests {
                 {"raw": "aGk=", "mediaType": "text/plain"},
             ])
         );
+    }
+
+    #[test]
+    fn a_handed_over_run_sends_the_last_user_request() {
+        let ask = request(&input(json!({
+            "threadId": "t", "runId": "r2",
+            "messages": [
+                {"id": "u1", "role": "user", "content": "my invoice"},
+                {"id": "a1", "role": "assistant", "toolCalls": [{"id": "c", "type": "function",
+                    "function": {"name": "transfer_to_billing", "arguments": "{}"}}]},
+                {"id": "t1", "role": "tool", "toolCallId": "c", "content": "transferred"},
+            ],
+        })));
+        let Ask::Send(m) = ask else { panic!() };
+        assert_eq!(m["parts"], json!([{"text": "my invoice"}]));
     }
 
     #[test]
