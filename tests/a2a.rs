@@ -306,3 +306,136 @@ async fn an_ag_ui_agent_hands_the_thread_to_an_a2a_agent() {
         "the user's request, taken over"
     );
 }
+
+/// Runs the a2a-sdk client (tests/agents/a2a_client.py) against `url` and
+/// returns what it printed.
+async fn a2a_client(url: &str, token: &str, turns: &[&str], extra: &[&str]) -> Value {
+    let mut cmd = tokio::process::Command::new(python());
+    cmd.arg(repo().join("tests/agents/a2a_client.py"))
+        .args([url, token, &json!(turns).to_string()])
+        .args(extra)
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(WAIT, cmd.output())
+        .await
+        .expect("the a2a-sdk client finishes")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("{e}: {stdout} {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+/// The text an A2A client read from a turn's artifact updates.
+fn artifact_text(turn: &Value) -> String {
+    turn.as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["artifactUpdate"]["artifact"]["parts"][0]["text"].as_str())
+        .collect()
+}
+
+fn last_state(turn: &Value) -> Value {
+    let last = turn.as_array().unwrap().last().unwrap();
+    last["statusUpdate"]["status"]["state"].clone()
+}
+
+#[tokio::test]
+async fn the_a2a_sdk_client_runs_an_ag_ui_agent_on_a_thread_people_watch() {
+    let (_py, gw) = agent_behind_gateway(
+        "pydantic_agent.py",
+        "agent",
+        "pyd",
+        "description = \"Looks things up\"",
+    )
+    .await;
+    let t = token(json!({}));
+    // The card needs the same bearer token as every other route.
+    let anonymous = http()
+        .get(gw.url("/a2a/pyd/.well-known/agent-card.json"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status().as_u16(), 401);
+    let got = a2a_client(&gw.url("/a2a/pyd"), &t, &["what is life?"], &[]).await;
+    assert!(got.get("error").is_none(), "{got}");
+    assert_eq!(got["card"]["name"], "pyd");
+    assert_eq!(got["card"]["description"], "Looks things up");
+    assert_eq!(
+        got["card"]["supportedInterfaces"][0]["url"],
+        gw.url("/a2a/pyd")
+    );
+    let turn = &got["turns"][0];
+    let first = &turn[0]["task"];
+    assert_eq!(first["status"]["state"], "TASK_STATE_SUBMITTED", "{turn}");
+    assert_eq!(
+        turn[1]["statusUpdate"]["status"]["state"],
+        "TASK_STATE_WORKING"
+    );
+    assert_eq!(artifact_text(turn), "The answer is 42.");
+    assert_eq!(last_state(turn), "TASK_STATE_COMPLETED");
+    // The context is a thread of the caller's tenant: people watch it.
+    let context = first["contextId"].as_str().unwrap();
+    let snap = json_of(
+        http()
+            .get(gw.url(&format!("/v1/threads/{context}")))
+            .bearer_auth(&t),
+    )
+    .await;
+    assert_eq!(snap["run"]["status"], "finished", "{snap}");
+    let export = json_of(
+        http()
+            .get(gw.url(&format!("/v1/threads/{context}/messages?format=ag-ui")))
+            .bearer_auth(&t),
+    )
+    .await;
+    let messages = export["messages"].as_array().unwrap();
+    assert_eq!(messages[0]["content"], "what is life?", "{export}");
+    assert_eq!(messages.last().unwrap()["content"], "The answer is 42.");
+    // Another tenant's token does not reach it.
+    let other = token(json!({"tenant": "other"}));
+    let status = http()
+        .get(gw.url(&format!("/v1/threads/{context}")))
+        .bearer_auth(&other)
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status.as_u16(), 404);
+}
+
+#[tokio::test]
+async fn an_a2a_client_answers_an_a2a_agents_question_through_the_gateway() {
+    let (_py, gw, record, _dir) = a2a_behind_gateway(&[]).await;
+    let t = token(json!({}));
+    for extra in [&[][..], &["--blocking"][..]] {
+        let got = a2a_client(&gw.url("/a2a/echo"), &t, &["ask", "reply:blue"], extra).await;
+        assert!(got.get("error").is_none(), "{got}");
+        let asked = &got["turns"][0];
+        let last = asked.as_array().unwrap().last().unwrap();
+        let status = if extra.is_empty() {
+            &last["statusUpdate"]["status"]
+        } else {
+            &last["task"]["status"]
+        };
+        assert_eq!(status["state"], "TASK_STATE_INPUT_REQUIRED", "{asked}");
+        assert_eq!(status["message"]["parts"][0]["text"], "which colour?");
+        let answered = &got["turns"][1];
+        let last = answered.as_array().unwrap().last().unwrap();
+        if extra.is_empty() {
+            assert_eq!(
+                artifact_text(answered).trim_start_matches("which colour?"),
+                "you said blue",
+                "{answered}"
+            );
+            assert_eq!(last_state(answered), "TASK_STATE_COMPLETED");
+        } else {
+            assert_eq!(
+                last["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+                "{answered}"
+            );
+        }
+    }
+    // Behind the gateway the answer went to the upstream task that asked.
+    let sent = recorded(&record);
+    assert_eq!(sent.len(), 4, "{sent:?}");
+    assert_eq!(sent[1]["taskId"], sent[0]["_task"]);
+}

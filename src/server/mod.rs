@@ -9,6 +9,7 @@
 //! bodies as axum extractors), [`access`], [`error`], [`state`]. [`serve`]
 //! runs the connections (with [`admission`]'s cap and [`tls`]).
 
+pub mod a2a;
 pub mod access;
 pub mod access_log;
 pub mod admission;
@@ -62,6 +63,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(
             "/v1/agents/{agent}/chat/{thread}/stream",
             get(aisdk::reconnect),
+        )
+        .route("/a2a/{agent}", post(a2a::post_rpc))
+        .route(
+            "/a2a/{agent}/.well-known/agent-card.json",
+            get(a2a::get_card),
         )
         .route("/v1/ws", get(ws::upgrade))
         .route("/v1/threads", get(threads::list))
