@@ -439,3 +439,55 @@ async fn an_a2a_client_answers_an_a2a_agents_question_through_the_gateway() {
     assert_eq!(sent.len(), 4, "{sent:?}");
     assert_eq!(sent[1]["taskId"], sent[0]["_task"]);
 }
+
+/// One JSON-RPC call to the gateway's A2A face; the JSON answer (a
+/// streamed answer's frames are not read here).
+async fn rpc(gw: &Gateway, version: &str, method: &str, params: Value) -> Value {
+    json_of(
+        http()
+            .post(gw.url("/a2a/echo"))
+            .bearer_auth(token(json!({})))
+            .header("A2A-Version", version)
+            .json(&json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params})),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn the_a2a_face_answers_what_it_cannot_do_with_stable_errors() {
+    let (_py, gw, _record, _dir) = a2a_behind_gateway(&[]).await;
+    let message = |text: &str| {
+        json!({"message": {"messageId": "m1", "contextId": "e1",
+        "role": "ROLE_USER", "parts": [{"text": text}]}})
+    };
+    let old = rpc(&gw, "0.3", "SendMessage", message("hello")).await;
+    assert_eq!(old["error"]["code"], -32009, "{old}");
+    assert_eq!(old["id"], 7);
+    let unknown = rpc(&gw, "1.0", "message/send", message("hello")).await;
+    assert_eq!(unknown["error"]["code"], -32601, "{unknown}");
+    let get = rpc(&gw, "1.0", "GetTask", json!({"id": "x"})).await;
+    assert_eq!(get["error"]["code"], -32004, "{get}");
+    let empty = rpc(
+        &gw,
+        "1.0",
+        "SendMessage",
+        json!({"message": {"messageId": "m", "parts": []}}),
+    )
+    .await;
+    assert_eq!(empty["error"]["code"], -32602, "{empty}");
+    assert_eq!(empty["error"]["data"]["code"], "invalid");
+    // A context waiting for input takes an answer to its task, nothing else.
+    let asked = rpc(&gw, "1.0", "SendMessage", message("ask")).await;
+    assert_eq!(
+        asked["result"]["task"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{asked}"
+    );
+    let plain = rpc(&gw, "1.0", "SendMessage", message("something else")).await;
+    assert_eq!(plain["error"]["data"]["code"], "conflict", "{plain}");
+    // Nothing runs: nothing to cancel; an id that is not the gateway's: no task.
+    let task = asked["result"]["task"]["id"].as_str().unwrap();
+    let idle = rpc(&gw, "1.0", "CancelTask", json!({"id": task})).await;
+    assert_eq!(idle["error"]["code"], -32002, "{idle}");
+    let foreign = rpc(&gw, "1.0", "CancelTask", json!({"id": "not-ours"})).await;
+    assert_eq!(foreign["error"]["code"], -32001, "{foreign}");
+}

@@ -64,11 +64,6 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/v1/agents/{agent}/chat/{thread}/stream",
             get(aisdk::reconnect),
         )
-        .route("/a2a/{agent}", post(a2a::post_rpc))
-        .route(
-            "/a2a/{agent}/.well-known/agent-card.json",
-            get(a2a::get_card),
-        )
         .route("/v1/ws", get(ws::upgrade))
         .route("/v1/threads", get(threads::list))
         .route("/v1/threads/{thread}", get(threads::snapshot))
@@ -83,6 +78,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/readyz", get(http::ready))
         .route("/metrics", get(http::metrics))
         .route("/v1/openapi.json", get(openapi::document));
+    router = router.merge(a2a::routes());
     if let Some(inspector) = inspector::routes(&state) {
         router = router.merge(inspector);
     }

@@ -41,6 +41,14 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use task::TaskStream;
 
+/// The face's two routes (merged into [`super::router`]).
+pub fn routes() -> axum::Router<Arc<AppState>> {
+    use axum::routing::{get, post};
+    axum::Router::new()
+        .route("/a2a/{agent}", post(post_rpc))
+        .route("/a2a/{agent}/.well-known/agent-card.json", get(get_card))
+}
+
 /// JSON-RPC and A2A error codes the face answers with.
 mod codes {
     pub const PARSE: i64 = -32700;
