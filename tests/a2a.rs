@@ -491,3 +491,40 @@ async fn the_a2a_face_answers_what_it_cannot_do_with_stable_errors() {
     let foreign = rpc(&gw, "1.0", "CancelTask", json!({"id": "not-ours"})).await;
     assert_eq!(foreign["error"]["code"], -32001, "{foreign}");
 }
+
+#[test]
+fn check_config_names_a_bad_protocol_and_an_a2a_demo_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |agent: &str| {
+        let cfg = dir.path().join("gateway.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "[server]\nlisten = \"127.0.0.1:0\"\n[auth]\nhs_secret = \"0123456789abcdef0123456789abcdef\"\n\
+                 [demo]\nenabled = true\n[[agents]]\nid = \"a\"\n{agent}\n"
+            ),
+        )
+        .unwrap();
+        let out = std::process::Command::new(gateway_bin())
+            .arg("--config")
+            .arg(&cfg)
+            .arg("check-config")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = check("url = \"demo:\"\nprotocol = \"a2a\"");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("cannot be protocol = \"a2a\""), "{err}");
+    let (code, err) = check("url = \"http://127.0.0.1:9/\"\nprotocol = \"mcp\"");
+    assert_ne!(code, Some(0), "{err}");
+    assert!(
+        err.contains("agents[0].protocol") && err.contains("mcp"),
+        "{err}"
+    );
+    let (code, err) = check("url = \"http://127.0.0.1:9/\"\nprotocol = \"a2a\"");
+    assert_eq!(code, Some(0), "{err}");
+}
