@@ -528,3 +528,68 @@ fn check_config_names_a_bad_protocol_and_an_a2a_demo_agent() {
     let (code, err) = check("url = \"http://127.0.0.1:9/\"\nprotocol = \"a2a\"");
     assert_eq!(code, Some(0), "{err}");
 }
+
+#[tokio::test]
+async fn the_a2a_js_client_streams_and_answers_through_the_gateway() {
+    let (_py, gw, record, _dir) = a2a_behind_gateway(&[]).await;
+    let t = token(json!({}));
+    let url = gw.url("/a2a/echo");
+    let got = node_client(
+        "a2a-js/client.mjs",
+        &[&url, &t, r#"["hello", "ask", "reply:blue"]"#],
+    )
+    .await;
+    assert!(got.get("error").is_none(), "{got}");
+    assert_eq!(got["card"]["interfaces"][0]["url"], url.as_str());
+    let states = |turn: &Value| -> Vec<String> {
+        turn.as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|s| s["state"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let texts = |turn: &Value| -> String {
+        turn.as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["case"] == "artifactUpdate")
+            .map(|s| s["text"].as_str().unwrap())
+            .collect()
+    };
+    let hello = &got["turns"][0];
+    assert_eq!(
+        states(hello),
+        [
+            "TASK_STATE_SUBMITTED",
+            "TASK_STATE_WORKING",
+            "TASK_STATE_COMPLETED"
+        ],
+        "{hello}"
+    );
+    assert_eq!(texts(hello), "echo: hello!");
+    let asked = &got["turns"][1];
+    assert_eq!(
+        states(asked).last().unwrap(),
+        "TASK_STATE_INPUT_REQUIRED",
+        "{asked}"
+    );
+    assert_eq!(
+        asked.as_array().unwrap().last().unwrap()["text"],
+        "which colour?"
+    );
+    let answered = &got["turns"][2];
+    assert_eq!(
+        states(answered).last().unwrap(),
+        "TASK_STATE_COMPLETED",
+        "{answered}"
+    );
+    assert_eq!(texts(answered), "you said blue");
+    // One context throughout: one thread, and the upstream agent's one context.
+    let sent = recorded(&record);
+    assert_eq!(sent.len(), 3);
+    assert!(
+        sent.iter().all(|m| m["contextId"] == sent[0]["contextId"]),
+        "{sent:?}"
+    );
+    assert_eq!(sent[2]["taskId"], sent[1]["_task"]);
+}
