@@ -55,11 +55,16 @@ async fn an_a2a_task_streams_as_an_ag_ui_run_to_the_requester_and_every_viewer()
     let (_py, gw, record, _dir) = a2a_behind_gateway(&[]).await;
     // The card, read at start, names the agent and its skills.
     let t = token(json!({}));
+    let deadline = tokio::time::Instant::now() + WAIT;
     let listing = loop {
         let v = json_of(http().get(gw.url("/v1/agents")).bearer_auth(&t)).await;
         if v["agents"][0].get("a2a").is_some() {
             break v["agents"][0].clone();
         }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the card was never read: {v}"
+        );
         tokio::task::yield_now().await;
     };
     assert_eq!(listing["protocol"], "a2a");
@@ -143,6 +148,7 @@ async fn input_required_is_an_interrupt_and_its_resume_continues_the_same_task()
     assert_eq!(interrupt["reason"], "input_required");
     assert_eq!(text_of(&events), "which colour?");
     let task = interrupt["id"].as_str().unwrap().to_owned();
+    assert_eq!(interrupt["metadata"]["a2a"]["taskId"], task.as_str());
     // A plain run is refused while the interrupt is pending.
     let (status, _) = post_run(
         &gw.run_url("echo"),
@@ -173,7 +179,7 @@ async fn input_required_is_an_interrupt_and_its_resume_continues_the_same_task()
 }
 
 #[tokio::test]
-async fn failed_and_rejected_tasks_end_the_run_with_the_agents_words() {
+async fn failed_and_rejected_tasks_end_the_run_and_auth_required_pauses_it() {
     let (_py, gw, _record, _dir) = a2a_behind_gateway(&[]).await;
     let events = run(&gw, &input("t3", "r1", "fail")).await;
     let message = assert_run_error(&events, "a2a_failed");
@@ -181,6 +187,11 @@ async fn failed_and_rejected_tasks_end_the_run_with_the_agents_words() {
     assert_eq!(events[0]["type"], "RUN_STARTED");
     let events = run(&gw, &input("t4", "r1", "reject")).await;
     assert_eq!(assert_run_error(&events, "a2a_rejected"), "not my job");
+    // auth-required pauses the run like input-required, with its reason.
+    let events = run(&gw, &input("t8", "r1", "auth")).await;
+    let interrupt = &events.last().unwrap()["outcome"]["interrupts"][0];
+    assert_eq!(interrupt["reason"], "auth_required", "{events:#?}");
+    assert_eq!(interrupt["message"], "sign in first");
 }
 
 #[tokio::test]
