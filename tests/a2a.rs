@@ -366,13 +366,15 @@ async fn the_a2a_sdk_client_runs_an_ag_ui_agent_on_a_thread_people_watch() {
         .await
         .unwrap();
     assert_eq!(anonymous.status().as_u16(), 401);
-    let got = a2a_client(&gw.url("/a2a/pyd"), &t, &["what is life?"], &[]).await;
+    let url = gw.url("/a2a/pyd");
+    let got = a2a_client(&url, &t, &["what is life?"], &[]).await;
     assert!(got.get("error").is_none(), "{got}");
     assert_eq!(got["card"]["name"], "pyd");
     assert_eq!(got["card"]["description"], "Looks things up");
     assert_eq!(
         got["card"]["supportedInterfaces"][0]["url"],
-        gw.url("/a2a/pyd")
+        url.as_str(),
+        "the card names the address the client used"
     );
     let turn = &got["turns"][0];
     let first = &turn[0]["task"];
