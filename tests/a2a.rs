@@ -606,3 +606,46 @@ async fn the_a2a_js_client_streams_and_answers_through_the_gateway() {
     );
     assert_eq!(sent[2]["taskId"], sent[1]["_task"]);
 }
+
+#[tokio::test]
+async fn a_reload_reads_the_new_agents_card() {
+    let (first, gw, _record, dir) = a2a_behind_gateway(&[]).await;
+    let record = dir.path().join("second.jsonl");
+    let second = PyAgent::start_args(
+        "a2a_agent.py",
+        &["--no-streaming", "--name=Second", record.to_str().unwrap()],
+    )
+    .await;
+    const RELOADED: &str = "configuration reloaded";
+    let before = gw.proc.stderr().matches(RELOADED).count();
+    let cfg = std::fs::read_to_string(&gw.config_path).unwrap();
+    let cfg = cfg.replace(&first.url("/"), &second.url("/"));
+    std::fs::write(&gw.config_path, cfg).unwrap();
+    gw.signal("HUP");
+    gw.proc.expect_stderr_times(RELOADED, before + 1).await;
+    // The first node reloaded (a peer reloads on the file change by itself).
+    let t = token(json!({}));
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let v = json_of(http().get(format!("{}/v1/agents", gw.base)).bearer_auth(&t)).await;
+        if v["agents"][0]["a2a"]["name"] == "Second" {
+            assert_eq!(v["agents"][0]["a2a"]["capabilities"]["streaming"], false);
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the new card was never read: {v}"
+        );
+        tokio::task::yield_now().await;
+    }
+    // And its runs go there, as blocking sends (the new card does not stream).
+    let (status, body) = post_run(
+        &format!("{}/v1/agents/echo/run", gw.base),
+        &t,
+        &input("rl", "r1", "hello"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(text_of(&sse_events(&body)), "echo: hello!");
+    assert_eq!(recorded(&record).len(), 1);
+}

@@ -17,7 +17,7 @@ Every request's message is appended, as one JSON line, to the record file if
 one is given (so a test can check what the gateway sent: contextId, taskId,
 parts), and every cancel as {"cancel": <taskId>}.
 
-Usage: a2a_agent.py [--no-streaming] [RECORD_FILE]
+Usage: a2a_agent.py [--no-streaming] [--name=NAME] [RECORD_FILE]
   -> prints "listening <port>", then serves.
 """
 
@@ -38,6 +38,7 @@ from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types import a2a_pb2 as pb
 
 STREAMING = "--no-streaming" not in sys.argv
+NAME = next((a.removeprefix("--name=") for a in sys.argv if a.startswith("--name=")), "Echo A2A")
 ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
 RECORD = ARGS[0] if ARGS else None
 
@@ -124,7 +125,7 @@ def main() -> None:
     port = sock.getsockname()[1]
     base = f"http://127.0.0.1:{port}"
     card = pb.AgentCard(
-        name="Echo A2A",
+        name=NAME,
         description="Echoes, asks, fails and ticks: a test agent",
         version="1.0.0",
         supported_interfaces=[
