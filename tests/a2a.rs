@@ -14,13 +14,21 @@ use std::path::PathBuf;
 
 /// The agent (with its record file) and a gateway whose agent `echo` is it.
 async fn a2a_behind_gateway(args: &[&str]) -> (PyAgent, Gateway, PathBuf, tempfile::TempDir) {
+    a2a_behind_gateway_with(args, "").await
+}
+
+/// [`a2a_behind_gateway`] with `agent_extra` TOML in the agent's table.
+async fn a2a_behind_gateway_with(
+    args: &[&str],
+    agent_extra: &str,
+) -> (PyAgent, Gateway, PathBuf, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let record = dir.path().join("record.jsonl");
     let mut all = args.to_vec();
     all.push(record.to_str().unwrap());
     let py = PyAgent::start_args("a2a_agent.py", &all).await;
     let gw = Gateway::start(&format!(
-        "[[agents]]\nid = \"echo\"\nprotocol = \"a2a\"\nurl = \"{}\"\n",
+        "[[agents]]\nid = \"echo\"\nprotocol = \"a2a\"\nurl = \"{}\"\n{agent_extra}\n",
         py.url("/")
     ))
     .await;
@@ -239,6 +247,15 @@ async fn a_cancelled_run_cancels_the_agents_task() {
 #[tokio::test]
 async fn an_agent_that_does_not_stream_is_sent_a_blocking_message() {
     let (_py, gw, _record, _dir) = a2a_behind_gateway(&["--no-streaming"]).await;
+    // Its one answer comes when the task ends: it has the run's whole
+    // time, not first_event's.
+    let (_py2, gw2, _record2, _dir2) = a2a_behind_gateway_with(
+        &["--no-streaming"],
+        "timeouts = { first_event = \"200ms\" }",
+    )
+    .await;
+    let events = run(&gw2, &input("t5", "r1", "wait")).await;
+    assert_eq!(text_of(&events), "waited", "{events:#?}");
     let events = run(&gw, &input("t6", "r1", "hello")).await;
     assert_eq!(text_of(&events), "echo: hello!", "{events:#?}");
     assert_eq!(events.last().unwrap()["type"], "RUN_FINISHED");

@@ -10,6 +10,7 @@ The first word of the user's text picks the behaviour:
   ask       the task asks for input (input-required, "which colour?"); the
             next message to the same task completes it with "you said <text>"
   auth      the task asks for authentication (auth-required)
+  wait      completes with "waited" after 500 ms
   slow      streams "tick" artifact chunks every 100 ms until cancelled
   anything else: streams "echo: <text>" as three artifact chunks, completes
 
@@ -85,6 +86,9 @@ class Executor(AgentExecutor):
             await updater.requires_input(say("which colour?"))
         elif word == "auth":
             await updater.requires_auth(say("sign in first"))
+        elif word == "wait":
+            await asyncio.sleep(0.5)
+            await updater.complete(say("waited"))
         elif word == "slow":
             artifact = "ticks"
             n = 0

@@ -104,7 +104,14 @@ impl Attempt<'_> {
         };
         let rpc = json!({"jsonrpc": "2.0", "id": input.run_id, "method": method,
             "params": {"message": message}});
-        let response = self.post(&card, &rpc, extra, first_deadline).await?;
+        // A blocking send answers once the task ended or paused: its first
+        // (and only) answer may take as long as the whole run.
+        let answer_deadline = if card.streaming {
+            first_deadline
+        } else {
+            total_deadline
+        };
+        let response = self.post(&card, &rpc, extra, answer_deadline).await?;
         self.cancel = Some(CancelOnDrop {
             http: self.agent.http.clone(),
             url: card.rpc_url.clone(),
@@ -120,7 +127,7 @@ impl Attempt<'_> {
             self.read_stream(response, &mut mapper, first_deadline, total_deadline)
                 .await
         } else {
-            self.read_one(response, &mut mapper, first_deadline).await
+            self.read_one(response, &mut mapper, answer_deadline).await
         };
         if let Some(c) = &mut self.cancel {
             c.task = (!mapper.ended())
@@ -169,8 +176,8 @@ impl Attempt<'_> {
             _ = self.tx.closed() => return Err(None),
             r = timeout_at(first_deadline, request) => match r {
                 Err(_) => return Err(fail(UpstreamCode::Timeout, format!(
-                    "no response from agent '{}' within first_event timeout {:?}",
-                    self.agent.id, self.agent.timeouts.first_event))),
+                    "no response from agent '{}' in time (timeouts.first_event, or total for a blocking send)",
+                    self.agent.id))),
                 Ok(Err(e)) => return Err(fail(UpstreamCode::Unavailable, format!(
                     "agent '{}' unreachable: {}", self.agent.id, describe(&e)))),
                 Ok(Ok(r)) => r,
@@ -272,7 +279,7 @@ impl Attempt<'_> {
             Err(_) => {
                 return Err(fail(
                     UpstreamCode::Timeout,
-                    format!("agent '{}' exceeded its first_event timeout", self.agent.id),
+                    format!("agent '{}' did not answer in time", self.agent.id),
                 ));
             }
             Ok(Err(e)) => {
