@@ -666,3 +666,38 @@ async fn a_reload_reads_the_new_agents_card() {
     assert_eq!(text_of(&sse_events(&body)), "echo: hello!");
     assert_eq!(recorded(&record).len(), 1);
 }
+
+#[tokio::test]
+async fn the_a2a_face_takes_the_agents_roles_like_every_face() {
+    let (_py, gw, record, _dir) = a2a_behind_gateway_with(&[], "roles = [\"admin\"]").await;
+    let user = token(json!({}));
+    let admin = token(json!({"roles": ["admin"]}));
+    let card = |t: &str| {
+        http()
+            .get(gw.url("/a2a/echo/.well-known/agent-card.json"))
+            .bearer_auth(t)
+            .send()
+    };
+    assert_eq!(card(&user).await.unwrap().status().as_u16(), 403);
+    assert_eq!(card(&admin).await.unwrap().status().as_u16(), 200);
+    let send = |t: &str| {
+        http()
+            .post(gw.url("/a2a/echo"))
+            .bearer_auth(t)
+            .header("A2A-Version", "1.0")
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message":
+                {"messageId": "m", "contextId": "roles", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}}))
+            .send()
+    };
+    assert_eq!(send(&user).await.unwrap().status().as_u16(), 403);
+    assert!(recorded(&record).is_empty(), "nothing reached the agent");
+    let ok: Value = send(&admin).await.unwrap().json().await.unwrap();
+    assert_eq!(
+        ok["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{ok}"
+    );
+    assert_eq!(
+        ok["result"]["task"]["artifacts"][0]["parts"][0]["text"],
+        "echo: hi!"
+    );
+}
