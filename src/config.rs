@@ -1010,12 +1010,15 @@ impl AgentConfig {
     }
 
     /// Whether runs of a thread stay on one backend (`pool.affinity`, by
-    /// default on for agents that keep state).
+    /// default on for agents that keep state — an A2A agent always does:
+    /// it holds its contexts).
     pub fn affinity(&self) -> bool {
-        self.pool.affinity.unwrap_or(matches!(
-            self.branching.mode,
-            BranchMode::SameThread | BranchMode::ForkThread
-        ))
+        self.pool.affinity.unwrap_or(
+            matches!(
+                self.branching.mode,
+                BranchMode::SameThread | BranchMode::ForkThread
+            ) || self.protocol == AgentProtocol::A2a,
+        )
     }
 }
 

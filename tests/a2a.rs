@@ -701,3 +701,47 @@ async fn the_a2a_face_takes_the_agents_roles_like_every_face() {
         "echo: hi!"
     );
 }
+
+#[tokio::test]
+async fn a_threads_runs_stay_on_the_a2a_backend_that_holds_its_context() {
+    let dir = tempfile::tempdir().unwrap();
+    let records: Vec<PathBuf> = (0..2)
+        .map(|i| dir.path().join(format!("r{i}.jsonl")))
+        .collect();
+    let mut agents = Vec::new();
+    for r in &records {
+        agents.push(PyAgent::start_args("a2a_agent.py", &[r.to_str().unwrap()]).await);
+    }
+    let gw = Gateway::start(&format!(
+        "[[agents]]\nid = \"echo\"\nprotocol = \"a2a\"\nbackends = [{{ url = \"{}\" }}, {{ url = \"{}\" }}]\n",
+        agents[0].url("/"),
+        agents[1].url("/")
+    ))
+    .await;
+    for thread in ["a", "b", "c", "d"] {
+        for run_id in ["r1", "r2", "r3"] {
+            let events = run(&gw, &input(thread, run_id, "hi")).await;
+            assert_eq!(text_of(&events), "echo: hi!");
+        }
+    }
+    let contexts: Vec<Vec<String>> = records
+        .iter()
+        .map(|r| {
+            recorded(r)
+                .iter()
+                .map(|m| m["contextId"].as_str().unwrap().to_owned())
+                .collect()
+        })
+        .collect();
+    for thread in ["a", "b", "c", "d"] {
+        let on: Vec<usize> = (0..2)
+            .filter(|i| contexts[*i].iter().any(|c| c == thread))
+            .collect();
+        assert_eq!(
+            on.len(),
+            1,
+            "thread {thread} on one backend only: {contexts:?}"
+        );
+        assert_eq!(contexts[on[0]].iter().filter(|c| *c == thread).count(), 3);
+    }
+}
