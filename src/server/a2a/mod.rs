@@ -65,6 +65,13 @@ mod codes {
 /// A JSON-RPC error: code, message, and the gateway's stable code in `data`.
 struct RpcError(i64, String, Option<&'static str>);
 
+impl RpcError {
+    /// An error of the protocol itself (no gateway code in `data`).
+    fn plain(code: i64, message: impl Into<String>) -> RpcError {
+        RpcError(code, message.into(), None)
+    }
+}
+
 impl From<ApiError> for RpcError {
     fn from(e: ApiError) -> RpcError {
         let code = match e.code {
@@ -123,80 +130,78 @@ pub async fn post_rpc(
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
-    let rpc: Value = match serde_json::from_slice(&body) {
-        Ok(v @ Value::Object(_)) => v,
-        _ => {
-            return reply(
-                &Value::Null,
-                Err(RpcError(
-                    codes::PARSE,
-                    "not a JSON-RPC request object".into(),
-                    None,
-                )),
-            );
-        }
+    let (id, method, params) = match parse(&body, version.as_deref()) {
+        Ok(parsed) => parsed,
+        Err((id, e)) => return reply(&id, Err(e)),
     };
-    let id = rpc.get("id").cloned().unwrap_or(Value::Null);
-    // Without the header a client speaks 0.3 by A2A's rule; the a2a-sdk
-    // clients send it, and a 1.0 request without it is served the same.
-    if let Some(v) = version.filter(|v| v.trim() != "1" && !v.trim().starts_with("1.")) {
-        let e = RpcError(
-            codes::VERSION_NOT_SUPPORTED,
-            format!("A2A version '{v}' is not supported: this agent speaks 1.0"),
-            None,
-        );
-        return reply(&id, Err(e));
-    }
-    let params = rpc.get("params").cloned().unwrap_or(Value::Null);
     let run = Started {
         state: &state,
         who: &who,
         agent: &agent,
         traceparent,
     };
-    match rpc.get("method").and_then(Value::as_str) {
-        Some("SendStreamingMessage") => match run.start(&params).await {
+    match method.as_str() {
+        "SendStreamingMessage" => match run.start(&params).await {
             Ok((rx, stream)) => streamed(&state, id, rx, stream),
             Err(e) => reply(&id, Err(e)),
         },
-        Some("SendMessage") => {
+        "SendMessage" => {
             let result = match run.start(&params).await {
                 Ok((rx, stream)) => Ok(json!({"task": blocking(rx, stream).await})),
                 Err(e) => Err(e),
             };
             reply(&id, result)
         }
-        Some("CancelTask") => reply(&id, cancel(&state, &who, &params).await),
-        Some(
-            "GetTask"
-            | "ListTasks"
-            | "SubscribeToTask"
-            | "CreateTaskPushNotificationConfig"
-            | "GetTaskPushNotificationConfig"
-            | "ListTaskPushNotificationConfigs"
-            | "DeleteTaskPushNotificationConfig"
-            | "GetExtendedAgentCard",
-        ) => {
-            let e = RpcError(codes::UNSUPPORTED, "not supported by the gateway: read the thread (GET /v1/threads/{contextId}) instead".into(), None);
-            reply(&id, Err(e))
-        }
-        Some(other) => reply(
+        "CancelTask" => reply(&id, cancel(&state, &who, &params).await),
+        "GetTask"
+        | "ListTasks"
+        | "SubscribeToTask"
+        | "CreateTaskPushNotificationConfig"
+        | "GetTaskPushNotificationConfig"
+        | "ListTaskPushNotificationConfigs"
+        | "DeleteTaskPushNotificationConfig"
+        | "GetExtendedAgentCard" => reply(
             &id,
-            Err(RpcError(
-                codes::METHOD_NOT_FOUND,
-                format!("unknown method '{other}'"),
-                None,
+            Err(RpcError::plain(
+                codes::UNSUPPORTED,
+                "not supported by the gateway: read the thread (GET /v1/threads/{contextId}) instead",
             )),
         ),
-        None => reply(
+        other => reply(
             &id,
-            Err(RpcError(
-                codes::INVALID_REQUEST,
-                "'method' is required".into(),
-                None,
+            Err(RpcError::plain(
+                codes::METHOD_NOT_FOUND,
+                format!("unknown method '{other}'"),
             )),
         ),
     }
+}
+
+/// A request's id, method and params; or the error to answer (with the
+/// id, when there was one).
+fn parse(body: &[u8], version: Option<&str>) -> Result<(Value, String, Value), (Value, RpcError)> {
+    let Ok(rpc @ Value::Object(_)) = serde_json::from_slice::<Value>(body) else {
+        let e = RpcError::plain(codes::PARSE, "not a JSON-RPC request object");
+        return Err((Value::Null, e));
+    };
+    let id = rpc.get("id").cloned().unwrap_or(Value::Null);
+    // Without the header a client speaks 0.3 by A2A's rule; the a2a-sdk
+    // clients send it, and a 1.0 request without it is served the same.
+    if let Some(v) = version.filter(|v| v.trim() != "1" && !v.trim().starts_with("1.")) {
+        let e = RpcError::plain(
+            codes::VERSION_NOT_SUPPORTED,
+            format!("A2A version '{v}' is not supported: this agent speaks 1.0"),
+        );
+        return Err((id, e));
+    }
+    let Some(method) = rpc.get("method").and_then(Value::as_str) else {
+        return Err((
+            id,
+            RpcError::plain(codes::INVALID_REQUEST, "'method' is required"),
+        ));
+    };
+    let params = rpc.get("params").cloned().unwrap_or(Value::Null);
+    Ok((id, method.to_owned(), params))
 }
 
 fn reply(id: &Value, result: Result<Value, RpcError>) -> Response {

@@ -252,7 +252,13 @@ impl Attempt<'_> {
                 })?;
             let answers: Vec<Value> = frames
                 .drain(..)
-                .filter_map(|f| serde_json::from_str(f.data.as_str()).ok())
+                .filter_map(|f| match serde_json::from_str(f.data.as_str()) {
+                    Ok(v) => Some(v),
+                    Err(e) => {
+                        tracing::warn!(agent = %self.agent.id, "skipping an A2A frame that is not JSON: {e}");
+                        None
+                    }
+                })
                 .collect();
             if !answers.is_empty() {
                 self.hand_over(mapper, &answers).await?;
