@@ -745,3 +745,104 @@ async fn a_threads_runs_stay_on_the_a2a_backend_that_holds_its_context() {
         assert_eq!(contexts[on[0]].iter().filter(|c| *c == thread).count(), 3);
     }
 }
+
+/// Reads an SSE response until a frame's JSON matches `done`; returns the
+/// frames read so far.
+async fn frames_until(resp: &mut reqwest::Response, done: impl Fn(&Value) -> bool) -> Vec<Value> {
+    let mut body = String::new();
+    loop {
+        // Only complete frames: the body read so far may end mid-frame.
+        let complete = body.rfind("\n\n").map_or("", |end| &body[..end + 2]);
+        let frames: Vec<Value> = sse_data(complete)
+            .iter()
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect();
+        if frames.iter().any(&done) {
+            return frames;
+        }
+        let chunk = tokio::time::timeout(WAIT, resp.chunk())
+            .await
+            .expect("the stream goes on")
+            .unwrap()
+            .unwrap_or_else(|| panic!("the stream ended: {body}"));
+        body.push_str(&String::from_utf8_lossy(&chunk));
+    }
+}
+
+fn state_of(frame: &Value) -> &Value {
+    &frame["result"]["statusUpdate"]["status"]["state"]
+}
+
+#[tokio::test]
+async fn a_person_or_the_a2a_client_cancels_a_task_and_the_agent_behind_is_told() {
+    let (_py, gw, record, _dir) = a2a_behind_gateway(&[]).await;
+    let t = token(json!({}));
+    let stream = |context: &str| {
+        http()
+            .post(gw.url("/a2a/echo"))
+            .bearer_auth(&t)
+            .header("A2A-Version", "1.0")
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {"message":
+                {"messageId": format!("m-{context}"), "contextId": context, "role": "ROLE_USER", "parts": [{"text": "slow"}]}}}))
+            .send()
+    };
+    let ticking = |f: &Value| f["result"].get("artifactUpdate").is_some();
+    let cancelled = |f: &Value| state_of(f) == "TASK_STATE_CANCELED";
+    let wait_for_cancels = |n: usize| {
+        let record = record.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + WAIT;
+            while recorded(&record)
+                .iter()
+                .filter(|l| l.get("cancel").is_some())
+                .count()
+                < n
+            {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{:?}",
+                    recorded(&record)
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+    };
+
+    // A person watching the thread cancels it.
+    let mut a2a = stream("steer-1").await.unwrap();
+    frames_until(&mut a2a, ticking).await;
+    let ack = json_of(
+        http()
+            .post(gw.url("/v1/threads/steer-1/cancel"))
+            .bearer_auth(&t)
+            .json(&json!({})),
+    )
+    .await;
+    assert!(ack["runId"].is_string(), "{ack}");
+    frames_until(&mut a2a, cancelled).await;
+    wait_for_cancels(1).await;
+
+    // The A2A client cancels its own task.
+    let mut a2a = stream("steer-2").await.unwrap();
+    let frames = frames_until(&mut a2a, ticking).await;
+    let task = frames[0]["result"]["task"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let done = json_of(
+        http()
+            .post(gw.url("/a2a/echo"))
+            .bearer_auth(&t)
+            .header("A2A-Version", "1.0")
+            .json(
+                &json!({"jsonrpc": "2.0", "id": 2, "method": "CancelTask", "params": {"id": task}}),
+            ),
+    )
+    .await;
+    assert_eq!(
+        done["result"]["status"]["state"], "TASK_STATE_CANCELED",
+        "{done}"
+    );
+    frames_until(&mut a2a, cancelled).await;
+    wait_for_cancels(2).await;
+}
