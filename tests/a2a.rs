@@ -846,3 +846,50 @@ async fn a_person_or_the_a2a_client_cancels_a_task_and_the_agent_behind_is_told(
     frames_until(&mut a2a, cancelled).await;
     wait_for_cancels(2).await;
 }
+
+#[tokio::test]
+async fn an_a2a_client_approves_an_ag_ui_agents_tool_call_with_a_data_part() {
+    let (_py, gw) = agent_behind_gateway("pydantic_approval_agent.py", "agent", "bank", "").await;
+    let t = token(json!({}));
+    let send = |message: Value| {
+        json_of(
+            http()
+                .post(gw.url("/a2a/bank"))
+                .bearer_auth(&t)
+                .header("A2A-Version", "1.0")
+                .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                    "params": {"message": message}})),
+        )
+    };
+    let asked = send(
+        json!({"messageId": "m1", "contextId": "pay-a2a", "role": "ROLE_USER",
+        "parts": [{"text": "pay acct-9"}]}),
+    )
+    .await;
+    let task = &asked["result"]["task"];
+    assert_eq!(
+        task["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{asked}"
+    );
+    let interrupts = &task["metadata"]["ag-ui"]["interrupts"];
+    assert_eq!(interrupts[0]["toolCallId"], "call_t", "{asked}");
+    // The answer is the interrupt's payload: a data part, as its schema asks.
+    let answered = send(
+        json!({"messageId": "m2", "contextId": "pay-a2a", "taskId": task["id"],
+        "role": "ROLE_USER", "parts": [{"data": {"approved": true}}]}),
+    )
+    .await;
+    let task2 = &answered["result"]["task"];
+    assert_eq!(task2["id"], task["id"], "the same task goes on: {answered}");
+    assert_eq!(
+        task2["status"]["state"], "TASK_STATE_COMPLETED",
+        "{answered}"
+    );
+    assert_eq!(
+        task2["artifacts"][0]["parts"][0]["text"],
+        "Transfer result: sent 500 to acct-9"
+    );
+    // The thread holds the approval like any resume.
+    let snap = json_of(http().get(gw.url("/v1/threads/pay-a2a")).bearer_auth(&t)).await;
+    assert_eq!(snap["interrupts"], json!([]), "{snap}");
+}
