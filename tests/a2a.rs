@@ -893,3 +893,32 @@ async fn an_a2a_client_approves_an_ag_ui_agents_tool_call_with_a_data_part() {
     let snap = json_of(http().get(gw.url("/v1/threads/pay-a2a")).bearer_auth(&t)).await;
     assert_eq!(snap["interrupts"], json!([]), "{snap}");
 }
+
+#[tokio::test]
+async fn ag_ui_a2a_directly_and_the_gateway_tell_the_same_run() {
+    // One agent that also speaks A2A 0.3, as @ag-ui/a2a 0.0.6 (on
+    // @a2a-js/sdk 0.2) needs; the gateway reaches it over 1.0.
+    let (py, gw, _record, _dir) = a2a_behind_gateway(&["--v03"]).await;
+    let direct = node_client("ag-ui-a2a/direct.mjs", &[&py.url("/"), "hello"]).await;
+    assert!(direct.get("error").is_none(), "{direct}");
+    let direct = direct["events"].as_array().unwrap().clone();
+    let through = run(&gw, &input("cmp", "r1", "hello")).await;
+    // The same run: started, then finished, once each.
+    for events in [&direct, &through] {
+        let t = types(events);
+        assert_eq!(t.first().unwrap(), "RUN_STARTED", "{events:#?}");
+        assert_eq!(t.last().unwrap(), "RUN_FINISHED", "{events:#?}");
+        assert_eq!(t.iter().filter(|t| *t == "RUN_STARTED").count(), 1);
+    }
+    // The same words: @ag-ui/a2a 0.0.6 passes artifact chunks on as RAW
+    // events; the gateway streams them as a text message.
+    let raw_text: String = direct
+        .iter()
+        .filter(|e| e["type"] == "RAW" && e["event"]["kind"] == "artifact-update")
+        .flat_map(|e| e["event"]["artifact"]["parts"].as_array().unwrap().clone())
+        .map(|p| p["text"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(raw_text, "echo: hello!");
+    assert_eq!(text_of(&through), raw_text);
+    assert!(!types(&direct).iter().any(|t| t.starts_with("TEXT_MESSAGE")));
+}

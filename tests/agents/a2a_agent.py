@@ -18,7 +18,7 @@ Every request's message is appended, as one JSON line, to the record file if
 one is given (so a test can check what the gateway sent: contextId, taskId,
 parts), and every cancel as {"cancel": <taskId>}.
 
-Usage: a2a_agent.py [--no-streaming] [--name=NAME] [RECORD_FILE]
+Usage: a2a_agent.py [--no-streaming] [--name=NAME] [--v03] [RECORD_FILE]
   -> prints "listening <port>", then serves.
 """
 
@@ -28,6 +28,8 @@ import sys
 
 from google.protobuf.json_format import MessageToDict
 from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from serve import serve
 from a2a.helpers.proto_helpers import new_task, new_text_part
@@ -39,6 +41,9 @@ from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types import a2a_pb2 as pb
 
 STREAMING = "--no-streaming" not in sys.argv
+# Also serve A2A 0.3 (the SDK's compat layer) and a 0.3 card at
+# /.well-known/agent.json, for clients from before 1.0 (@ag-ui/a2a).
+V03 = "--v03" in sys.argv
 NAME = next((a.removeprefix("--name=") for a in sys.argv if a.startswith("--name=")), "Echo A2A")
 ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
 RECORD = ARGS[0] if ARGS else None
@@ -145,7 +150,26 @@ def main() -> None:
     handler = DefaultRequestHandler(
         agent_executor=Executor(), task_store=InMemoryTaskStore(), agent_card=card
     )
-    routes = create_agent_card_routes(card) + create_jsonrpc_routes(handler, "/rpc")
+    routes = create_agent_card_routes(card) + create_jsonrpc_routes(
+        handler, "/rpc", enable_v0_3_compat=V03
+    )
+    if V03:
+        old_card = {
+            "name": NAME,
+            "description": card.description,
+            "url": f"{base}/rpc",
+            "version": "1.0.0",
+            "protocolVersion": "0.3.0",
+            "capabilities": {"streaming": STREAMING},
+            "defaultInputModes": ["text/plain"],
+            "defaultOutputModes": ["text/plain"],
+            "skills": [{"id": "echo", "name": "Echo", "description": "Says back what it got", "tags": ["test"]}],
+        }
+
+        async def agent_json(request):
+            return JSONResponse(old_card)
+
+        routes.append(Route("/.well-known/agent.json", agent_json, methods=["GET"]))
     app = Starlette(routes=routes)
     print(f"listening {port}", flush=True)
     uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off")).run(sockets=[sock])
