@@ -88,6 +88,18 @@ impl TaskStream {
                     "append": append,
                 }})]
             }
+            // The artifact is whole: A2A's `lastChunk`, on an empty chunk
+            // (the message's last words were sent with its last delta).
+            EventType::TextMessageEnd => match event.str_field("messageId") {
+                Some(id) if self.streamed.iter().any(|s| s == id) => {
+                    vec![json!({"artifactUpdate": {
+                        "taskId": self.task_id, "contextId": self.context_id,
+                        "artifact": {"artifactId": id, "parts": []},
+                        "append": true, "lastChunk": true,
+                    }})]
+                }
+                _ => Vec::new(),
+            },
             EventType::RunFinished if std::mem::take(&mut self.continues) => Vec::new(),
             EventType::RunFinished => self.finished(event),
             EventType::RunError => {
@@ -216,7 +228,8 @@ mod tests {
         assert_eq!(out[1]["statusUpdate"]["status"]["state"], WORKING);
         assert_eq!(out[2]["artifactUpdate"]["append"], false);
         assert_eq!(out[3]["artifactUpdate"]["append"], true);
-        let last = &out[4]["statusUpdate"];
+        assert_eq!(out[4]["artifactUpdate"]["lastChunk"], true);
+        let last = &out[5]["statusUpdate"];
         assert_eq!(last["status"]["state"], INPUT_REQUIRED);
         assert_eq!(last["status"]["message"]["parts"][0]["text"], "approve?");
         assert_eq!(last["metadata"]["ag-ui"]["interrupts"][0]["id"], "i1");
