@@ -738,6 +738,22 @@ pub struct AgentConfig {
     /// `AgentCapabilities`), merged into `GET /v1/agents/{id}/capabilities`.
     #[serde(default)]
     pub capabilities_url: Option<String>,
+    /// What the agent speaks: `ag-ui` (POST `RunAgentInput`, SSE back) or
+    /// `a2a` (an A2A agent: `url` is its base URL, its agent card is read
+    /// from `<url>/.well-known/agent-card.json`; docs/a2a.md).
+    #[serde(default)]
+    pub protocol: AgentProtocol,
+}
+
+/// The protocol an upstream agent speaks (docs/a2a.md for `a2a`).
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum AgentProtocol {
+    /// AG-UI over HTTP: POST `RunAgentInput`, read SSE events back.
+    #[default]
+    AgUi,
+    /// A2A v1.0 (JSON-RPC binding), its events mapped to AG-UI.
+    A2a,
 }
 
 /// An agent's branching settings (docs/protocol.md, "Branches").
@@ -1021,12 +1037,15 @@ impl AgentConfig {
     }
 
     /// Whether runs of a thread stay on one backend (`pool.affinity`, by
-    /// default on for agents that keep state).
+    /// default on for agents that keep state — an A2A agent always does:
+    /// it holds its contexts).
     pub fn affinity(&self) -> bool {
-        self.pool.affinity.unwrap_or(matches!(
-            self.branching.mode,
-            BranchMode::SameThread | BranchMode::ForkThread
-        ))
+        self.pool.affinity.unwrap_or(
+            matches!(
+                self.branching.mode,
+                BranchMode::SameThread | BranchMode::ForkThread
+            ) || self.protocol == AgentProtocol::A2a,
+        )
     }
 }
 
@@ -1527,7 +1546,12 @@ impl Config {
         let demo = self.demo.enabled;
         let check_url = |key: String, url: &str, bad: &mut dyn FnMut(String, String)| {
             if url == DEMO_URL {
-                if !demo {
+                if agent.protocol == AgentProtocol::A2a {
+                    bad(
+                        key,
+                        "'demo:' is an AG-UI agent: it cannot be protocol = \"a2a\"".into(),
+                    );
+                } else if !demo {
                     bad(key, "'demo:' needs [demo] enabled = true".into());
                 }
             } else {

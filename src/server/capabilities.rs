@@ -55,6 +55,10 @@ pub async fn get(
     if handoff.approval == crate::policy::handoff::Approval::User {
         ours["humanInTheLoop"]["approvals"] = true.into();
     }
+    // An A2A agent's card says who it is and what it can do.
+    if let Some(card) = agent.a2a_cards().any() {
+        ours["identity"]["a2a"] = card.listing();
+    }
     if let Some(url) = &agent.capabilities_url {
         match upstream(&agent, url).await {
             Ok(theirs) => ours = merged(theirs, ours),

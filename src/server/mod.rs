@@ -9,6 +9,7 @@
 //! bodies as axum extractors), [`access`], [`error`], [`state`]. [`serve`]
 //! runs the connections (with [`admission`]'s cap and [`tls`]).
 
+pub mod a2a;
 pub mod access;
 pub mod access_log;
 pub mod admission;
@@ -77,6 +78,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/readyz", get(http::ready))
         .route("/metrics", get(http::metrics))
         .route("/v1/openapi.json", get(openapi::document));
+    router = router.merge(a2a::routes());
     if let Some(inspector) = inspector::routes(&state) {
         router = router.merge(inspector);
     }

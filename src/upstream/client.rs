@@ -89,7 +89,7 @@ const CHANNEL_READS: usize = 8;
 /// Why per read and not per event: the run loop journals what arrived
 /// together as one batch anyway, and a channel send per event (a permit, a
 /// wake-up) was a measurable part of forwarding one.
-type Handed = Vec<Event>;
+pub(super) type Handed = Vec<Event>;
 
 /// The events of one run, ending with its terminal event — or with
 /// `RUN_FINISHED` then a late `RUN_ERROR`. Dropping it drops the upstream
@@ -245,27 +245,46 @@ async fn attempts(
             note = Some(moved_note());
         }
         let backend = &pool.backends[granted.index];
-        let mut sent = Run {
-            agent,
-            backend,
-            slot: &mut granted.slot,
-            note: note.take(),
-            tx,
-            chunks: ChunkNormalizer::new(),
-            verifier: Verifier::new(),
-            frames: Vec::new(),
-            events: Vec::new(),
-            out: Vec::new(),
-            ended: false,
-            finished: None,
-            seen_any: false,
+        // The one place the agent's protocol matters: how an attempt talks
+        // to its backend. What it hands over is AG-UI events either way.
+        let (result, seen_any) = match agent.protocol {
+            crate::config::AgentProtocol::AgUi => {
+                let mut sent = Run {
+                    agent,
+                    backend,
+                    slot: &mut granted.slot,
+                    note: note.take(),
+                    tx,
+                    chunks: ChunkNormalizer::new(),
+                    verifier: Verifier::new(),
+                    frames: Vec::new(),
+                    events: Vec::new(),
+                    out: Vec::new(),
+                    ended: false,
+                    finished: None,
+                    seen_any: false,
+                };
+                let result = sent
+                    .drive(body.clone(), extra.clone(), total_deadline)
+                    .await;
+                // An unsent note goes with the run to the next backend.
+                note = sent.note.take();
+                (result, sent.seen_any)
+            }
+            crate::config::AgentProtocol::A2a => {
+                super::a2a::client::drive(
+                    agent,
+                    backend,
+                    &mut granted.slot,
+                    &mut note,
+                    &body,
+                    extra.clone(),
+                    total_deadline,
+                    tx,
+                )
+                .await
+            }
         };
-        let result = sent
-            .drive(body.clone(), extra.clone(), total_deadline)
-            .await;
-        // An unsent note goes with the run to the next backend.
-        note = sent.note.take();
-        let seen_any = sent.seen_any;
         let (code, message) = match result {
             Ok(()) | Err(None) => return None,
             Err(Some(failure)) => failure,
@@ -314,7 +333,7 @@ fn moved_note() -> Event {
 }
 
 /// `Err(Some(..))`: end the run with this code; `Err(None)`: the consumer left.
-type Failure = Option<(UpstreamCode, String)>;
+pub(super) type Failure = Option<(UpstreamCode, String)>;
 
 struct Run<'a> {
     agent: &'a Agent,
@@ -339,7 +358,7 @@ struct Run<'a> {
     seen_any: bool,
 }
 
-fn fail(code: UpstreamCode, message: impl Into<String>) -> Failure {
+pub(super) fn fail(code: UpstreamCode, message: impl Into<String>) -> Failure {
     Some((code, message.into()))
 }
 
@@ -638,13 +657,13 @@ impl Run<'_> {
 /// one for the next read. An agent that flushes each event by itself made
 /// every retained event hold about 8 KiB (`tests/alloc_count.rs` measured
 /// it) before this copy.
-fn own_copy(read: &Bytes) -> Bytes {
+pub(super) fn own_copy(read: &Bytes) -> Bytes {
     Bytes::copy_from_slice(read)
 }
 
 /// Error text without the request URL (it may carry credentials in its
 /// query string): a category, then the chain of underlying causes.
-fn describe(e: &reqwest::Error) -> String {
+pub(super) fn describe(e: &reqwest::Error) -> String {
     let mut text = String::from(if e.is_connect() {
         "connection failed"
     } else if e.is_timeout() {

@@ -1,8 +1,11 @@
 //! Upstream agents: which agent a run goes to ([`routing`]), the backends
 //! it may run on ([`pool`]: [`backend`], [`balancer`], [`affinity`],
 //! [`health`], [`probe`]) and the HTTP client that POSTs `RunAgentInput`, reads its SSE
-//! back and fails over before the first event ([`client`]).
+//! back and fails over before the first event ([`client`]); an agent that
+//! speaks A2A instead is reached through [`a2a`], chosen by the agent's
+//! `protocol` where a run attempt starts.
 
+pub mod a2a;
 pub mod affinity;
 pub mod backend;
 pub mod balancer;

@@ -38,6 +38,10 @@ pub struct Agent {
     /// Where the agent declares its own AG-UI capabilities, if anywhere.
     pub capabilities_url: Option<reqwest::Url>,
     pub http: reqwest::Client,
+    /// What the agent speaks (`ag-ui` or `a2a`).
+    pub protocol: crate::config::AgentProtocol,
+    /// An A2A agent's cards, one per backend (empty for AG-UI agents).
+    pub cards: Arc<super::a2a::card::Cards>,
 }
 
 impl fmt::Debug for Agent {
@@ -125,7 +129,7 @@ impl Agent {
             }
             pool.probing = super::probe::start(probe, http.clone(), targets, pool.ejection);
         }
-        Ok(Agent {
+        Ok(Agent::read_cards(Agent {
             id: cfg.id.clone(),
             description: cfg.description.clone(),
             pool,
@@ -146,7 +150,39 @@ impl Agent {
                 .transpose()
                 .map_err(|e| format!("agent {}: capabilities_url {e}", cfg.id))?,
             http,
-        })
+            protocol: cfg.protocol,
+            cards: Default::default(),
+        }))
+    }
+
+    /// An A2A agent's cards, read now in the background (at start and on
+    /// every reload, since each builds the agent anew); a run that finds
+    /// its backend's card missing reads it itself.
+    fn read_cards(self) -> Agent {
+        if self.protocol != crate::config::AgentProtocol::A2a {
+            return self;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return self;
+        };
+        for b in &self.pool.backends {
+            let (http, url, headers) = (self.http.clone(), b.url.clone(), b.headers.clone());
+            let (cards, name, id) = (self.cards.clone(), b.name.clone(), self.id.clone());
+            runtime.spawn(async move {
+                match super::a2a::card::Card::fetch(&http, &url, &headers).await {
+                    Ok(card) => {
+                        cards.put(&name, card);
+                    }
+                    Err(e) => tracing::warn!(agent = %id, backend = %name, "{e}"),
+                }
+            });
+        }
+        self
+    }
+
+    /// The cards of an A2A agent's backends.
+    pub fn a2a_cards(&self) -> &super::a2a::card::Cards {
+        &self.cards
     }
 
     /// Whether `who` may start runs on this agent.
@@ -158,6 +194,15 @@ impl Agent {
     /// their health only to the pool's `admin_roles`.
     pub fn listing(&self, who: &Principal) -> serde_json::Value {
         let mut v = serde_json::json!({"id": self.id, "description": self.description});
+        if self.protocol == crate::config::AgentProtocol::A2a {
+            v["protocol"] = "a2a".into();
+            if let Some(card) = self.cards.any() {
+                if self.description.is_empty() {
+                    v["description"] = card.description.clone().into();
+                }
+                v["a2a"] = card.listing();
+            }
+        }
         if who.has_any_role(&self.pool.admin_roles) {
             v["pool"] = self.pool.listing();
         }
