@@ -666,8 +666,10 @@ async fn a_session_folds_its_own_run_names_runs_in_acks_and_honours_abort_signal
     let after_r1 = seen["messagesAfterR1"].as_array().unwrap();
     assert_eq!(after_r1[0]["id"], "u1", "{seen:#}");
     assert!(
-        after_r1.iter().any(|m| m["role"] == "assistant"
-            && m["content"].as_str().is_some_and(|c| !c.is_empty())),
+        after_r1
+            .iter()
+            .any(|m| m["role"] == "assistant"
+                && m["content"].as_str().is_some_and(|c| !c.is_empty())),
         "the answer, folded: {seen:#}"
     );
     assert_eq!(seen["messagesAfterR1"], seen["snapshotAfterR1"], "{seen:#}");
