@@ -128,6 +128,31 @@ await check('docs/openapi.json is a valid OpenAPI 3.1 document', async () => {
   assert.ok(result.valid, JSON.stringify(result.errors, null, 2));
 });
 
+await check('docs/openapi.json: tags and an example on every operation; every JSON example matches its schema', () => {
+  const api = JSON.parse(read('openapi.json'));
+  const ajv = new Ajv2020({ strict: false });
+  ajv.addSchema(api, 'openapi');
+  const esc = (k) => k.replace(/~/g, '~0').replace(/\//g, '~1');
+  const tags = new Set(api.tags.map((t) => t.name));
+  let examples = 0;
+  for (const [path, ops] of Object.entries(api.paths)) {
+    for (const [method, op] of Object.entries(ops)) {
+      const name = `${method.toUpperCase()} ${path}`;
+      assert.ok(op.tags?.length && op.tags.every((t) => tags.has(t)), `${name}: tagged with a declared tag`);
+      assert.ok(JSON.stringify(op).includes('"example'), `${name}: has an example`);
+      const media = [['requestBody', op.requestBody], ...Object.entries(op.responses).map(([code, r]) => [`responses/${code}`, r])];
+      for (const [where, part] of media) {
+        const json = part?.content?.['application/json'];
+        if (!json || json.example === undefined) continue;
+        const validate = ajv.getSchema(`openapi#/paths/${esc(path)}/${method}/${where}/content/application~1json/schema`);
+        assert.ok(validate(json.example), `${name} ${where} example: ${ajv.errorsText(validate.errors)}`);
+        examples += 1;
+      }
+    }
+  }
+  assert.ok(examples >= 20, `JSON examples checked: ${examples}`);
+});
+
 await check('GatewayError carries the contract code', () => {
   const e = GatewayError.from({ code: 'rate_limited', message: 'slow down', retryAfter: 3 });
   assert.ok(e instanceof Error);
