@@ -74,6 +74,9 @@ async fn use_thread_and_use_gateway_agent_render_the_gateways_view_in_chromium()
     assert_eq!(x3["b"], x3["snapshot"], "{seen:#}");
     assert_eq!(x3["head"], "x3");
     assert_eq!(x3["bRunning"], false);
+    // StrictMode mounted (connected, closed, connected) each connection
+    // twice: exactly the two live sockets remain, none leaked.
+    assert_eq!(seen["wsSessions"], 2, "{seen:#}");
     assert!(
         x3["snapshot"]
             .as_array()

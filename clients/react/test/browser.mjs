@@ -46,6 +46,10 @@ try {
   const result = await Promise.race([ran, stuck]);
   if (result === 'stuck') throw new Error(`the page got stuck: ${JSON.stringify(await page.evaluate(() => window.__progress()))} ${JSON.stringify(errors.slice(0, 5))}`);
   Object.assign(out, result);
+  // Sockets the gateway holds authenticated now: one per mounted
+  // useGatewayConnection (StrictMode mounts each twice; none may leak).
+  const metrics = await (await fetch(`${base}/metrics`)).text();
+  out.wsSessions = Number(/^\w*ws_sessions\s+(\d+)/m.exec(metrics)?.[1]);
   out.reactVersion = (await import('react')).version;
   out.errors = errors;
 } catch (e) {

@@ -218,6 +218,9 @@ export class GatewayConnection extends Emitter {
     this.timers = { retry: null, ping: null, pong: null, refresh: null };
     this.rejected = false;
     this.opened = null;
+    /** Bumped by close(): an open still waiting for its token when the
+     *  connection was closed (and perhaps connected again) gives up. */
+    this.generation = 0;
   }
 
   /** Opens the connection; resolves once authenticated (the first time).
@@ -249,13 +252,17 @@ export class GatewayConnection extends Emitter {
 
   async #open(state) {
     this.#setState(state);
+    const generation = this.generation;
     let token;
     try {
       token = await this.tokenProvider({ reason: this.rejected ? 'rejected' : this.token ? 'reconnect' : 'initial', previous: this.token });
     } catch (e) {
       return this.#fail(new GatewayError('unauthenticated', `the token provider failed: ${e?.message || e}`));
     }
-    if (this.state === 'closed') return;
+    // Closed meanwhile — and maybe connected again (React's StrictMode
+    // mounts twice): that newer open owns the connection; this one would
+    // leave a second socket open and authenticated.
+    if (this.state === 'closed' || generation !== this.generation) return;
     if (!token || (this.rejected && token === this.token)) {
       return this.#fail(new GatewayError('unauthenticated', this.rejectReason || 'no token', { closeCode: 4001 }));
     }
@@ -571,6 +578,7 @@ export class GatewayConnection extends Emitter {
 
   /** Closes cleanly (1000); nothing reconnects and waiting commands reject with `closed`. */
   close() {
+    this.generation += 1;
     this.#clearTimers();
     this.#setState('closed');
     const ws = this.ws;
