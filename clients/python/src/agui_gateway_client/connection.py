@@ -388,12 +388,14 @@ class GatewayConnection:
 
     async def _refresh(self, after: float) -> None:
         await asyncio.sleep(after)
-        token = await self._ask("expiring")
-        if token and token != self.token:
-            try:
+        try:
+            token = await self._ask("expiring")
+            if token and token != self.token:
                 await self.authenticate(token)
-            except GatewayError:
-                pass  # the socket went: the reconnect asks the provider again
+        except Exception:  # noqa: BLE001 — a failed refresh is not fatal:
+            # at expiry the gateway closes with 4001, and the reconnect asks
+            # the provider again ("rejected").
+            pass
 
     def _frame(self, frame: dict[str, Any]) -> None:
         fid = frame.get("id")
