@@ -160,6 +160,22 @@ async fn a_python_connection_refreshes_an_expiring_token_on_the_open_socket() {
 }
 
 #[tokio::test]
+async fn a_python_session_resumes_on_a_fresh_token_after_the_gateway_closes_an_expired_one() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = gateway(&py).await;
+    let seen = scenario(&["expiry", &gw.base, SECRET, "gated", &py.url("release")]).await;
+    assert_eq!(seen["asked"], json!(["initial", "rejected"]), "{seen:#}");
+    assert_eq!(seen["opens"], 2, "{seen:#}");
+    assert_eq!(
+        seen["snapshots"], 0,
+        "resumed, not re-snapshotted: {seen:#}"
+    );
+    let after = seen["seqBeforeExpiry"].as_u64().unwrap();
+    assert!(gapless_from(&seen["seqs"], after + 1), "{seen:#}");
+    assert_eq!(seen["text"], "part1part2", "{seen:#}");
+}
+
+#[tokio::test]
 async fn a_python_command_sent_while_disconnected_is_retried_after_the_reconnect() {
     let py = PyAgent::start("scripted_agent.py").await;
     let gw = gateway(&py).await;

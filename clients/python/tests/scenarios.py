@@ -21,7 +21,7 @@ from typing import Any
 
 from ag_ui.core import TextMessageContentEvent, UserMessage
 
-from agui_gateway_client import GatewayConnection, GatewayError, Retry, UnknownEvent
+from agui_gateway_client import Backoff, GatewayConnection, GatewayError, Retry, UnknownEvent
 
 
 def mint(secret: str, **claims: Any) -> str:
@@ -164,6 +164,38 @@ async def refresh(out: dict[str, Any], base: str, secret: str, agent: str, relea
         out["pastFirstExpiry"] = time.time() - first_exp
 
 
+async def expiry(out: dict[str, Any], base: str, secret: str, agent: str, release_url: str) -> None:
+    """Without refreshing ahead: the gateway closes with 4001 at expiry, the
+    provider is asked again ('rejected'), and the session resumes after its
+    last seq on the new socket — nothing missed, nothing twice."""
+    asked: list[str] = []
+
+    def provider(reason: str, _previous: str | None) -> str:
+        asked.append(reason)
+        return mint(secret, exp=int(time.time()) + 2)
+
+    async with GatewayConnection(base, provider, auto_refresh=False, reconnect=Backoff(initial=0.05, maximum=0.2)) as conn:
+        s = conn.session(f"py-expiry-{time.time_ns()}")
+        stream = s.events()
+        ended = s.run_ended("e1")
+        await s.run(agent, [{"id": "e-u1", "role": "user", "content": "go"}], run_id="e1")
+        async for item in stream:
+            if item.type == "TEXT_MESSAGE_CONTENT":
+                break
+        out["seqBeforeExpiry"] = s.seq
+        reopened = on_state(conn, "open")
+        reconnecting = on_state(conn, "reconnecting")
+        await reconnecting.wait()  # the 4001 at expiry
+        await reopened.wait()
+        out["released"] = release(release_url)
+        await ended
+        out["seqs"] = [item.seq async for item in _drain(stream)]
+        out["asked"] = asked
+        out["opens"] = conn.opens
+        out["snapshots"] = s.snapshots
+        out["text"] = next((m["content"] for m in s.messages if m.get("role") == "assistant"), None)
+
+
 async def retry(out: dict[str, Any], base: str, token: str, agent: str) -> None:
     """A command sent while the socket is down: without retry it fails
     `disconnected` (never sent); with retry it is sent after the reconnect."""
@@ -208,7 +240,7 @@ async def cli(out: dict[str, Any], base: str, token: str, agent: str) -> None:
         out["sessionSeq"] = s.seq
 
 
-SCENARIOS = {"sessions": sessions, "cut": cut, "refresh": refresh, "retry": retry, "cli": cli}
+SCENARIOS = {"sessions": sessions, "cut": cut, "refresh": refresh, "expiry": expiry, "retry": retry, "cli": cli}
 
 
 def main() -> None:
