@@ -206,4 +206,10 @@ async fn the_python_cli_watches_a_thread_live() {
     assert_eq!(lines[0][1], "RUN_STARTED");
     assert_eq!(lines.last().unwrap()[1], "RUN_FINISHED");
     assert_eq!(lines.last().unwrap()[0], seen["sessionSeq"]);
+    // `run` from the shell: its run's events, from its start to its end.
+    assert_eq!(seen["runExit"], 0, "{seen:#}");
+    assert_eq!(seen["runTypes"][0], "RUN_STARTED", "{seen:#}");
+    let types = seen["runTypes"].as_array().unwrap();
+    assert_eq!(types.last().unwrap(), "RUN_FINISHED", "{seen:#}");
+    assert_eq!(seen["runInput"], "third", "{seen:#}");
 }

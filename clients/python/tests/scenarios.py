@@ -238,6 +238,15 @@ async def cli(out: dict[str, Any], base: str, token: str, agent: str) -> None:
         await watch.wait()
         out["lines"] = [[int(line.split(" ")[0]), line.split(" ")[1]] for line in lines]
         out["sessionSeq"] = s.seq
+        # `run`: a user message from the shell, its run's events until it ends.
+        ran = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "agui_gateway_client", "--json", "run", thread_id, "third", "--agent", agent, env=env, stdout=asyncio.subprocess.PIPE
+        )
+        printed, _ = await asyncio.wait_for(ran.communicate(), 30)
+        events = [json.loads(line) for line in printed.decode().splitlines()]
+        out["runExit"] = ran.returncode
+        out["runTypes"] = [e["event"]["type"] for e in events]
+        out["runInput"] = next((m["content"] for e in events if e["event"]["type"] == "RUN_STARTED" for m in e["event"].get("input", {}).get("messages", [])), None)
 
 
 SCENARIOS = {"sessions": sessions, "cut": cut, "refresh": refresh, "expiry": expiry, "retry": retry, "cli": cli}
