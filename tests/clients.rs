@@ -653,3 +653,48 @@ async fn sessions_regenerate_edit_and_branch_and_every_viewer_ends_on_the_head()
     );
     assert_eq!(seen["unknownMessage"], "not_found");
 }
+
+#[tokio::test]
+async fn a_session_folds_its_own_run_names_runs_in_acks_and_honours_abort_signals() {
+    let py = PyAgent::start("scripted_agent.py").await;
+    let gw = gateway(&py, "").await;
+    let t = token(json!({"sub": "tia"}));
+    let seen = script("typed.mjs", &[&gw.base, &t, "demo"]).await;
+    assert_eq!(seen["ackRunId"], "r1", "{seen:#}");
+    assert_eq!(seen["regenerateAckRunId"], "r2", "{seen:#}");
+    // The starter's own view is the gateway's, after its run and after a fork.
+    let after_r1 = seen["messagesAfterR1"].as_array().unwrap();
+    assert_eq!(
+        after_r1.first().map(|m| &m["id"]),
+        Some(&json!("u1")),
+        "the starter's own question, folded: {seen:#}"
+    );
+    assert!(
+        after_r1
+            .iter()
+            .any(|m| m["role"] == "assistant"
+                && m["content"].as_str().is_some_and(|c| !c.is_empty())),
+        "the answer, folded: {seen:#}"
+    );
+    assert_eq!(seen["messagesAfterR1"], seen["snapshotAfterR1"], "{seen:#}");
+    assert_eq!(seen["messagesAfterR2"], seen["snapshotAfterR2"], "{seen:#}");
+    assert_eq!(seen["watcherMessagesAfterR2"], seen["snapshotAfterR2"]);
+    // events(): every seq of the run once, in order, ending with its end.
+    let iterated = seen["iterated"].as_array().unwrap();
+    let seqs: Vec<u64> = iterated.iter().map(|p| p[0].as_u64().unwrap()).collect();
+    assert!(gapless_from(&seqs, 1), "{seqs:?}");
+    assert_eq!(seqs.last().copied(), seen["seqAfterR1"].as_u64());
+    assert_eq!(iterated[0][1], "RUN_STARTED");
+    assert_eq!(iterated.last().unwrap()[1], "RUN_FINISHED");
+    // A regenerated first run has no base: null, not the previous head.
+    for who in ["latestRun", "watcherRun"] {
+        assert_eq!(seen[who]["runId"], "r2", "{who}: {seen:#}");
+        assert_eq!(seen[who]["kind"], "regenerate", "{who}: {seen:#}");
+        assert_eq!(seen[who]["parentRunId"], Value::Null, "{who}: {seen:#}");
+    }
+    assert_eq!(seen["abortedBefore"], "aborted");
+    assert_eq!(seen["abortedWaiting"], "aborted");
+    assert_eq!(seen["iteratorAfterAbort"]["done"], true);
+    assert_eq!(seen["withoutRetry"], "disconnected", "{seen:#}");
+    assert_eq!(seen["retriedAck"], "ack", "{seen:#}");
+}

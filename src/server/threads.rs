@@ -30,6 +30,32 @@ pub struct ListQuery {
     cursor: Option<usize>,
 }
 
+/// The statuses `GET /v1/threads?status=` may name (docs/openapi.json,
+/// `RunStatus`). Another word is a typo: answered `invalid`, never an empty
+/// page that reads like "no such threads".
+const STATUSES: [&str; 6] = [
+    "idle",
+    "running",
+    "interrupted",
+    "finished",
+    "cancelled",
+    "error",
+];
+
+/// `limit` when given, checked against the range the description
+/// publishes: out of range is `invalid`, not silently clamped (a client
+/// asking for 5000 would otherwise believe it had everything).
+fn page_limit(limit: Option<usize>, default: usize, max: usize) -> Result<usize, ApiError> {
+    match limit {
+        None => Ok(default),
+        Some(n) if (1..=max).contains(&n) => Ok(n),
+        Some(n) => Err(ApiError::new(
+            ErrorCode::Invalid,
+            format!("limit: {n} is outside 1..={max}"),
+        )),
+    }
+}
+
 /// `GET /v1/threads`: threads the caller may view, newest first, paginated
 /// (`limit`, default 50, at most 500; `cursor` from the previous page).
 pub async fn list(
@@ -37,13 +63,20 @@ pub async fn list(
     Query(q): Query<ListQuery>,
     Authenticated(who): Authenticated,
 ) -> Response {
+    let limit = match page_limit(q.limit, 50, 500) {
+        Ok(n) => n,
+        Err(e) => return e.into_response(),
+    };
+    if let Some(s) = q.status.as_deref().filter(|s| !STATUSES.contains(s)) {
+        let message = format!("status: '{s}' is not one of {}", STATUSES.join(", "));
+        return ApiError::new(ErrorCode::Invalid, message).into_response();
+    }
     let store = state.threads.store().clone();
     let tenant = who.tenant.clone();
     let all = match tokio::task::spawn_blocking(move || store.list(&tenant)).await {
         Ok(Ok(all)) => all,
         _ => return ApiError::new(ErrorCode::Unavailable, "journal unavailable").into_response(),
     };
-    let limit = q.limit.unwrap_or(50).clamp(1, 500);
     let start = q.cursor.unwrap_or(0);
     let visible: Vec<_> = all
         .into_iter()
@@ -113,12 +146,15 @@ pub async fn runs(
     Query(q): Query<RunsQuery>,
     Authenticated(who): Authenticated,
 ) -> Response {
+    let limit = match page_limit(q.limit, 100, 1000) {
+        Ok(n) => n,
+        Err(e) => return e.into_response(),
+    };
     let t = match thread_for(&state, &who, &thread_id, Permission::View, false).await {
         Ok(t) => t,
         Err(e) => return e.into_api().into_response(),
     };
     t.refresh().await;
-    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
     Json(t.runs_page(q.cursor.unwrap_or(0), limit)).into_response()
 }
 

@@ -1,7 +1,10 @@
 // Types of @agui-gateway/client/agent (src/agent.js).
+//
+// No type comes from `rxjs` directly: @ag-ui/client pins its own rxjs, and
+// an app's newer one would be a second, incompatible `Observable` (TS2416).
+// `run()` returns exactly what AbstractAgent's does.
 import { AbstractAgent, type AgentConfig } from '@ag-ui/client';
-import type { BaseEvent, RunAgentInput } from '@ag-ui/core';
-import type { Observable } from 'rxjs';
+import type { RunAgentInput } from '@ag-ui/core';
 import type { ConnectionOptions, GatewayConnection, RunInfo, RunStrategy, ThreadSession } from './index.js';
 
 export { GatewayConnection, GatewayError } from './index.js';
@@ -27,7 +30,6 @@ export declare class GatewayAgent extends AbstractAgent {
   readonly runStatus: RunInfo | null;
   attach(): Promise<void>;
   detach(): Promise<void>;
-  run(input: RunAgentInput): Observable<BaseEvent>;
-  protected connect(input: RunAgentInput): Observable<BaseEvent>;
+  run(input: RunAgentInput): ReturnType<AbstractAgent['run']>;
   clone(): GatewayAgent;
 }

@@ -1,6 +1,9 @@
 // Types of @agui-gateway/client's core (src/index.js). Hand-written next to
 // the plain ES module the gateway serves as it is; `npm test` compiles them
-// (tsc) together with test/types.ts, which uses every export.
+// (tsc) together with test/types.ts, which uses every export. AG-UI's own
+// shapes (events, messages) are @ag-ui/core's, imported as types only: the
+// module itself has no imports.
+import type { AGUIEvent, Message } from '@ag-ui/core';
 
 /** A command or reply field list: `name` or `name?` (optional). */
 export type FieldList = readonly string[];
@@ -24,26 +27,28 @@ export type ReplyType = 'event' | 'snapshot' | 'ack' | 'error' | 'pong';
 export type ErrorCode =
   | 'unauthenticated' | 'forbidden' | 'not_found' | 'invalid' | 'conflict'
   | 'rate_limited' | 'too_large' | 'unavailable' | 'internal';
-/** Codes of errors the gateway never answered. */
-export type ClientErrorCode = 'disconnected' | 'closed' | 'timeout';
+/** Codes of errors the gateway never answered (`aborted`: the call's AbortSignal). */
+export type ClientErrorCode = 'disconnected' | 'closed' | 'timeout' | 'aborted';
+/** What `GatewayError.code` may hold: the known codes (autocompleted and
+ *  checked) and any code a newer gateway adds (`string & {}` keeps the
+ *  literals from collapsing into `string`). */
+export type AnyErrorCode = ErrorCode | ClientErrorCode | (string & {});
 export type CloseCode = 4001 | 4003 | 4008 | 4009 | 1001 | 1009 | 1002 | 1007 | 1008;
 export declare const CLIENT_ERROR_CODES: readonly ClientErrorCode[];
 
 export type RunStrategy = 'reject' | 'enqueue' | 'interrupt';
 export type RunStatus = 'idle' | 'running' | 'interrupted' | 'finished' | 'cancelled' | 'error';
 
-/** An AG-UI event as journaled (camelCase, as the policy left it). */
-export interface AgUiEvent {
-  type: string;
-  [field: string]: unknown;
-}
+/** An AG-UI event as journaled: @ag-ui/core's union, narrowed by `type`
+ *  (`EventType.TEXT_MESSAGE_CONTENT` …). The gateway is lossless: an event
+ *  type newer than your @ag-ui/core still arrives, unchanged (a `default:`
+ *  branch of a `switch (event.type)` sees it). */
+export type AgUiEvent = AGUIEvent;
 
-export interface AgUiMessage {
-  id: string;
-  role: string;
-  content?: unknown;
-  [field: string]: unknown;
-}
+/** An AG-UI message (@ag-ui/core's `Message`). */
+export type AgUiMessage = Message;
+/** A message as a command carries it (a user message needs no more). */
+export type MessageInput = Message | { id: string; role: string; content?: unknown; [field: string]: unknown };
 
 export interface ResumeEntry {
   interruptId: string;
@@ -76,11 +81,11 @@ export interface RunInfo {
 export interface AuthCommand { type: 'auth'; id?: string | number; token: string }
 export interface RunCommand {
   type: 'run'; id?: string | number; agent?: string; threadId: string; runId?: string; parentRunId?: string; strategy?: RunStrategy;
-  messages?: AgUiMessage[]; tools?: unknown[]; context?: unknown[]; state?: unknown; forwardedProps?: unknown;
+  messages?: MessageInput[]; tools?: unknown[]; context?: unknown[]; state?: unknown; forwardedProps?: unknown;
 }
 export interface ResumeCommand {
   type: 'resume'; id?: string | number; threadId: string; resume: ResumeEntry[]; agent?: string; runId?: string;
-  messages?: AgUiMessage[]; tools?: unknown[]; context?: unknown[]; forwardedProps?: unknown;
+  messages?: MessageInput[]; tools?: unknown[]; context?: unknown[]; forwardedProps?: unknown;
 }
 export interface CancelCommand { type: 'cancel'; id?: string | number; threadId: string; runId?: string }
 /** The thread's next plain run goes to `agent` (docs/protocol.md, "Handoff"). */
@@ -98,7 +103,7 @@ export interface BranchOptions {
 /** Answer again: a sibling of the run that produced `messageId`. */
 export interface RegenerateCommand extends BranchOptions { type: 'regenerate'; id?: string | number; threadId: string; messageId?: string }
 /** A user message replaced (same id) on a sibling of the run that introduced it. */
-export interface EditCommand extends BranchOptions { type: 'edit'; id?: string | number; threadId: string; messageId: string; message: AgUiMessage }
+export interface EditCommand extends BranchOptions { type: 'edit'; id?: string | number; threadId: string; messageId: string; message: MessageInput }
 export type Command =
   | AuthCommand | RunCommand | ResumeCommand | CancelCommand | SwitchCommand | SubscribeCommand
   | UnsubscribeCommand | MetaCommand | PingCommand | RegenerateCommand | EditCommand;
@@ -117,17 +122,19 @@ export interface AckFrame {
   epoch?: string;
 }
 export interface ErrorFrame {
-  type: 'error'; id?: string | number; code: ErrorCode; message: string; retryAfter?: number | null; threadId?: string; runId?: string;
+  type: 'error'; id?: string | number; code: ErrorCode | (string & {}); message: string; retryAfter?: number | null; threadId?: string; runId?: string;
 }
 export interface PongFrame { type: 'pong'; id?: string | number }
 export type Reply = EventFrame | SnapshotFrame | AckFrame | ErrorFrame | PongFrame;
+/** The ack of a command that starts a run: it names the run. */
+export interface RunAck extends AckFrame { threadId: string; runId: string }
 
 // ----- errors -----
 
 export declare class GatewayError extends Error {
-  constructor(code: ErrorCode | ClientErrorCode | string, message?: string, details?: Record<string, unknown>);
+  constructor(code: AnyErrorCode, message?: string, details?: Record<string, unknown>);
   readonly name: 'GatewayError';
-  code: ErrorCode | ClientErrorCode | string;
+  code: AnyErrorCode;
   /** Seconds, with `rate_limited`. */
   retryAfter?: number;
   /** The WebSocket close code that ended the connection, if one did. */
@@ -159,6 +166,17 @@ export interface WebSocketLike {
 }
 export type WebSocketConstructor = new (url: string, protocols?: string | string[]) => WebSocketLike;
 
+/** Backoff between attempts: `attempts` more tries (default 0: none) of a
+ *  request the gateway did not carry out (`rate_limited`, `unavailable`, a
+ *  command sent while the socket was down, a lost answer to a GET). */
+export interface RetryOptions { attempts?: number; initialDelayMs?: number; maxDelayMs?: number; factor?: number }
+
+/** What every call that returns a promise accepts. Aborting rejects the
+ *  call with a GatewayError `aborted` and stops the waiting; a command that
+ *  was already sent stays sent (`cancel()` stops a run). */
+export interface CallOptions { signal?: AbortSignal }
+export interface SendOptions extends CallOptions { retry?: RetryOptions }
+
 export interface ConnectionOptions {
   /** The gateway (`https://host`) or its WebSocket URL (`wss://host/v1/ws`). */
   url: string;
@@ -169,6 +187,8 @@ export interface ConnectionOptions {
   /** Default: `globalThis.fetch`. */
   fetch?: typeof fetch;
   reconnect?: { initialDelayMs?: number; maxDelayMs?: number; factor?: number; jitter?: number };
+  /** Retries of commands and HTTP requests (default: none). */
+  retry?: RetryOptions;
   /** Default 15000; 0 turns liveness pings off. */
   pingIntervalMs?: number;
   /** Default 10000. */
@@ -207,11 +227,13 @@ export declare class GatewayConnection extends Emitter<ConnectionEvents> {
   /** The token the connection authenticated with last. */
   readonly token: string | null;
   readonly sessions: Map<string, ThreadSession>;
-  connect(): Promise<void>;
-  send(command: Command | { type: string; [field: string]: unknown }): Promise<AckFrame | PongFrame>;
+  connect(options?: CallOptions): Promise<void>;
+  send(command: Command | { type: string; [field: string]: unknown }, options?: SendOptions): Promise<AckFrame | PongFrame>;
   authenticate(token: string): Promise<void>;
   session(threadId: string): ThreadSession;
-  request<T = unknown>(path: string, init?: RequestInit): Promise<T>;
+  /** A JSON request to the gateway's HTTP API with the current token
+   *  (`init.signal` aborts it); an error answer rejects with its code. */
+  request<T = unknown>(path: string, init?: RequestInit, options?: { retry?: RetryOptions }): Promise<T>;
   close(): void;
 }
 
@@ -229,7 +251,7 @@ export interface RunParams {
   agent: string;
   runId?: string;
   /** AG-UI `Message`s: the NEW ones only (the gateway holds the history). */
-  messages?: AgUiMessage[];
+  messages?: MessageInput[];
   tools?: unknown[];
   context?: unknown[];
   state?: unknown;
@@ -274,8 +296,10 @@ export declare class ThreadSession extends Emitter<SessionEvents> {
    *  it (null: none named). Sent back with `seq` when resubscribing: a seq
    *  of a history the gateway's store lost gets a reset snapshot. */
   readonly epoch: string | null;
-  /** The messages and state of the latest snapshot (the folded view after every event is GatewayAgent's). */
+  /** The thread's messages, folded live after every event (a new array when
+   *  they change). */
   readonly messages: AgUiMessage[];
+  /** The thread's state, folded live (STATE_SNAPSHOT, STATE_DELTA). */
   readonly state: unknown;
   readonly latestRun: RunInfo | null;
   /** The thread's head: the newest run started (what the live view shows). */
@@ -283,27 +307,38 @@ export declare class ThreadSession extends Emitter<SessionEvents> {
   /** The agent speaking on the thread (handoff, switch), or null. */
   readonly activeAgent: string | null;
   readonly interrupts: Interrupt[];
-  subscribe(): Promise<void>;
-  whenReady(): Promise<void>;
+  /** Subscribes; resolves once the snapshot (or the catch-up) is in. */
+  subscribe(options?: CallOptions): Promise<void>;
+  whenReady(options?: CallOptions): Promise<void>;
   resync(): void;
-  unsubscribe(): Promise<void>;
+  unsubscribe(options?: CallOptions): Promise<void>;
   close(): Promise<void>;
-  runEnded(runId: string): Promise<AgUiEvent>;
-  run(params: RunParams): Promise<AckFrame>;
-  resume(resume: ResumeEntry[], extra?: Omit<ResumeCommand, 'type' | 'threadId' | 'resume'>): Promise<AckFrame>;
-  cancel(runId?: string): Promise<AckFrame>;
+  /** The thread's events from now on, each seq once and in order; ends when
+   *  `signal` aborts, the loop breaks or the session closes. */
+  events(options?: CallOptions): AsyncIterableIterator<{ seq: number; event: AgUiEvent }>;
+  /** The event that ends run `runId` (RUN_FINISHED or RUN_ERROR). */
+  runEnded(runId: string, options?: CallOptions): Promise<AgUiEvent>;
+  run(params: RunParams, options?: SendOptions): Promise<RunAck>;
+  resume(resume: ResumeEntry[], extra?: Omit<ResumeCommand, 'type' | 'threadId' | 'resume'>, options?: SendOptions): Promise<RunAck>;
+  cancel(runId?: string, options?: SendOptions): Promise<AckFrame>;
   /** The thread's next plain run goes to `agent`. */
-  switchAgent(agent: string): Promise<AckFrame>;
-  meta(metaType: string, payload: Record<string, unknown>, clientEventId?: string): Promise<AckFrame>;
+  switchAgent(agent: string, options?: SendOptions): Promise<AckFrame>;
+  meta(metaType: string, payload: Record<string, unknown>, clientEventId?: string, options?: SendOptions): Promise<AckFrame>;
   /** The snapshot now, or at the end of run `runId` (its branch). */
-  fetchSnapshot(runId?: string): Promise<Omit<SnapshotFrame, 'type'>>;
-  regenerate(messageId?: string, extra?: BranchOptions): Promise<AckFrame>;
-  edit(messageId: string, message: Omit<AgUiMessage, 'id'> & { id?: string }, extra?: BranchOptions): Promise<AckFrame>;
+  fetchSnapshot(runId?: string, options?: CallOptions): Promise<Omit<SnapshotFrame, 'type'>>;
+  regenerate(messageId?: string, extra?: BranchOptions, options?: SendOptions): Promise<RunAck>;
+  edit(messageId: string, message: { role: string; content?: unknown; id?: string; [field: string]: unknown }, extra?: BranchOptions, options?: SendOptions): Promise<RunAck>;
   /** One page of the run tree. */
-  runs(page?: { cursor?: number; limit?: number }): Promise<RunTree>;
+  runs(page?: { cursor?: number; limit?: number; signal?: AbortSignal }): Promise<RunTree>;
   /** Every page of the run tree. */
-  allRuns(): Promise<RunTree>;
+  allRuns(options?: CallOptions): Promise<RunTree>;
 }
+
+/** Folds one AG-UI event into a `{messages, state}` view (what
+ *  ThreadSession does after every event); returns the new view. */
+export declare function foldEvent<S = unknown>(view: { messages: AgUiMessage[]; state: S }, event: AgUiEvent | { type: string; [field: string]: unknown }): { messages: AgUiMessage[]; state: S };
+/** RFC 6902 JSON Patch applied to a copy of `doc`. */
+export declare function applyPatch<T = unknown>(doc: T, patch: readonly { op: string; path: string; from?: string; value?: unknown }[]): T;
 
 /** Options of {@link joinStream}. */
 export interface JoinStreamOptions {

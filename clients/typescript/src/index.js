@@ -62,7 +62,48 @@ export const RUN_KINDS = Object.freeze(['continue', 'branch', 'regenerate', 'edi
 const STARTS_RUN = new Set(['run', 'resume', 'regenerate', 'edit']);
 
 /** Codes this client gives errors that never reached the gateway. */
-export const CLIENT_ERROR_CODES = Object.freeze(['disconnected', 'closed', 'timeout']);
+export const CLIENT_ERROR_CODES = Object.freeze(['disconnected', 'closed', 'timeout', 'aborted']);
+
+/** Gateway answers that mean "not done, try again later": nothing ran, so
+ *  sending the same request again is safe. */
+const RETRYABLE_CODES = new Set(['rate_limited', 'unavailable']);
+
+/** The error an aborted call rejects with (the signal's reason as `cause`). */
+function abortError(signal) {
+  const error = new GatewayError('aborted', 'the call was aborted by its AbortSignal');
+  error.cause = signal?.reason;
+  return error;
+}
+
+/**
+ * `promise`, or a rejection with an `aborted` GatewayError as soon as
+ * `signal` aborts (`onAbort` runs then, to drop what waits). An aborted
+ * signal rejects at once.
+ */
+function abortable(promise, signal, onAbort) {
+  if (!signal) return promise;
+  if (signal.aborted) {
+    onAbort?.();
+    return Promise.reject(abortError(signal));
+  }
+  return new Promise((resolve, reject) => {
+    const abort = () => {
+      onAbort?.();
+      reject(abortError(signal));
+    };
+    signal.addEventListener('abort', abort, { once: true });
+    promise.then(
+      (v) => { signal.removeEventListener('abort', abort); resolve(v); },
+      (e) => { signal.removeEventListener('abort', abort); reject(e); },
+    );
+  });
+}
+
+/** Waits `ms` (rejects with `aborted` when `signal` aborts first). */
+function delay(ms, signal) {
+  let timer;
+  return abortable(new Promise((resolve) => { timer = setTimeout(resolve, ms); }), signal, () => clearTimeout(timer));
+}
 
 /**
  * An error with the contract's stable `code` (one of PROTOCOL.errorCodes),
@@ -153,6 +194,14 @@ export class GatewayConnection extends Emitter {
       factor: r.factor ?? 2,
       jitter: r.jitter ?? 0.3,
     };
+    const q = options.retry || {};
+    /** Retries of requests the gateway did not carry out (see #retrying). */
+    this.retry = {
+      attempts: q.attempts ?? 0,
+      initial: q.initialDelayMs ?? 250,
+      max: q.maxDelayMs ?? 5_000,
+      factor: q.factor ?? 2,
+    };
     this.pingIntervalMs = options.pingIntervalMs ?? 15_000;
     this.pingTimeoutMs = options.pingTimeoutMs ?? 10_000;
     this.requestTimeoutMs = options.requestTimeoutMs ?? 30_000;
@@ -169,11 +218,16 @@ export class GatewayConnection extends Emitter {
     this.timers = { retry: null, ping: null, pong: null, refresh: null };
     this.rejected = false;
     this.opened = null;
+    /** Bumped by close(): an open still waiting for its token when the
+     *  connection was closed (and perhaps connected again) gives up. */
+    this.generation = 0;
   }
 
-  /** Opens the connection; resolves once authenticated (the first time). */
-  connect() {
+  /** Opens the connection; resolves once authenticated (the first time).
+   *  `signal` stops the waiting (the connection keeps trying). */
+  connect({ signal } = {}) {
     if (this.state === 'open') return Promise.resolve();
+    if (signal) return abortable(this.connect(), signal);
     if (!this.opened) {
       this.opened = {};
       this.opened.promise = new Promise((resolve, reject) => Object.assign(this.opened, { resolve, reject }));
@@ -198,13 +252,17 @@ export class GatewayConnection extends Emitter {
 
   async #open(state) {
     this.#setState(state);
+    const generation = this.generation;
     let token;
     try {
       token = await this.tokenProvider({ reason: this.rejected ? 'rejected' : this.token ? 'reconnect' : 'initial', previous: this.token });
     } catch (e) {
       return this.#fail(new GatewayError('unauthenticated', `the token provider failed: ${e?.message || e}`));
     }
-    if (this.state === 'closed') return;
+    // Closed meanwhile — and maybe connected again (React's StrictMode
+    // mounts twice): that newer open owns the connection; this one would
+    // leave a second socket open and authenticated.
+    if (this.state === 'closed' || generation !== this.generation) return;
     if (!token || (this.rejected && token === this.token)) {
       return this.#fail(new GatewayError('unauthenticated', this.rejectReason || 'no token', { closeCode: 4001 }));
     }
@@ -379,7 +437,46 @@ export class GatewayConnection extends Emitter {
    * GatewayError carrying the `error` frame's code. Not connected:
    * rejects at once with `disconnected`.
    */
-  send(command) {
+  send(command, options = {}) {
+    const once = () => this.#sendOnce(command, options.signal);
+    return this.#retrying(once, options, (e) => RETRYABLE_CODES.has(e.code) || e.notSent === true);
+  }
+
+  /**
+   * Runs `attempt` again, with exponential backoff (a `retryAfter` the
+   * gateway names wins), while `retryable(error)` says the gateway did not
+   * carry the request out, up to `retry.attempts` more times (the
+   * connection's `retry` option, or the call's own `retry`). A command sent
+   * while the socket is down is retried once it is back: it never left.
+   */
+  async #retrying(attempt, { signal, retry } = {}, retryable) {
+    const policy = { ...this.retry, ...(retry ? renameRetry(retry) : {}) };
+    for (let n = 0; ; n += 1) {
+      try {
+        return await attempt();
+      } catch (e) {
+        if (!(e instanceof GatewayError) || n >= policy.attempts || !retryable(e)) throw e;
+        const backoff = Math.min(policy.max, policy.initial * policy.factor ** n);
+        const wait = e.retryAfter != null ? Math.max(backoff, e.retryAfter * 1000) : backoff;
+        if (e.notSent && this.state !== 'closed') await abortable(this.#whenOpen(), signal);
+        else await delay(wait, signal);
+      }
+    }
+  }
+
+  /** Resolves when a socket is next authenticated (at once when one is; a
+   *  socket already closing but not yet reported is not), or on close(). */
+  #whenOpen() {
+    if (this.state === 'open' && this.ws?.readyState === OPEN) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => { stopOpen(); stopState(); resolve(); };
+      const stopOpen = this.on('open', done);
+      const stopState = this.on('state', (s) => { if (s === 'closed') done(); });
+    });
+  }
+
+  #sendOnce(command, signal) {
+    if (signal?.aborted) return Promise.reject(abortError(signal));
     const id = command.id ?? `c${this.nextId++}`;
     const frame = { ...command, id };
     // A run or resume subscribes the connection to its thread: its session
@@ -389,7 +486,10 @@ export class GatewayConnection extends Emitter {
     const acked = new Promise((resolve, reject) => {
       const ws = this.ws;
       if (this.state !== 'open' || !ws || ws.readyState !== OPEN) {
-        reject(new GatewayError(this.state === 'closed' ? 'closed' : 'disconnected', 'not connected; the connection reconnects by itself'));
+        const error = new GatewayError(this.state === 'closed' ? 'closed' : 'disconnected', 'not connected; the connection reconnects by itself');
+        // Never left this process: safe to send again once reconnected.
+        if (this.state !== 'closed') error.notSent = true;
+        reject(error);
         return;
       }
       const timer = this.requestTimeoutMs
@@ -401,8 +501,15 @@ export class GatewayConnection extends Emitter {
       this.pending.set(id, { resolve, reject, timer });
       ws.send(JSON.stringify(frame));
     });
+    // Aborting stops the waiting, not the command: a run that was sent runs
+    // (cancel() stops it); its answer is dropped when it comes.
+    const waited = abortable(acked, signal, () => {
+      const p = this.pending.get(id);
+      if (p) clearTimeout(p.timer);
+      this.pending.delete(id);
+    });
     // A run's ack names the epoch of the seqs its events carry.
-    return session ? acked.then((ack) => { session._learnEpoch(ack); return ack; }) : acked;
+    return session ? waited.then((ack) => { session._learnEpoch(ack); return ack; }) : waited;
   }
 
   #frame(frame) {
@@ -439,19 +546,39 @@ export class GatewayConnection extends Emitter {
 
   /** A JSON HTTP request to the gateway with the current token; an error
    *  answer rejects with its contract code. */
-  async request(path, init = {}) {
+  request(path, init = {}, options = {}) {
+    const method = (init.method || 'GET').toUpperCase();
+    const safe = method === 'GET' || method === 'HEAD';
+    // Refused before anything was done (429, 503) is retryable for every
+    // method; a lost answer only for a read.
+    const retryable = (e) => RETRYABLE_CODES.has(e.code) || (safe && e.code === 'disconnected');
+    return this.#retrying(() => this.#requestOnce(path, init), { signal: init.signal ?? undefined, retry: options.retry }, retryable);
+  }
+
+  async #requestOnce(path, init) {
     const token = this.token ?? await this.tokenProvider({ reason: 'initial' });
-    const response = await this.fetch(`${this.httpBase}${path}`, {
-      ...init,
-      headers: { accept: 'application/json', ...(init.body ? { 'content-type': 'application/json' } : {}), ...init.headers, authorization: `Bearer ${token}` },
-    });
+    let response;
+    try {
+      response = await this.fetch(`${this.httpBase}${path}`, {
+        ...init,
+        headers: { accept: 'application/json', ...(init.body ? { 'content-type': 'application/json' } : {}), ...init.headers, authorization: `Bearer ${token}` },
+      });
+    } catch (e) {
+      if (init.signal?.aborted) throw abortError(init.signal);
+      throw new GatewayError('disconnected', `the request failed: ${e?.message || e}`);
+    }
     const body = await response.json().catch(() => ({}));
-    if (!response.ok) throw GatewayError.from(body.error || { code: 'internal', message: `HTTP ${response.status}` }, { status: response.status });
+    if (!response.ok) {
+      const retryAfter = Number(response.headers?.get?.('retry-after'));
+      const extra = { status: response.status, ...(Number.isFinite(retryAfter) && retryAfter > 0 ? { retryAfter } : {}) };
+      throw GatewayError.from(body.error || { code: 'internal', message: `HTTP ${response.status}` }, extra);
+    }
     return body;
   }
 
   /** Closes cleanly (1000); nothing reconnects and waiting commands reject with `closed`. */
   close() {
+    this.generation += 1;
     this.#clearTimers();
     this.#setState('closed');
     const ws = this.ws;
@@ -474,10 +601,11 @@ export class GatewayConnection extends Emitter {
  * One thread as seen through a connection: a snapshot, then live events,
  * each seq once and in order across any reconnect (resubscribed `after` the
  * last seq seen; a `reset` snapshot replaces everything). It keeps the
- * gateway-level view — `seq`, `latestRun`, pending `interrupts`, and the
- * `messages`/`state` of the latest snapshot. The folded messages and state
- * after every event are GatewayAgent's (`./agent.js`), which applies events
- * with @ag-ui/client's own machinery.
+ * thread's view live — `messages` and `state` folded after every event
+ * (foldEvent), `seq`, `latestRun`, `headRunId`, pending `interrupts` — so
+ * whoever started a run sees its answer without a second fold.
+ * GatewayAgent (`./agent.js`) folds with @ag-ui/client's own machinery
+ * instead, for AG-UI frontends.
  */
 export class ThreadSession extends Emitter {
   constructor(connection, threadId) {
@@ -508,19 +636,24 @@ export class ThreadSession extends Emitter {
     this.joinedByRun = false;
     this.ready = null;
     this.readyWaiters = [];
+    /** Open `events()` iterators. */
+    this.iterators = new Set();
   }
 
   /** Subscribes: resolves once the snapshot (or the catch-up) is in. */
-  subscribe() {
+  subscribe({ signal } = {}) {
     this.wanted = true;
     if (this.connection.isOpen) this.#send();
-    return this.whenReady();
+    return this.whenReady({ signal });
   }
 
   /** Resolves when a snapshot has been applied (at once when it has). */
-  whenReady() {
+  whenReady({ signal } = {}) {
     if (this.seq !== null && this.ready) return Promise.resolve();
-    return new Promise((resolve, reject) => this.readyWaiters.push({ resolve, reject }));
+    const waiter = {};
+    const ready = new Promise((resolve, reject) => Object.assign(waiter, { resolve, reject }));
+    this.readyWaiters.push(waiter);
+    return abortable(ready, signal, () => { this.readyWaiters = this.readyWaiters.filter((w) => w !== waiter); });
   }
 
   #send() {
@@ -576,17 +709,18 @@ export class ThreadSession extends Emitter {
   }
 
   /** Stops watching the thread. */
-  async unsubscribe() {
+  async unsubscribe({ signal } = {}) {
     this.wanted = false;
     this.joinedByRun = false;
     this.ready = false;
-    if (this.connection.isOpen) await this.connection.send({ type: 'unsubscribe', threadId: this.threadId });
+    if (this.connection.isOpen) await this.connection.send({ type: 'unsubscribe', threadId: this.threadId }, { signal });
   }
 
   /** Unsubscribes and leaves the connection: the next `session(threadId)`
    *  starts afresh (a new snapshot). */
   close() {
     if (this.connection.sessions.get(this.threadId) === this) this.connection.sessions.delete(this.threadId);
+    for (const q of [...this.iterators]) q.end();
     return this.unsubscribe().catch(() => {});
   }
 
@@ -618,12 +752,17 @@ export class ThreadSession extends Emitter {
     }
     this.seq = frame.seq;
     const event = frame.event;
+    ({ messages: this.messages, state: this.state } = foldEvent({ messages: this.messages, state: this.state }, event));
     switch (event.type) {
       case 'RUN_STARTED': {
         // The gateway stamps every run's base and kind (docs/protocol.md
         // "Branches"); a linear run's base is the head it continued.
         const stamp = event['agui-gateway'] || {};
-        const parentRunId = event.parentRunId ?? stamp.parentRunId ?? this.headRunId ?? null;
+        // An explicit null (a fork of the thread's first run has no base)
+        // is an answer, not a missing one: only an absent field falls back.
+        const parentRunId = event.parentRunId !== undefined ? event.parentRunId
+          : stamp.parentRunId !== undefined ? stamp.parentRunId
+            : this.headRunId ?? null;
         this.latestRun = { runId: event.runId, agent: stamp.agent ?? this.latestRun?.agent ?? null, status: 'running', parentRunId, kind: stamp.kind ?? 'continue' };
         this.headRunId = event.runId;
         this.interrupts = [];
@@ -650,55 +789,89 @@ export class ThreadSession extends Emitter {
       default:
     }
     this.emit('event', { seq: frame.seq, event });
+    for (const q of this.iterators) q.push({ seq: frame.seq, event });
+  }
+
+  /**
+   * The thread's events from now on as an async iterator (`for await (const
+   * {seq, event} of session.events())`), each seq once and in order across
+   * reconnects, buffered while the loop body awaits. It ends when `signal`
+   * aborts, the loop breaks, or the session closes.
+   */
+  events({ signal } = {}) {
+    const buffer = [];
+    let wake = null;
+    let done = false;
+    const finish = () => {
+      done = true;
+      this.iterators.delete(queue);
+      signal?.removeEventListener('abort', finish);
+      wake?.();
+    };
+    const queue = { push: (item) => { buffer.push(item); wake?.(); }, end: finish };
+    this.iterators.add(queue);
+    if (signal?.aborted) finish();
+    else signal?.addEventListener('abort', finish, { once: true });
+    return {
+      [Symbol.asyncIterator]() { return this; },
+      next: async () => {
+        while (!buffer.length && !done) await new Promise((resolve) => { wake = resolve; });
+        wake = null;
+        return buffer.length ? { value: buffer.shift(), done: false } : { value: undefined, done: true };
+      },
+      return: async () => { finish(); buffer.length = 0; return { value: undefined, done: true }; },
+    };
   }
 
   /**
    * Resolves with the event that ends run `runId` (RUN_FINISHED or
    * RUN_ERROR) once this session has seen it.
    */
-  runEnded(runId) {
-    return new Promise((resolve) => {
-      const stop = this.on('event', ({ event }) => {
+  runEnded(runId, { signal } = {}) {
+    let stop;
+    const ended = new Promise((resolve) => {
+      stop = this.on('event', ({ event }) => {
         if ((event.type === 'RUN_FINISHED' && event.runId === runId) || (event.type === 'RUN_ERROR' && this.latestRun?.runId === runId)) {
           stop();
           resolve(event);
         }
       });
     });
+    return abortable(ended, signal, stop);
   }
 
   /** `run`: new messages for the thread's agent; resolves with the ack.
    *  The connection watches the thread from then on (resubscribed after a
    *  reconnect like a subscription). */
-  run(params) {
-    return this.connection.send({ ...params, type: 'run', threadId: this.threadId });
+  run(params, options) {
+    return this.connection.send({ ...params, type: 'run', threadId: this.threadId }, options);
   }
 
   /** `resume`: answers every pending interrupt (`ResumeEntry[]`). */
-  resume(resume, extra = {}) {
-    return this.connection.send({ ...extra, type: 'resume', threadId: this.threadId, resume });
+  resume(resume, extra = {}, options) {
+    return this.connection.send({ ...extra, type: 'resume', threadId: this.threadId, resume }, options);
   }
 
   /** `cancel`: stops the active run (or run `runId`). */
-  cancel(runId) {
-    return this.connection.send({ type: 'cancel', threadId: this.threadId, ...(runId ? { runId } : {}) });
+  cancel(runId, options) {
+    return this.connection.send({ type: 'cancel', threadId: this.threadId, ...(runId ? { runId } : {}) }, options);
   }
 
   /** `switch`: the thread's next plain run (a `run` without `agent`) goes
    *  to `agent`; resolves with the ack (`{threadId, agent, seq}`). */
-  switchAgent(agent) {
-    return this.connection.send({ type: 'switch', threadId: this.threadId, agent });
+  switchAgent(agent, options) {
+    return this.connection.send({ type: 'switch', threadId: this.threadId, agent }, options);
   }
 
   /** `meta`: a META event; idempotent per `clientEventId`. */
-  meta(metaType, payload, clientEventId) {
-    return this.connection.send({ type: 'meta', threadId: this.threadId, metaType, payload, ...(clientEventId ? { clientEventId } : {}) });
+  meta(metaType, payload, clientEventId, options) {
+    return this.connection.send({ type: 'meta', threadId: this.threadId, metaType, payload, ...(clientEventId ? { clientEventId } : {}) }, options);
   }
 
   /** The thread's snapshot over HTTP (`GET /v1/threads/{id}`); with
    *  `runId`: the conversation as it was at the end of that run. */
-  fetchSnapshot(runId) {
-    return this.connection.request(`/v1/threads/${encodeURIComponent(this.threadId)}${runId ? `?runId=${encodeURIComponent(runId)}` : ''}`);
+  fetchSnapshot(runId, { signal } = {}) {
+    return this.connection.request(`/v1/threads/${encodeURIComponent(this.threadId)}${runId ? `?runId=${encodeURIComponent(runId)}` : ''}`, { signal });
   }
 
   // ----- branches (docs/protocol.md "Branches") -----
@@ -708,39 +881,175 @@ export class ThreadSession extends Emitter {
    *  user message id regenerates the answer to it). `extra`: `agent`,
    *  `runId`, `strategy`, `tools`, `context`, `state`, `forwardedProps`.
    *  Resolves with the ack (its `runId`). */
-  regenerate(messageId, extra = {}) {
-    return this.connection.send({ ...extra, type: 'regenerate', threadId: this.threadId, ...(messageId ? { messageId } : {}) });
+  regenerate(messageId, extra = {}, options) {
+    return this.connection.send({ ...extra, type: 'regenerate', threadId: this.threadId, ...(messageId ? { messageId } : {}) }, options);
   }
 
   /** `edit`: `message` (role `user`) replaces user message `messageId`
    *  (same id) on a sibling of the run that introduced it, and runs from
    *  there. Resolves with the ack (its `runId`). */
-  edit(messageId, message, extra = {}) {
-    return this.connection.send({ ...extra, type: 'edit', threadId: this.threadId, messageId, message: { ...message, id: messageId } });
+  edit(messageId, message, extra = {}, options) {
+    return this.connection.send({ ...extra, type: 'edit', threadId: this.threadId, messageId, message: { ...message, id: messageId } }, options);
   }
 
   /** One page of the thread's run tree (`GET /v1/threads/{id}/runs`):
    *  `{threadId, headRunId, runs, nextCursor}`, oldest first; siblings
    *  share a `parentRunId`. */
-  runs({ cursor, limit } = {}) {
+  runs({ cursor, limit, signal } = {}) {
     const q = new URLSearchParams();
     if (cursor != null) q.set('cursor', String(cursor));
     if (limit) q.set('limit', String(limit));
     const query = q.toString();
-    return this.connection.request(`/v1/threads/${encodeURIComponent(this.threadId)}/runs${query ? `?${query}` : ''}`);
+    return this.connection.request(`/v1/threads/${encodeURIComponent(this.threadId)}/runs${query ? `?${query}` : ''}`, { signal });
   }
 
   /** The whole run tree: every page of `runs()`, `{headRunId, runs}`. */
-  async allRuns() {
+  async allRuns({ signal } = {}) {
     const runs = [];
-    let page = await this.runs();
+    let page = await this.runs({ signal });
     runs.push(...page.runs);
     while (page.nextCursor != null) {
-      page = await this.runs({ cursor: page.nextCursor });
+      page = await this.runs({ cursor: page.nextCursor, signal });
       runs.push(...page.runs);
     }
     return { threadId: this.threadId, headRunId: page.headRunId, runs };
   }
+}
+
+/** The connection's `retry` option names as #retrying uses them. */
+function renameRetry(r) {
+  const out = {};
+  if (r.attempts !== undefined) out.attempts = r.attempts;
+  if (r.initialDelayMs !== undefined) out.initial = r.initialDelayMs;
+  if (r.maxDelayMs !== undefined) out.max = r.maxDelayMs;
+  if (r.factor !== undefined) out.factor = r.factor;
+  return out;
+}
+
+/**
+ * Folds one AG-UI event into `{messages, state}` the way AG-UI clients do
+ * (@ag-ui/client's defaultApplyEvents, without its subscriber hooks), and
+ * returns the new pair — new arrays and objects where something changed, so
+ * a UI (React) sees the change by reference. A journaled MESSAGES_SNAPSHOT
+ * is the gateway's own fold of the thread (a fork journals its branch's
+ * history this way) and is taken exactly. Unknown event types change
+ * nothing (they still reach `event` listeners).
+ */
+export function foldEvent(view, event) {
+  let { messages, state } = view;
+  const at = (id) => messages.findIndex((m) => m.id === id);
+  const put = (message) => {
+    const i = at(message.id);
+    messages = i < 0 ? [...messages, message] : messages.map((m, j) => (j === i ? message : m));
+  };
+  const append = (id, role, delta) => {
+    const i = at(id);
+    const old = i < 0 ? { id, role, content: '' } : messages[i];
+    put({ ...old, content: `${typeof old.content === 'string' ? old.content : ''}${delta ?? ''}` });
+  };
+  const holder = (toolCallId) => messages.find((m) => m.toolCalls?.some((c) => c.id === toolCallId));
+  const startCall = (e) => {
+    if (holder(e.toolCallId)) return;
+    const parentId = e.parentMessageId ?? e.toolCallId;
+    const i = at(parentId);
+    const parent = i >= 0 && messages[i].role === 'assistant' ? messages[i] : { id: parentId, role: 'assistant', toolCalls: [] };
+    put({ ...parent, toolCalls: [...(parent.toolCalls || []), { id: e.toolCallId, type: 'function', function: { name: e.toolCallName, arguments: '' } }] });
+  };
+  const callArgs = (toolCallId, delta) => {
+    const m = holder(toolCallId);
+    if (!m) return;
+    put({ ...m, toolCalls: m.toolCalls.map((c) => (c.id === toolCallId ? { ...c, function: { ...c.function, arguments: c.function.arguments + (delta ?? '') } } : c)) });
+  };
+  switch (event.type) {
+    case 'RUN_STARTED':
+      for (const m of event.input?.messages || []) if (at(m.id) < 0) put(m);
+      break;
+    case 'MESSAGES_SNAPSHOT':
+      messages = [...(event.messages || [])];
+      break;
+    case 'TEXT_MESSAGE_START':
+      if (at(event.messageId) < 0) put({ id: event.messageId, role: event.role || 'assistant', content: '' });
+      break;
+    case 'TEXT_MESSAGE_CONTENT':
+      append(event.messageId, 'assistant', event.delta);
+      break;
+    case 'TEXT_MESSAGE_CHUNK':
+      if (event.messageId) append(event.messageId, event.role || 'assistant', event.delta);
+      break;
+    case 'REASONING_MESSAGE_START':
+      if (at(event.messageId) < 0) put({ id: event.messageId, role: 'reasoning', content: '' });
+      break;
+    case 'REASONING_MESSAGE_CONTENT':
+    case 'REASONING_MESSAGE_CHUNK':
+      if (event.messageId) append(event.messageId, 'reasoning', event.delta);
+      break;
+    case 'TOOL_CALL_START':
+      startCall(event);
+      break;
+    case 'TOOL_CALL_CHUNK':
+      if (event.toolCallId && event.toolCallName) startCall(event);
+      callArgs(event.toolCallId, event.delta);
+      break;
+    case 'TOOL_CALL_ARGS':
+      callArgs(event.toolCallId, event.delta);
+      break;
+    case 'TOOL_CALL_RESULT':
+      put({ id: event.messageId, role: event.role || 'tool', toolCallId: event.toolCallId, content: event.content });
+      break;
+    case 'ACTIVITY_SNAPSHOT':
+      if (event.replace !== false || at(event.messageId) < 0) put({ id: event.messageId, role: 'activity', activityType: event.activityType, content: event.content });
+      break;
+    case 'ACTIVITY_DELTA': {
+      const i = at(event.messageId);
+      if (i >= 0) put({ ...messages[i], content: applyPatch(messages[i].content ?? {}, event.patch || []) });
+      break;
+    }
+    case 'STATE_SNAPSHOT':
+      state = event.snapshot;
+      break;
+    case 'STATE_DELTA':
+      state = applyPatch(state ?? {}, event.delta || []);
+      break;
+    default:
+  }
+  return { messages, state };
+}
+
+/** RFC 6902 JSON Patch on a copy of `doc` (what STATE_DELTA carries). */
+export function applyPatch(doc, patch) {
+  let root = structuredClone(doc);
+  const path = (p) => p.split('/').slice(1).map((k) => k.replace(/~1/g, '/').replace(/~0/g, '~'));
+  const get = (keys) => keys.reduce((v, k) => (v == null ? undefined : v[k]), root);
+  const set = (keys, value, insert) => {
+    if (!keys.length) { root = value; return; }
+    const parent = get(keys.slice(0, -1));
+    const key = keys[keys.length - 1];
+    if (Array.isArray(parent)) {
+      const i = key === '-' ? parent.length : Number(key);
+      parent.splice(i, insert ? 0 : 1, value);
+    } else parent[key] = value;
+  };
+  const remove = (keys) => {
+    const parent = get(keys.slice(0, -1));
+    const key = keys[keys.length - 1];
+    if (Array.isArray(parent)) parent.splice(Number(key), 1);
+    else delete parent[key];
+  };
+  for (const op of patch) {
+    const keys = path(op.path);
+    switch (op.op) {
+      case 'add': set(keys, structuredClone(op.value), true); break;
+      case 'replace': set(keys, structuredClone(op.value), false); break;
+      case 'remove': remove(keys); break;
+      case 'move': { const v = get(path(op.from)); remove(path(op.from)); set(keys, v, true); break; }
+      case 'copy': set(keys, structuredClone(get(path(op.from))), true); break;
+      case 'test':
+        if (JSON.stringify(get(keys)) !== JSON.stringify(op.value)) throw new GatewayError('invalid', `JSON Patch test failed at ${op.path}`);
+        break;
+      default:
+    }
+  }
+  return root;
 }
 
 function wsUrl(url) {

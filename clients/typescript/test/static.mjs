@@ -85,7 +85,7 @@ await check('docs/ws-protocol.schema.json = PROTOCOL (commands, replies, codes)'
     assert.deepEqual(own(def).sort(), names(all), `reply ${type}: fields`);
   }
   assert.deepEqual(defs.errorCode.enum, PROTOCOL.errorCodes);
-  assert.deepEqual(Object.keys(schema['x-close-codes']).sort(), Object.keys(PROTOCOL.closeCodes).sort());
+  assert.deepEqual(defs.closeCode.oneOf.map((c) => String(c.const)).sort(), Object.keys(PROTOCOL.closeCodes).sort());
   assert.deepEqual(defs.runInfo.properties.kind.enum, RUN_KINDS);
 });
 
@@ -104,10 +104,18 @@ await check('branches: run kinds and routes = docs/protocol.md and docs/openapi.
   assert.ok(params(api.paths['/v1/threads/{threadId}/messages'].get).includes('runId'), 'the exports take ?runId=');
 });
 
-await check('docs/ws-protocol.schema.json is valid JSON Schema 2020-12', () => {
-  const ajv = new Ajv2020({ strict: false });
+await check('docs/ws-protocol.schema.json is valid JSON Schema 2020-12 and compiles under ajv strict mode', () => {
+  const ajv = new Ajv2020({ strict: true });
   const validate = ajv.compile(JSON.parse(read('ws-protocol.schema.json')));
   assert.ok(validate({ type: 'subscribe', threadId: 't', after: 3 }));
+  // AG-UI payloads are typed (AG-UI's own models), unknown event types pass (lossless).
+  const event = (e) => validate({ type: 'event', threadId: 't', seq: 1, event: e });
+  assert.ok(event({ type: 'TEXT_MESSAGE_CONTENT', messageId: 'm', delta: 'hi' }));
+  assert.ok(!event({ type: 'TEXT_MESSAGE_CONTENT', messageId: 'm' }), 'a known event missing a field is refused');
+  assert.ok(event({ type: 'A_NEWER_EVENT', anything: 1 }), 'an event type newer than the description passes');
+  assert.ok(validate({ type: 'run', threadId: 't', messages: [{ id: 'u', role: 'user', content: 'hi' }], tools: [{ name: 'f', description: 'd', parameters: {} }], context: [{ description: 'c', value: 'v' }] }));
+  assert.ok(!validate({ type: 'run', threadId: 't', messages: [{ id: 'u', role: 'robot', content: 'hi' }] }), 'an unknown role is refused');
+  assert.ok(!validate({ type: 'run', threadId: 't', tools: [{ description: 'no name' }] }), 'a tool without a name is refused');
   assert.ok(!validate({ type: 'subscribe' }), 'a subscribe without threadId is refused');
   assert.ok(validate({ type: 'error', id: 'c1', code: 'conflict', message: 'busy' }));
   assert.ok(!validate({ type: 'error', code: 'teapot', message: '' }), 'unknown error codes are refused');
@@ -118,6 +126,31 @@ await check('docs/openapi.json is a valid OpenAPI 3.1 document', async () => {
   const result = await validator.validate(JSON.parse(read('openapi.json')));
   assert.equal(validator.version, '3.1');
   assert.ok(result.valid, JSON.stringify(result.errors, null, 2));
+});
+
+await check('docs/openapi.json: tags and an example on every operation; every JSON example matches its schema', () => {
+  const api = JSON.parse(read('openapi.json'));
+  const ajv = new Ajv2020({ strict: false });
+  ajv.addSchema(api, 'openapi');
+  const esc = (k) => k.replace(/~/g, '~0').replace(/\//g, '~1');
+  const tags = new Set(api.tags.map((t) => t.name));
+  let examples = 0;
+  for (const [path, ops] of Object.entries(api.paths)) {
+    for (const [method, op] of Object.entries(ops)) {
+      const name = `${method.toUpperCase()} ${path}`;
+      assert.ok(op.tags?.length && op.tags.every((t) => tags.has(t)), `${name}: tagged with a declared tag`);
+      assert.ok(JSON.stringify(op).includes('"example'), `${name}: has an example`);
+      const media = [['requestBody', op.requestBody], ...Object.entries(op.responses).map(([code, r]) => [`responses/${code}`, r])];
+      for (const [where, part] of media) {
+        const json = part?.content?.['application/json'];
+        if (!json || json.example === undefined) continue;
+        const validate = ajv.getSchema(`openapi#/paths/${esc(path)}/${method}/${where}/content/application~1json/schema`);
+        assert.ok(validate(json.example), `${name} ${where} example: ${ajv.errorsText(validate.errors)}`);
+        examples += 1;
+      }
+    }
+  }
+  assert.ok(examples >= 20, `JSON examples checked: ${examples}`);
 });
 
 await check('GatewayError carries the contract code', () => {

@@ -39,3 +39,31 @@ async function use(): Promise<void> {
   void head; void then.headRunId; void RUN_KINDS;
 }
 void use;
+
+// Events are @ag-ui/core's union, narrowed by `type`; runs resolve to an ack
+// that names the run; every promise takes an AbortSignal; error codes are
+// an exact union that still admits a code a newer gateway adds.
+import { EventType } from '@ag-ui/core';
+import { foldEvent, type AnyErrorCode, type RunAck } from '@agui-gateway/client';
+async function typed(): Promise<void> {
+  const controller = new AbortController();
+  const ack: RunAck = await session.run({ agent: 'demo', messages: [{ id: 'm2', role: 'user', content: 'hi' }] }, { signal: controller.signal, retry: { attempts: 2 } });
+  const runId: string = ack.runId;
+  for await (const { seq, event } of session.events({ signal: controller.signal })) {
+    if (event.type === EventType.TEXT_MESSAGE_CONTENT) {
+      const delta: string = event.delta;
+      void delta;
+    }
+    if (event.type === EventType.RUN_FINISHED && event.runId === runId) break;
+    void seq;
+  }
+  await session.runEnded(runId, { signal: controller.signal });
+  await session.regenerate(undefined, {}, { signal: controller.signal }).then((a) => a.runId.toUpperCase());
+  await connection.request('/v1/agents', { signal: controller.signal }, { retry: { attempts: 1 } });
+  const code: AnyErrorCode = 'a_code_from_a_newer_gateway';
+  const known: AnyErrorCode = 'not_found';
+  void code; void known;
+  const view = foldEvent({ messages: session.messages, state: session.state }, { type: 'TEXT_MESSAGE_START', messageId: 'x', role: 'assistant' });
+  void view.messages.length;
+}
+void typed;
