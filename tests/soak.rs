@@ -94,7 +94,10 @@ async fn the_wal_and_memory_stop_growing_under_steady_load() {
         .filter(|l| l.starts_with("agui_resident_bytes{"))
         .filter_map(|l| l.rsplit_once(' ')?.1.trim().parse::<f64>().ok())
         .sum();
-    assert!(resident > 0.0 && resident <= BUDGET as f64, "{resident} counted:\n{metrics}");
+    assert!(
+        resident > 0.0 && resident <= BUDGET as f64,
+        "{resident} counted:\n{metrics}"
+    );
     assert!(
         last.rss_kib * 1024 <= BUDGET + FIXED_OVERHEAD,
         "RSS {} KiB passed the budget plus the fixed overhead: {s:#?}",

@@ -50,11 +50,13 @@ mod tests {
     }
 
     /// The paths the router registers, read from its source: every
-    /// `.route("…")` of `server/mod.rs`, and the inspector's routes under
+    /// `.route("…")` of `server/mod.rs` and of the A2A face it merges
+    /// (`server/a2a/mod.rs`), and the inspector's routes under
     /// its default path.
     fn routed() -> BTreeSet<String> {
         let mut paths = BTreeSet::new();
-        for part in include_str!("mod.rs").split(".route(").skip(1) {
+        let sources = [include_str!("mod.rs"), include_str!("a2a/mod.rs")];
+        for part in sources.iter().flat_map(|s| s.split(".route(").skip(1)) {
             let path = part.trim_start().trim_start_matches('"');
             let end = path.find('"').expect("a route path literal");
             paths.insert(shape(&path[..end]));
