@@ -25,6 +25,7 @@
 //! turn a run the agent reported finished into a failure.
 
 use super::Agent;
+use super::attempt::{Failure, Handed, UpstreamCode, describe, fail, own_copy};
 use super::backend::{Backend, Slot};
 use super::pool::{NoBackend, RunKey};
 use crate::config::VerifyMode;
@@ -40,37 +41,6 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, timeout_at};
 use tokio_util::task::AbortOnDropHandle;
 
-/// Stable `RUN_ERROR.code`s for runs the gateway had to end itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UpstreamCode {
-    /// Connection refused, DNS failure, TLS failure, connect timeout.
-    Unavailable,
-    /// A non-2xx status (the code carries it: `upstream_http_503`).
-    Http(u16),
-    /// The stream ended (or broke) before `RUN_FINISHED`/`RUN_ERROR`.
-    Incomplete,
-    /// `first_event`, `idle` or `total` time limit passed.
-    Timeout,
-    /// The agent broke the AG-UI rules (strict verification).
-    ProtocolViolation,
-    /// One SSE frame exceeded `max_frame_bytes`.
-    FrameTooLarge,
-}
-
-impl UpstreamCode {
-    /// The wire code, e.g. `upstream_timeout`.
-    pub fn as_string(&self) -> String {
-        match self {
-            UpstreamCode::Unavailable => "upstream_unavailable".into(),
-            UpstreamCode::Http(status) => format!("upstream_http_{status}"),
-            UpstreamCode::Incomplete => "upstream_incomplete".into(),
-            UpstreamCode::Timeout => "upstream_timeout".into(),
-            UpstreamCode::ProtocolViolation => "upstream_protocol_violation".into(),
-            UpstreamCode::FrameTooLarge => "upstream_frame_too_large".into(),
-        }
-    }
-}
-
 /// How long the agent's response is read after `RUN_FINISHED`, waiting for
 /// a late `RUN_ERROR` (see the module doc). An agent ends its response with
 /// its run, so this is only waited for in full by one that does not.
@@ -81,15 +51,6 @@ const ERROR_BODY_EXCERPT: usize = 512;
 /// Reads' worth of events buffered between the upstream task and the
 /// consumer (each message is what one read of the agent's response held).
 const CHANNEL_READS: usize = 8;
-
-/// What the upstream task hands over: the events one read of the agent's
-/// response held, in order (never empty). A `RUN_FINISHED` and the late
-/// `RUN_ERROR` that followed it travel together (see the module doc).
-///
-/// Why per read and not per event: the run loop journals what arrived
-/// together as one batch anyway, and a channel send per event (a permit, a
-/// wake-up) was a measurable part of forwarding one.
-pub(super) type Handed = Vec<Event>;
 
 /// The events of one run, ending with its terminal event — or with
 /// `RUN_FINISHED` then a late `RUN_ERROR`. Dropping it drops the upstream
@@ -171,18 +132,6 @@ impl RunStream {
             rx,
             _task: AbortOnDropHandle::new(task),
         }
-    }
-}
-
-impl UpstreamCode {
-    /// A refusal of the request as it is (malformed, too large, of a type
-    /// the agent does not take, unprocessable: 400, 413, 415, 422): every
-    /// backend of the agent would answer it the same, and it says nothing
-    /// of this backend's health. It is neither failed over nor counted
-    /// toward ejection, so a client sending bad input cannot get healthy
-    /// backends ejected. Every other failure before the first event is.
-    fn refuses_the_request(self) -> bool {
-        matches!(self, UpstreamCode::Http(400 | 413 | 415 | 422))
     }
 }
 
@@ -332,9 +281,6 @@ fn moved_note() -> Event {
     }))
 }
 
-/// `Err(Some(..))`: end the run with this code; `Err(None)`: the consumer left.
-pub(super) type Failure = Option<(UpstreamCode, String)>;
-
 struct Run<'a> {
     agent: &'a Agent,
     backend: &'a Backend,
@@ -356,10 +302,6 @@ struct Run<'a> {
     finished: Option<Event>,
     /// At least one frame arrived (tells idle from first-event timeouts).
     seen_any: bool,
-}
-
-pub(super) fn fail(code: UpstreamCode, message: impl Into<String>) -> Failure {
-    Some((code, message.into()))
 }
 
 impl Run<'_> {
@@ -645,41 +587,6 @@ impl Run<'_> {
         self.events = events;
         Ok(())
     }
-}
-
-/// One read of the agent's response, copied into a buffer of its own size:
-/// its events are slices of it (see [`crate::protocol::sse`]), one
-/// allocation per read instead of one per event.
-///
-/// Why a copy: the read is a slice of the HTTP client's read buffer, and an
-/// event kept in the journal would keep that whole buffer alive — and the
-/// client, unable to reuse a buffer still referenced, would allocate a new
-/// one for the next read. An agent that flushes each event by itself made
-/// every retained event hold about 8 KiB (`tests/alloc_count.rs` measured
-/// it) before this copy.
-pub(super) fn own_copy(read: &Bytes) -> Bytes {
-    Bytes::copy_from_slice(read)
-}
-
-/// Error text without the request URL (it may carry credentials in its
-/// query string): a category, then the chain of underlying causes.
-pub(super) fn describe(e: &reqwest::Error) -> String {
-    let mut text = String::from(if e.is_connect() {
-        "connection failed"
-    } else if e.is_timeout() {
-        "timed out"
-    } else if e.is_body() || e.is_decode() {
-        "response body failed"
-    } else {
-        "request failed"
-    });
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 async fn read_excerpt(response: reqwest::Response, deadline: Instant) -> String {

@@ -1,0 +1,106 @@
+//! `[store]`: where journals live (memory, SQLite, Redis), with its checks.
+
+use super::*;
+
+/// Which journal backend, and how it commits.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// `sqlite` (default, durable), `memory` (lost on exit) or `redis`
+    /// (several nodes sharing one Redis or Valkey).
+    pub kind: StoreKind,
+    /// Redis URL (`redis://host:port/db`), for `kind = "redis"`; `${VAR}`
+    /// is expanded, so a password can stay in the environment.
+    pub url: Option<String>,
+    /// Prefix of every Redis key (several deployments can share a Redis).
+    pub prefix: String,
+    /// This node's name on the bus (default: host name and process id).
+    pub node: Option<String>,
+    /// Within how long a dead node's runs are closed by another node with
+    /// `RUN_ERROR gateway_node_lost` (Redis): its leases live ⅔ of this past
+    /// their last renewal, and every node looks for expired ones every ¼.
+    #[serde(with = "duration")]
+    #[schemars(with = "duration::Text")]
+    pub lease_ttl: Duration,
+    /// SQLite file (relative to the config file's folder).
+    pub path: PathBuf,
+    /// SQLite `synchronous`: `normal` (survives a process crash), `full`
+    /// (also survives power loss, one fsync per group commit), `off` or `extra`.
+    pub synchronous: String,
+    /// Most events in one group commit.
+    pub max_batch_events: usize,
+    /// SQLite: when the write-ahead log passes this many bytes, the writer
+    /// checkpoints it completely and truncates it (between two group
+    /// commits), so it stays bounded under any sustained load.
+    pub max_wal_bytes: u64,
+}
+
+/// Journal backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreKind {
+    #[default]
+    Sqlite,
+    Memory,
+    Redis,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            kind: StoreKind::Sqlite,
+            url: None,
+            prefix: "agui".into(),
+            node: None,
+            lease_ttl: Duration::from_secs(10),
+            path: PathBuf::from("data/agui-gateway.db"),
+            synchronous: "normal".into(),
+            max_batch_events: 4096,
+            max_wal_bytes: 64 << 20,
+        }
+    }
+}
+
+impl StoreConfig {
+    /// Checks of `[store]`.
+    pub(super) fn check(&self, bad: &mut impl FnMut(String, String)) {
+        if !matches!(
+            self.synchronous.as_str(),
+            "off" | "normal" | "full" | "extra"
+        ) {
+            bad(
+                "store.synchronous".into(),
+                format!("'{}' is not off, normal, full or extra", self.synchronous),
+            );
+        }
+        if self.kind == StoreKind::Redis {
+            match &self.url {
+                None => bad(
+                    "store.url".into(),
+                    "kind = \"redis\" needs url = \"redis://host:port\"".into(),
+                ),
+                Some(u) if !u.starts_with("redis://") && !u.starts_with("rediss://") => bad(
+                    "store.url".into(),
+                    format!("'{u}' is not a redis:// or rediss:// URL"),
+                ),
+                Some(u) => {
+                    if let Err(var) = expand_env(u) {
+                        bad(
+                            "store.url".into(),
+                            format!("references unset environment variable {var}"),
+                        );
+                    }
+                }
+            }
+            if self.lease_ttl < Duration::from_secs(1) {
+                bad("store.lease_ttl".into(), "must be at least 1s".into());
+            }
+        }
+        if self.max_wal_bytes < 1 << 20 {
+            bad(
+                "store.max_wal_bytes".into(),
+                "must be at least 1048576 (1 MiB)".into(),
+            );
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! `[threads]`: what a thread keeps and for how long — its hot tail and
+//! the node's memory budget in bytes, compaction, residency, caps — with
+//! their checks.
+
+use super::*;
+
+/// Per-thread limits.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ThreadsConfig {
+    /// A journal longer than this is compacted into its fold when a run ends.
+    pub max_events: usize,
+    /// Live lag (unsent bytes) a reader may have before it switches to
+    /// reading the journal until it catches up.
+    pub viewer_queue_bytes: usize,
+    /// A thread idle this long (no run, no event) has its journal compacted
+    /// into its snapshot; `0s` never.
+    #[serde(with = "duration")]
+    #[schemars(with = "duration::Text")]
+    pub idle_ttl: Duration,
+    /// A thread nobody uses (no viewer, no run) for this long leaves memory;
+    /// it loads back from the journal on its next use. `0s`: only for the budget.
+    #[serde(with = "duration")]
+    #[schemars(with = "duration::Text")]
+    pub evict_after: Duration,
+    /// Most threads kept in memory; past it the longest-idle unused ones leave.
+    pub max_resident: usize,
+    /// Most runs one thread takes in its life; past it a run is refused
+    /// `too_large`. `0`: no cap.
+    pub max_runs: u64,
+    /// Most runs that fork one thread (branches, regenerates, edits); past
+    /// it a fork is refused `too_large`. `0`: no cap.
+    pub max_branches: usize,
+    /// Bytes of a thread's newest events kept in memory (its hot tail);
+    /// older ones stay in the store and are read from there when a reader
+    /// asks for them (a catch-up, a join from an older cursor, a fork's
+    /// replay). The events of a run still running always stay.
+    #[serde(with = "byte_size")]
+    #[schemars(with = "byte_size::Text")]
+    pub hot_bytes: u64,
+    /// What this node's resident threads may hold in all (their hot tails
+    /// and a fixed share per thread); past it the coldest bytes leave first:
+    /// the oldest events of the biggest tails, then whole idle threads.
+    /// Unset: a quarter of the machine's (or cgroup's) memory, at least
+    /// 64 MiB ([`ThreadsConfig::memory_budget`]).
+    #[serde(with = "byte_size::option")]
+    #[schemars(with = "Option<byte_size::Text>")]
+    pub memory_budget: Option<u64>,
+}
+
+impl ThreadsConfig {
+    /// The node's memory budget: as set, or a share of the machine's.
+    pub fn memory_budget(&self) -> u64 {
+        self.memory_budget
+            .unwrap_or_else(byte_size::default_memory_budget)
+    }
+}
+
+impl Default for ThreadsConfig {
+    fn default() -> Self {
+        ThreadsConfig {
+            max_events: 10_000,
+            viewer_queue_bytes: 1024 * 1024,
+            idle_ttl: Duration::from_secs(24 * 3600),
+            evict_after: Duration::from_secs(600),
+            max_resident: 100_000,
+            max_runs: 0,
+            max_branches: 0,
+            hot_bytes: 4 << 20,
+            memory_budget: None,
+        }
+    }
+}
+
+impl ThreadsConfig {
+    /// Checks of `[threads]`.
+    pub(super) fn check(&self, bad: &mut impl FnMut(String, String)) {
+        if self.viewer_queue_bytes < 4096 {
+            bad(
+                "threads.viewer_queue_bytes".into(),
+                "must be at least 4096".into(),
+            );
+        }
+        if self.hot_bytes < 1024 {
+            bad("threads.hot_bytes".into(), "must be at least 1KiB".into());
+        }
+        if self.memory_budget() < self.hot_bytes {
+            bad(
+                "threads.memory_budget".into(),
+                format!(
+                    "must be at least threads.hot_bytes ({})",
+                    byte_size::format(self.hot_bytes)
+                ),
+            );
+        }
+    }
+}
