@@ -63,6 +63,7 @@ mod codes {
 }
 
 /// A JSON-RPC error: code, message, and the gateway's stable code in `data`.
+#[derive(Debug)]
 struct RpcError(i64, String, Option<&'static str>);
 
 impl RpcError {
@@ -184,7 +185,21 @@ fn parse(body: &[u8], version: Option<&str>) -> Result<(Value, String, Value), (
         let e = RpcError::plain(codes::PARSE, "not a JSON-RPC request object");
         return Err((Value::Null, e));
     };
-    let id = rpc.get("id").cloned().unwrap_or(Value::Null);
+    // JSON-RPC 2.0: an id is a string, a number or null; a request with
+    // any other is invalid, and its answer's id is null (echoing it would
+    // answer with an id no client can match, and break the response's own
+    // shape).
+    let id = match rpc.get("id") {
+        None => Value::Null,
+        Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => id.clone(),
+        Some(_) => {
+            let e = RpcError::plain(
+                codes::INVALID_REQUEST,
+                "'id' must be a string, a number or null",
+            );
+            return Err((Value::Null, e));
+        }
+    };
     // Without the header a client speaks 0.3 by A2A's rule; the a2a-sdk
     // clients send it, and a 1.0 request without it is served the same.
     if let Some(v) = version.filter(|v| v.trim() != "1" && !v.trim().starts_with("1.")) {
@@ -390,5 +405,26 @@ async fn cancel(state: &AppState, who: &Principal, params: &Value) -> Result<Val
             Some("not_found"),
         )),
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    /// Found by schemathesis: an array id was echoed into the answer.
+    #[test]
+    fn a_request_whose_id_is_not_a_string_number_or_null_is_invalid_and_answered_with_null() {
+        for id in [json!([]), json!({}), json!(true)] {
+            let body = json!({"jsonrpc": "2.0", "id": id, "method": "SendMessage"}).to_string();
+            let (answer_id, e) = super::parse(body.as_bytes(), Some("1.0")).expect_err("invalid");
+            assert_eq!(answer_id, Value::Null);
+            assert_eq!(e.0, super::codes::INVALID_REQUEST);
+        }
+        for id in [json!("a"), json!(7), json!(1.5), Value::Null] {
+            let body = json!({"jsonrpc": "2.0", "id": id, "method": "SendMessage"}).to_string();
+            let (answer_id, ..) = super::parse(body.as_bytes(), Some("1.0")).expect("valid");
+            assert_eq!(answer_id, id);
+        }
     }
 }
