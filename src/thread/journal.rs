@@ -468,7 +468,7 @@ impl Thread {
             touched(inner);
             self.fan_out(inner);
             self.terminal_published(inner);
-            self.recount_fold(inner);
+            self.recount_fold(inner, false);
         }
     }
 

@@ -105,6 +105,8 @@ pub(super) struct Tail {
     bytes: usize,
     /// The thread's fold, as last estimated ([`Thread::recount_fold`]).
     fold_bytes: usize,
+    /// The conversation's length at that estimate.
+    counted_messages: usize,
     node: NodeBytes,
 }
 
@@ -122,6 +124,7 @@ impl Tail {
             entries: VecDeque::new(),
             bytes: 0,
             fold_bytes: 0,
+            counted_messages: 0,
             node,
         }
     }
@@ -136,10 +139,19 @@ impl Tail {
         self.fold_bytes
     }
 
-    /// Records a new estimate of the thread's fold.
-    pub(super) fn set_fold_bytes(&mut self, n: usize) {
+    /// Records a new estimate of the thread's fold, taken over
+    /// `messages` messages.
+    pub(super) fn set_fold_bytes(&mut self, n: usize, messages: usize) {
         self.node.move_fold(self.fold_bytes, n);
         self.fold_bytes = n;
+        self.counted_messages = messages;
+    }
+
+    /// True when an estimate over `messages` messages would say little the
+    /// last one did not: the conversation grew by less than an eighth.
+    fn estimate_holds(&self, messages: usize) -> bool {
+        let last = self.counted_messages;
+        messages >= last && messages - last < (last / 8).max(1)
     }
 
     /// Keeps a published entry.
@@ -239,17 +251,26 @@ impl Thread {
         inner.journal.trim(max, keep_from)
     }
 
-    /// Estimates the fold's bytes anew (at a run's end and after a load:
-    /// O(the conversation), like the checkpoint a run's end takes).
-    pub(super) fn recount_fold(&self, inner: &mut Inner) {
+    /// Estimates the fold's bytes anew, at a run's end, unless the
+    /// conversation grew by less than an eighth since the last estimate:
+    /// the estimate serializes the whole conversation, under the thread's
+    /// lock, and doing it at every run's end made a run's end cost
+    /// O(the conversation). Re-counting at each eighth of growth costs
+    /// O(1) a message, and the count lags the truth by at most an eighth.
+    /// `force`: after a load or a shed, whatever the growth.
+    pub(super) fn recount_fold(&self, inner: &mut Inner, force: bool) {
+        let messages = inner.fold.messages().len();
+        if !force && inner.journal.estimate_holds(messages) {
+            return;
+        }
         let n = inner.fold.approx_bytes();
-        inner.journal.set_fold_bytes(n);
+        inner.journal.set_fold_bytes(n, messages);
     }
 
     /// After a load: the tail within `threads.hot_bytes`, the fold counted.
     pub(super) fn settle_residency(&self, inner: &mut Inner) {
         self.trim_tail(inner, self.settings.hot_bytes);
-        self.recount_fold(inner);
+        self.recount_fold(inner, true);
     }
 
     /// The bytes this thread holds: its tail and its fold.
@@ -266,7 +287,7 @@ impl Thread {
         let mut freed = self.trim_tail(&mut inner, half.max(1));
         let before = inner.journal.fold_bytes();
         inner.fold.shed_checkpoints();
-        self.recount_fold(&mut inner);
+        self.recount_fold(&mut inner, true);
         freed += before.saturating_sub(inner.journal.fold_bytes());
         freed
     }
@@ -453,6 +474,32 @@ mod tests {
         );
         entry.set_origin(RunAgent::Agent(Arc::from("demo")));
         Arc::new(entry)
+    }
+
+    /// The fold is counted again after an eighth of growth, or any shrink
+    /// (a branch's history replaced it), and its bytes move in the node's
+    /// count.
+    #[test]
+    fn the_folds_estimate_is_taken_again_only_after_real_growth() {
+        let node = NodeBytes::default();
+        let mut tail = Tail::new(node.clone());
+        tail.set_fold_bytes(8000, 80);
+        assert_eq!(node.folds(), 8000);
+        assert!(tail.estimate_holds(80) && tail.estimate_holds(89));
+        assert!(!tail.estimate_holds(90), "an eighth more");
+        assert!(!tail.estimate_holds(79), "shrunk");
+        tail.set_fold_bytes(0, 0);
+        assert!(
+            !tail.estimate_holds(1),
+            "a small conversation is counted each message"
+        );
+        tail.set_fold_bytes(500, 3);
+        drop(tail);
+        assert_eq!(
+            node.folds(),
+            0,
+            "a dropped thread gives its fold's count back"
+        );
     }
 
     #[test]
