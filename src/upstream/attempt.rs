@@ -5,6 +5,7 @@
 //! other.
 
 use crate::protocol::Event;
+use crate::protocol::sse::{SseDecoder, SseFrame};
 use bytes::Bytes;
 
 /// Stable `RUN_ERROR.code`s for runs the gateway had to end itself.
@@ -99,4 +100,25 @@ pub(super) fn describe(e: &reqwest::Error) -> String {
         source = s.source();
     }
     text
+}
+
+/// Feeds one read of an agent's SSE body into `decoder`, for every
+/// protocol spoken over SSE: a read that failed ends the run
+/// `upstream_incomplete`, a frame past `max_frame_bytes` ends it
+/// `upstream_frame_too_large`. The read is copied first ([`own_copy`]).
+pub(super) fn feed_read(
+    agent: &str,
+    read: Result<Bytes, reqwest::Error>,
+    decoder: &mut SseDecoder,
+    frames: &mut Vec<SseFrame>,
+) -> Result<(), Failure> {
+    let bytes = read.map_err(|e| {
+        fail(
+            UpstreamCode::Incomplete,
+            format!("agent '{agent}' stream broke: {}", describe(&e)),
+        )
+    })?;
+    decoder
+        .feed_bytes(&own_copy(&bytes), frames)
+        .map_err(|e| fail(UpstreamCode::FrameTooLarge, format!("agent '{agent}': {e}")))
 }

@@ -25,7 +25,7 @@
 //! turn a run the agent reported finished into a failure.
 
 use super::Agent;
-use super::attempt::{Failure, Handed, UpstreamCode, describe, fail, own_copy};
+use super::attempt::{Failure, Handed, UpstreamCode, describe, fail, feed_read, own_copy};
 use super::backend::{Backend, Slot};
 use super::pool::{NoBackend, RunKey};
 use crate::config::VerifyMode;
@@ -434,22 +434,9 @@ impl Run<'_> {
                         ),
                     ));
                 }
-                Ok(Some(Err(e))) => {
-                    return Err(fail(
-                        UpstreamCode::Incomplete,
-                        format!("agent '{}' stream broke: {}", self.agent.id, describe(&e)),
-                    ));
-                }
-                Ok(Some(Ok(bytes))) => bytes,
+                Ok(Some(read)) => read,
             };
-            decoder
-                .feed_bytes(&own_copy(&chunk), &mut self.frames)
-                .map_err(|e| {
-                    fail(
-                        UpstreamCode::FrameTooLarge,
-                        format!("agent '{}': {e}", self.agent.id),
-                    )
-                })?;
+            feed_read(&self.agent.id, chunk, &mut decoder, &mut self.frames)?;
             let had_events = !self.frames.is_empty();
             self.forward_frames().await?;
             if self.ended {

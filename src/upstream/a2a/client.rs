@@ -18,7 +18,7 @@ use crate::protocol::Event;
 use crate::protocol::input::RunAgentInput;
 use crate::protocol::sse::{SseDecoder, SseFrame};
 use crate::upstream::Agent;
-use crate::upstream::attempt::{Failure, Handed, UpstreamCode, describe, fail, own_copy};
+use crate::upstream::attempt::{Failure, Handed, UpstreamCode, describe, fail, feed_read};
 use crate::upstream::backend::{Backend, Slot};
 use bytes::Bytes;
 use futures::StreamExt;
@@ -234,22 +234,9 @@ impl Attempt<'_> {
                         ),
                     ));
                 }
-                Ok(Some(Err(e))) => {
-                    return Err(fail(
-                        UpstreamCode::Incomplete,
-                        format!("agent '{}' stream broke: {}", self.agent.id, describe(&e)),
-                    ));
-                }
-                Ok(Some(Ok(bytes))) => bytes,
+                Ok(Some(read)) => read,
             };
-            decoder
-                .feed_bytes(&own_copy(&chunk), &mut frames)
-                .map_err(|e| {
-                    fail(
-                        UpstreamCode::FrameTooLarge,
-                        format!("agent '{}': {e}", self.agent.id),
-                    )
-                })?;
+            feed_read(&self.agent.id, chunk, &mut decoder, &mut frames)?;
             let answers: Vec<Value> = frames
                 .drain(..)
                 .filter_map(|f| match serde_json::from_str(f.data.as_str()) {
