@@ -16,11 +16,13 @@ const MAX_WAL: u64 = 4 << 20;
 /// The node budget this test configures (`threads.memory_budget`).
 const BUDGET: u64 = 16 << 20;
 
-/// What a gateway holds beside its threads (docs/operations.md, "Sizing by
-/// bytes"): about 25 MiB at start (binary, runtime, TLS and HTTP stacks),
-/// the soak's 30 connections and their outboxes, and the allocator's
-/// arenas and fragmentation.
-const FIXED_OVERHEAD: u64 = 64 << 20;
+/// What each connection may hold beside the threads: its outbox, bounded
+/// by `threads.viewer_queue_bytes` (1 MiB by default; docs/operations.md,
+/// "Sizing by bytes", says the budget does not count it).
+const OUTBOX_BOUND: u64 = 1 << 20;
+
+/// The allocator's arenas and fragmentation on top of what is held.
+const ALLOCATOR_SLACK: u64 = 16 << 20;
 
 // Four workers for 30 clients: in one CI run on two, the load's own sampler
 // (which only reads files) printed nothing for 20 s while a runner's wait ran
@@ -86,8 +88,11 @@ async fn the_wal_and_memory_stop_growing_under_steady_load() {
         "memory keeps growing: {gained_kib} KiB over {runs} runs: {s:#?}"
     );
     // The node's count of what its threads hold stays within its budget,
-    // and RSS within the budget plus the fixed overhead docs/operations.md
-    // states (the binary, the runtime, the connections, the allocator).
+    // and RSS within what the process had at start (binary, runtime: a
+    // debug build starts near 45 MiB) plus the budget, each connection's
+    // outbox bound and the allocator's slack. (A fixed 64 MiB for all but
+    // the budget passed locally and failed in CI at 85 MiB: the debug
+    // build's start and the 30 outboxes had not been counted.)
     let metrics = gw.metrics().await;
     let resident: f64 = metrics
         .lines()
@@ -98,10 +103,13 @@ async fn the_wal_and_memory_stop_growing_under_steady_load() {
         resident > 0.0 && resident <= BUDGET as f64,
         "{resident} counted:\n{metrics}"
     );
+    let connections = (load.threads * (load.viewers_per_thread + 1)) as u64;
+    let bound = s[0].rss_kib * 1024 + BUDGET + connections * OUTBOX_BOUND + ALLOCATOR_SLACK;
     assert!(
-        last.rss_kib * 1024 <= BUDGET + FIXED_OVERHEAD,
-        "RSS {} KiB passed the budget plus the fixed overhead: {s:#?}",
-        last.rss_kib
+        last.rss_kib * 1024 <= bound,
+        "RSS {} KiB passed its start, the budget, {connections} outboxes and the slack ({} KiB): {s:#?}",
+        last.rss_kib,
+        bound / 1024
     );
     // The metric says what the file holds.
     let wal_metric: u64 = metrics
