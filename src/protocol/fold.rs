@@ -181,7 +181,7 @@ impl Fold {
     pub fn at_checkpoint(checkpoint: &Checkpoint) -> Fold {
         Fold {
             seq: checkpoint.seq,
-            messages: checkpoint.shared_messages().to_vec(),
+            messages: checkpoint.shared_messages(),
             state_bytes: SizeEstimate {
                 bytes: json_len(checkpoint.state()),
                 cap: MAX_STATE_BYTES,

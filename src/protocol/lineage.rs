@@ -24,7 +24,9 @@
 //! rebuilt by replaying the journal from its nearest ancestor that has one
 //! (`thread::lineage`).
 
-use super::authorship::{Authors, GATEWAY_FIELD, RunAgent};
+use super::authorship::{GATEWAY_FIELD, RunAgent};
+pub use super::checkpoint::Checkpoint;
+use super::checkpoint::{Pools, checkpoint_from_json};
 use super::event::{Event, EventType};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -163,173 +165,6 @@ impl Stamp {
         }
         Value::Object(m)
     }
-}
-
-/// A run's end: its messages, state and pending interrupts, and which
-/// run's agent introduced each message (so a view at this run is shown to
-/// each viewer by the right agent's rules).
-///
-/// Messages are shared with the thread's fold (which copies one only when
-/// it changes after the run's end) and state with the previous checkpoint
-/// when unchanged: a run's end costs a pointer per message, not a copy of
-/// the conversation. (A copy per run made a soak's memory grow ten times
-/// faster.)
-#[derive(Debug, Clone, PartialEq)]
-pub struct Checkpoint {
-    pub seq: u64,
-    messages: Vec<Arc<Value>>,
-    /// The agent of the run that introduced each message (aligned).
-    origins: Vec<RunAgent>,
-    state: Arc<Value>,
-    state_origins: Vec<RunAgent>,
-    pub interrupts: Vec<Value>,
-}
-
-impl Checkpoint {
-    /// A checkpoint of the fold's `messages` (shared: a pointer each) and
-    /// `state` (shared with `previous` when unchanged).
-    pub fn new(
-        seq: u64,
-        (messages, state, interrupts): (&[Arc<Value>], &Value, &[Value]),
-        authors: &Authors,
-        previous: Option<&Checkpoint>,
-    ) -> Checkpoint {
-        let origins = messages
-            .iter()
-            .map(|m| authors.of_message(message_id(m)).clone())
-            .collect();
-        let state = match previous {
-            Some(p) if *p.state == *state => p.state.clone(),
-            _ => Arc::new(state.clone()),
-        };
-        Checkpoint {
-            seq,
-            messages: messages.to_vec(),
-            origins,
-            state,
-            state_origins: authors.of_state().to_vec(),
-            interrupts: interrupts.to_vec(),
-        }
-    }
-
-    /// True when both hold the very same state value (not a copy).
-    pub fn shares_state_with(&self, other: &Checkpoint) -> bool {
-        Arc::ptr_eq(&self.state, &other.state)
-    }
-
-    /// The messages, as shared with the fold they were taken from.
-    pub fn shared_messages(&self) -> &[Arc<Value>] {
-        &self.messages
-    }
-
-    /// The conversation at this run's end.
-    pub fn messages(&self) -> impl ExactSizeIterator<Item = &Value> {
-        self.messages.iter().map(|m| &**m)
-    }
-
-    /// The conversation, as owned values.
-    pub fn message_values(&self) -> Vec<Value> {
-        self.messages().cloned().collect()
-    }
-
-    pub fn state(&self) -> &Value {
-        &self.state
-    }
-
-    /// The runs that wrote the state (by agent).
-    pub fn state_origins(&self) -> &[RunAgent] {
-        &self.state_origins
-    }
-
-    /// Who introduced each message (message id, origin).
-    pub fn message_authors(&self) -> impl Iterator<Item = (String, RunAgent)> + '_ {
-        self.messages
-            .iter()
-            .zip(&self.origins)
-            .filter_map(|(m, o)| Some((message_id(m)?.to_owned(), o.clone())))
-    }
-
-    /// Who introduced each message and wrote the state.
-    pub fn authors(&self) -> Authors {
-        Authors::from_parts(self.message_authors(), self.state_origins.clone())
-    }
-}
-
-/// Checkpoints written once per distinct message and state: a compacted
-/// base holds the values in two pools and each checkpoint as indices.
-#[derive(Default)]
-struct Pools {
-    messages: Vec<Value>,
-    message_index: HashMap<*const Value, usize>,
-    states: Vec<Value>,
-    state_index: HashMap<*const Value, usize>,
-}
-
-impl Pools {
-    fn message(&mut self, m: &Arc<Value>) -> usize {
-        let next = self.messages.len();
-        *self.message_index.entry(Arc::as_ptr(m)).or_insert_with(|| {
-            self.messages.push((**m).clone());
-            next
-        })
-    }
-
-    fn state(&mut self, s: &Arc<Value>) -> usize {
-        let next = self.states.len();
-        *self.state_index.entry(Arc::as_ptr(s)).or_insert_with(|| {
-            self.states.push((**s).clone());
-            next
-        })
-    }
-
-    fn checkpoint(&mut self, c: &Checkpoint) -> Value {
-        let messages: Vec<usize> = c.messages.iter().map(|m| self.message(m)).collect();
-        json!({
-            "seq": c.seq,
-            "messages": messages,
-            "origins": c.origins.iter().map(RunAgent::to_json).collect::<Vec<_>>(),
-            "state": self.state(&c.state),
-            "stateOrigins": c.state_origins.iter().map(RunAgent::to_json).collect::<Vec<_>>(),
-            "interrupts": c.interrupts,
-        })
-    }
-}
-
-/// Reads [`Pools::checkpoint`]'s form against the pools read back.
-fn checkpoint_from_json(
-    v: &Value,
-    messages: &[Arc<Value>],
-    states: &[Arc<Value>],
-) -> Option<Checkpoint> {
-    let origins = |k: &str| -> Vec<RunAgent> {
-        v.get(k)
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .map(RunAgent::from_json)
-            .collect()
-    };
-    let picked: Option<Vec<Arc<Value>>> = v
-        .get("messages")?
-        .as_array()?
-        .iter()
-        .map(|i| messages.get(i.as_u64()? as usize).cloned())
-        .collect();
-    let picked = picked?;
-    let mut message_origins = origins("origins");
-    message_origins.resize(picked.len(), RunAgent::Unknown);
-    Some(Checkpoint {
-        seq: v.get("seq")?.as_u64()?,
-        messages: picked,
-        origins: message_origins,
-        state: states.get(v.get("state")?.as_u64()? as usize)?.clone(),
-        state_origins: origins("stateOrigins"),
-        interrupts: v
-            .get("interrupts")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default(),
-    })
 }
 
 /// One run of the tree.
@@ -698,16 +533,12 @@ impl RunTable {
     /// messages themselves are the fold's, shared).
     pub fn approx_bytes(&self, value_bytes: impl Fn(&Value) -> usize) -> usize {
         const RECORD: usize = 256;
-        const PER_CHECKPOINT_MESSAGE: usize = 8 + std::mem::size_of::<RunAgent>();
         self.runs
             .values()
             .map(|r| {
                 let input: usize = r.input.iter().map(&value_bytes).sum();
                 let ids: usize = r.output_ids.iter().map(|i| i.len() + 24).sum();
-                let checkpoint = r.checkpoint.as_ref().map_or(0, |c| {
-                    c.messages.len() * PER_CHECKPOINT_MESSAGE
-                        + c.interrupts.iter().map(&value_bytes).sum::<usize>()
-                });
+                let checkpoint = r.checkpoint.as_ref().map_or(0, |c| c.own_bytes(&value_bytes));
                 RECORD + r.run_id.len() + input + ids + checkpoint
             })
             .sum()
@@ -737,10 +568,11 @@ impl RunTable {
             .enumerate()
             .map(|(i, r)| r.to_stored_json((i >= stored_from).then_some(&mut pools)))
             .collect();
+        let (messages, states) = pools.into_json();
         json!({
             "runs": runs,
-            "messages": pools.messages,
-            "states": pools.states,
+            "messages": messages,
+            "states": states,
             "started": self.started,
         })
     }
@@ -775,6 +607,6 @@ impl RunTable {
     }
 }
 
-fn message_id(m: &Value) -> Option<&str> {
+pub(super) fn message_id(m: &Value) -> Option<&str> {
     m.get("id").and_then(Value::as_str)
 }

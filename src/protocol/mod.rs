@@ -13,6 +13,7 @@
 //! [`version`] is the AG-UI version the gateway declares.
 
 pub mod authorship;
+pub mod checkpoint;
 pub mod chunks;
 pub mod event;
 pub mod export;

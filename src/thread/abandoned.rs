@@ -81,11 +81,8 @@ impl Thread {
                 .runs()
                 .get(&run.run_id)
                 .map_or(0, |r| r.started_seq);
-            let started = inner.journal.partition_point(|k| k.seq < started_seq);
-            for kept in inner.journal.range(started..) {
-                if let Some(event) = kept.event() {
-                    open.track(&event);
-                }
+            for (_, event) in inner.journal.events_from(started_seq) {
+                open.track(&event);
             }
             let mut events = open.closing();
             for (call, to) in unanswered_transfers(inner.fold.messages()) {

@@ -41,6 +41,7 @@ mod journal;
 mod journal_lost;
 mod load;
 mod opening;
+mod packed;
 pub mod recent;
 mod recovery;
 pub mod registry;
@@ -72,7 +73,7 @@ use dashmap::DashMap;
 use fanout::{CatchUp, Live, Outbox, Outgoing};
 use run::RunSlot;
 use serde_json::{Map, Value, json};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 /// How many of a thread's latest meta `clientEventId`s are remembered for
@@ -187,7 +188,7 @@ impl Thread {
         settings: ThreadSettings,
         meta: ThreadMeta,
     ) -> Arc<Thread> {
-        let tail = Tail::new(settings.node_bytes.clone());
+        let tail = Tail::new(settings.node_bytes.clone(), settings.hot_bytes);
         Arc::new_cyclic(|me| Thread {
             id: Arc::from(key.thread_id.as_str()),
             key,

@@ -17,48 +17,32 @@
 //! ([`NodeBytes`]), which the registry holds to `threads.memory_budget`.
 
 use super::*;
-use std::ops::Deref;
+use super::packed::Packed;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// One published event as the tail keeps it: its seq and its JSON text
-/// (the same bytes the live entry had: nothing is copied); the run it
-/// belongs to is the run table's to say ([`origin_at`]). Not the
-/// [`Entry`] itself: an entry is 272 bytes of routing
-/// fields and frame slots that only the live fan-out needs, about twice a
-/// typical event's text; a reader of the past gets a fresh entry, scanned
-/// again from the text ([`Kept::entry`]), which costs it microseconds and
-/// the live path nothing.
-pub(super) struct Kept {
-    pub seq: u64,
-    json: Bytes,
-}
-
-impl Kept {
-    /// What keeping it costs: this record and the event's text.
-    fn bytes(&self) -> usize {
-        std::mem::size_of::<Kept>() + self.json.len()
-    }
-
-    /// The event, scanned again from its text (it was scanned once when
-    /// it was published, so this does not fail; a failure is logged and
-    /// the event skipped, as a damaged stored one is).
-    pub(super) fn event(&self) -> Option<Event> {
-        match Event::parse(self.json.clone()) {
-            Ok(event) => Some(event),
-            Err(e) => {
-                tracing::error!(seq = self.seq, "a kept event no longer scans, skipped: {e}");
-                None
-            }
+/// A kept event, scanned again from its text (it was scanned once when it
+/// was published, so this does not fail; a failure is logged and the
+/// event skipped, as a damaged stored one is). The tail keeps only the
+/// text ([`super::packed`]): an [`Entry`] is 272 bytes of routing fields
+/// and frame slots that only the live fan-out needs, about twice a typical
+/// event's text; a reader of the past gets a fresh one, which costs it
+/// microseconds and the live path nothing.
+pub(super) fn kept_event(seq: u64, json: &[u8]) -> Option<Event> {
+    match Event::parse(Bytes::copy_from_slice(json)) {
+        Ok(event) => Some(event),
+        Err(e) => {
+            tracing::error!(seq, "a kept event no longer scans, skipped: {e}");
+            None
         }
     }
+}
 
-    /// A journal entry for it, of thread `thread_id`, with its run as
-    /// `fold` remembers it.
-    pub(super) fn entry(&self, thread_id: &Arc<str>, fold: &Fold) -> Option<Arc<Entry>> {
-        let entry = Entry::new(thread_id.clone(), self.seq, self.event()?);
-        entry.set_origin(origin_at(fold, self.seq));
-        Some(Arc::new(entry))
-    }
+/// A journal entry for kept event `seq`, of thread `thread_id`, with its
+/// run as `fold` remembers it.
+fn kept_entry(seq: u64, json: &[u8], thread_id: &Arc<str>, fold: &Fold) -> Option<Arc<Entry>> {
+    let entry = Entry::new(thread_id.clone(), seq, kept_event(seq, json)?);
+    entry.set_origin(origin_at(fold, seq));
+    Some(Arc::new(entry))
 }
 
 /// Bytes the resident threads of this node hold: their tails, and their
@@ -96,13 +80,10 @@ impl NodeBytes {
     }
 }
 
-/// The published entries a thread holds in memory, oldest first, and what
-/// they cost. Read like the deque it wraps; changed only here, so the
-/// count stays exact.
-#[derive(Default)]
+/// The published events a thread holds in memory, oldest first, and what
+/// they cost; changed only here, so the count stays exact.
 pub(super) struct Tail {
-    entries: VecDeque<Kept>,
-    bytes: usize,
+    events: Packed,
     /// The thread's fold, as last estimated ([`Thread::recount_fold`]).
     fold_bytes: usize,
     /// The conversation's length at that estimate.
@@ -110,19 +91,14 @@ pub(super) struct Tail {
     node: NodeBytes,
 }
 
-impl Deref for Tail {
-    type Target = VecDeque<Kept>;
-    fn deref(&self) -> &Self::Target {
-        &self.entries
-    }
-}
-
 impl Tail {
-    /// An empty tail counting into `node`.
-    pub(super) fn new(node: NodeBytes) -> Tail {
+    /// An empty tail of at most about `hot_bytes` (0: unbounded),
+    /// counting into `node`.
+    pub(super) fn new(node: NodeBytes, hot_bytes: usize) -> Tail {
+        let events = Packed::new(hot_bytes);
+        node.add(events.bytes());
         Tail {
-            entries: VecDeque::new(),
-            bytes: 0,
+            events,
             fold_bytes: 0,
             counted_messages: 0,
             node,
@@ -131,7 +107,28 @@ impl Tail {
 
     /// Bytes this tail holds.
     pub(super) fn bytes(&self) -> usize {
-        self.bytes
+        self.events.bytes()
+    }
+
+    /// Events kept.
+    pub(super) fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    /// The oldest kept seq.
+    pub(super) fn front_seq(&self) -> Option<u64> {
+        self.events.front_seq()
+    }
+
+    /// The kept events from seq `from` on: seq and text.
+    pub(super) fn texts_from(&self, from: u64) -> impl Iterator<Item = (u64, &[u8])> + '_ {
+        self.events.iter_from(from)
+    }
+
+    /// The kept events from seq `from` on, scanned again.
+    pub(super) fn events_from(&self, from: u64) -> impl Iterator<Item = (u64, Event)> + '_ {
+        self.texts_from(from)
+            .filter_map(|(seq, json)| Some((seq, kept_event(seq, json)?)))
     }
 
     /// The thread's fold's bytes, as last estimated.
@@ -154,56 +151,46 @@ impl Tail {
         messages >= last && messages - last < (last / 8).max(1)
     }
 
-    /// Keeps a published entry.
+    /// Keeps a published entry (its text, copied: see [`super::packed`]).
     pub(super) fn push_back(&mut self, entry: &Entry) {
-        let kept = Kept {
-            seq: entry.seq,
-            json: entry.event.json().clone(),
-        };
-        let n = kept.bytes();
-        self.bytes += n;
-        self.node.add(n);
-        self.entries.push_back(kept);
+        let before = self.events.bytes();
+        self.events.push(entry.seq, entry.event.json());
+        match self.events.bytes().checked_sub(before) {
+            Some(grew) => self.node.add(grew),
+            // Closing the last chunk gave back more than the new one took.
+            None => self.node.sub(before - self.events.bytes()),
+        }
     }
 
-    /// Entries for the kept events from index `from` on (see
-    /// [`Kept::entry`]).
+    /// Entries for the kept events from seq `from` on (see [`kept_event`]).
     pub(super) fn entries_from<'a>(
         &'a self,
-        from: usize,
+        from: u64,
         thread_id: &'a Arc<str>,
         fold: &'a Fold,
     ) -> impl Iterator<Item = Arc<Entry>> + 'a {
-        self.entries
-            .range(from..)
-            .filter_map(move |k| k.entry(thread_id, fold))
+        self.events
+            .iter_from(from)
+            .filter_map(move |(seq, json)| kept_entry(seq, json, thread_id, fold))
     }
 
-    /// Removes every entry (compaction, reload), handing them back so a
-    /// caller can free a long run's on another thread.
-    pub(super) fn take(&mut self) -> VecDeque<Kept> {
-        self.node.sub(std::mem::take(&mut self.bytes));
-        std::mem::take(&mut self.entries)
-    }
-
+    /// Removes every event (compaction, reload). Whole chunks: freeing
+    /// them is a few calls to the allocator, however long the run was.
     pub(super) fn clear(&mut self) {
-        drop(self.take());
+        let before = self.events.bytes();
+        drop(self.events.take());
+        self.node.sub(before - self.events.bytes());
     }
 
-    /// Lets the oldest entries go until the tail holds at most `max`
-    /// bytes, keeping every entry from seq `keep_from` on. Returns how many
-    /// bytes left memory.
+    /// Lets the oldest events go, a chunk at a time, until the tail holds
+    /// at most `max` bytes, keeping every event from seq `keep_from` on.
+    /// Returns how many bytes left memory.
     pub(super) fn trim(&mut self, max: usize, keep_from: u64) -> usize {
         let mut freed = 0;
-        while self.bytes > max {
-            match self.entries.front() {
-                Some(e) if e.seq < keep_from => {
-                    let n = e.bytes();
-                    self.entries.pop_front();
-                    self.bytes -= n;
-                    freed += n;
-                }
-                _ => break,
+        while self.events.bytes() > max {
+            match self.events.pop_front_before(keep_from) {
+                Some(n) => freed += n,
+                None => break,
             }
         }
         self.node.sub(freed);
@@ -213,7 +200,7 @@ impl Tail {
 
 impl Drop for Tail {
     fn drop(&mut self) {
-        self.node.sub(self.bytes);
+        self.node.sub(self.events.bytes());
         self.node.move_fold(self.fold_bytes, 0);
     }
 }
@@ -222,7 +209,7 @@ impl Inner {
     /// The first seq held in memory: published seqs from `base_seq + 1`
     /// up to this one (excluded) are only in the store.
     pub(super) fn resident_from(&self) -> u64 {
-        self.journal.front().map_or(self.next_seq, |e| e.seq)
+        self.journal.front_seq().unwrap_or(self.next_seq)
     }
 
     /// Where the tail must keep everything from: the running run's start
@@ -355,11 +342,10 @@ impl Thread {
             if next <= to && inner.resident_from() > next {
                 continue; // trimmed meanwhile: read the rest back too
             }
-            let start = inner.journal.partition_point(|e| e.seq < next);
             out.extend(
                 inner
                     .journal
-                    .entries_from(start, &self.id, &inner.fold)
+                    .entries_from(next, &self.id, &inner.fold)
                     .take_while(|e| e.seq <= to),
             );
             return Some(out);
@@ -413,13 +399,12 @@ impl Thread {
                 }
             }
         }
-        let start = inner
+        for (seq, event) in inner
             .journal
-            .partition_point(|e| e.seq < from.max(resident_from));
-        for kept in inner.journal.range(start..).take_while(|e| e.seq <= to) {
-            if let Some(event) = kept.event() {
-                fold.apply(kept.seq, &event);
-            }
+            .events_from(from.max(resident_from))
+            .take_while(|(seq, _)| *seq <= to)
+        {
+            fold.apply(seq, &event);
         }
         true
     }
@@ -482,7 +467,7 @@ mod tests {
     #[test]
     fn the_folds_estimate_is_taken_again_only_after_real_growth() {
         let node = NodeBytes::default();
-        let mut tail = Tail::new(node.clone());
+        let mut tail = Tail::new(node.clone(), 0);
         tail.set_fold_bytes(8000, 80);
         assert_eq!(node.folds(), 8000);
         assert!(tail.estimate_holds(80) && tail.estimate_holds(89));
@@ -505,35 +490,44 @@ mod tests {
     #[test]
     fn a_tail_holds_its_bytes_and_counts_them_for_the_node() {
         let node = NodeBytes::default();
-        let mut tail = Tail::new(node.clone());
+        let mut tail = Tail::new(node.clone(), 8 << 10); // 1 KiB chunks
         for seq in 1..=100 {
             tail.push_back(&entry(seq, &"x".repeat(100)));
         }
-        let one = tail[0].bytes();
-        assert_eq!(tail.bytes(), 100 * one);
         assert_eq!(node.tails(), tail.bytes());
-        // Trimmed to 10 entries' worth, but seq 95 on is pinned.
-        tail.trim(10 * one, 95);
-        assert_eq!(tail.len(), 10);
-        assert_eq!(tail.front().unwrap().seq, 91);
+        let (all, json) = (tail.bytes(), entry(1, &"x".repeat(100)).event.json().len());
+        assert!(all > 100 * json && all < 100 * json * 13 / 10, "{all}");
+        // Seq 95 on is pinned: what is older leaves, a chunk at a time.
         tail.trim(0, 95);
-        assert_eq!(tail.front().unwrap().seq, 95, "pinned entries stay");
-        assert_eq!(node.tails(), 6 * one);
+        let front = tail.front_seq().unwrap();
+        assert!(front <= 95 && front > 80, "pinned entries stay: {front}");
+        assert_eq!(node.tails(), tail.bytes());
+        // Unpinned, trimmed to about 16 entries' worth (whole chunks).
+        tail.trim(16 * json, u64::MAX);
+        assert!(tail.bytes() <= 16 * json, "{}", tail.bytes());
+        assert!(tail.len() >= 1, "a chunk's worth stays");
+        assert_eq!(tail.front_seq(), Some(101 - tail.len() as u64));
+        assert_eq!(node.tails(), tail.bytes());
+        tail.clear();
+        assert_eq!((tail.len(), node.tails()), (0, tail.bytes()));
+        tail.push_back(&entry(101, "y"));
         drop(tail);
         assert_eq!(node.tails(), 0, "a dropped tail gives its bytes back");
     }
 
-    /// A kept event costs its text and a small record: under twice the
-    /// text for a typical 150-byte event (a live entry is 272 bytes more).
+    /// A kept event costs its text and a few bytes of index (a live entry
+    /// is 272 bytes more; a record with a `Bytes` handle was 72 more).
     #[test]
-    fn a_kept_event_costs_its_text_and_a_small_record() {
+    fn a_kept_event_costs_its_text_and_a_few_bytes() {
         let e = entry(1, &"y".repeat(80));
-        let mut tail = Tail::new(NodeBytes::default());
-        tail.push_back(&e);
         let json = e.event.json().len();
         assert!(json > 100 && json < 200, "{json}");
-        assert!(tail.bytes() < 2 * json, "{} for {json}", tail.bytes());
-        assert!(std::mem::size_of::<Kept>() <= 40);
+        let mut tail = Tail::new(NodeBytes::default(), 4 << 20);
+        for seq in 1..=20_000 {
+            tail.push_back(&entry(seq, &"y".repeat(80)));
+        }
+        let per_event = tail.bytes() / 20_000;
+        assert!(per_event <= json + 10, "{per_event} for {json}");
         // And it reads back as the same entry.
         let back = tail
             .entries_from(0, &Arc::from("t"), &Fold::new())

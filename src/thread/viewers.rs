@@ -318,14 +318,13 @@ impl Thread {
             inner.viewers.push(viewer);
             return (page, None);
         }
-        let start = inner.journal.partition_point(|e| e.seq <= after);
         let (mut page, mut bytes, mut last) = (Vec::new(), 0, after);
         let read_back = cold
             .flatten()
             .filter(|c| c.first().is_some_and(|e| e.seq == after + 1));
         let entries: Box<dyn Iterator<Item = Arc<Entry>>> = match read_back {
             Some(cold) => Box::new(cold.into_iter()),
-            None => Box::new(inner.journal.entries_from(start, &self.id, &inner.fold)),
+            None => Box::new(inner.journal.entries_from(after + 1, &self.id, &inner.fold)),
         };
         let mut ended = false;
         for e in entries {

@@ -1,0 +1,350 @@
+//! A run's end, kept: the conversation, state and pending interrupts as
+//! they stood when the run ended, so a branch from it, or the view "as it
+//! was at the end of run R", costs a clone instead of a replay
+//! ([`super::lineage`] keeps the newest ones per thread).
+//!
+//! Why a checkpoint shares its conversation with the one before it: a
+//! thread keeps the newest 16 run ends, and each held a list as long as
+//! the conversation (a pointer and an origin per message, 40 bytes). A
+//! heap profile of a soak found those lists at 8 KB a thread after 80
+//! runs, growing with every message: 16 × 40 bytes a message, more than
+//! the message itself. A run usually appends to its base's conversation,
+//! so its checkpoint keeps only what it appended and points at the base's
+//! list for the rest; the chain is cut (one flat copy) every
+//! [`MAX_CHAIN`] links, so reading one walks a bounded number of parts.
+
+use super::authorship::{Authors, RunAgent};
+use super::lineage::message_id;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Links before a conversation is copied flat: bounds a read's walk, and
+/// the copies a thread's 16 kept checkpoints hold (at most two).
+const MAX_CHAIN: usize = 32;
+
+/// Messages and who introduced each, as a run's end saw them: the messages
+/// of `before` (another checkpoint's, shared), then `own`.
+#[derive(Debug)]
+struct Conversation {
+    before: Option<Arc<Conversation>>,
+    own: Vec<(Arc<Value>, RunAgent)>,
+    len: usize,
+    links: usize,
+}
+
+impl Conversation {
+    fn flat(own: Vec<(Arc<Value>, RunAgent)>) -> Conversation {
+        Conversation {
+            before: None,
+            len: own.len(),
+            own,
+            links: 0,
+        }
+    }
+
+    /// Its parts, oldest first.
+    fn parts(&self) -> Vec<&[(Arc<Value>, RunAgent)]> {
+        let mut parts = vec![self.own.as_slice()];
+        let mut at = self.before.as_deref();
+        while let Some(c) = at {
+            parts.push(&c.own);
+            at = c.before.as_deref();
+        }
+        parts.reverse();
+        parts
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &(Arc<Value>, RunAgent)> {
+        self.parts().into_iter().flatten()
+    }
+
+    /// The conversation of `messages`, sharing `previous`'s when that is
+    /// where it starts (the very same message values, by the same runs).
+    fn after(
+        previous: Option<&Arc<Conversation>>,
+        messages: &[Arc<Value>],
+        origin: impl Fn(&Value) -> RunAgent,
+    ) -> Conversation {
+        let entry = |m: &Arc<Value>| (m.clone(), origin(m));
+        let shared = previous.filter(|p| {
+            p.links < MAX_CHAIN
+                && p.len <= messages.len()
+                && p.iter()
+                    .zip(messages)
+                    .all(|((m, o), n)| Arc::ptr_eq(m, n) && *o == origin(n))
+        });
+        match shared {
+            Some(p) => Conversation {
+                before: Some(p.clone()),
+                own: messages[p.len..].iter().map(entry).collect(),
+                len: messages.len(),
+                links: p.links + 1,
+            },
+            None => Conversation::flat(messages.iter().map(entry).collect()),
+        }
+    }
+}
+
+/// A run's end: its messages, state and pending interrupts, and which
+/// run's agent introduced each message (so a view at this run is shown to
+/// each viewer by the right agent's rules).
+///
+/// Messages are shared with the thread's fold (which copies one only when
+/// it changes after the run's end), the list of them with the previous
+/// checkpoint where it starts the same (see the module's docs), and state
+/// with the previous checkpoint when unchanged: a run's end costs what the
+/// run added, not a copy of the conversation.
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    pub seq: u64,
+    conversation: Arc<Conversation>,
+    state: Arc<Value>,
+    state_origins: Vec<RunAgent>,
+    pub interrupts: Vec<Value>,
+}
+
+/// Equal when they say the same (however each shares its parts).
+impl PartialEq for Checkpoint {
+    fn eq(&self, o: &Self) -> bool {
+        self.seq == o.seq
+            && self.conversation.len == o.conversation.len
+            && self
+                .conversation
+                .iter()
+                .zip(o.conversation.iter())
+                .all(|((m, a), (n, b))| m == n && a == b)
+            && self.state == o.state
+            && self.state_origins == o.state_origins
+            && self.interrupts == o.interrupts
+    }
+}
+
+impl Checkpoint {
+    /// A checkpoint of the fold's `messages` (shared: see the type's
+    /// docs) and `state` (shared with `previous` when unchanged).
+    pub fn new(
+        seq: u64,
+        (messages, state, interrupts): (&[Arc<Value>], &Value, &[Value]),
+        authors: &Authors,
+        previous: Option<&Checkpoint>,
+    ) -> Checkpoint {
+        let conversation = Conversation::after(
+            previous.map(|p| &p.conversation),
+            messages,
+            |m| authors.of_message(message_id(m)).clone(),
+        );
+        let state = match previous {
+            Some(p) if *p.state == *state => p.state.clone(),
+            _ => Arc::new(state.clone()),
+        };
+        Checkpoint {
+            seq,
+            conversation: Arc::new(conversation),
+            state,
+            state_origins: authors.of_state().to_vec(),
+            interrupts: interrupts.to_vec(),
+        }
+    }
+
+    /// True when both hold the very same state value (not a copy).
+    pub fn shares_state_with(&self, other: &Checkpoint) -> bool {
+        Arc::ptr_eq(&self.state, &other.state)
+    }
+
+    /// Messages in the conversation.
+    pub fn len(&self) -> usize {
+        self.conversation.len
+    }
+
+    /// True for a run's end with no message yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The messages, as shared with the fold they were taken from.
+    pub fn shared_messages(&self) -> Vec<Arc<Value>> {
+        self.conversation.iter().map(|(m, _)| m.clone()).collect()
+    }
+
+    /// The conversation at this run's end.
+    pub fn messages(&self) -> impl Iterator<Item = &Value> {
+        self.conversation.iter().map(|(m, _)| &**m)
+    }
+
+    /// The conversation, as owned values.
+    pub fn message_values(&self) -> Vec<Value> {
+        self.messages().cloned().collect()
+    }
+
+    pub fn state(&self) -> &Value {
+        &self.state
+    }
+
+    /// The runs that wrote the state (by agent).
+    pub fn state_origins(&self) -> &[RunAgent] {
+        &self.state_origins
+    }
+
+    /// Who introduced each message (message id, origin).
+    pub fn message_authors(&self) -> impl Iterator<Item = (String, RunAgent)> + '_ {
+        self.conversation
+            .iter()
+            .filter_map(|(m, o)| Some((message_id(m)?.to_owned(), o.clone())))
+    }
+
+    /// Who introduced each message and wrote the state.
+    pub fn authors(&self) -> Authors {
+        Authors::from_parts(self.message_authors(), self.state_origins.clone())
+    }
+
+    /// Bytes it holds of its own (what it shares is counted where it is
+    /// owned): its entries, its interrupts.
+    pub fn own_bytes(&self, value_bytes: impl Fn(&Value) -> usize) -> usize {
+        const PER_MESSAGE: usize = std::mem::size_of::<(Arc<Value>, RunAgent)>();
+        std::mem::size_of::<Conversation>()
+            + self.conversation.own.capacity() * PER_MESSAGE
+            + self.interrupts.iter().map(value_bytes).sum::<usize>()
+    }
+}
+
+/// Checkpoints written once per distinct message and state: a compacted
+/// base holds the values in two pools and each checkpoint as indices.
+#[derive(Default)]
+pub(super) struct Pools {
+    messages: Vec<Value>,
+    message_index: HashMap<*const Value, usize>,
+    states: Vec<Value>,
+    state_index: HashMap<*const Value, usize>,
+}
+
+impl Pools {
+    fn message(&mut self, m: &Arc<Value>) -> usize {
+        let next = self.messages.len();
+        *self.message_index.entry(Arc::as_ptr(m)).or_insert_with(|| {
+            self.messages.push((**m).clone());
+            next
+        })
+    }
+
+    fn state(&mut self, s: &Arc<Value>) -> usize {
+        let next = self.states.len();
+        *self.state_index.entry(Arc::as_ptr(s)).or_insert_with(|| {
+            self.states.push((**s).clone());
+            next
+        })
+    }
+
+    pub(super) fn checkpoint(&mut self, c: &Checkpoint) -> Value {
+        let messages: Vec<usize> = c.conversation.iter().map(|(m, _)| self.message(m)).collect();
+        let origins: Vec<Value> = c.conversation.iter().map(|(_, o)| o.to_json()).collect();
+        json!({
+            "seq": c.seq,
+            "messages": messages,
+            "origins": origins,
+            "state": self.state(&c.state),
+            "stateOrigins": c.state_origins.iter().map(RunAgent::to_json).collect::<Vec<_>>(),
+            "interrupts": c.interrupts,
+        })
+    }
+
+    /// The pools' stored form.
+    pub(super) fn into_json(self) -> (Vec<Value>, Vec<Value>) {
+        (self.messages, self.states)
+    }
+}
+
+/// Reads [`Pools::checkpoint`]'s form against the pools read back.
+pub(super) fn checkpoint_from_json(
+    v: &Value,
+    messages: &[Arc<Value>],
+    states: &[Arc<Value>],
+) -> Option<Checkpoint> {
+    let origins = |k: &str| -> Vec<RunAgent> {
+        v.get(k)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(RunAgent::from_json)
+            .collect()
+    };
+    let picked: Option<Vec<Arc<Value>>> = v
+        .get("messages")?
+        .as_array()?
+        .iter()
+        .map(|i| messages.get(i.as_u64()? as usize).cloned())
+        .collect();
+    let picked = picked?;
+    let mut message_origins = origins("origins");
+    message_origins.resize(picked.len(), RunAgent::Unknown);
+    Some(Checkpoint {
+        seq: v.get("seq")?.as_u64()?,
+        conversation: Arc::new(Conversation::flat(
+            picked.into_iter().zip(message_origins).collect(),
+        )),
+        state: states.get(v.get("state")?.as_u64()? as usize)?.clone(),
+        state_origins: origins("stateOrigins"),
+        interrupts: v
+            .get("interrupts")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(id: &str) -> Arc<Value> {
+        Arc::new(json!({"id": id, "role": "assistant", "content": id}))
+    }
+
+    fn checkpoint(messages: &[Arc<Value>], previous: Option<&Checkpoint>) -> Checkpoint {
+        Checkpoint::new(
+            messages.len() as u64,
+            (messages, &json!({}), &[]),
+            &Authors::default(),
+            previous,
+        )
+    }
+
+    /// A run that appended to its base's conversation keeps only what it
+    /// appended; the whole reads back the same.
+    #[test]
+    fn a_checkpoint_keeps_only_what_its_run_appended() {
+        let mut messages: Vec<Arc<Value>> = (0..100).map(|i| message(&format!("m{i}"))).collect();
+        let first = checkpoint(&messages, None);
+        messages.push(message("m100"));
+        messages.push(message("m101"));
+        let second = checkpoint(&messages, Some(&first));
+        assert_eq!(second.conversation.own.len(), 2, "only the two new ones");
+        assert_eq!(second.shared_messages(), messages);
+        assert_eq!(first.len(), 100);
+        let flat = checkpoint(&messages, None);
+        assert_eq!(flat, second, "the same conversation, however shared");
+        assert!(second.own_bytes(|_| 0) < first.own_bytes(|_| 0) / 10);
+    }
+
+    /// A conversation that does not start with the base's (a message
+    /// changed after the base's end, or a branch restated another history)
+    /// is copied flat; a chain is cut at its bound.
+    #[test]
+    fn a_changed_history_or_a_long_chain_is_copied_flat() {
+        let mut messages: Vec<Arc<Value>> = (0..10).map(|i| message(&format!("m{i}"))).collect();
+        let first = checkpoint(&messages, None);
+        messages[3] = message("edited");
+        let second = checkpoint(&messages, Some(&first));
+        assert_eq!(second.conversation.own.len(), 10);
+        assert_eq!(second.shared_messages(), messages);
+
+        let mut at = second;
+        for i in 0..MAX_CHAIN * 2 {
+            messages.push(message(&format!("n{i}")));
+            at = checkpoint(&messages, Some(&at));
+            assert!(at.conversation.links <= MAX_CHAIN);
+            assert!(at.conversation.parts().len() <= MAX_CHAIN + 1);
+        }
+        assert_eq!(at.shared_messages(), messages);
+    }
+}

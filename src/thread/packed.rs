@@ -1,0 +1,245 @@
+//! The text of the events a thread's tail keeps, packed into chunks.
+//!
+//! Why packed: a record per event (its seq, a `Bytes` handle, and the
+//! shared header the handle needs on the agent's read buffer) cost about
+//! 100 bytes beside a typical 110-byte text; a heap profile of a soak
+//! (docs/benchmarks.md, "Where the rest went") found those records, the
+//! deque's doubling and the read buffers' headers at a third of what the
+//! node held. Packed, an event costs its text and 8 bytes of index, and the
+//! agent's read buffer is freed as soon as the live fan-out is done with it.
+//!
+//! Why chunks: a tail lets its oldest events go; a chunk goes whole, so the
+//! memory really returns to the allocator (one free, not one per event) and
+//! nothing is moved. A chunk is sized from `threads.hot_bytes` (an eighth of
+//! it, between 256 bytes and 16 KiB), so a tail overshoots its bound by at
+//! most a chunk. Readers copy an event's text out (a reader of the past is
+//! rare; the live path reads the entries it publishes, never this).
+
+use std::collections::VecDeque;
+
+/// The largest chunk: big enough that the per-chunk overhead is lost in
+/// it, small enough that trimming whole chunks stays close to the bound.
+const MAX_CHUNK: usize = 16 << 10;
+/// The smallest chunk (a tail bounded to 1 KiB still packs a few events).
+const MIN_CHUNK: usize = 256;
+
+/// Consecutive kept events: their texts end to end, and per event its seq
+/// (as an offset from the chunk's first) and where its text ends.
+struct Chunk {
+    first_seq: u64,
+    text: Vec<u8>,
+    index: Vec<(u32, u32)>,
+}
+
+impl Chunk {
+    /// What the chunk holds in memory (its allocations, not its length).
+    fn bytes(&self) -> usize {
+        std::mem::size_of::<Chunk>()
+            + self.text.capacity()
+            + self.index.capacity() * std::mem::size_of::<(u32, u32)>()
+    }
+
+    fn last_seq(&self) -> u64 {
+        self.first_seq + self.index.last().map_or(0, |&(s, _)| s as u64)
+    }
+
+    /// The `i`th event: its seq and text.
+    fn get(&self, i: usize) -> (u64, &[u8]) {
+        let start = if i == 0 { 0 } else { self.index[i - 1].1 as usize };
+        let (seq, end) = self.index[i];
+        (self.first_seq + seq as u64, &self.text[start..end as usize])
+    }
+
+    /// True when an event `seq` of `len` bytes still fits: the chunk's
+    /// size, and offsets that fit their 32 bits.
+    fn fits(&self, seq: u64, len: usize, chunk: usize) -> bool {
+        self.text.len() + len <= self.text.capacity().max(chunk)
+            && u32::try_from(seq - self.first_seq).is_ok()
+            && u32::try_from(self.text.len() + len).is_ok()
+    }
+}
+
+/// A tail's events, oldest first.
+pub(super) struct Packed {
+    chunks: VecDeque<Chunk>,
+    /// Target size of a chunk's text.
+    chunk: usize,
+    len: usize,
+    bytes: usize,
+}
+
+impl Packed {
+    /// Empty, with chunks sized for a tail of `hot_bytes` (0: unbounded).
+    pub(super) fn new(hot_bytes: usize) -> Packed {
+        let chunk = match hot_bytes {
+            0 => MAX_CHUNK,
+            n => (n / 8).clamp(MIN_CHUNK, MAX_CHUNK),
+        };
+        Packed {
+            chunks: VecDeque::new(),
+            chunk,
+            len: 0,
+            bytes: 0,
+        }
+    }
+
+    /// Events kept.
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Bytes held: every chunk's allocations, and the chunk queue's.
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes + self.chunks.capacity() * std::mem::size_of::<Chunk>()
+    }
+
+    /// The oldest kept seq.
+    pub(super) fn front_seq(&self) -> Option<u64> {
+        self.chunks.front().map(|c| c.first_seq)
+    }
+
+    /// Keeps event `seq` (newer than every kept one) with text `json`.
+    pub(super) fn push(&mut self, seq: u64, json: &[u8]) {
+        let open = self
+            .chunks
+            .back()
+            .is_some_and(|c| c.fits(seq, json.len(), self.chunk));
+        if !open {
+            self.close_last();
+            let chunk = Chunk {
+                first_seq: seq,
+                text: Vec::with_capacity(self.chunk.max(json.len())),
+                index: Vec::new(),
+            };
+            self.bytes += chunk.bytes();
+            self.chunks.push_back(chunk);
+        }
+        let last = self.chunks.back_mut().expect("a chunk is open");
+        let before = last.bytes();
+        last.text.extend_from_slice(json);
+        let end = last.text.len() as u32;
+        last.index.push(((seq - last.first_seq) as u32, end));
+        self.bytes = self.bytes + last.bytes() - before;
+        self.len += 1;
+    }
+
+    /// The newest chunk gives back what it will not use: no more events
+    /// go into it.
+    fn close_last(&mut self) {
+        if let Some(last) = self.chunks.back_mut() {
+            let before = last.bytes();
+            last.text.shrink_to_fit();
+            last.index.shrink_to_fit();
+            self.bytes = self.bytes + last.bytes() - before;
+        }
+    }
+
+    /// Drops the oldest chunk if every event in it is older than
+    /// `keep_from`; the bytes it held.
+    pub(super) fn pop_front_before(&mut self, keep_from: u64) -> Option<usize> {
+        let front = self.chunks.front()?;
+        if front.last_seq() >= keep_from {
+            return None;
+        }
+        let chunk = self.chunks.pop_front()?;
+        let mut n = chunk.bytes();
+        if self.chunks.len() < self.chunks.capacity() / 4 {
+            let before = self.chunks.capacity();
+            self.chunks.shrink_to_fit();
+            n += (before - self.chunks.capacity()) * std::mem::size_of::<Chunk>();
+        }
+        self.bytes -= chunk.bytes();
+        self.len -= chunk.index.len();
+        Some(n)
+    }
+
+    /// The kept events from seq `from` on, oldest first.
+    pub(super) fn iter_from(&self, from: u64) -> impl Iterator<Item = (u64, &[u8])> + '_ {
+        let first = self.chunks.partition_point(|c| c.last_seq() < from);
+        let skip = self.chunks.get(first).map_or(0, |c| {
+            c.index
+                .partition_point(|&(s, _)| c.first_seq + (s as u64) < from)
+        });
+        self.chunks
+            .range(first..)
+            .flat_map(|c| (0..c.index.len()).map(move |i| c.get(i)))
+            .skip(skip)
+    }
+
+    /// Every chunk, handed over (compaction and reload drop them).
+    pub(super) fn take(&mut self) -> Packed {
+        let empty = Packed {
+            chunks: VecDeque::new(),
+            chunk: self.chunk,
+            len: 0,
+            bytes: 0,
+        };
+        std::mem::replace(self, empty)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(seq: u64, len: usize) -> Vec<u8> {
+        format!("{seq:0len$}").into_bytes()
+    }
+
+    #[test]
+    fn events_read_back_from_any_seq_in_order() {
+        let mut p = Packed::new(2048); // 256-byte chunks
+        for seq in 10..110 {
+            p.push(seq, &text(seq, 40));
+        }
+        assert_eq!((p.len(), p.front_seq()), (100, Some(10)));
+        for from in [0, 10, 11, 57, 109] {
+            let got: Vec<u64> = p.iter_from(from).map(|(s, _)| s).collect();
+            let want: Vec<u64> = (from.max(10)..110).collect();
+            assert_eq!(got, want, "from {from}");
+        }
+        assert_eq!(p.iter_from(110).count(), 0);
+        for (seq, json) in p.iter_from(0) {
+            assert_eq!(json, text(seq, 40).as_slice());
+        }
+    }
+
+    #[test]
+    fn gaps_in_seqs_and_events_bigger_than_a_chunk_are_kept_as_they_are() {
+        let mut p = Packed::new(2048);
+        p.push(1, &text(1, 10));
+        p.push(5, &text(5, 1000)); // its own chunk
+        p.push(6, &text(6, 10));
+        let got: Vec<(u64, usize)> = p.iter_from(2).map(|(s, j)| (s, j.len())).collect();
+        assert_eq!(got, vec![(5, 1000), (6, 10)]);
+    }
+
+    /// A packed event costs its text and a few bytes: the point of packing.
+    #[test]
+    fn an_event_costs_its_text_and_eight_bytes_of_index() {
+        let mut p = Packed::new(4 << 20);
+        for seq in 0..10_000 {
+            p.push(seq, &text(seq, 110));
+        }
+        let per_event = p.bytes() as f64 / 10_000.0;
+        assert!(per_event < 110.0 * 1.1, "{per_event} bytes an event");
+    }
+
+    #[test]
+    fn whole_chunks_leave_and_never_one_holding_a_kept_seq() {
+        let mut p = Packed::new(2048);
+        for seq in 1..=100 {
+            p.push(seq, &text(seq, 40));
+        }
+        let before = p.bytes();
+        let freed = p.pop_front_before(50).expect("the first chunk is older");
+        assert_eq!(p.bytes(), before - freed);
+        let front = p.front_seq().unwrap();
+        assert!(front > 1 && front <= 50, "{front}");
+        while p.pop_front_before(50).is_some() {}
+        let front = p.front_seq().unwrap();
+        assert!(front <= 50, "seq 50 is still kept: front {front}");
+        assert_eq!(p.iter_from(0).count() as u64, 101 - front);
+        assert_eq!(p.len() as u64, 101 - front);
+    }
+}
