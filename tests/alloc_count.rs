@@ -52,13 +52,19 @@ use tokio::sync::Notify;
 const MAX_ALLOCS_PER_EVENT: f64 = 17.0;
 
 /// Heap bytes a retained `TEXT_MESSAGE_CONTENT` event (110 bytes of JSON)
-/// may hold in a thread's memory once its run is over: today's 276 plus
-/// 5 %. It is the tail's 40-byte record, the event's text, the memory
-/// store's record of it (40; SQLite and Redis keep theirs out of process)
-/// and the fold's growth (its 51-byte delta appended to the message)
-/// (docs/operations.md, "What a busy thread costs"); 531 while the tail
-/// kept the whole journal entry, 793 while each entry kept its SSE frame.
-const MAX_RETAINED_BYTES_PER_EVENT: f64 = 290.0;
+/// may hold in a thread's memory once its run is over, *with the memory
+/// store*: today's 341 plus 5 %. It is the tail's packed copy of the text
+/// (the text and 8 bytes: `src/thread/packed.rs`), the memory store's
+/// record and the agent's read buffer it keeps the text in (SQLite and
+/// Redis keep theirs out of process, and the buffer is then freed once the
+/// fan-out is done) and the fold's growth (its 51-byte delta appended to
+/// the message). It was 276 while the tail shared the read buffer with the
+/// memory store, which made it look cheaper here than on SQLite or Redis,
+/// where a heap profile found the buffers' headers and the per-event
+/// records at a third of the node (docs/benchmarks.md, "Where the rest
+/// went"); 531 while the tail kept the whole journal entry, 793 while each
+/// entry kept its SSE frame.
+const MAX_RETAINED_BYTES_PER_EVENT: f64 = 358.0;
 
 /// The system allocator, counting every allocation (a `realloc` is one:
 /// it may move the block, and growing a buffer is what the guard is about).
