@@ -61,6 +61,13 @@ pub struct ResidentKindLabel {
     pub kind: &'static str,
 }
 
+/// One of the biggest resident threads (`agui_thread_resident_bytes`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ThreadLabel {
+    pub tenant: String,
+    pub thread: String,
+}
+
 /// Why memory was given back: `idle` (`threads.evict_after`), `count`
 /// (`threads.max_resident`), `budget` (a whole thread, over
 /// `threads.memory_budget`) or `budget_tail` (old events of a tail).
@@ -155,6 +162,10 @@ pub struct Metrics {
     pub readers_catching_up: Gauge,
     /// Bytes resident threads hold, by kind (set at scrape time).
     pub resident_bytes: Family<ResidentKindLabel, Gauge>,
+    /// The biggest resident threads' bytes (tail and fold), refilled at
+    /// each scrape: what an operator looks at first when the budget
+    /// bites.
+    pub thread_resident_bytes: Family<ThreadLabel, Gauge>,
     /// Threads and tails that left memory, by reason.
     pub evictions: Family<EvictionLabel, Counter>,
     /// Events read back from the store because they had left memory.
@@ -212,6 +223,7 @@ impl Metrics {
             outbox_bytes: Gauge::default(),
             readers_catching_up: Gauge::default(),
             resident_bytes: Family::default(),
+            thread_resident_bytes: Family::default(),
             evictions: Family::default(),
             cold_reads: Counter::default(),
             journal_wal_bytes: Gauge::default(),
@@ -358,6 +370,11 @@ impl Metrics {
             "resident_bytes",
             "Bytes resident threads hold, by kind (held to threads.memory_budget).",
             m.resident_bytes.clone(),
+        );
+        r.register(
+            "thread_resident_bytes",
+            "Bytes the biggest resident threads hold (tail and fold), the 10 biggest at scrape time.",
+            m.thread_resident_bytes.clone(),
         );
         r.register(
             "evictions",

@@ -210,3 +210,37 @@ async fn a_watched_thread_over_the_budget_sheds_its_past_and_still_forks_from_it
         "{body}"
     );
 }
+
+/// The admin view of where the budget goes: `/metrics` names the biggest
+/// resident threads with their bytes, biggest first in size, and a thread
+/// that left memory is no longer named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_biggest_threads_are_named_with_their_bytes() {
+    if single_node_only("reads this node's residency") {
+        return;
+    }
+    let config = "[demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
+        [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n";
+    let gw = Gateway::start(config).await;
+    let t = token(json!({"sub": "alice"}));
+    run_on(&gw, &t, "small", "s1").await;
+    for run in ["b1", "b2", "b3", "b4"] {
+        run_on(&gw, &t, "big", run).await;
+    }
+    let m = gw.metrics().await;
+    let bytes = |thread: &str| {
+        m.lines()
+            .find(|l| {
+                l.starts_with("agui_thread_resident_bytes{")
+                    && l.contains(&format!("thread=\"{thread}\""))
+            })
+            .and_then(|l| l.rsplit_once(' '))
+            .and_then(|(_, v)| v.parse::<f64>().ok())
+    };
+    let (small, big) = (bytes("small"), bytes("big"));
+    assert!(small.is_some_and(|s| s > 1000.0), "{m}");
+    assert!(
+        big.unwrap_or(0.0) > 2.0 * small.unwrap_or(f64::MAX),
+        "four runs hold more than one: {big:?} against {small:?}\n{m}"
+    );
+}

@@ -129,11 +129,9 @@ impl Checkpoint {
         authors: &Authors,
         previous: Option<&Checkpoint>,
     ) -> Checkpoint {
-        let conversation = Conversation::after(
-            previous.map(|p| &p.conversation),
-            messages,
-            |m| authors.of_message(message_id(m)).clone(),
-        );
+        let conversation = Conversation::after(previous.map(|p| &p.conversation), messages, |m| {
+            authors.of_message(message_id(m)).clone()
+        });
         let state = match previous {
             Some(p) if *p.state == *state => p.state.clone(),
             _ => Arc::new(state.clone()),
@@ -236,7 +234,11 @@ impl Pools {
     }
 
     pub(super) fn checkpoint(&mut self, c: &Checkpoint) -> Value {
-        let messages: Vec<usize> = c.conversation.iter().map(|(m, _)| self.message(m)).collect();
+        let messages: Vec<usize> = c
+            .conversation
+            .iter()
+            .map(|(m, _)| self.message(m))
+            .collect();
         let origins: Vec<Value> = c.conversation.iter().map(|(_, o)| o.to_json()).collect();
         json!({
             "seq": c.seq,

@@ -538,7 +538,10 @@ impl RunTable {
             .map(|r| {
                 let input: usize = r.input.iter().map(&value_bytes).sum();
                 let ids: usize = r.output_ids.iter().map(|i| i.len() + 24).sum();
-                let checkpoint = r.checkpoint.as_ref().map_or(0, |c| c.own_bytes(&value_bytes));
+                let checkpoint = r
+                    .checkpoint
+                    .as_ref()
+                    .map_or(0, |c| c.own_bytes(&value_bytes));
                 RECORD + r.run_id.len() + input + ids + checkpoint
             })
             .sum()

@@ -55,6 +55,10 @@ pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
+/// Threads `agui_thread_resident_bytes` names: enough to see where a
+/// budget goes, few enough to keep the scrape's series bounded.
+const BIGGEST_THREADS: usize = 10;
+
 /// `GET /metrics`: every metric (see [`crate::metrics`]), with the gauges
 /// that are cheaper to read than to maintain read now.
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
@@ -63,6 +67,17 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     for (kind, bytes) in state.threads.resident_bytes() {
         m.resident_bytes
             .get_or_create(&crate::metrics::ResidentKindLabel { kind })
+            .set(bytes as i64);
+    }
+    // The biggest threads now (the family is emptied first: a thread that
+    // left memory or shrank out of the top must not linger as a series).
+    m.thread_resident_bytes.clear();
+    for (key, bytes) in state.threads.biggest(BIGGEST_THREADS) {
+        m.thread_resident_bytes
+            .get_or_create(&crate::metrics::ThreadLabel {
+                tenant: key.tenant,
+                thread: key.thread_id,
+            })
             .set(bytes as i64);
     }
     m.active_runs.set(state.threads.runs_here() as i64);

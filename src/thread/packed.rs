@@ -45,7 +45,11 @@ impl Chunk {
 
     /// The `i`th event: its seq and text.
     fn get(&self, i: usize) -> (u64, &[u8]) {
-        let start = if i == 0 { 0 } else { self.index[i - 1].1 as usize };
+        let start = if i == 0 {
+            0
+        } else {
+            self.index[i - 1].1 as usize
+        };
         let (seq, end) = self.index[i];
         (self.first_seq + seq as u64, &self.text[start..end as usize])
     }
@@ -53,7 +57,7 @@ impl Chunk {
     /// True when an event `seq` of `len` bytes still fits: the chunk's
     /// size, and offsets that fit their 32 bits.
     fn fits(&self, seq: u64, len: usize, chunk: usize) -> bool {
-        self.text.len() + len <= self.text.capacity().max(chunk)
+        self.text.len() + len <= chunk
             && u32::try_from(seq - self.first_seq).is_ok()
             && u32::try_from(self.text.len() + len).is_ok()
     }
@@ -106,9 +110,11 @@ impl Packed {
             .is_some_and(|c| c.fits(seq, json.len(), self.chunk));
         if !open {
             self.close_last();
+            // Grown as it fills (below), so a quiet thread's one chunk is
+            // about its few events, not a whole chunk's reservation.
             let chunk = Chunk {
                 first_seq: seq,
-                text: Vec::with_capacity(self.chunk.max(json.len())),
+                text: Vec::with_capacity(json.len().max(MIN_CHUNK).min(self.chunk.max(json.len()))),
                 index: Vec::new(),
             };
             self.bytes += chunk.bytes();
@@ -116,6 +122,13 @@ impl Packed {
         }
         let last = self.chunks.back_mut().expect("a chunk is open");
         let before = last.bytes();
+        if last.text.capacity() - last.text.len() < json.len() {
+            // Doubling, but never past the chunk's size: what a chunk
+            // reserves stays what it will hold.
+            let need = last.text.len() + json.len();
+            let want = (last.text.capacity() * 2).clamp(need, self.chunk.max(need));
+            last.text.reserve_exact(want - last.text.len());
+        }
         last.text.extend_from_slice(json);
         let end = last.text.len() as u32;
         last.index.push(((seq - last.first_seq) as u32, end));
@@ -202,6 +215,20 @@ mod tests {
         for (seq, json) in p.iter_from(0) {
             assert_eq!(json, text(seq, 40).as_slice());
         }
+    }
+
+    /// A quiet thread's chunk holds about what it has, not a chunk's size.
+    #[test]
+    fn a_chunk_reserves_about_what_it_holds() {
+        let mut p = Packed::new(4 << 20); // 16 KiB chunks
+        for seq in 0..5 {
+            p.push(seq, &text(seq, 150));
+        }
+        assert!(p.bytes() < 2 * 1024, "{} bytes for 750 of text", p.bytes());
+        for seq in 5..1000 {
+            p.push(seq, &text(seq, 150));
+        }
+        assert!(p.chunks.iter().all(|c| c.text.capacity() <= MAX_CHUNK));
     }
 
     #[test]

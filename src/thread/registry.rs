@@ -319,6 +319,20 @@ impl Threads {
         }
     }
 
+    /// The `n` resident threads holding the most bytes (tail and fold),
+    /// biggest first: the admin view of where the budget goes. One lock
+    /// per resident thread, so for a scrape, not a hot path.
+    pub fn biggest(&self, n: usize) -> Vec<(ThreadKey, usize)> {
+        let mut all: Vec<(ThreadKey, usize)> = self
+            .map
+            .iter()
+            .map(|t| (t.key().clone(), t.value().resident_bytes()))
+            .collect();
+        all.sort_by_key(|(_, bytes)| std::cmp::Reverse(*bytes));
+        all.truncate(n);
+        all
+    }
+
     /// Bytes the resident threads hold, by kind: their tails, their folds
     /// (as estimated at each run's end), and each one's fixed share
     /// ([`THREAD_BYTES`]).

@@ -16,8 +16,8 @@
 //! journal). Each tail counts its bytes into the node's total
 //! ([`NodeBytes`]), which the registry holds to `threads.memory_budget`.
 
-use super::*;
 use super::packed::Packed;
+use super::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// A kept event, scanned again from its text (it was scanned once when it
