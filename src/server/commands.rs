@@ -178,6 +178,8 @@ pub async fn run(
         // A refused run creates nothing: a thread this request brought
         // into being (nothing journaled, nobody on it) goes again, so it
         // answers `not_found` as before.
+        // A copy early viewers hold stays, unclaimed again.
+        thread.release_claim(&who.subject);
         state.threads.forget_if_unused(&thread.key);
     }
     launched

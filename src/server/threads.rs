@@ -1,6 +1,6 @@
 //! HTTP viewer routes: list threads, read a snapshot, join the event stream.
 
-use super::access::{AccessError, thread_for, visibility_on};
+use super::access::{AccessError, thread_for, thread_to_watch, visibility_on};
 use super::encode::{self, Encoder};
 use super::error::{ApiError, ErrorCode};
 use super::extract::{Authenticated, authenticate};
@@ -182,7 +182,7 @@ pub async fn issue_ticket(
     Path(thread_id): Path<String>,
     Authenticated(who): Authenticated,
 ) -> Response {
-    if let Err(e) = thread_for(&state, &who, &thread_id, Permission::View, false).await {
+    if let Err(e) = thread_to_watch(&state, &who, &thread_id).await {
         return e.into_api().into_response();
     }
     match state.tickets.issue(&who, &thread_id) {
@@ -264,7 +264,7 @@ pub async fn join(
             Err(e) => return e.into_response(),
         },
     };
-    let thread = match thread_for(&state, &who, &thread_id, Permission::View, false).await {
+    let thread = match thread_to_watch(&state, &who, &thread_id).await {
         Ok(t) => t,
         Err(e) => return AccessError::into_api(e).into_response(),
     };
@@ -290,7 +290,11 @@ pub async fn join(
     thread.subscribe(viewer, ob.clone(), Start::After(after), visibility);
     tracing::debug!(thread = %thread_id, viewer, after, "viewer joined the SSE stream");
     let keepalive = state.config.server.keepalive;
-    let guard = ViewerGuard { thread, viewer };
+    let guard = ViewerGuard {
+        thread,
+        viewer,
+        threads: Some(state.threads.clone()),
+    };
     // The node stopped: the stream ends after what it was sent.
     let shutdown = state.shutdown.clone();
     let closing = ob.clone();
@@ -473,11 +477,19 @@ fn snapshot_of_message(message: &[u8]) -> Option<Map<String, Value>> {
 pub struct ViewerGuard {
     pub thread: Arc<crate::thread::Thread>,
     pub viewer: u64,
+    /// The registry, to drop a thread watched before its first run once
+    /// its last viewer left (as if never asked for).
+    pub threads: Option<Arc<crate::thread::Threads>>,
 }
 
 impl Drop for ViewerGuard {
     fn drop(&mut self) {
         self.thread.unsubscribe(self.viewer);
         self.thread.viewer_left();
+        if let Some(threads) = &self.threads {
+            let key = self.thread.key.clone();
+            // The registry's and this guard's references only.
+            threads.forget_if_unused(&key);
+        }
     }
 }

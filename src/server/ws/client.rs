@@ -7,7 +7,7 @@ use super::writer::reply;
 use crate::auth::{Permission, Principal};
 use crate::protocol::hooks::ViewerVisibility;
 use crate::protocol::join::Cursor;
-use crate::server::access::{AccessError, thread_for, visibility_on};
+use crate::server::access::{AccessError, thread_for, thread_to_watch, visibility_on};
 use crate::server::commands::{self, Requester, Viewer};
 use crate::server::error::{ApiError, ErrorCode};
 use crate::server::fields::{opt_str, req_str};
@@ -126,7 +126,11 @@ impl Client {
 
     /// Leaves every thread it watches (the connection ended).
     pub(super) fn leave_all(&mut self) {
+        let keys: Vec<ThreadKey> = self.subs.threads.keys().cloned().collect();
         self.subs.leave_all();
+        for key in &keys {
+            self.state.threads.forget_if_unused(key);
+        }
     }
 
     /// Answers with the contract's `error` message, echoing the frame's `id`.
@@ -215,15 +219,9 @@ impl Client {
     async fn subscribe(&mut self, v: &Value) -> Result<(), ApiError> {
         let thread_id = req_str(v, "threadId")?;
         let cursor = subscribe_cursor(v)?;
-        let thread = thread_for(
-            &self.state,
-            &self.principal,
-            thread_id,
-            Permission::View,
-            false,
-        )
-        .await
-        .map_err(AccessError::into_api)?;
+        let thread = thread_to_watch(&self.state, &self.principal, thread_id)
+            .await
+            .map_err(AccessError::into_api)?;
         let epoch = thread.epoch();
         let start = match cursor {
             None => Start::Snapshot,
@@ -247,8 +245,11 @@ impl Client {
 
     fn unsubscribe(&mut self, v: &Value) -> Result<(), ApiError> {
         let thread_id = req_str(v, "threadId")?;
-        self.subs
-            .leave(&ThreadKey::new(self.principal.tenant.clone(), thread_id));
+        let key = ThreadKey::new(self.principal.tenant.clone(), thread_id);
+        self.subs.leave(&key);
+        // A thread watched before its first run leaves memory with its
+        // last viewer, as if never asked for.
+        self.state.threads.forget_if_unused(&key);
         let mut extra = Map::new();
         extra.insert("threadId".into(), thread_id.into());
         self.ack(v.get("id"), extra);
