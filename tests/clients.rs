@@ -736,3 +736,27 @@ async fn the_readme_quick_start_runs_as_written_and_an_agent_attaches_before_the
         "hello from the runner"
     );
 }
+
+#[tokio::test]
+async fn a_session_lists_who_watches_and_tells_joins_and_leaves() {
+    let gw = Gateway::start(
+        "[threads]\npresence_interval = \"100ms\"\n[demo]\nenabled = true\n\
+         [[agents]]\nid = \"support\"\nurl = \"demo:\"\n",
+    )
+    .await;
+    let ann = token(json!({"sub": "ann", "name": "Ann", "threads": {"team-7-*": ["view"]}}));
+    let ben = token(json!({"sub": "ben", "threads": {"team-7-*": ["view"]}}));
+    let seen = script("presence.mjs", &[&gw.base, &ann, &ben]).await;
+    assert_eq!(seen["atJoin"], json!(["ann"]), "{seen:#}");
+    assert_eq!(
+        seen["bothA"],
+        json!([{"userId": "ann", "name": "Ann", "connections": 1},
+               {"userId": "ben", "name": null, "connections": 1}]),
+        "{seen:#}"
+    );
+    assert_eq!(
+        seen["events"],
+        json!([{"joined": ["ben"], "left": []}, {"joined": [], "left": ["ben"]}]),
+        "{seen:#}"
+    );
+}

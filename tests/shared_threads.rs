@@ -197,3 +197,153 @@ async fn the_sse_join_of_a_thread_not_yet_run_streams_its_first_run() {
     assert_eq!(types(&events), ws_types, "{body}");
     assert!(body.contains("id: 1"), "seqs from 1: {body}");
 }
+
+/// [`CONFIG`] with presence told every 100 ms and `auditor`s unlisted.
+fn presence_config() -> String {
+    format!(
+        "{CONFIG}[threads]\npresence_interval = \"100ms\"\npresence_hide_roles = [\"auditor\"]\n"
+    )
+}
+
+/// Subscribes and returns the user ids the ack lists as present.
+async fn subscribe_listed(viewer: &mut Ws, thread: &str) -> Vec<String> {
+    viewer
+        .send(json!({"type": "subscribe", "id": "p", "threadId": thread}))
+        .await;
+    let frames = viewer.recv_until(|f| f["id"] == "p").await;
+    let ack = frames.last().unwrap();
+    assert_eq!(ack["type"], "ack", "{ack}");
+    user_ids(&ack["presence"])
+}
+
+fn user_ids(list: &Value) -> Vec<String> {
+    let mut ids: Vec<String> = list
+        .as_array()
+        .unwrap_or_else(|| panic!("a list: {list}"))
+        .iter()
+        .map(|w| w["userId"].as_str().unwrap().to_owned())
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// Reads `viewer`'s frames until a `presence` frame lists exactly `ids`;
+/// returns every presence frame read.
+async fn until_viewers(viewer: &mut Ws, ids: &[&str]) -> Vec<Value> {
+    let mut seen = Vec::new();
+    loop {
+        let f = viewer.recv().await;
+        assert!(f.get("close").is_none(), "closed: {f} after {seen:?}");
+        if f["type"] != "presence" {
+            continue;
+        }
+        seen.push(f.clone());
+        if user_ids(&f["viewers"]) == ids {
+            return seen;
+        }
+    }
+}
+
+#[tokio::test]
+async fn viewers_see_who_joins_and_leaves_hidden_roles_and_other_tenants_apart() {
+    let gw = Gateway::start(&presence_config()).await;
+    let grant = |sub: &str| json!({"sub": sub, "name": format!("{sub} (display)"), "threads": {"pres-*": ["view"]}});
+    let mut ann = ws(&gw, grant("ann")).await;
+    assert_eq!(subscribe_listed(&mut ann, "pres-1").await, ["ann"]);
+    // Ben, on the next node: he learns of Ann (in his ack or just after),
+    // Ann is told he joined.
+    let mut ben = ws(&gw, grant("ben")).await;
+    let listed = subscribe_listed(&mut ben, "pres-1").await;
+    assert!(listed.contains(&"ben".to_owned()), "{listed:?}");
+    if listed != ["ann", "ben"] {
+        // Ann's node had not recorded her yet: he is told at its next tick.
+        until_viewers(&mut ben, &["ann", "ben"]).await;
+    }
+    let frames = until_viewers(&mut ann, &["ann", "ben"]).await;
+    let joined = &frames.last().unwrap()["joined"];
+    assert_eq!(joined[0]["userId"], "ben", "{frames:?}");
+    assert_eq!(joined[0]["name"], "ben (display)", "{frames:?}");
+    assert_eq!(joined[0]["connections"], 1);
+
+    // An auditor watches unlisted; a viewer of another tenant's thread of
+    // the same id sees only their own tenant.
+    let mut aud = ws(
+        &gw,
+        json!({"sub": "aud", "roles": ["auditor"], "threads": {"pres-*": ["view"]}}),
+    )
+    .await;
+    let listed = subscribe_listed(&mut aud, "pres-1").await;
+    assert!(!listed.contains(&"aud".to_owned()), "{listed:?}");
+    let mut tom = ws(
+        &gw,
+        json!({"sub": "tom", "tenant": "t2", "threads": {"pres-*": ["view"]}}),
+    )
+    .await;
+    assert_eq!(subscribe_listed(&mut tom, "pres-1").await, ["tom"]);
+    let mut cat = ws(&gw, grant("cat")).await;
+    subscribe_listed(&mut cat, "pres-1").await;
+    let frames = until_viewers(&mut ann, &["ann", "ben", "cat"]).await;
+    let text = serde_json::to_string(&frames).unwrap();
+    assert!(!text.contains("aud") && !text.contains("tom"), "{text}");
+
+    // Ben unsubscribes, Cat's browser goes away: both leave.
+    ben.send(json!({"type": "unsubscribe", "threadId": "pres-1"}))
+        .await;
+    drop(cat);
+    let frames = until_viewers(&mut ann, &["ann"]).await;
+    let left: Vec<String> = frames.iter().flat_map(|f| user_ids(&f["left"])).collect();
+    assert!(
+        left.contains(&"ben".to_owned()) && left.contains(&"cat".to_owned()),
+        "{frames:?}"
+    );
+
+    // The same list over HTTP, from each node; not for someone without view.
+    let ann_t = token(grant("ann"));
+    for _ in 0..2 {
+        let got = json_of(
+            http()
+                .get(gw.url("/v1/threads/pres-1/presence"))
+                .bearer_auth(&ann_t),
+        )
+        .await;
+        assert_eq!(user_ids(&got["viewers"]), ["ann"], "{got}");
+    }
+    let eve = token(json!({"sub": "eve"}));
+    let resp = http()
+        .get(gw.url("/v1/threads/pres-1/presence"))
+        .bearer_auth(&eve)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+    // Presence is never journaled: the thread was never run.
+    let mut alice = ws(&gw, json!({"sub": "alice"})).await;
+    let events = run_to_end(&mut alice, "pres-1", "r1").await;
+    assert!(
+        events.iter().all(|f| !f.to_string().contains("presence")),
+        "{events:?}"
+    );
+    assert_eq!(seqs(&events)[0], 1);
+}
+
+#[tokio::test]
+async fn a_dead_nodes_viewers_leave_on_their_own() {
+    if test_nodes() < 2 {
+        eprintln!("needs AGUI_TEST_NODES=2: a node dies");
+        return;
+    }
+    let mut gw = Gateway::start(&presence_config()).await;
+    let grant = |sub: &str| json!({"sub": sub, "threads": {"pres-*": ["view"]}});
+    // Ann on the first node, Ben on the second.
+    let mut ann = ws(&gw, grant("ann")).await;
+    subscribe_listed(&mut ann, "pres-dead").await;
+    let mut ben = ws(&gw, grant("ben")).await;
+    subscribe_listed(&mut ben, "pres-dead").await;
+    until_viewers(&mut ann, &["ann", "ben"]).await;
+    // The second node dies without a word (SIGKILL): nobody tells anyone.
+    gw.peers[0].0.child.start_kill().unwrap();
+    gw.peers[0].0.child.wait().await.unwrap();
+    let frames = until_viewers(&mut ann, &["ann"]).await;
+    assert_eq!(user_ids(&frames.last().unwrap()["left"]), ["ben"]);
+    drop(ben);
+}

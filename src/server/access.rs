@@ -50,6 +50,21 @@ pub fn visibility_on(
     state.viewer_rules(who, &thread.key.thread_id)
 }
 
+/// How `who` is listed among a thread's viewers (see
+/// [`crate::thread::presence`]): the `sub`, the token's `name` claim as a
+/// display name, the roles.
+pub fn visitor(who: &Principal) -> crate::thread::presence::Visitor {
+    crate::thread::presence::Visitor {
+        user_id: who.subject.clone(),
+        name: who
+            .claims
+            .get("name")
+            .and_then(|n| n.as_str())
+            .map(str::to_owned),
+        roles: who.roles.clone(),
+    }
+}
+
 /// Thread ids: 1–128 of `A-Z a-z 0-9 . _ : -` (spec).
 pub fn valid_thread_id(id: &str) -> bool {
     (1..=128).contains(&id.len())

@@ -1,6 +1,6 @@
 //! HTTP viewer routes: list threads, read a snapshot, join the event stream.
 
-use super::access::{AccessError, thread_for, thread_to_watch, visibility_on};
+use super::access::{AccessError, thread_for, thread_to_watch, visibility_on, visitor};
 use super::encode::{self, Encoder};
 use super::error::{ApiError, ErrorCode};
 use super::extract::{Authenticated, authenticate};
@@ -128,6 +128,24 @@ pub async fn snapshot(
         Ok(snap) => Json(Value::Object(snap)).into_response(),
         Err(refused) => ApiError::from(refused).into_response(),
     }
+}
+
+/// `GET /v1/threads/{threadId}/presence`: who is watching the thread now,
+/// on every node (`viewers`: one entry per person, as the `presence`
+/// frames list them). Needs `view`, also before the thread's first run
+/// (see [`thread_to_watch`]).
+pub async fn presence(
+    State(state): State<Arc<AppState>>,
+    Path(thread_id): Path<String>,
+    Authenticated(who): Authenticated,
+) -> Response {
+    let key = match thread_to_watch(&state, &who, &thread_id).await {
+        Ok(t) => t.key.clone(),
+        Err(e) => return e.into_api().into_response(),
+    };
+    let viewers = state.presence.list(&key).await;
+    state.threads.forget_if_unused(&key);
+    Json(json!({"threadId": thread_id, "viewers": viewers})).into_response()
 }
 
 /// Query of the runs route.
@@ -290,10 +308,15 @@ pub async fn join(
     thread.subscribe(viewer, ob.clone(), Start::After(after), visibility);
     tracing::debug!(thread = %thread_id, viewer, after, "viewer joined the SSE stream");
     let keepalive = state.config.server.keepalive;
+    // Listed as watching (told nothing: the stream carries AG-UI events only).
+    state
+        .presence
+        .join(&thread.key, viewer, visitor(&who), None);
     let guard = ViewerGuard {
         thread,
         viewer,
         threads: Some(state.threads.clone()),
+        presence: Some(state.presence.clone()),
     };
     // The node stopped: the stream ends after what it was sent.
     let shutdown = state.shutdown.clone();
@@ -480,12 +503,17 @@ pub struct ViewerGuard {
     /// The registry, to drop a thread watched before its first run once
     /// its last viewer left (as if never asked for).
     pub threads: Option<Arc<crate::thread::Threads>>,
+    /// Where the viewer is listed as watching.
+    pub presence: Option<Arc<crate::thread::presence::Presence>>,
 }
 
 impl Drop for ViewerGuard {
     fn drop(&mut self) {
         self.thread.unsubscribe(self.viewer);
         self.thread.viewer_left();
+        if let Some(presence) = &self.presence {
+            presence.leave(&self.thread.key, self.viewer);
+        }
         if let Some(threads) = &self.threads {
             let key = self.thread.key.clone();
             // The registry's and this guard's references only.

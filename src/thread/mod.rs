@@ -41,6 +41,7 @@ mod journal;
 mod journal_lost;
 mod load;
 mod opening;
+pub mod presence;
 pub mod recent;
 mod recovery;
 pub mod registry;

@@ -7,13 +7,15 @@ use super::writer::reply;
 use crate::auth::{Permission, Principal};
 use crate::protocol::hooks::ViewerVisibility;
 use crate::protocol::join::Cursor;
-use crate::server::access::{AccessError, thread_for, thread_to_watch, visibility_on};
+use crate::server::access::{AccessError, thread_for, thread_to_watch, visibility_on, visitor};
 use crate::server::commands::{self, Requester, Viewer};
 use crate::server::error::{ApiError, ErrorCode};
 use crate::server::fields::{opt_str, req_str};
 use crate::server::state::AppState;
 use crate::store::ThreadKey;
+use crate::store::presence::Watcher;
 use crate::thread::fanout::Outbox;
+use crate::thread::presence::{Presence, Visitor};
 use crate::thread::{Start, Thread};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
@@ -35,6 +37,10 @@ struct Subscriptions {
     id: u64,
     outbox: Arc<Outbox>,
     threads: HashMap<ThreadKey, Arc<Thread>>,
+    /// Who watches which thread (this connection is listed on each it watches).
+    presence: Arc<Presence>,
+    /// How this connection's user is listed.
+    visitor: Visitor,
     /// A thread a `run` is about to make it watch, from the seq it had
     /// before the run: subscribed once the run's `ack` is queued
     /// ([`Subscriptions::start_pending`]), so the ack comes before the
@@ -47,6 +53,13 @@ impl Subscriptions {
     fn add(&mut self, thread: Arc<Thread>, start: Start, visibility: ViewerVisibility) {
         thread.subscribe(self.id, self.outbox.clone(), start, visibility);
         self.threads.insert(thread.key.clone(), thread);
+    }
+
+    /// Lists this connection among `key`'s viewers; returns who is there.
+    fn present(&self, key: &ThreadKey) -> Vec<Watcher> {
+        let outbox = Some(self.outbox.clone());
+        self.presence
+            .join(key, self.id, self.visitor.clone(), outbox)
     }
 
     /// Subscribes to the thread a run made it watch, from before the run
@@ -65,12 +78,14 @@ impl Subscriptions {
             thread.unsubscribe(self.id);
             thread.viewer_left();
         }
+        self.presence.leave(key, self.id);
     }
 
     fn leave_all(&mut self) {
-        for (_, thread) in self.threads.drain() {
+        for (key, thread) in self.threads.drain() {
             thread.unsubscribe(self.id);
             thread.viewer_left();
+            self.presence.leave(&key, self.id);
         }
     }
 }
@@ -81,12 +96,14 @@ impl Viewer for Subscriptions {
     }
 
     fn watch(&mut self, thread: &Arc<Thread>, visibility: ViewerVisibility) {
+        self.present(&thread.key);
         self.threads.insert(thread.key.clone(), thread.clone());
         self.pending = Some((thread.clone(), thread.seq(), visibility));
     }
 
     fn unwatch(&mut self, thread: &Thread) {
         self.threads.remove(&thread.key);
+        self.presence.leave(&thread.key, self.id);
         if self
             .pending
             .as_ref()
@@ -109,6 +126,8 @@ impl Client {
             id: state.next_connection_id(),
             outbox: outbox.clone(),
             threads: HashMap::new(),
+            presence: state.presence.clone(),
+            visitor: visitor(&principal),
             pending: None,
         };
         Client {
@@ -230,12 +249,16 @@ impl Client {
             Some(c) if c.from_other_history(epoch.as_deref()) => Start::After(u64::MAX),
             Some(c) => Start::After(c.seq),
         };
+        // Listed before the ack, which carries who is there (this
+        // connection included); changes follow as `presence` frames.
+        let present = self.subs.present(&thread.key);
         if v.get("id").is_some() {
             let mut extra = Map::new();
             extra.insert("threadId".into(), thread_id.into());
             if let Some(epoch) = epoch {
                 extra.insert("epoch".into(), epoch.into());
             }
+            extra.insert("presence".into(), json!(present));
             self.ack(v.get("id"), extra);
         }
         let visibility = visibility_on(&self.state, &self.principal, &thread);
