@@ -998,3 +998,48 @@ async fn a_handoff_shows_who_speaks_and_its_approval_is_answered_in_the_page() {
         "{rows:?}"
     );
 }
+
+/// Two people, each in a browser of their own (on two nodes with
+/// `AGUI_TEST_NODES=2`): a link opens a thread nobody has run on yet, its
+/// first run (from the other page) reaches the early viewer live, both pages
+/// show both avatars, and a killed browser leaves the other's page.
+#[tokio::test]
+async fn a_linked_thread_is_watched_before_its_first_run_with_who_is_there() {
+    let gw = dev_gateway(
+        "[demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
+         [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n\
+         [threads]\npresence_interval = \"200ms\"\n",
+    )
+    .await;
+    let ben = gw.next_base().to_owned();
+    let ann = gw.next_base().to_owned();
+    let seen = page_script("inspector_presence.mjs", &[&ben, &ann, "linked-1"]).await;
+    assert_eq!(seen["errors"], json!([]), "no page errors: {seen:#}");
+    assert_eq!(
+        seen["benAlone"],
+        json!([{"user": "ben", "text": "B", "me": true}]),
+        "{seen:#}"
+    );
+    assert_eq!(seen["annUrl"], "#thread=linked-1", "{seen:#}");
+    let roles = seen["benMessages"].as_array().unwrap();
+    assert_eq!(roles[0], "user", "{seen:#}");
+    assert!(
+        roles.contains(&json!("assistant")),
+        "the answer, live: {seen:#}"
+    );
+    for (who, me) in [("benAvatars", "ben"), ("annAvatars", "ann")] {
+        let avatars = seen[who].as_array().unwrap();
+        let users: Vec<&str> = avatars
+            .iter()
+            .map(|a| a["user"].as_str().unwrap())
+            .collect();
+        assert_eq!(users.len(), 2, "{seen:#}");
+        for a in avatars {
+            assert_eq!(a["me"], a["user"] == me, "{who}: {seen:#}");
+        }
+    }
+    assert_eq!(
+        seen["benAfterKill"],
+        json!([{"user": "ben", "text": "B", "me": true}])
+    );
+}

@@ -208,7 +208,7 @@ fn presence_config() -> String {
 /// Subscribes and returns the user ids the ack lists as present.
 async fn subscribe_listed(viewer: &mut Ws, thread: &str) -> Vec<String> {
     viewer
-        .send(json!({"type": "subscribe", "id": "p", "threadId": thread}))
+        .send(json!({"type": "subscribe", "id": "p", "threadId": thread, "presence": true}))
         .await;
     let frames = viewer.recv_until(|f| f["id"] == "p").await;
     let ack = frames.last().unwrap();
@@ -346,4 +346,70 @@ async fn a_dead_nodes_viewers_leave_on_their_own() {
     let frames = until_viewers(&mut ann, &["ann"]).await;
     assert_eq!(user_ids(&frames.last().unwrap()["left"]), ["ben"]);
     drop(ben);
+}
+
+/// `regenerate` of the answer that followed an approval: a sibling of the
+/// resume, with the same answers — not "the thread has pending interrupts"
+/// (the head has none; the base, the run that asked, has them).
+#[tokio::test]
+async fn regenerating_the_answer_after_an_approval_carries_the_approval() {
+    let (_py, gw) = agent_behind_gateway("pydantic_approval_agent.py", "agent", "bank", "").await;
+    let mut olga = ws(&gw, json!({"sub": "olga"})).await;
+    olga.send(
+        json!({"type": "run", "id": "ask", "agent": "bank", "threadId": "appr", "runId": "ask",
+                     "messages": [{"id": "u1", "role": "user", "content": "pay acct-9"}]}),
+    )
+    .await;
+    let asked = olga.recv_until(is_terminal_frame).await;
+    let interrupt = asked.last().unwrap()["event"]["outcome"]["interrupts"][0]["id"].clone();
+    assert_eq!(interrupt, "int-call_t", "{asked:?}");
+    let answers =
+        json!([{"interruptId": "int-call_t", "status": "resolved", "payload": {"approved": true}}]);
+    olga.send(json!({"type": "resume", "id": "yes", "threadId": "appr", "runId": "answer", "resume": answers}))
+        .await;
+    let answered = olga.recv_until(is_terminal_frame).await;
+    assert_eq!(answered.last().unwrap()["event"]["type"], "RUN_FINISHED");
+
+    // Ben regenerates the answer (the head's last assistant message).
+    let mut ben = ws(
+        &gw,
+        json!({"sub": "ben", "threads": {"appr": ["view", "run", "resume"]}}),
+    )
+    .await;
+    ben.send(json!({"type": "regenerate", "id": "again", "threadId": "appr", "runId": "again"}))
+        .await;
+    let frames = ben
+        .recv_until(|f| is_terminal_frame(f) || f["type"] == "error")
+        .await;
+    let ack = frames.iter().find(|f| f["id"] == "again").unwrap();
+    assert_eq!(ack["type"], "ack", "{ack}");
+    let started = frames
+        .iter()
+        .find(|f| f["event"]["type"] == "RUN_STARTED")
+        .unwrap();
+    assert_eq!(started["event"]["input"]["resume"], answers, "{started}");
+    let runs = json_of(
+        http()
+            .get(gw.url("/v1/threads/appr/runs"))
+            .bearer_auth(token(json!({"sub": "olga"}))),
+    )
+    .await;
+    let again = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["runId"] == "again")
+        .unwrap();
+    let answer = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["runId"] == "answer")
+        .unwrap();
+    assert_eq!(
+        again["parentRunId"], answer["parentRunId"],
+        "a sibling of the resume: {runs}"
+    );
+    assert_eq!(again["status"], "finished", "{runs}");
+    assert_eq!(frames.last().unwrap()["event"]["type"], "RUN_FINISHED");
 }

@@ -90,7 +90,7 @@ export interface ResumeCommand {
 export interface CancelCommand { type: 'cancel'; id?: string | number; threadId: string; runId?: string }
 /** The thread's next plain run goes to `agent` (docs/protocol.md, "Handoff"). */
 export interface SwitchCommand { type: 'switch'; id?: string | number; threadId: string; agent: string }
-export interface SubscribeCommand { type: 'subscribe'; id?: string | number; threadId: string; after?: number | string; epoch?: string }
+export interface SubscribeCommand { type: 'subscribe'; id?: string | number; threadId: string; after?: number | string; epoch?: string; presence?: boolean }
 export interface UnsubscribeCommand { type: 'unsubscribe'; id?: string | number; threadId: string }
 export interface MetaCommand {
   type: 'meta'; id?: string | number; threadId: string; metaType: string; payload: Record<string, unknown>; clientEventId?: string;

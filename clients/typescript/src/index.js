@@ -23,7 +23,7 @@ export const PROTOCOL = Object.freeze({
     resume: ['threadId', 'resume', 'agent?', 'runId?', 'messages?', 'tools?', 'context?', 'forwardedProps?'],
     cancel: ['threadId', 'runId?'],
     switch: ['threadId', 'agent'],
-    subscribe: ['threadId', 'after?', 'epoch?'],
+    subscribe: ['threadId', 'after?', 'epoch?', 'presence?'],
     unsubscribe: ['threadId'],
     meta: ['threadId', 'metaType', 'payload', 'clientEventId?'],
     ping: [],
@@ -667,7 +667,8 @@ export class ThreadSession extends Emitter {
   }
 
   #send() {
-    const frame = { type: 'subscribe', threadId: this.threadId };
+    // `presence`: told who joins and leaves (viewers(), the `presence` event).
+    const frame = { type: 'subscribe', threadId: this.threadId, presence: true };
     // After a reconnect: every event after the last one seen, nothing twice.
     if (this.seq !== null) {
       frame.after = this.seq;

@@ -393,7 +393,7 @@ function newThreadView(id, box = '#conversation') {
         for (const message of frame.messages || []) this.renderMessage(message);
       });
       this.state = frame.state ?? {};
-      renderState(this.state);
+      renderLiveState(this.state);
       this.run = frame.run;
       this.headRunId = frame.headRunId ?? frame.run?.runId ?? null;
       this.setRun(frame.run?.status || 'idle', frame.run?.runId);
@@ -489,15 +489,15 @@ function newThreadView(id, box = '#conversation') {
           break;
         case 'STATE_SNAPSHOT':
           this.state = e.snapshot ?? {};
-          renderState(this.state);
+          renderLiveState(this.state);
           break;
         case 'STATE_DELTA':
           try {
             this.state = applyPatch(this.state, e.delta || []);
-            renderState(this.state);
+            renderLiveState(this.state);
           } catch (err) {
             notice(`State delta did not apply (${err.message}); re-reading the snapshot.`, 'error');
-            this.reread((s) => { this.state = s.state; renderState(s.state); });
+            this.reread((s) => { this.state = s.state; renderLiveState(s.state); });
           }
           break;
         case 'MESSAGES_SNAPSHOT':
@@ -881,6 +881,8 @@ async function viewAtRun(runId) {
     const at = newThreadView(view.id, '#conversation-at');
     at.resetConversation();
     for (const message of snapshot.messages || []) at.renderMessage(message);
+    // The state as that run left it, not the head's.
+    renderState(snapshot.state ?? {});
     $('#run-view-label').textContent = `The conversation at the end of run ${runId} (read-only; the live view follows the head).`;
     $('#run-view').hidden = false;
     $('#conversation').hidden = true;
@@ -898,10 +900,12 @@ function backToLive() {
   $('#conversation-at').hidden = true;
   $('#conversation-at').replaceChildren();
   $('#conversation').hidden = false;
+  if (app.thread) renderState(app.thread.state);
   markViewing();
 }
 
 function markViewing() {
+  writeLocation();
   document.querySelectorAll('#runs .run-item').forEach((i) => i.classList.toggle('viewing', i.dataset.run === app.atRun));
 }
 
@@ -952,6 +956,8 @@ function openThread(id, mayNotExist = false) {
   $('#cancel-run').hidden = true;
   $('#timeline-filter').replaceChildren(el('option', { value: '', text: 'all types' }));
   document.querySelectorAll('.thread-item').forEach((i) => i.classList.toggle('active', i.dataset.thread === id));
+  $('#presence').replaceChildren();
+  writeLocation();
   subscribe(app.thread, mayNotExist);
 }
 
@@ -964,16 +970,45 @@ function subscribe(view, mayNotExist = false) {
     app.session.on('snapshot', (frame) => { if (app.thread === view) view.snapshot(frame); }),
     app.session.on('event', (frame) => { if (app.thread === view) view.event(frame); }),
     app.session.on('error', (e) => notice(describeError(e), 'error')),
+    app.session.on('presence', () => { if (app.thread === view) renderPresence(); }),
   ];
-  app.session.subscribe().catch((e) => {
+  app.session.subscribe().then(renderPresence, (e) => {
     if (!(mayNotExist && e.code === 'not_found')) notice(`Watching ${view.id} — ${describeError(e)}`, 'error');
   });
+}
+
+/** Who is watching the open thread, as avatars (initials; the name, the
+ *  user id and how many connections they have on hover). */
+function renderPresence() {
+  const me = claims(app.token)?.sub;
+  const viewers = app.session ? app.session.viewers() : [];
+  $('#presence').replaceChildren(...viewers.map((w) => {
+    const label = w.name || w.userId;
+    const initials = label.split(/[\s._-]+/).filter(Boolean).map((p) => p[0]).join('').slice(0, 2).toUpperCase();
+    const tabs = w.connections > 1 ? ` (${w.connections} connections)` : '';
+    return el('span', { class: `avatar${w.userId === me ? ' me' : ''}`, 'data-user': w.userId, title: `${label}${w.name ? ` — ${w.userId}` : ''}${tabs}`, text: initials });
+  }));
+}
+
+/** The open thread (and the run viewed) in the URL, so a link or a reload
+ *  opens the same. */
+function writeLocation() {
+  const params = new URLSearchParams();
+  if (app.thread) params.set('thread', app.thread.id);
+  if (app.atRun) params.set('run', app.atRun);
+  const hash = params.toString();
+  history.replaceState(null, '', hash ? `#${hash}` : location.pathname);
 }
 
 // ---------- state tree and JSON Patch ----------
 
 function renderState(state) {
   $('#state-tree').replaceChildren(tree(state, 'state'));
+}
+
+/** The head's state, unless a run's view is open (its state stays shown). */
+function renderLiveState(state) {
+  if (!app.atRun) renderState(state);
 }
 
 function tree(value, key) {
@@ -1209,7 +1244,11 @@ async function postMeta(metaType, payload) {
 // ---------- wiring ----------
 
 async function startRun(threadId, text) {
-  const agent = $('#agent-select').value || app.thread?.run?.agent;
+  // A thread that has run goes on with its active agent (the gateway
+  // routes a run that names none, after a handoff too); the picker is for
+  // new threads.
+  const going = app.thread?.id === threadId && (app.thread.run || app.session?.latestRun);
+  const agent = going ? undefined : $('#agent-select').value || app.thread?.run?.agent;
   const thread = threadId || `t-${crypto.randomUUID().slice(0, 8)}`;
   const runId = `r-${crypto.randomUUID()}`;
   const messages = text ? [{ id: `m-${crypto.randomUUID()}`, role: 'user', content: text }] : [];
@@ -1271,9 +1310,14 @@ document.addEventListener('DOMContentLoaded', async () => {
     /* no dev tokens */
   }
   if (app.token && claims(app.token)?.exp * 1000 > Date.now()) signIn(app.token, app.dev);
-  // A reload mid-run: reopen the thread that was open.
-  const open = sessionStorage.getItem('agui-inspector.thread');
-  if (open && app.token) openThread(open);
+  // A link or a reload: the thread the URL names, else the one that was open.
+  const linked = new URLSearchParams(location.hash.slice(1)).get('thread');
+  const open = linked || sessionStorage.getItem('agui-inspector.thread');
+  if (open && app.token) {
+    openThread(open, true);
+    const run = linked && new URLSearchParams(location.hash.slice(1)).get('run');
+    if (run) app.session.whenReady().then(() => viewAtRun(run), () => {});
+  }
   window.addEventListener('beforeunload', () => {
     if (app.thread) sessionStorage.setItem('agui-inspector.thread', app.thread.id);
   });

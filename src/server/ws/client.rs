@@ -5,7 +5,7 @@
 use super::frame::{Refusal, branch_command, decode_command, resume_command, run_command};
 use super::writer::reply;
 use crate::auth::{Permission, Principal};
-use crate::protocol::hooks::ViewerVisibility;
+use crate::protocol::hooks::{RunInput, ViewerVisibility};
 use crate::protocol::join::Cursor;
 use crate::server::access::{AccessError, thread_for, thread_to_watch, visibility_on, visitor};
 use crate::server::commands::{self, Requester, Viewer};
@@ -56,8 +56,10 @@ impl Subscriptions {
     }
 
     /// Lists this connection among `key`'s viewers; returns who is there.
-    fn present(&self, key: &ThreadKey) -> Vec<Watcher> {
-        let outbox = Some(self.outbox.clone());
+    /// With `tell`, it is sent `presence` frames of later changes (a
+    /// `subscribe` asks with `presence: true`; other clients never see one).
+    fn present(&self, key: &ThreadKey, tell: bool) -> Vec<Watcher> {
+        let outbox = tell.then(|| self.outbox.clone());
         self.presence
             .join(key, self.id, self.visitor.clone(), outbox)
     }
@@ -96,7 +98,7 @@ impl Viewer for Subscriptions {
     }
 
     fn watch(&mut self, thread: &Arc<Thread>, visibility: ViewerVisibility) {
-        self.present(&thread.key);
+        self.present(&thread.key, false);
         self.threads.insert(thread.key.clone(), thread.clone());
         self.pending = Some((thread.clone(), thread.seq(), visibility));
     }
@@ -251,7 +253,17 @@ impl Client {
         };
         // Listed before the ack, which carries who is there (this
         // connection included); changes follow as `presence` frames.
-        let present = self.subs.present(&thread.key);
+        let tell = match v.get("presence") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                return Err(ApiError::new(
+                    ErrorCode::Invalid,
+                    "'presence' must be a boolean",
+                ));
+            }
+        };
+        let present = self.subs.present(&thread.key, tell);
         if v.get("id").is_some() {
             let mut extra = Map::new();
             extra.insert("threadId".into(), thread_id.into());
@@ -317,7 +329,16 @@ impl Client {
         .await
         .map_err(AccessError::into_api)?;
         thread.refresh().await;
-        let cmd = branch_command(&self.state, &self.principal, v, thread.meta().agent)?;
+        let mut cmd = branch_command(&self.state, &self.principal, v, thread.meta().agent)?;
+        if req_str(v, "type")? == "regenerate" {
+            let visibility = visibility_on(&self.state, &self.principal, &thread);
+            let message_id = opt_str(v, "messageId")?;
+            if let Some(answers) = commands::regenerated_answers(&thread, message_id, &visibility)?
+                && let RunInput::Incremental { resume, .. } = &mut cmd.input
+            {
+                *resume = Some(answers);
+            }
+        }
         let requester = Requester::Viewer(&mut self.subs);
         let ack = commands::run(&self.state, &self.principal, cmd, requester).await?;
         self.ack(v.get("id"), ack);
