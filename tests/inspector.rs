@@ -1027,6 +1027,7 @@ async fn a_linked_thread_is_watched_before_its_first_run_with_who_is_there() {
         roles.contains(&json!("assistant")),
         "the answer, live: {seen:#}"
     );
+    assert_eq!(seen["benRunBy"], "· started by ann", "{seen:#}");
     for (who, me) in [("benAvatars", "ben"), ("annAvatars", "ann")] {
         let avatars = seen[who].as_array().unwrap();
         let users: Vec<&str> = avatars

@@ -411,5 +411,25 @@ async fn regenerating_the_answer_after_an_approval_carries_the_approval() {
         "a sibling of the resume: {runs}"
     );
     assert_eq!(again["status"], "finished", "{runs}");
+    // Who did what: Olga asked and answered, Ben regenerated.
+    let ask = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["runId"] == "ask")
+        .unwrap();
+    assert_eq!(ask["startedBy"], "olga");
+    assert_eq!(
+        ask["answeredBy"],
+        json!([{"runId": "answer", "by": "olga"}, {"runId": "again", "by": "ben"}]),
+        "{runs}"
+    );
+    let snap = json_of(
+        http()
+            .get(gw.url("/v1/threads/appr"))
+            .bearer_auth(token(json!({"sub": "olga"}))),
+    )
+    .await;
+    assert_eq!(snap["run"]["startedBy"], "ben", "{snap}");
     assert_eq!(frames.last().unwrap()["event"]["type"], "RUN_FINISHED");
 }

@@ -173,7 +173,38 @@ pub async fn runs(
         Err(e) => return e.into_api().into_response(),
     };
     t.refresh().await;
-    Json(t.runs_page(q.cursor.unwrap_or(0), limit)).into_response()
+    let mut page = t.runs_page(q.cursor.unwrap_or(0), limit);
+    answered_by(&mut page);
+    Json(page).into_response()
+}
+
+/// Marks each run of a page whose interrupts were answered with who
+/// answered them: `answeredBy`, one `{runId, by}` per resume run from it
+/// (several after a regenerate of the answer), in the page's order.
+fn answered_by(page: &mut Value) {
+    let Some(runs) = page.get_mut("runs").and_then(Value::as_array_mut) else {
+        return;
+    };
+    let answers: Vec<(Value, Value)> = runs
+        .iter()
+        .filter(|r| r["kind"] == "resume" || r["kind"] == "regenerate")
+        .map(|r| {
+            (
+                r["parentRunId"].clone(),
+                json!({"runId": r["runId"], "by": r["startedBy"]}),
+            )
+        })
+        .collect();
+    for run in runs.iter_mut().filter(|r| r["status"] == "interrupted") {
+        let by: Vec<Value> = answers
+            .iter()
+            .filter(|(parent, _)| *parent == run["runId"])
+            .map(|(_, a)| a.clone())
+            .collect();
+        if !by.is_empty() {
+            run["answeredBy"] = Value::Array(by);
+        }
+    }
 }
 
 /// Query of the join stream.

@@ -55,6 +55,9 @@ try {
   // Ben, who was there before the first run, sees it live.
   await ben.page.waitForFunction(() => document.querySelector("#run-status").textContent.startsWith("finished"), null, { timeout: WAIT });
   out.benMessages = await ben.page.$$eval("#conversation .msg", (m) => m.map((x) => x.dataset.role));
+  // Who did what: the run list says who started the run.
+  await ben.page.waitForSelector("#runs .run-by", { timeout: WAIT });
+  out.benRunBy = await ben.page.$eval("#runs .run-by", (e) => e.textContent.trim());
   out.benAvatars = await avatars(ben.page, ["ann", "ben"]);
   out.annAvatars = await avatars(ann.page, ["ann", "ben"]);
 

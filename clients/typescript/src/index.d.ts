@@ -74,6 +74,8 @@ export interface RunInfo {
   /** The run it started from (null for a thread's first run). */
   parentRunId?: string | null;
   kind?: RunKind;
+  /** Who started it (the token's `sub`; for a resume, who answered the interrupts). */
+  startedBy?: string | null;
 }
 
 // ----- frames -----

@@ -789,7 +789,7 @@ export class ThreadSession extends Emitter {
         const parentRunId = event.parentRunId !== undefined ? event.parentRunId
           : stamp.parentRunId !== undefined ? stamp.parentRunId
             : this.headRunId ?? null;
-        this.latestRun = { runId: event.runId, agent: stamp.agent ?? this.latestRun?.agent ?? null, status: 'running', parentRunId, kind: stamp.kind ?? 'continue' };
+        this.latestRun = { runId: event.runId, agent: stamp.agent ?? this.latestRun?.agent ?? null, status: 'running', parentRunId, kind: stamp.kind ?? 'continue', startedBy: stamp.by ?? null };
         this.headRunId = event.runId;
         this.interrupts = [];
         // A handoff's run speaks once its record says the handoff took place.

@@ -854,7 +854,11 @@ function renderRuns(view, tree) {
           // Run ids are often UUIDs: the start tells them apart, the
           // tooltip has the whole id.
           el('span', { class: 'run-id', title: run.runId, text: run.runId.length > 14 ? `${run.runId.slice(0, 12)}…` : run.runId })),
-        el('small', { text: ` ${run.kind || 'run'} · ${typeof run.agent === 'string' ? `${run.agent} · ` : ''}${run.status}${run.runId === tree.headRunId ? ' · head' : ''}` }));
+        el('small', { text: ` ${run.kind || 'run'} · ${typeof run.agent === 'string' ? `${run.agent} · ` : ''}${run.status}${run.runId === tree.headRunId ? ' · head' : ''}` }),
+        // Who did it: who started the run (a resume's starter answered the
+        // interrupts it follows), and who answered this run's interrupts.
+        run.startedBy ? el('small', { class: 'run-by', text: ` · ${run.kind === 'resume' ? 'answered' : 'started'} by ${run.startedBy}` }) : null,
+        (run.answeredBy || []).length ? el('small', { class: 'run-answered', text: ` · answered by ${run.answeredBy.map((a) => a.by).join(', ')}` }) : null);
       item.style.paddingLeft = `${indent * 12}px`;
       list.append(item);
       walk(run.runId, indent);
