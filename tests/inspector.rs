@@ -1044,3 +1044,64 @@ async fn a_linked_thread_is_watched_before_its_first_run_with_who_is_there() {
         json!([{"user": "ben", "text": "B", "me": true}])
     );
 }
+
+/// Three people debug one thread (on two nodes with `AGUI_TEST_NODES=2`):
+/// a link opens it before its first run; a reply goes to the thread's
+/// agent whatever the picker says; the view at an older run shows that
+/// run's state and is named in the URL; a timeline row opens to its JSON,
+/// with a millisecond time and the run's duration; "continue from this
+/// run" starts a branch everyone sees.
+#[tokio::test]
+async fn three_people_debug_a_thread_state_at_a_run_rows_as_json_and_a_branch_from_it() {
+    let gw = dev_gateway(
+        "[demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
+         [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n\
+         [[agents]]\nid = \"other\"\nurl = \"demo:\"\n\
+         [threads]\npresence_interval = \"200ms\"\n",
+    )
+    .await;
+    let one = gw.next_base().to_owned();
+    let two = gw.next_base().to_owned();
+    let seen = page_script("inspector_debug.mjs", &[&one, &two, "debug-1"]).await;
+    assert_eq!(seen["errors"], json!([]), "no page errors: {seen:#}");
+    // Both runs are the demo agent's: the reply did not take the picker's.
+    let agents = seen["annRunAgents"].as_array().unwrap();
+    assert!(
+        agents
+            .iter()
+            .filter(|a| a.as_str().unwrap().contains("demo ·"))
+            .count()
+            == 2,
+        "{seen:#}"
+    );
+    let state = seen["benStateAtFirst"].as_str().unwrap();
+    assert!(
+        state.contains("alpha") && !state.contains("beta"),
+        "{seen:#}"
+    );
+    let first = seen["firstRun"].as_str().unwrap();
+    assert_eq!(
+        seen["benUrl"],
+        format!("#thread=debug-1&run={first}"),
+        "{seen:#}"
+    );
+    let row = seen["catFinishedRow"].as_array().unwrap();
+    let time = row[2].as_str().unwrap();
+    assert!(
+        time.len() == 12 && time.as_bytes()[8] == b'.',
+        "hh:mm:ss.mmm: {seen:#}"
+    );
+    assert!(row[1].as_str().unwrap().contains("took "), "{seen:#}");
+    assert_eq!(seen["catJson"]["type"], "RUN_FINISHED", "{seen:#}");
+    assert_eq!(seen["catAvatars"], json!(["ann", "ben", "cat"]), "{seen:#}");
+    let runs = seen["catRuns"].as_array().unwrap();
+    assert_eq!(runs.len(), 3, "{seen:#}");
+    let branch = runs
+        .iter()
+        .find(|r| r["parent"] == first && r["kind"] == "branch");
+    assert!(branch.is_some(), "a branch from the first run: {seen:#}");
+    assert_eq!(
+        seen["benUrlAfter"], "#thread=debug-1",
+        "back to live: {seen:#}"
+    );
+}

@@ -409,7 +409,7 @@ function newThreadView(id, box = '#conversation') {
       const gap = this.lastSeq !== null && frame.seq !== this.lastSeq + 1;
       if (gap) notice(`Gap: seq ${this.lastSeq + 1}–${frame.seq - 1} never arrived.`, 'gap');
       this.lastSeq = frame.seq;
-      timelineRow(frame.seq, event.type, event.timestamp || Date.now(), JSON.stringify(event).length, gap, timelineNote(event));
+      timelineRow(frame.seq, event.type, event.timestamp || Date.now(), JSON.stringify(event).length, gap, timelineNote(event, this), event);
       this.apply(event);
       // The thread's status in the list changes with its runs.
       if (['RUN_STARTED', 'RUN_FINISHED', 'RUN_ERROR'].includes(event.type)) {
@@ -1197,17 +1197,40 @@ function renderMeta(e) {
 
 /** What a timeline row says besides its type: who a handoff passed the
  *  thread to (the row is marked), the agent a run is of. */
-function timelineNote(e) {
+function timelineNote(e, view = null) {
+  const v = e.value || {};
   if (e.type === 'CUSTOM' && e.name === 'agui-gateway/handoff') {
-    const v = e.value || {};
     return { mark: 'handoff', text: `handoff ${v.fromAgent || '?'} → ${v.toAgent || '?'} (${v.result || '?'})` };
   }
-  if (e.type === 'CUSTOM' && e.name === 'agui-gateway/active-agent') return { mark: 'handoff', text: `switched to ${e.value?.agent || '?'}` };
-  const agent = e.type === 'RUN_STARTED' ? e['agui-gateway']?.agent : null;
-  return agent ? { text: `${agent}${e['agui-gateway']?.kind === 'handoff' ? ' (handoff)' : ''}` } : null;
+  if (e.type === 'CUSTOM' && e.name === 'agui-gateway/active-agent') return { mark: 'handoff', text: `switched to ${v.agent || '?'}${v.by ? ` by ${v.by}` : ''}` };
+  if (e.type === 'CUSTOM' && e.name === 'agui-gateway/lineage') {
+    const what = v.regeneratedMessageId ? ` (regenerates ${v.regeneratedMessageId})` : v.editedMessageId ? ` (edits ${v.editedMessageId})` : '';
+    return { mark: 'lineage', text: `${v.kind || 'branch'} of ${v.parentRunId || 'the start'}${what}` };
+  }
+  if (e.type === 'CUSTOM' && e.name === 'agui-gateway/policy') {
+    const subject = v.toolName ? ` ${v.toolName}` : v.toAgent ? ` → ${v.toAgent}` : '';
+    return { mark: 'policy', text: `policy: ${(v.action || '?').replaceAll('_', ' ')}${subject}${v.rule ? ` (rule ${v.rule})` : ''}${v.reason ? ` — ${v.reason}` : ''}` };
+  }
+  if (e.type === 'META') return { text: `${e.metaType || 'meta'} by ${e.payload?.userId || '?'}` };
+  const stamp = e['agui-gateway'] || {};
+  if (e.type === 'RUN_STARTED') {
+    if (view) view.runStarted = { runId: e.runId, at: e.timestamp || Date.now() };
+    const by = stamp.by ? ` · by ${stamp.by}` : '';
+    return stamp.agent ? { text: `${stamp.agent}${stamp.kind === 'handoff' ? ' (handoff)' : ''}${by}` } : (by ? { text: by.slice(3) } : null);
+  }
+  if ((e.type === 'RUN_FINISHED' || e.type === 'RUN_ERROR') && view?.runStarted && e.timestamp) {
+    return { text: `took ${e.timestamp - view.runStarted.at} ms` };
+  }
+  return null;
 }
 
-function timelineRow(seq, type, time, bytes, gap, note = null) {
+/** `time` as hh:mm:ss.mmm (the timeline tells events apart by the millisecond). */
+function clock(time) {
+  const d = new Date(time);
+  return `${d.toLocaleTimeString([], { hour12: false })}.${String(d.getMilliseconds()).padStart(3, '0')}`;
+}
+
+function timelineRow(seq, type, time, bytes, gap, note = null, event = null) {
   const view = app.thread;
   const filter = $('#timeline-filter');
   if (view && !view.types.has(type)) {
@@ -1216,8 +1239,17 @@ function timelineRow(seq, type, time, bytes, gap, note = null) {
   }
   const row = el('tr', { class: `tl-row${gap ? ' gap' : ''}${note?.mark ? ` ${note.mark}` : ''}`, 'data-seq': String(seq), 'data-type': type },
     el('td', { text: String(seq) }), el('td', { text: note ? `${type} · ${note.text}` : type }),
-    el('td', { text: new Date(time).toLocaleTimeString() }), el('td', { text: String(bytes) }));
+    el('td', { text: clock(time) }), el('td', { text: String(bytes) }));
   row.hidden = filter.value !== '' && filter.value !== type;
+  // A row opens to its event's JSON (and closes again).
+  if (event) {
+    row.classList.add('opens');
+    row.addEventListener('click', () => {
+      const open = row.nextElementSibling?.classList.contains('tl-json') ? row.nextElementSibling : null;
+      if (open) open.remove();
+      else row.after(el('tr', { class: 'tl-json', 'data-seq': String(seq) }, el('td', { colspan: '4' }, el('pre', { text: JSON.stringify(event, null, 2) }))));
+    });
+  }
   const body = $('#timeline tbody');
   following(body, () => body.append(row));
 }
@@ -1246,6 +1278,23 @@ async function postMeta(metaType, payload) {
 }
 
 // ---------- wiring ----------
+
+/** "Continue from this run": the reply box's text as a run from the end
+ *  of the run viewed (a branch; the live view then follows it, the new head). */
+async function continueFromRun() {
+  const view = app.thread;
+  const base = app.atRun;
+  if (!view || !base) return;
+  const text = $('#reply-message').value.trim();
+  const messages = text ? [{ id: `m-${crypto.randomUUID()}`, role: 'user', content: text }] : [];
+  try {
+    await send({ type: 'run', threadId: view.id, runId: `r-${crypto.randomUUID()}`, parentRunId: base, messages });
+    $('#reply-message').value = '';
+    backToLive();
+  } catch (e) {
+    notice(`The run from ${base} did not start — ${describeError(e)}`, 'error');
+  }
+}
 
 async function startRun(threadId, text) {
   // A thread that has run goes on with its active agent (the gateway
@@ -1296,6 +1345,7 @@ document.addEventListener('DOMContentLoaded', async () => {
   $('#conversation').addEventListener('click', messageAction);
   $('#conversation-at').addEventListener('click', messageAction);
   $('#run-view-live').addEventListener('click', backToLive);
+  $('#run-continue').addEventListener('click', continueFromRun);
   $('#runs').addEventListener('click', (e) => {
     const item = e.target.closest('.run-item');
     if (item && e.target.closest('button')) viewAtRun(item.dataset.run);
