@@ -1074,6 +1074,30 @@ async fn three_people_debug_a_thread_state_at_a_run_rows_as_json_and_a_branch_fr
             == 2,
         "{seen:#}"
     );
+    // The late joiner's timeline: a snapshot, then (loaded) every event
+    // before it, in seq order, ahead of the snapshot's row.
+    assert_eq!(seen["benRowsBefore"], json!(["snapshot"]), "{seen:#}");
+    let rows = seen["benRowsAfter"].as_array().unwrap();
+    let snapshot_at = rows.iter().position(|r| r[1] == "snapshot").unwrap();
+    let earlier: Vec<u64> = rows[..snapshot_at]
+        .iter()
+        .map(|r| r[0].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        earlier,
+        (1..=earlier.len() as u64).collect::<Vec<_>>(),
+        "{seen:#}"
+    );
+    assert_eq!(
+        rows[snapshot_at][0].as_u64().unwrap(),
+        earlier.len() as u64,
+        "{seen:#}"
+    );
+    let finished = rows[..snapshot_at]
+        .iter()
+        .filter(|r| r[1] == "RUN_FINISHED")
+        .count();
+    assert_eq!(finished, 2, "{seen:#}");
     let state = seen["benStateAtFirst"].as_str().unwrap();
     assert!(
         state.contains("alpha") && !state.contains("beta"),

@@ -53,6 +53,11 @@ try {
   await ben.click(`.thread-item[data-thread="${thread}"]`);
   await runItems(ben, 2);
   await ben.waitForFunction(() => document.querySelector("#state-tree").textContent.includes("beta"), null, { timeout: WAIT });
+  // Ben joined late: his timeline starts at a snapshot; he loads what came before.
+  out.benRowsBefore = await ben.$$eval(".tl-row", (r) => r.map((x) => x.dataset.type));
+  await ben.click("#timeline-earlier");
+  await ben.waitForFunction(() => document.querySelector(".tl-row")?.dataset.seq === "1", null, { timeout: WAIT });
+  out.benRowsAfter = await ben.$$eval(".tl-row", (r) => r.map((x) => [Number(x.dataset.seq), x.dataset.type]));
   const first = await ben.$eval("#runs .run-item", (i) => i.dataset.run);
   await ben.click(`#runs .run-item[data-run="${first}"] .run-view`);
   await ben.waitForSelector("#run-view:not([hidden])", { timeout: WAIT });

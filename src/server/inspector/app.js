@@ -401,6 +401,9 @@ function newThreadView(id, box = '#conversation') {
       this.interrupts = frame.interrupts || [];
       renderInterrupts(this);
       timelineRow(frame.seq, frame.reset ? 'snapshot (reset)' : 'snapshot', Date.now(), JSON.stringify(frame).length, frame.reset);
+      // Joined late: what came before the snapshot can be read back.
+      this.snapshotSeq = frame.seq;
+      $('#timeline-earlier').hidden = !(frame.seq > 0);
     },
 
     event(frame) {
@@ -959,6 +962,7 @@ function openThread(id, mayNotExist = false) {
   $('#run-status').textContent = '';
   $('#cancel-run').hidden = true;
   $('#timeline-filter').replaceChildren(el('option', { value: '', text: 'all types' }));
+  $('#timeline-earlier').hidden = true;
   document.querySelectorAll('.thread-item').forEach((i) => i.classList.toggle('active', i.dataset.thread === id));
   $('#presence').replaceChildren();
   writeLocation();
@@ -1230,7 +1234,40 @@ function clock(time) {
   return `${d.toLocaleTimeString([], { hour12: false })}.${String(d.getMilliseconds()).padStart(3, '0')}`;
 }
 
-function timelineRow(seq, type, time, bytes, gap, note = null, event = null) {
+/** "load earlier events": a late joiner's timeline gets the events before
+ *  its snapshot, read back through a second connection subscribed from
+ *  seq 0 (closed once it reached the snapshot). A journal compacted past
+ *  them answers with a snapshot instead: said so. */
+async function loadEarlier() {
+  const view = app.thread;
+  const until = view?.snapshotSeq;
+  if (!until) return;
+  $('#timeline-earlier').hidden = true;
+  const conn = new GatewayConnection({ url: `${location.origin}/v1/ws`, token: () => app.token, autoRefresh: false });
+  const anchor = document.querySelector('#timeline tbody .tl-row');
+  try {
+    await conn.connect();
+    const earlier = conn.session(view.id);
+    earlier.seq = 0; // subscribes `after: 0`: every event from the first
+    const readBack = { runStarted: null };
+    await new Promise((resolve, reject) => {
+      earlier.on('reset', () => reject(new Error('the journal no longer holds them (compacted)')));
+      earlier.on('event', ({ seq, event }) => {
+        if (seq <= until && app.thread === view) {
+          timelineRow(seq, event.type, event.timestamp || Date.now(), JSON.stringify(event).length, false, timelineNote(event, readBack), event, anchor);
+        }
+        if (seq >= until) resolve();
+      });
+      earlier.subscribe().catch(reject);
+    });
+  } catch (e) {
+    notice(`Earlier events were not loaded — ${e.message || describeError(e)}`, 'error');
+  } finally {
+    conn.close();
+  }
+}
+
+function timelineRow(seq, type, time, bytes, gap, note = null, event = null, before = null) {
   const view = app.thread;
   const filter = $('#timeline-filter');
   if (view && !view.types.has(type)) {
@@ -1251,7 +1288,8 @@ function timelineRow(seq, type, time, bytes, gap, note = null, event = null) {
     });
   }
   const body = $('#timeline tbody');
-  following(body, () => body.append(row));
+  if (before?.isConnected) body.insertBefore(row, before);
+  else following(body, () => body.append(row));
 }
 
 /** Runs `change` on scrolling box `box` and keeps its newest content in
@@ -1346,6 +1384,7 @@ document.addEventListener('DOMContentLoaded', async () => {
   $('#conversation-at').addEventListener('click', messageAction);
   $('#run-view-live').addEventListener('click', backToLive);
   $('#run-continue').addEventListener('click', continueFromRun);
+  $('#timeline-earlier').addEventListener('click', loadEarlier);
   $('#runs').addEventListener('click', (e) => {
     const item = e.target.closest('.run-item');
     if (item && e.target.closest('button')) viewAtRun(item.dataset.run);
