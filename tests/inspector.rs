@@ -931,6 +931,11 @@ async fn a_handoff_shows_who_speaks_and_its_approval_is_answered_in_the_page() {
     let t = token(json!({"sub": "ada"}));
     let seen = page_script("inspector_handoff.mjs", &[&gw.base, &t, "ho-page"]).await;
     assert_eq!(seen["errors"], Value::Null, "no page errors: {seen:#}");
+    let reply = seen["replyRun"].as_str().unwrap();
+    assert!(
+        reply.contains("billing · finished"),
+        "the reply after the handoff went to billing: {seen:#}"
+    );
     let asked = &seen["interrupt"];
     assert!(
         asked["text"]
