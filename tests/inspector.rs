@@ -1134,3 +1134,38 @@ async fn three_people_debug_a_thread_state_at_a_run_rows_as_json_and_a_branch_fr
         "back to live: {seen:#}"
     );
 }
+
+/// Regenerate after an approval, from the page, by a second person (on
+/// two nodes with `AGUI_TEST_NODES=2`): a sibling of the approval's run
+/// that carries its answer, seen by both; no "pending interrupts" refusal.
+#[tokio::test]
+async fn the_answer_after_an_approval_is_regenerated_from_the_page() {
+    let gw = dev_gateway(
+        "[demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
+         [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n",
+    )
+    .await;
+    let one = gw.next_base().to_owned();
+    let two = gw.next_base().to_owned();
+    let seen = page_script("inspector_regen.mjs", &[&one, &two, "regen-1"]).await;
+    assert_eq!(seen["errors"], json!([]), "no page errors: {seen:#}");
+    assert_eq!(seen["benNotices"], json!([]), "no refusal: {seen:#}");
+    let runs = seen["benRuns"].as_array().unwrap();
+    let (asked, answered, again) = (&runs[0], &runs[1], &runs[2]);
+    assert_eq!(answered["kind"], "resume", "{seen:#}");
+    assert_eq!(again["kind"], "regenerate", "{seen:#}");
+    assert_eq!(
+        again["parent"], asked["run"],
+        "a sibling of the resume: {seen:#}"
+    );
+    assert_eq!(answered["parent"], asked["run"], "{seen:#}");
+    assert!(
+        again["text"].as_str().unwrap().contains("started by ben"),
+        "{seen:#}"
+    );
+    assert_eq!(seen["annRuns"], seen["benRuns"], "{seen:#}");
+    assert!(
+        seen["benReply"].as_str().unwrap().contains("went through"),
+        "the regenerated answer: {seen:#}"
+    );
+}
