@@ -80,6 +80,7 @@ pub async fn serve(config: Config, policy: Policy) -> Result<(), String> {
         Arc<dyn RunLeases>,
         Option<Arc<dyn SharedCounters>>,
     );
+    let mut presence: Option<Arc<dyn crate::store::presence::PresenceStore>> = None;
     let (store, bus, leases, counters): Shared = match config.store.kind {
         StoreKind::Sqlite => (
             Arc::new(
@@ -111,6 +112,7 @@ pub async fn serve(config: Config, policy: Policy) -> Result<(), String> {
                 .await
                 .map_err(|e| format!("store.url: {e}"))?;
             tracing::info!(node = %node, "journal on redis");
+            presence = Some(redis.clone());
             (redis.clone(), redis.clone(), redis.clone(), Some(redis))
         }
     };
@@ -150,7 +152,11 @@ pub async fn serve(config: Config, policy: Policy) -> Result<(), String> {
     if let Some(counters) = counters {
         state = state.with_shared_counters(counters);
     }
+    if let Some(presence) = presence {
+        state = state.with_presence_store(presence);
+    }
     let state = Arc::new(state);
+    state.presence.spawn();
     crate::server::reload::spawn(state.clone(), demo_addr, Duration::from_secs(2));
     // Other nodes' durable events and run requests, when the store is shared.
     state.threads.spawn_bus_listener();

@@ -213,3 +213,15 @@ async fn the_python_cli_watches_a_thread_live() {
     assert_eq!(types.last().unwrap(), "RUN_FINISHED", "{seen:#}");
     assert_eq!(seen["runInput"], "third", "{seen:#}");
 }
+
+#[tokio::test]
+async fn a_python_session_lists_who_watches_a_thread_not_yet_run() {
+    let gw = Gateway::start("[threads]\npresence_interval = \"100ms\"\n").await;
+    let grant = json!({"team-7-*": ["view"]});
+    let ann = token(json!({"sub": "ann", "threads": grant}));
+    let ben = token(json!({"sub": "ben", "threads": grant}));
+    let seen = scenario(&["presence", &gw.base, &ann, &ben]).await;
+    assert_eq!(seen["atJoin"], json!(["ann"]), "{seen:#}");
+    assert_eq!(seen["both"], json!(["ann", "ben"]), "{seen:#}");
+    assert_eq!(seen["after"], json!(["ann"]), "{seen:#}");
+}

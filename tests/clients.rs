@@ -698,3 +698,65 @@ async fn a_session_folds_its_own_run_names_runs_in_acks_and_honours_abort_signal
     assert_eq!(seen["withoutRetry"], "disconnected", "{seen:#}");
     assert_eq!(seen["retriedAck"], "ack", "{seen:#}");
 }
+
+#[tokio::test]
+async fn the_readme_quick_start_runs_as_written_and_an_agent_attaches_before_the_first_run() {
+    let gw = Gateway::start(
+        "[demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
+         [[agents]]\nid = \"support\"\nurl = \"demo:\"\n",
+    )
+    .await;
+    // The team's token grants `view` and `run` on its threads; the runner
+    // of the agent's thread holds nothing but its own runs.
+    let grantee = token(json!({"sub": "tia", "threads": {"team-7-*": ["view", "run"]}}));
+    let runner = token(json!({"sub": "rob"}));
+    let seen = script("early.mjs", &[&gw.base, &grantee, &runner]).await;
+    assert!(
+        seen["quickStartCode"]
+            .as_str()
+            .unwrap()
+            .contains("await thread.subscribe(); await thread.run("),
+        "the README's block: {seen:#}"
+    );
+    // Every event of the run it started after subscribing, from seq 1.
+    let rendered = seen["rendered"].as_array().unwrap();
+    let seqs: Vec<u64> = rendered.iter().map(|r| r[0].as_u64().unwrap()).collect();
+    assert!(gapless_from(&seqs, 1), "{seen:#}");
+    assert_eq!(rendered[0][1], "RUN_STARTED");
+    assert_eq!(rendered.last().unwrap()[1], "RUN_FINISHED");
+    // The agent subscribed to the empty thread and folded the first run.
+    assert_eq!(
+        seen["attached"],
+        json!({"seq": 0, "ready": true}),
+        "{seen:#}"
+    );
+    assert_eq!(seen["watcherMessages"], seen["runnerMessages"], "{seen:#}");
+    assert_eq!(
+        seen["watcherMessages"][0]["content"],
+        "hello from the runner"
+    );
+}
+
+#[tokio::test]
+async fn a_session_lists_who_watches_and_tells_joins_and_leaves() {
+    let gw = Gateway::start(
+        "[threads]\npresence_interval = \"100ms\"\n[demo]\nenabled = true\n\
+         [[agents]]\nid = \"support\"\nurl = \"demo:\"\n",
+    )
+    .await;
+    let ann = token(json!({"sub": "ann", "name": "Ann", "threads": {"team-7-*": ["view"]}}));
+    let ben = token(json!({"sub": "ben", "threads": {"team-7-*": ["view"]}}));
+    let seen = script("presence.mjs", &[&gw.base, &ann, &ben]).await;
+    assert_eq!(seen["atJoin"], json!(["ann"]), "{seen:#}");
+    assert_eq!(
+        seen["bothA"],
+        json!([{"userId": "ann", "name": "Ann", "connections": 1},
+               {"userId": "ben", "name": null, "connections": 1}]),
+        "{seen:#}"
+    );
+    assert_eq!(
+        seen["events"],
+        json!([{"joined": ["ben"], "left": []}, {"joined": [], "left": ["ben"]}]),
+        "{seen:#}"
+    );
+}

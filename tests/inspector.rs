@@ -931,6 +931,11 @@ async fn a_handoff_shows_who_speaks_and_its_approval_is_answered_in_the_page() {
     let t = token(json!({"sub": "ada"}));
     let seen = page_script("inspector_handoff.mjs", &[&gw.base, &t, "ho-page"]).await;
     assert_eq!(seen["errors"], Value::Null, "no page errors: {seen:#}");
+    let reply = seen["replyRun"].as_str().unwrap();
+    assert!(
+        reply.contains("billing · finished"),
+        "the reply after the handoff went to billing: {seen:#}"
+    );
     let asked = &seen["interrupt"];
     assert!(
         asked["text"]
@@ -996,5 +1001,171 @@ async fn a_handoff_shows_who_speaks_and_its_approval_is_answered_in_the_page() {
             .unwrap()
             .contains("handoff triage → billing (accepted)"),
         "{rows:?}"
+    );
+}
+
+/// Two people, each in a browser of their own (on two nodes with
+/// `AGUI_TEST_NODES=2`): a link opens a thread nobody has run on yet, its
+/// first run (from the other page) reaches the early viewer live, both pages
+/// show both avatars, and a killed browser leaves the other's page.
+#[tokio::test]
+async fn a_linked_thread_is_watched_before_its_first_run_with_who_is_there() {
+    let gw = dev_gateway(
+        "[demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
+         [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n\
+         [threads]\npresence_interval = \"200ms\"\n",
+    )
+    .await;
+    let ben = gw.next_base().to_owned();
+    let ann = gw.next_base().to_owned();
+    let seen = page_script("inspector_presence.mjs", &[&ben, &ann, "linked-1"]).await;
+    assert_eq!(seen["errors"], json!([]), "no page errors: {seen:#}");
+    assert_eq!(
+        seen["benAlone"],
+        json!([{"user": "ben", "text": "B", "me": true}]),
+        "{seen:#}"
+    );
+    assert_eq!(seen["annUrl"], "#thread=linked-1", "{seen:#}");
+    let roles = seen["benMessages"].as_array().unwrap();
+    assert_eq!(roles[0], "user", "{seen:#}");
+    assert!(
+        roles.contains(&json!("assistant")),
+        "the answer, live: {seen:#}"
+    );
+    assert_eq!(seen["benRunBy"], "· started by ann", "{seen:#}");
+    for (who, me) in [("benAvatars", "ben"), ("annAvatars", "ann")] {
+        let avatars = seen[who].as_array().unwrap();
+        let users: Vec<&str> = avatars
+            .iter()
+            .map(|a| a["user"].as_str().unwrap())
+            .collect();
+        assert_eq!(users.len(), 2, "{seen:#}");
+        for a in avatars {
+            assert_eq!(a["me"], a["user"] == me, "{who}: {seen:#}");
+        }
+    }
+    assert_eq!(
+        seen["benAfterKill"],
+        json!([{"user": "ben", "text": "B", "me": true}])
+    );
+}
+
+/// Three people debug one thread (on two nodes with `AGUI_TEST_NODES=2`):
+/// a link opens it before its first run; a reply goes to the thread's
+/// agent whatever the picker says; the view at an older run shows that
+/// run's state and is named in the URL; a timeline row opens to its JSON,
+/// with a millisecond time and the run's duration; "continue from this
+/// run" starts a branch everyone sees.
+#[tokio::test]
+async fn three_people_debug_a_thread_state_at_a_run_rows_as_json_and_a_branch_from_it() {
+    let gw = dev_gateway(
+        "[demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
+         [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n\
+         [[agents]]\nid = \"other\"\nurl = \"demo:\"\n\
+         [threads]\npresence_interval = \"200ms\"\n",
+    )
+    .await;
+    let one = gw.next_base().to_owned();
+    let two = gw.next_base().to_owned();
+    let seen = page_script("inspector_debug.mjs", &[&one, &two, "debug-1"]).await;
+    assert_eq!(seen["errors"], json!([]), "no page errors: {seen:#}");
+    // Both runs are the demo agent's: the reply did not take the picker's.
+    let agents = seen["annRunAgents"].as_array().unwrap();
+    assert!(
+        agents
+            .iter()
+            .filter(|a| a.as_str().unwrap().contains("demo ·"))
+            .count()
+            == 2,
+        "{seen:#}"
+    );
+    // The late joiner's timeline: a snapshot, then (loaded) every event
+    // before it, in seq order, ahead of the snapshot's row.
+    assert_eq!(seen["benRowsBefore"], json!(["snapshot"]), "{seen:#}");
+    let rows = seen["benRowsAfter"].as_array().unwrap();
+    let snapshot_at = rows.iter().position(|r| r[1] == "snapshot").unwrap();
+    let earlier: Vec<u64> = rows[..snapshot_at]
+        .iter()
+        .map(|r| r[0].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        earlier,
+        (1..=earlier.len() as u64).collect::<Vec<_>>(),
+        "{seen:#}"
+    );
+    assert_eq!(
+        rows[snapshot_at][0].as_u64().unwrap(),
+        earlier.len() as u64,
+        "{seen:#}"
+    );
+    let finished = rows[..snapshot_at]
+        .iter()
+        .filter(|r| r[1] == "RUN_FINISHED")
+        .count();
+    assert_eq!(finished, 2, "{seen:#}");
+    let state = seen["benStateAtFirst"].as_str().unwrap();
+    assert!(
+        state.contains("alpha") && !state.contains("beta"),
+        "{seen:#}"
+    );
+    let first = seen["firstRun"].as_str().unwrap();
+    assert_eq!(
+        seen["benUrl"],
+        format!("#thread=debug-1&run={first}"),
+        "{seen:#}"
+    );
+    let row = seen["catFinishedRow"].as_array().unwrap();
+    let time = row[2].as_str().unwrap();
+    assert!(
+        time.len() == 12 && time.as_bytes()[8] == b'.',
+        "hh:mm:ss.mmm: {seen:#}"
+    );
+    assert!(row[1].as_str().unwrap().contains("took "), "{seen:#}");
+    assert_eq!(seen["catJson"]["type"], "RUN_FINISHED", "{seen:#}");
+    assert_eq!(seen["catAvatars"], json!(["ann", "ben", "cat"]), "{seen:#}");
+    let runs = seen["catRuns"].as_array().unwrap();
+    assert_eq!(runs.len(), 3, "{seen:#}");
+    let branch = runs
+        .iter()
+        .find(|r| r["parent"] == first && r["kind"] == "branch");
+    assert!(branch.is_some(), "a branch from the first run: {seen:#}");
+    assert_eq!(
+        seen["benUrlAfter"], "#thread=debug-1",
+        "back to live: {seen:#}"
+    );
+}
+
+/// Regenerate after an approval, from the page, by a second person (on
+/// two nodes with `AGUI_TEST_NODES=2`): a sibling of the approval's run
+/// that carries its answer, seen by both; no "pending interrupts" refusal.
+#[tokio::test]
+async fn the_answer_after_an_approval_is_regenerated_from_the_page() {
+    let gw = dev_gateway(
+        "[demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
+         [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n",
+    )
+    .await;
+    let one = gw.next_base().to_owned();
+    let two = gw.next_base().to_owned();
+    let seen = page_script("inspector_regen.mjs", &[&one, &two, "regen-1"]).await;
+    assert_eq!(seen["errors"], json!([]), "no page errors: {seen:#}");
+    assert_eq!(seen["benNotices"], json!([]), "no refusal: {seen:#}");
+    let runs = seen["benRuns"].as_array().unwrap();
+    let (asked, answered, again) = (&runs[0], &runs[1], &runs[2]);
+    assert_eq!(answered["kind"], "resume", "{seen:#}");
+    assert_eq!(again["kind"], "regenerate", "{seen:#}");
+    assert_eq!(
+        again["parent"], asked["run"],
+        "a sibling of the resume: {seen:#}"
+    );
+    assert_eq!(answered["parent"], asked["run"], "{seen:#}");
+    assert!(
+        again["text"].as_str().unwrap().contains("started by ben"),
+        "{seen:#}"
+    );
+    assert_eq!(seen["annRuns"], seen["benRuns"], "{seen:#}");
+    assert!(
+        seen["benReply"].as_str().unwrap().contains("went through"),
+        "the regenerated answer: {seen:#}"
     );
 }

@@ -46,6 +46,18 @@ pub struct ThreadsConfig {
     #[serde(with = "byte_size::option")]
     #[schemars(with = "Option<byte_size::Text>")]
     pub memory_budget: Option<u64>,
+    /// Who is watching a thread (the subscribe reply's `presence`, the
+    /// `presence` frames, `GET /v1/threads/{id}/presence`); off: empty lists.
+    pub presence: bool,
+    /// How often viewers hear who joined and left (coalesced: one frame per
+    /// thread per interval at most); with several nodes each node renews
+    /// its viewers' record this often, and a record unrenewed for five
+    /// intervals (a dead node's) lapses.
+    #[serde(with = "duration")]
+    #[schemars(with = "duration::Text")]
+    pub presence_interval: Duration,
+    /// Viewers holding any of these roles watch without being listed.
+    pub presence_hide_roles: Vec<String>,
 }
 
 impl ThreadsConfig {
@@ -68,6 +80,9 @@ impl Default for ThreadsConfig {
             max_branches: 0,
             hot_bytes: 4 << 20,
             memory_budget: None,
+            presence: true,
+            presence_interval: Duration::from_secs(1),
+            presence_hide_roles: Vec::new(),
         }
     }
 }
@@ -79,6 +94,12 @@ impl ThreadsConfig {
             bad(
                 "threads.viewer_queue_bytes".into(),
                 "must be at least 4096".into(),
+            );
+        }
+        if self.presence_interval < Duration::from_millis(50) {
+            bad(
+                "threads.presence_interval".into(),
+                "must be at least 50ms".into(),
             );
         }
         if self.hot_bytes < 1024 {

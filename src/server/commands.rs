@@ -178,6 +178,8 @@ pub async fn run(
         // A refused run creates nothing: a thread this request brought
         // into being (nothing journaled, nobody on it) goes again, so it
         // answers `not_found` as before.
+        // A copy early viewers hold stays, unclaimed again.
+        thread.release_claim(&who.subject);
         state.threads.forget_if_unused(&thread.key);
     }
     launched
@@ -533,4 +535,65 @@ pub async fn switch_agent(
     ack.insert("agent".into(), agent.id.clone().into());
     ack.insert("seq".into(), entry.seq.into());
     Ok(ack)
+}
+
+/// The answers a `regenerate` carries: when the answer it replaces came
+/// from a run that answered interrupts (a resume after an approval), that
+/// run's base — the run that asked — still has them pending, so its
+/// sibling must answer them too; a regenerate asks the agent again, not
+/// the people, so it sends the same answers. `None`: the regenerated run
+/// answered nothing (a plain regenerate). Refused when those answers are
+/// no longer in the journal (compacted away).
+pub fn regenerated_answers(
+    thread: &Thread,
+    message_id: Option<&str>,
+    visibility: &ViewerVisibility,
+) -> Result<Option<Value>, ApiError> {
+    let message_id = match message_id {
+        Some(id) => id.to_owned(),
+        None => match last_assistant(&thread.snapshot(visibility)) {
+            Some(id) => id,
+            None => return Ok(None),
+        },
+    };
+    let runs = thread.runs_page(0, usize::MAX);
+    let produced = |r: &&Value| {
+        r["outputMessageIds"]
+            .as_array()
+            .is_some_and(|ids| ids.iter().any(|i| i == message_id.as_str()))
+    };
+    let Some(run) = runs["runs"].as_array().into_iter().flatten().find(produced) else {
+        return Ok(None);
+    };
+    if run["kind"] != "resume" {
+        return Ok(None);
+    }
+    let started = run["startedSeq"].as_u64().unwrap_or(0);
+    let answers = thread
+        .entries_after(started.saturating_sub(1))
+        .and_then(|entries| entries.into_iter().find(|e| e.seq == started))
+        .and_then(|e| e.event.get("input")?.get("resume").cloned())
+        .filter(|r| r.as_array().is_some_and(|a| !a.is_empty()));
+    match answers {
+        Some(answers) => Ok(Some(answers)),
+        None => Err(ApiError::new(
+            ErrorCode::Conflict,
+            format!(
+                "run '{}' answered the interrupts of run '{}', and its answers are no longer in the journal: answer them again with a resume from that run (parentRunId)",
+                run["runId"].as_str().unwrap_or_default(),
+                run["parentRunId"].as_str().unwrap_or_default(),
+            ),
+        )),
+    }
+}
+
+/// The id of the last assistant message of a snapshot.
+fn last_assistant(snapshot: &Map<String, Value>) -> Option<String> {
+    snapshot
+        .get("messages")?
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "assistant")
+        .and_then(|m| m["id"].as_str().map(str::to_owned))
 }

@@ -69,6 +69,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/threads/{thread}", get(threads::snapshot))
         .route("/v1/threads/{thread}/events", get(threads::join))
         .route("/v1/threads/{thread}/runs", get(threads::runs))
+        .route("/v1/threads/{thread}/presence", get(threads::presence))
         .route("/v1/threads/{thread}/messages", get(exports::messages))
         .route("/v1/threads/{thread}/ticket", post(threads::issue_ticket))
         .route("/v1/threads/{thread}/meta", post(sideband::post_meta))

@@ -39,6 +39,8 @@ pub struct AppState {
     /// exit while a socket's close 1001 was still queued, and its client
     /// would see the connection drop (1006) instead of a close.
     pub sockets: tokio_util::task::TaskTracker,
+    /// Who watches which thread, on every node.
+    pub presence: Arc<crate::thread::presence::Presence>,
 }
 
 impl AppState {
@@ -61,6 +63,10 @@ impl AppState {
             draining: Default::default(),
             shutdown: Default::default(),
             sockets: Default::default(),
+            presence: Arc::new(crate::thread::presence::Presence::new(
+                presence_settings(&config),
+                Arc::new(crate::store::presence::LocalPresence),
+            )),
             config,
         }
     }
@@ -103,6 +109,18 @@ impl AppState {
         }
         self.shutdown.cancel();
         cancelled
+    }
+
+    /// The same state with presence shared with the other nodes through `store`.
+    pub fn with_presence_store(
+        mut self,
+        store: Arc<dyn crate::store::presence::PresenceStore>,
+    ) -> AppState {
+        self.presence = Arc::new(crate::thread::presence::Presence::new(
+            presence_settings(&self.config),
+            store,
+        ));
+        self
     }
 
     /// The same state with rate limits and connection caps kept cluster-wide
@@ -185,5 +203,14 @@ impl AppState {
     /// A fresh id for a connection or viewer.
     pub fn next_connection_id(&self) -> u64 {
         self.ids.fetch_add(1, Ordering::Relaxed) + 1
+    }
+}
+
+/// The presence keys of `[threads]`.
+fn presence_settings(config: &Config) -> crate::thread::presence::PresenceSettings {
+    crate::thread::presence::PresenceSettings {
+        enabled: config.threads.presence,
+        interval: config.threads.presence_interval,
+        hide_roles: config.threads.presence_hide_roles.clone(),
     }
 }

@@ -1,6 +1,6 @@
 //! HTTP viewer routes: list threads, read a snapshot, join the event stream.
 
-use super::access::{AccessError, thread_for, visibility_on};
+use super::access::{AccessError, thread_for, thread_to_watch, visibility_on, visitor};
 use super::encode::{self, Encoder};
 use super::error::{ApiError, ErrorCode};
 use super::extract::{Authenticated, authenticate};
@@ -130,6 +130,24 @@ pub async fn snapshot(
     }
 }
 
+/// `GET /v1/threads/{threadId}/presence`: who is watching the thread now,
+/// on every node (`viewers`: one entry per person, as the `presence`
+/// frames list them). Needs `view`, also before the thread's first run
+/// (see [`thread_to_watch`]).
+pub async fn presence(
+    State(state): State<Arc<AppState>>,
+    Path(thread_id): Path<String>,
+    Authenticated(who): Authenticated,
+) -> Response {
+    let key = match thread_to_watch(&state, &who, &thread_id).await {
+        Ok(t) => t.key.clone(),
+        Err(e) => return e.into_api().into_response(),
+    };
+    let viewers = state.presence.list(&key).await;
+    state.threads.forget_if_unused(&key);
+    Json(json!({"threadId": thread_id, "viewers": viewers})).into_response()
+}
+
 /// Query of the runs route.
 #[derive(Debug, Deserialize)]
 pub struct RunsQuery {
@@ -155,7 +173,38 @@ pub async fn runs(
         Err(e) => return e.into_api().into_response(),
     };
     t.refresh().await;
-    Json(t.runs_page(q.cursor.unwrap_or(0), limit)).into_response()
+    let mut page = t.runs_page(q.cursor.unwrap_or(0), limit);
+    answered_by(&mut page);
+    Json(page).into_response()
+}
+
+/// Marks each run of a page whose interrupts were answered with who
+/// answered them: `answeredBy`, one `{runId, by}` per resume run from it
+/// (several after a regenerate of the answer), in the page's order.
+fn answered_by(page: &mut Value) {
+    let Some(runs) = page.get_mut("runs").and_then(Value::as_array_mut) else {
+        return;
+    };
+    let answers: Vec<(Value, Value)> = runs
+        .iter()
+        .filter(|r| r["kind"] == "resume" || r["kind"] == "regenerate")
+        .map(|r| {
+            (
+                r["parentRunId"].clone(),
+                json!({"runId": r["runId"], "by": r["startedBy"]}),
+            )
+        })
+        .collect();
+    for run in runs.iter_mut().filter(|r| r["status"] == "interrupted") {
+        let by: Vec<Value> = answers
+            .iter()
+            .filter(|(parent, _)| *parent == run["runId"])
+            .map(|(_, a)| a.clone())
+            .collect();
+        if !by.is_empty() {
+            run["answeredBy"] = Value::Array(by);
+        }
+    }
 }
 
 /// Query of the join stream.
@@ -182,7 +231,7 @@ pub async fn issue_ticket(
     Path(thread_id): Path<String>,
     Authenticated(who): Authenticated,
 ) -> Response {
-    if let Err(e) = thread_for(&state, &who, &thread_id, Permission::View, false).await {
+    if let Err(e) = thread_to_watch(&state, &who, &thread_id).await {
         return e.into_api().into_response();
     }
     match state.tickets.issue(&who, &thread_id) {
@@ -264,7 +313,7 @@ pub async fn join(
             Err(e) => return e.into_response(),
         },
     };
-    let thread = match thread_for(&state, &who, &thread_id, Permission::View, false).await {
+    let thread = match thread_to_watch(&state, &who, &thread_id).await {
         Ok(t) => t,
         Err(e) => return AccessError::into_api(e).into_response(),
     };
@@ -290,7 +339,16 @@ pub async fn join(
     thread.subscribe(viewer, ob.clone(), Start::After(after), visibility);
     tracing::debug!(thread = %thread_id, viewer, after, "viewer joined the SSE stream");
     let keepalive = state.config.server.keepalive;
-    let guard = ViewerGuard { thread, viewer };
+    // Listed as watching (told nothing: the stream carries AG-UI events only).
+    state
+        .presence
+        .join(&thread.key, viewer, visitor(&who), None);
+    let guard = ViewerGuard {
+        thread,
+        viewer,
+        threads: Some(state.threads.clone()),
+        presence: Some(state.presence.clone()),
+    };
     // The node stopped: the stream ends after what it was sent.
     let shutdown = state.shutdown.clone();
     let closing = ob.clone();
@@ -473,11 +531,24 @@ fn snapshot_of_message(message: &[u8]) -> Option<Map<String, Value>> {
 pub struct ViewerGuard {
     pub thread: Arc<crate::thread::Thread>,
     pub viewer: u64,
+    /// The registry, to drop a thread watched before its first run once
+    /// its last viewer left (as if never asked for).
+    pub threads: Option<Arc<crate::thread::Threads>>,
+    /// Where the viewer is listed as watching.
+    pub presence: Option<Arc<crate::thread::presence::Presence>>,
 }
 
 impl Drop for ViewerGuard {
     fn drop(&mut self) {
         self.thread.unsubscribe(self.viewer);
         self.thread.viewer_left();
+        if let Some(presence) = &self.presence {
+            presence.leave(&self.thread.key, self.viewer);
+        }
+        if let Some(threads) = &self.threads {
+            let key = self.thread.key.clone();
+            // The registry's and this guard's references only.
+            threads.forget_if_unused(&key);
+        }
     }
 }

@@ -466,6 +466,7 @@ pub(super) fn run_summary(run: &RunRecord) -> Value {
         "status": run.status.as_str(),
         "parentRunId": run.parent,
         "kind": run.kind.as_str(),
+        "startedBy": run.started_by,
     })
 }
 

@@ -42,6 +42,7 @@ mod journal_lost;
 mod load;
 mod opening;
 mod packed;
+pub mod presence;
 pub mod recent;
 mod recovery;
 pub mod registry;
@@ -230,6 +231,32 @@ impl Thread {
     /// The creator's subject (for access checks).
     pub fn creator(&self) -> String {
         self.lock().meta.creator.clone()
+    }
+
+    /// Makes `subject` the creator of a copy nobody created yet (one made
+    /// for viewers who joined before the first run: its creator is `""`)
+    /// and returns the creator now, so the first claim wins.
+    pub fn claim_creator(&self, subject: &str) -> String {
+        let mut inner = self.lock();
+        if inner.meta.creator.is_empty() {
+            inner.meta.creator = subject.to_owned();
+        }
+        inner.meta.creator.clone()
+    }
+
+    /// Gives `subject`'s claim back while the thread still holds nothing
+    /// (its first run was refused): the next run claims it again, as a
+    /// refused run on a thread nobody watched creates nothing.
+    pub fn release_claim(&self, subject: &str) {
+        let mut inner = self.lock();
+        if inner.meta.creator == subject
+            && inner.next_seq == 1
+            && inner.next_assign <= 1
+            && inner.inflight == 0
+            && inner.runs.is_idle()
+        {
+            inner.meta.creator.clear();
+        }
     }
 
     /// The stored metadata.

@@ -161,6 +161,7 @@ pub(super) fn snapshot_of(key: &ThreadKey, inner: &Inner, reset: bool) -> Map<St
         if let Some(head) = inner.fold.runs().head().filter(|h| h.run_id == r.run_id) {
             run["parentRunId"] = head.parent.clone().into();
             run["kind"] = head.kind.as_str().into();
+            run["startedBy"] = head.started_by.clone().into();
         }
         run
     });

@@ -64,6 +64,14 @@ try {
   await later.waitForSelector('.tl-row[data-type="snapshot"]', { timeout: WAIT });
   await later.waitForSelector('#conversation > .msg[data-agent="billing"]', { timeout: WAIT });
   out.snapshot = await view(later);
+  // A reply after the handoff goes to the agent speaking (billing), though
+  // the picker still says triage: the picker is for new threads.
+  const runsBefore = await live.$$eval(".run-item", (r) => r.length);
+  await live.fill("#reply-message", "and my next bill?");
+  await live.click("#reply-send");
+  await live.waitForFunction((n) => document.querySelectorAll(".run-item").length > n
+    && document.querySelector(".run-item.head")?.textContent.includes("finished"), runsBefore, { timeout: WAIT });
+  out.replyRun = await live.$eval(".run-item.head small", (s) => s.textContent);
 } catch (e) {
   out.failure = String(e && e.stack ? e.stack : e);
   out.failedAt = await live?.$eval("#thread", (t) => t.innerText).catch(() => null);

@@ -249,7 +249,36 @@ async def cli(out: dict[str, Any], base: str, token: str, agent: str) -> None:
         out["runInput"] = next((m["content"] for e in events if e["event"]["type"] == "RUN_STARTED" for m in e["event"].get("input", {}).get("messages", [])), None)
 
 
-SCENARIOS = {"sessions": sessions, "cut": cut, "refresh": refresh, "expiry": expiry, "retry": retry, "cli": cli}
+async def presence(out: dict[str, Any], base: str, token_a: str, token_b: str) -> None:
+    """Two people on one thread nobody has run yet: each session lists both;
+    when one leaves, the other's list drops them."""
+    thread = f"team-7-py-{int(time.time() * 1000)}"
+    ids = lambda s: sorted(w["userId"] for w in s.viewers())  # noqa: E731
+
+    async def until(session: Any, want: list[str]) -> None:
+        while ids(session) != want:
+            session.presence_changed.clear()
+            await session.presence_changed.wait()
+
+    a = GatewayConnection(base, token=token_a)
+    b = GatewayConnection(base, token=token_b)
+    await a.connect()
+    sa = a.session(thread)
+    await sa.subscribe()
+    out["atJoin"] = ids(sa)
+    await b.connect()
+    sb = b.session(thread)
+    await sb.subscribe()
+    await until(sa, ["ann", "ben"])
+    await until(sb, ["ann", "ben"])
+    out["both"] = ids(sb)
+    await b.close()
+    await until(sa, ["ann"])
+    out["after"] = ids(sa)
+    await a.close()
+
+
+SCENARIOS = {"sessions": sessions, "cut": cut, "refresh": refresh, "expiry": expiry, "retry": retry, "cli": cli, "presence": presence}
 
 
 def main() -> None:

@@ -73,8 +73,9 @@ export class GatewayAgent extends AbstractAgent {
     try {
       await this.session.subscribe();
     } catch (e) {
-      // A thread nobody has run yet: empty, and its first run creates it
-      // (the run subscribes this connection from its first event).
+      // A thread nobody has run yet, for a token without a grant on it
+      // (with one, the subscribe succeeds: an empty snapshot at seq 0):
+      // its first run, ours, creates it and subscribes this connection.
       if (e.code !== 'not_found') throw e;
     }
   }

@@ -74,6 +74,8 @@ export interface RunInfo {
   /** The run it started from (null for a thread's first run). */
   parentRunId?: string | null;
   kind?: RunKind;
+  /** Who started it (the token's `sub`; for a resume, who answered the interrupts). */
+  startedBy?: string | null;
 }
 
 // ----- frames -----
@@ -90,7 +92,7 @@ export interface ResumeCommand {
 export interface CancelCommand { type: 'cancel'; id?: string | number; threadId: string; runId?: string }
 /** The thread's next plain run goes to `agent` (docs/protocol.md, "Handoff"). */
 export interface SwitchCommand { type: 'switch'; id?: string | number; threadId: string; agent: string }
-export interface SubscribeCommand { type: 'subscribe'; id?: string | number; threadId: string; after?: number | string; epoch?: string }
+export interface SubscribeCommand { type: 'subscribe'; id?: string | number; threadId: string; after?: number | string; epoch?: string; presence?: boolean }
 export interface UnsubscribeCommand { type: 'unsubscribe'; id?: string | number; threadId: string }
 export interface MetaCommand {
   type: 'meta'; id?: string | number; threadId: string; metaType: string; payload: Record<string, unknown>; clientEventId?: string;
@@ -120,12 +122,30 @@ export interface AckFrame {
   queued?: number; eventId?: string; duplicate?: boolean;
   /** `subscribe` and `run`: the epoch of the seqs that follow (docs/protocol.md, "Cursors"). */
   epoch?: string;
+  /** `subscribe`: who is watching the thread, this connection included. */
+  presence?: Watcher[];
 }
 export interface ErrorFrame {
   type: 'error'; id?: string | number; code: ErrorCode | (string & {}); message: string; retryAfter?: number | null; threadId?: string; runId?: string;
 }
 export interface PongFrame { type: 'pong'; id?: string | number }
-export type Reply = EventFrame | SnapshotFrame | AckFrame | ErrorFrame | PongFrame;
+/** One person watching a thread (docs/protocol.md, "Presence"). */
+export interface Watcher {
+  /** The token's `sub`. */
+  userId: string;
+  /** The token's `name` claim, when it has one. */
+  name?: string;
+  roles: string[];
+  /** Their open connections on the thread, over every node. */
+  connections: number;
+  /** When the first of them joined (Unix ms). */
+  since: number;
+}
+/** Who joined and who left since the connection was last told. */
+export interface PresenceFrame {
+  type: 'presence'; threadId: string; joined: Watcher[]; left: { userId: string; name?: string | null }[]; viewers: Watcher[];
+}
+export type Reply = EventFrame | SnapshotFrame | AckFrame | ErrorFrame | PongFrame | PresenceFrame;
 /** The ack of a command that starts a run: it names the run. */
 export interface RunAck extends AckFrame { threadId: string; runId: string }
 
@@ -245,6 +265,8 @@ export interface SessionEvents {
   reset: { previousSeq: number | null; snapshot: SnapshotFrame };
   gap: { expected: number; got: number };
   error: GatewayError;
+  /** Someone joined or left the thread (`viewers()` is the list after it). */
+  presence: { joined: Watcher[]; left: { userId: string; name?: string | null }[]; viewers: Watcher[] };
 }
 
 export interface RunParams {
@@ -307,6 +329,9 @@ export declare class ThreadSession extends Emitter<SessionEvents> {
   /** The agent speaking on the thread (handoff, switch), or null. */
   readonly activeAgent: string | null;
   readonly interrupts: Interrupt[];
+  /** Who is watching the thread now, on every node (one entry per person;
+   *  kept current by the gateway's `presence` frames). */
+  viewers(): Watcher[];
   /** Subscribes; resolves once the snapshot (or the catch-up) is in. */
   subscribe(options?: CallOptions): Promise<void>;
   whenReady(options?: CallOptions): Promise<void>;

@@ -23,7 +23,7 @@ export const PROTOCOL = Object.freeze({
     resume: ['threadId', 'resume', 'agent?', 'runId?', 'messages?', 'tools?', 'context?', 'forwardedProps?'],
     cancel: ['threadId', 'runId?'],
     switch: ['threadId', 'agent'],
-    subscribe: ['threadId', 'after?', 'epoch?'],
+    subscribe: ['threadId', 'after?', 'epoch?', 'presence?'],
     unsubscribe: ['threadId'],
     meta: ['threadId', 'metaType', 'payload', 'clientEventId?'],
     ping: [],
@@ -34,10 +34,11 @@ export const PROTOCOL = Object.freeze({
     ack: ['id', 'threadId?', 'runId?'],
     error: ['id?', 'code', 'message'],
     pong: ['id?'],
+    presence: ['threadId', 'joined', 'left', 'viewers'],
   },
   /** Fields the contract's "Extensions" section adds to replies. */
   replyExtensions: {
-    ack: ['queued?', 'eventId?', 'duplicate?', 'epoch?'],
+    ack: ['queued?', 'eventId?', 'duplicate?', 'epoch?', 'presence?'],
     snapshot: ['epoch?'],
     error: ['retryAfter?', 'threadId?', 'runId?'],
   },
@@ -515,6 +516,9 @@ export class GatewayConnection extends Emitter {
   #frame(frame) {
     this.emit('frame', frame);
     const waiting = frame.id !== undefined && frame.id !== null ? this.pending.get(frame.id) : undefined;
+    // A subscribe's list, taken before its snapshot is (which may come in
+    // the same read, ahead of the ack's promise callbacks).
+    if (frame.type === 'ack' && Array.isArray(frame.presence)) this.sessions.get(frame.threadId)?._presenceList(frame.presence);
     if (waiting && (frame.type === 'ack' || frame.type === 'error' || frame.type === 'pong')) {
       this.pending.delete(frame.id);
       clearTimeout(waiting.timer);
@@ -525,6 +529,10 @@ export class GatewayConnection extends Emitter {
     const session = frame.threadId !== undefined ? this.sessions.get(frame.threadId) : undefined;
     if (frame.type === 'event' || frame.type === 'snapshot') {
       session?._frame(frame);
+      return;
+    }
+    if (frame.type === 'presence') {
+      session?._presence(frame);
       return;
     }
     if (frame.type === 'error') {
@@ -632,6 +640,8 @@ export class ThreadSession extends Emitter {
      *  where a run that names no agent goes when it is sticky), or null. */
     this.activeAgent = null;
     this.interrupts = [];
+    /** Who is watching, by user id (the subscribe ack's list, then `presence` frames). */
+    this.watchers = new Map();
     this.wanted = false;
     this.joinedByRun = false;
     this.ready = null;
@@ -657,7 +667,8 @@ export class ThreadSession extends Emitter {
   }
 
   #send() {
-    const frame = { type: 'subscribe', threadId: this.threadId };
+    // `presence`: told who joins and leaves (viewers(), the `presence` event).
+    const frame = { type: 'subscribe', threadId: this.threadId, presence: true };
     // After a reconnect: every event after the last one seen, nothing twice.
     if (this.seq !== null) {
       frame.after = this.seq;
@@ -680,6 +691,20 @@ export class ThreadSession extends Emitter {
   #markReady() {
     this.ready = true;
     for (const w of this.readyWaiters.splice(0)) w.resolve();
+  }
+
+  /** Who is watching the thread now, on every node (one entry per person). */
+  viewers() {
+    return [...this.watchers.values()];
+  }
+
+  _presenceList(list) {
+    this.watchers = new Map(list.map((w) => [w.userId, w]));
+  }
+
+  _presence(frame) {
+    this._presenceList(frame.viewers || []);
+    this.emit('presence', { joined: frame.joined || [], left: frame.left || [], viewers: this.viewers() });
   }
 
   /** Keeps the epoch an ack names (the seqs that follow it are of it). */
@@ -711,6 +736,7 @@ export class ThreadSession extends Emitter {
   /** Stops watching the thread. */
   async unsubscribe({ signal } = {}) {
     this.wanted = false;
+    this.watchers = new Map();
     this.joinedByRun = false;
     this.ready = false;
     if (this.connection.isOpen) await this.connection.send({ type: 'unsubscribe', threadId: this.threadId }, { signal });
@@ -763,7 +789,7 @@ export class ThreadSession extends Emitter {
         const parentRunId = event.parentRunId !== undefined ? event.parentRunId
           : stamp.parentRunId !== undefined ? stamp.parentRunId
             : this.headRunId ?? null;
-        this.latestRun = { runId: event.runId, agent: stamp.agent ?? this.latestRun?.agent ?? null, status: 'running', parentRunId, kind: stamp.kind ?? 'continue' };
+        this.latestRun = { runId: event.runId, agent: stamp.agent ?? this.latestRun?.agent ?? null, status: 'running', parentRunId, kind: stamp.kind ?? 'continue', startedBy: stamp.by ?? null };
         this.headRunId = event.runId;
         this.interrupts = [];
         // A handoff's run speaks once its record says the handoff took place.

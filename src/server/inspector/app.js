@@ -393,7 +393,7 @@ function newThreadView(id, box = '#conversation') {
         for (const message of frame.messages || []) this.renderMessage(message);
       });
       this.state = frame.state ?? {};
-      renderState(this.state);
+      renderLiveState(this.state);
       this.run = frame.run;
       this.headRunId = frame.headRunId ?? frame.run?.runId ?? null;
       this.setRun(frame.run?.status || 'idle', frame.run?.runId);
@@ -401,6 +401,9 @@ function newThreadView(id, box = '#conversation') {
       this.interrupts = frame.interrupts || [];
       renderInterrupts(this);
       timelineRow(frame.seq, frame.reset ? 'snapshot (reset)' : 'snapshot', Date.now(), JSON.stringify(frame).length, frame.reset);
+      // Joined late: what came before the snapshot can be read back.
+      this.snapshotSeq = frame.seq;
+      $('#timeline-earlier').hidden = !(frame.seq > 0);
     },
 
     event(frame) {
@@ -409,7 +412,7 @@ function newThreadView(id, box = '#conversation') {
       const gap = this.lastSeq !== null && frame.seq !== this.lastSeq + 1;
       if (gap) notice(`Gap: seq ${this.lastSeq + 1}–${frame.seq - 1} never arrived.`, 'gap');
       this.lastSeq = frame.seq;
-      timelineRow(frame.seq, event.type, event.timestamp || Date.now(), JSON.stringify(event).length, gap, timelineNote(event));
+      timelineRow(frame.seq, event.type, event.timestamp || Date.now(), JSON.stringify(event).length, gap, timelineNote(event, this), event);
       this.apply(event);
       // The thread's status in the list changes with its runs.
       if (['RUN_STARTED', 'RUN_FINISHED', 'RUN_ERROR'].includes(event.type)) {
@@ -489,15 +492,15 @@ function newThreadView(id, box = '#conversation') {
           break;
         case 'STATE_SNAPSHOT':
           this.state = e.snapshot ?? {};
-          renderState(this.state);
+          renderLiveState(this.state);
           break;
         case 'STATE_DELTA':
           try {
             this.state = applyPatch(this.state, e.delta || []);
-            renderState(this.state);
+            renderLiveState(this.state);
           } catch (err) {
             notice(`State delta did not apply (${err.message}); re-reading the snapshot.`, 'error');
-            this.reread((s) => { this.state = s.state; renderState(s.state); });
+            this.reread((s) => { this.state = s.state; renderLiveState(s.state); });
           }
           break;
         case 'MESSAGES_SNAPSHOT':
@@ -854,7 +857,11 @@ function renderRuns(view, tree) {
           // Run ids are often UUIDs: the start tells them apart, the
           // tooltip has the whole id.
           el('span', { class: 'run-id', title: run.runId, text: run.runId.length > 14 ? `${run.runId.slice(0, 12)}…` : run.runId })),
-        el('small', { text: ` ${run.kind || 'run'} · ${typeof run.agent === 'string' ? `${run.agent} · ` : ''}${run.status}${run.runId === tree.headRunId ? ' · head' : ''}` }));
+        el('small', { text: ` ${run.kind || 'run'} · ${typeof run.agent === 'string' ? `${run.agent} · ` : ''}${run.status}${run.runId === tree.headRunId ? ' · head' : ''}` }),
+        // Who did it: who started the run (a resume's starter answered the
+        // interrupts it follows), and who answered this run's interrupts.
+        run.startedBy ? el('small', { class: 'run-by', text: ` · ${run.kind === 'resume' ? 'answered' : 'started'} by ${run.startedBy}` }) : null,
+        (run.answeredBy || []).length ? el('small', { class: 'run-answered', text: ` · answered by ${run.answeredBy.map((a) => a.by).join(', ')}` }) : null);
       item.style.paddingLeft = `${indent * 12}px`;
       list.append(item);
       walk(run.runId, indent);
@@ -881,6 +888,8 @@ async function viewAtRun(runId) {
     const at = newThreadView(view.id, '#conversation-at');
     at.resetConversation();
     for (const message of snapshot.messages || []) at.renderMessage(message);
+    // The state as that run left it, not the head's.
+    renderState(snapshot.state ?? {});
     $('#run-view-label').textContent = `The conversation at the end of run ${runId} (read-only; the live view follows the head).`;
     $('#run-view').hidden = false;
     $('#conversation').hidden = true;
@@ -898,10 +907,12 @@ function backToLive() {
   $('#conversation-at').hidden = true;
   $('#conversation-at').replaceChildren();
   $('#conversation').hidden = false;
+  if (app.thread) renderState(app.thread.state);
   markViewing();
 }
 
 function markViewing() {
+  writeLocation();
   document.querySelectorAll('#runs .run-item').forEach((i) => i.classList.toggle('viewing', i.dataset.run === app.atRun));
 }
 
@@ -951,7 +962,10 @@ function openThread(id, mayNotExist = false) {
   $('#run-status').textContent = '';
   $('#cancel-run').hidden = true;
   $('#timeline-filter').replaceChildren(el('option', { value: '', text: 'all types' }));
+  $('#timeline-earlier').hidden = true;
   document.querySelectorAll('.thread-item').forEach((i) => i.classList.toggle('active', i.dataset.thread === id));
+  $('#presence').replaceChildren();
+  writeLocation();
   subscribe(app.thread, mayNotExist);
 }
 
@@ -964,16 +978,45 @@ function subscribe(view, mayNotExist = false) {
     app.session.on('snapshot', (frame) => { if (app.thread === view) view.snapshot(frame); }),
     app.session.on('event', (frame) => { if (app.thread === view) view.event(frame); }),
     app.session.on('error', (e) => notice(describeError(e), 'error')),
+    app.session.on('presence', () => { if (app.thread === view) renderPresence(); }),
   ];
-  app.session.subscribe().catch((e) => {
+  app.session.subscribe().then(renderPresence, (e) => {
     if (!(mayNotExist && e.code === 'not_found')) notice(`Watching ${view.id} — ${describeError(e)}`, 'error');
   });
+}
+
+/** Who is watching the open thread, as avatars (initials; the name, the
+ *  user id and how many connections they have on hover). */
+function renderPresence() {
+  const me = claims(app.token)?.sub;
+  const viewers = app.session ? app.session.viewers() : [];
+  $('#presence').replaceChildren(...viewers.map((w) => {
+    const label = w.name || w.userId;
+    const initials = label.split(/[\s._-]+/).filter(Boolean).map((p) => p[0]).join('').slice(0, 2).toUpperCase();
+    const tabs = w.connections > 1 ? ` (${w.connections} connections)` : '';
+    return el('span', { class: `avatar${w.userId === me ? ' me' : ''}`, 'data-user': w.userId, title: `${label}${w.name ? ` — ${w.userId}` : ''}${tabs}`, text: initials });
+  }));
+}
+
+/** The open thread (and the run viewed) in the URL, so a link or a reload
+ *  opens the same. */
+function writeLocation() {
+  const params = new URLSearchParams();
+  if (app.thread) params.set('thread', app.thread.id);
+  if (app.atRun) params.set('run', app.atRun);
+  const hash = params.toString();
+  history.replaceState(null, '', hash ? `#${hash}` : location.pathname);
 }
 
 // ---------- state tree and JSON Patch ----------
 
 function renderState(state) {
   $('#state-tree').replaceChildren(tree(state, 'state'));
+}
+
+/** The head's state, unless a run's view is open (its state stays shown). */
+function renderLiveState(state) {
+  if (!app.atRun) renderState(state);
 }
 
 function tree(value, key) {
@@ -1158,17 +1201,73 @@ function renderMeta(e) {
 
 /** What a timeline row says besides its type: who a handoff passed the
  *  thread to (the row is marked), the agent a run is of. */
-function timelineNote(e) {
+function timelineNote(e, view = null) {
+  const v = e.value || {};
   if (e.type === 'CUSTOM' && e.name === 'agui-gateway/handoff') {
-    const v = e.value || {};
     return { mark: 'handoff', text: `handoff ${v.fromAgent || '?'} → ${v.toAgent || '?'} (${v.result || '?'})` };
   }
-  if (e.type === 'CUSTOM' && e.name === 'agui-gateway/active-agent') return { mark: 'handoff', text: `switched to ${e.value?.agent || '?'}` };
-  const agent = e.type === 'RUN_STARTED' ? e['agui-gateway']?.agent : null;
-  return agent ? { text: `${agent}${e['agui-gateway']?.kind === 'handoff' ? ' (handoff)' : ''}` } : null;
+  if (e.type === 'CUSTOM' && e.name === 'agui-gateway/active-agent') return { mark: 'handoff', text: `switched to ${v.agent || '?'}${v.by ? ` by ${v.by}` : ''}` };
+  if (e.type === 'CUSTOM' && e.name === 'agui-gateway/lineage') {
+    const what = v.regeneratedMessageId ? ` (regenerates ${v.regeneratedMessageId})` : v.editedMessageId ? ` (edits ${v.editedMessageId})` : '';
+    return { mark: 'lineage', text: `${v.kind || 'branch'} of ${v.parentRunId || 'the start'}${what}` };
+  }
+  if (e.type === 'CUSTOM' && e.name === 'agui-gateway/policy') {
+    const subject = v.toolName ? ` ${v.toolName}` : v.toAgent ? ` → ${v.toAgent}` : '';
+    return { mark: 'policy', text: `policy: ${(v.action || '?').replaceAll('_', ' ')}${subject}${v.rule ? ` (rule ${v.rule})` : ''}${v.reason ? ` — ${v.reason}` : ''}` };
+  }
+  if (e.type === 'META') return { text: `${e.metaType || 'meta'} by ${e.payload?.userId || '?'}` };
+  const stamp = e['agui-gateway'] || {};
+  if (e.type === 'RUN_STARTED') {
+    if (view) view.runStarted = { runId: e.runId, at: e.timestamp || Date.now() };
+    const by = stamp.by ? ` · by ${stamp.by}` : '';
+    return stamp.agent ? { text: `${stamp.agent}${stamp.kind === 'handoff' ? ' (handoff)' : ''}${by}` } : (by ? { text: by.slice(3) } : null);
+  }
+  if ((e.type === 'RUN_FINISHED' || e.type === 'RUN_ERROR') && view?.runStarted && e.timestamp) {
+    return { text: `took ${e.timestamp - view.runStarted.at} ms` };
+  }
+  return null;
 }
 
-function timelineRow(seq, type, time, bytes, gap, note = null) {
+/** `time` as hh:mm:ss.mmm (the timeline tells events apart by the millisecond). */
+function clock(time) {
+  const d = new Date(time);
+  return `${d.toLocaleTimeString([], { hour12: false })}.${String(d.getMilliseconds()).padStart(3, '0')}`;
+}
+
+/** "load earlier events": a late joiner's timeline gets the events before
+ *  its snapshot, read back through a second connection subscribed from
+ *  seq 0 (closed once it reached the snapshot). A journal compacted past
+ *  them answers with a snapshot instead: said so. */
+async function loadEarlier() {
+  const view = app.thread;
+  const until = view?.snapshotSeq;
+  if (!until) return;
+  $('#timeline-earlier').hidden = true;
+  const conn = new GatewayConnection({ url: `${location.origin}/v1/ws`, token: () => app.token, autoRefresh: false });
+  const anchor = document.querySelector('#timeline tbody .tl-row');
+  try {
+    await conn.connect();
+    const earlier = conn.session(view.id);
+    earlier.seq = 0; // subscribes `after: 0`: every event from the first
+    const readBack = { runStarted: null };
+    await new Promise((resolve, reject) => {
+      earlier.on('reset', () => reject(new Error('the journal no longer holds them (compacted)')));
+      earlier.on('event', ({ seq, event }) => {
+        if (seq <= until && app.thread === view) {
+          timelineRow(seq, event.type, event.timestamp || Date.now(), JSON.stringify(event).length, false, timelineNote(event, readBack), event, anchor);
+        }
+        if (seq >= until) resolve();
+      });
+      earlier.subscribe().catch(reject);
+    });
+  } catch (e) {
+    notice(`Earlier events were not loaded — ${e.message || describeError(e)}`, 'error');
+  } finally {
+    conn.close();
+  }
+}
+
+function timelineRow(seq, type, time, bytes, gap, note = null, event = null, before = null) {
   const view = app.thread;
   const filter = $('#timeline-filter');
   if (view && !view.types.has(type)) {
@@ -1177,10 +1276,20 @@ function timelineRow(seq, type, time, bytes, gap, note = null) {
   }
   const row = el('tr', { class: `tl-row${gap ? ' gap' : ''}${note?.mark ? ` ${note.mark}` : ''}`, 'data-seq': String(seq), 'data-type': type },
     el('td', { text: String(seq) }), el('td', { text: note ? `${type} · ${note.text}` : type }),
-    el('td', { text: new Date(time).toLocaleTimeString() }), el('td', { text: String(bytes) }));
+    el('td', { text: clock(time) }), el('td', { text: String(bytes) }));
   row.hidden = filter.value !== '' && filter.value !== type;
+  // A row opens to its event's JSON (and closes again).
+  if (event) {
+    row.classList.add('opens');
+    row.addEventListener('click', () => {
+      const open = row.nextElementSibling?.classList.contains('tl-json') ? row.nextElementSibling : null;
+      if (open) open.remove();
+      else row.after(el('tr', { class: 'tl-json', 'data-seq': String(seq) }, el('td', { colspan: '4' }, el('pre', { text: JSON.stringify(event, null, 2) }))));
+    });
+  }
   const body = $('#timeline tbody');
-  following(body, () => body.append(row));
+  if (before?.isConnected) body.insertBefore(row, before);
+  else following(body, () => body.append(row));
 }
 
 /** Runs `change` on scrolling box `box` and keeps its newest content in
@@ -1208,8 +1317,29 @@ async function postMeta(metaType, payload) {
 
 // ---------- wiring ----------
 
+/** "Continue from this run": the reply box's text as a run from the end
+ *  of the run viewed (a branch; the live view then follows it, the new head). */
+async function continueFromRun() {
+  const view = app.thread;
+  const base = app.atRun;
+  if (!view || !base) return;
+  const text = $('#reply-message').value.trim();
+  const messages = text ? [{ id: `m-${crypto.randomUUID()}`, role: 'user', content: text }] : [];
+  try {
+    await send({ type: 'run', threadId: view.id, runId: `r-${crypto.randomUUID()}`, parentRunId: base, messages });
+    $('#reply-message').value = '';
+    backToLive();
+  } catch (e) {
+    notice(`The run from ${base} did not start — ${describeError(e)}`, 'error');
+  }
+}
+
 async function startRun(threadId, text) {
-  const agent = $('#agent-select').value || app.thread?.run?.agent;
+  // A thread that has run goes on with its active agent (the gateway
+  // routes a run that names none, after a handoff too); the picker is for
+  // new threads.
+  const going = app.thread?.id === threadId && (app.thread.run || app.session?.latestRun);
+  const agent = going ? undefined : $('#agent-select').value || app.thread?.run?.agent;
   const thread = threadId || `t-${crypto.randomUUID().slice(0, 8)}`;
   const runId = `r-${crypto.randomUUID()}`;
   const messages = text ? [{ id: `m-${crypto.randomUUID()}`, role: 'user', content: text }] : [];
@@ -1253,6 +1383,8 @@ document.addEventListener('DOMContentLoaded', async () => {
   $('#conversation').addEventListener('click', messageAction);
   $('#conversation-at').addEventListener('click', messageAction);
   $('#run-view-live').addEventListener('click', backToLive);
+  $('#run-continue').addEventListener('click', continueFromRun);
+  $('#timeline-earlier').addEventListener('click', loadEarlier);
   $('#runs').addEventListener('click', (e) => {
     const item = e.target.closest('.run-item');
     if (item && e.target.closest('button')) viewAtRun(item.dataset.run);
@@ -1271,9 +1403,14 @@ document.addEventListener('DOMContentLoaded', async () => {
     /* no dev tokens */
   }
   if (app.token && claims(app.token)?.exp * 1000 > Date.now()) signIn(app.token, app.dev);
-  // A reload mid-run: reopen the thread that was open.
-  const open = sessionStorage.getItem('agui-inspector.thread');
-  if (open && app.token) openThread(open);
+  // A link or a reload: the thread the URL names, else the one that was open.
+  const linked = new URLSearchParams(location.hash.slice(1)).get('thread');
+  const open = linked || sessionStorage.getItem('agui-inspector.thread');
+  if (open && app.token) {
+    openThread(open, true);
+    const run = linked && new URLSearchParams(location.hash.slice(1)).get('run');
+    if (run) app.session.whenReady().then(() => viewAtRun(run), () => {});
+  }
   window.addEventListener('beforeunload', () => {
     if (app.thread) sessionStorage.setItem('agui-inspector.thread', app.thread.id);
   });

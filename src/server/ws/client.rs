@@ -5,15 +5,17 @@
 use super::frame::{Refusal, branch_command, decode_command, resume_command, run_command};
 use super::writer::reply;
 use crate::auth::{Permission, Principal};
-use crate::protocol::hooks::ViewerVisibility;
+use crate::protocol::hooks::{RunInput, ViewerVisibility};
 use crate::protocol::join::Cursor;
-use crate::server::access::{AccessError, thread_for, visibility_on};
+use crate::server::access::{AccessError, thread_for, thread_to_watch, visibility_on, visitor};
 use crate::server::commands::{self, Requester, Viewer};
 use crate::server::error::{ApiError, ErrorCode};
 use crate::server::fields::{opt_str, req_str};
 use crate::server::state::AppState;
 use crate::store::ThreadKey;
+use crate::store::presence::Watcher;
 use crate::thread::fanout::Outbox;
+use crate::thread::presence::{Presence, Visitor};
 use crate::thread::{Start, Thread};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
@@ -35,6 +37,10 @@ struct Subscriptions {
     id: u64,
     outbox: Arc<Outbox>,
     threads: HashMap<ThreadKey, Arc<Thread>>,
+    /// Who watches which thread (this connection is listed on each it watches).
+    presence: Arc<Presence>,
+    /// How this connection's user is listed.
+    visitor: Visitor,
     /// A thread a `run` is about to make it watch, from the seq it had
     /// before the run: subscribed once the run's `ack` is queued
     /// ([`Subscriptions::start_pending`]), so the ack comes before the
@@ -47,6 +53,15 @@ impl Subscriptions {
     fn add(&mut self, thread: Arc<Thread>, start: Start, visibility: ViewerVisibility) {
         thread.subscribe(self.id, self.outbox.clone(), start, visibility);
         self.threads.insert(thread.key.clone(), thread);
+    }
+
+    /// Lists this connection among `key`'s viewers; returns who is there.
+    /// With `tell`, it is sent `presence` frames of later changes (a
+    /// `subscribe` asks with `presence: true`; other clients never see one).
+    fn present(&self, key: &ThreadKey, tell: bool) -> Vec<Watcher> {
+        let outbox = tell.then(|| self.outbox.clone());
+        self.presence
+            .join(key, self.id, self.visitor.clone(), outbox)
     }
 
     /// Subscribes to the thread a run made it watch, from before the run
@@ -65,12 +80,14 @@ impl Subscriptions {
             thread.unsubscribe(self.id);
             thread.viewer_left();
         }
+        self.presence.leave(key, self.id);
     }
 
     fn leave_all(&mut self) {
-        for (_, thread) in self.threads.drain() {
+        for (key, thread) in self.threads.drain() {
             thread.unsubscribe(self.id);
             thread.viewer_left();
+            self.presence.leave(&key, self.id);
         }
     }
 }
@@ -81,12 +98,14 @@ impl Viewer for Subscriptions {
     }
 
     fn watch(&mut self, thread: &Arc<Thread>, visibility: ViewerVisibility) {
+        self.present(&thread.key, false);
         self.threads.insert(thread.key.clone(), thread.clone());
         self.pending = Some((thread.clone(), thread.seq(), visibility));
     }
 
     fn unwatch(&mut self, thread: &Thread) {
         self.threads.remove(&thread.key);
+        self.presence.leave(&thread.key, self.id);
         if self
             .pending
             .as_ref()
@@ -109,6 +128,8 @@ impl Client {
             id: state.next_connection_id(),
             outbox: outbox.clone(),
             threads: HashMap::new(),
+            presence: state.presence.clone(),
+            visitor: visitor(&principal),
             pending: None,
         };
         Client {
@@ -126,7 +147,11 @@ impl Client {
 
     /// Leaves every thread it watches (the connection ended).
     pub(super) fn leave_all(&mut self) {
+        let keys: Vec<ThreadKey> = self.subs.threads.keys().cloned().collect();
         self.subs.leave_all();
+        for key in &keys {
+            self.state.threads.forget_if_unused(key);
+        }
     }
 
     /// Answers with the contract's `error` message, echoing the frame's `id`.
@@ -215,15 +240,9 @@ impl Client {
     async fn subscribe(&mut self, v: &Value) -> Result<(), ApiError> {
         let thread_id = req_str(v, "threadId")?;
         let cursor = subscribe_cursor(v)?;
-        let thread = thread_for(
-            &self.state,
-            &self.principal,
-            thread_id,
-            Permission::View,
-            false,
-        )
-        .await
-        .map_err(AccessError::into_api)?;
+        let thread = thread_to_watch(&self.state, &self.principal, thread_id)
+            .await
+            .map_err(AccessError::into_api)?;
         let epoch = thread.epoch();
         let start = match cursor {
             None => Start::Snapshot,
@@ -232,12 +251,26 @@ impl Client {
             Some(c) if c.from_other_history(epoch.as_deref()) => Start::After(u64::MAX),
             Some(c) => Start::After(c.seq),
         };
+        // Listed before the ack, which carries who is there (this
+        // connection included); changes follow as `presence` frames.
+        let tell = match v.get("presence") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                return Err(ApiError::new(
+                    ErrorCode::Invalid,
+                    "'presence' must be a boolean",
+                ));
+            }
+        };
+        let present = self.subs.present(&thread.key, tell);
         if v.get("id").is_some() {
             let mut extra = Map::new();
             extra.insert("threadId".into(), thread_id.into());
             if let Some(epoch) = epoch {
                 extra.insert("epoch".into(), epoch.into());
             }
+            extra.insert("presence".into(), json!(present));
             self.ack(v.get("id"), extra);
         }
         let visibility = visibility_on(&self.state, &self.principal, &thread);
@@ -247,8 +280,11 @@ impl Client {
 
     fn unsubscribe(&mut self, v: &Value) -> Result<(), ApiError> {
         let thread_id = req_str(v, "threadId")?;
-        self.subs
-            .leave(&ThreadKey::new(self.principal.tenant.clone(), thread_id));
+        let key = ThreadKey::new(self.principal.tenant.clone(), thread_id);
+        self.subs.leave(&key);
+        // A thread watched before its first run leaves memory with its
+        // last viewer, as if never asked for.
+        self.state.threads.forget_if_unused(&key);
         let mut extra = Map::new();
         extra.insert("threadId".into(), thread_id.into());
         self.ack(v.get("id"), extra);
@@ -293,7 +329,16 @@ impl Client {
         .await
         .map_err(AccessError::into_api)?;
         thread.refresh().await;
-        let cmd = branch_command(&self.state, &self.principal, v, thread.meta().agent)?;
+        let mut cmd = branch_command(&self.state, &self.principal, v, thread.meta().agent)?;
+        if req_str(v, "type")? == "regenerate" {
+            let visibility = visibility_on(&self.state, &self.principal, &thread);
+            let message_id = opt_str(v, "messageId")?;
+            if let Some(answers) = commands::regenerated_answers(&thread, message_id, &visibility)?
+                && let RunInput::Incremental { resume, .. } = &mut cmd.input
+            {
+                *resume = Some(answers);
+            }
+        }
         let requester = Requester::Viewer(&mut self.subs);
         let ack = commands::run(&self.state, &self.principal, cmd, requester).await?;
         self.ack(v.get("id"), ack);

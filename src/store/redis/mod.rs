@@ -49,6 +49,7 @@ mod counters;
 mod epochs;
 mod leases;
 mod listener;
+mod presence;
 mod scripts;
 mod writer;
 

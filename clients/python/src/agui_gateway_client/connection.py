@@ -401,6 +401,11 @@ class GatewayConnection:
         fid = frame.get("id")
         kind = frame.get("type")
         waiting = self._pending.get(str(fid)) if fid is not None else None
+        if kind == "ack" and isinstance(frame.get("presence"), list):
+            # A subscribe's list, taken before the snapshot that follows it.
+            listed = self.sessions.get(frame.get("threadId", ""))
+            if listed is not None:
+                listed._presence(frame["presence"])
         if waiting is not None and kind in ("ack", "error", "pong"):
             if not waiting.done():
                 if kind == "error":
@@ -411,6 +416,8 @@ class GatewayConnection:
         session = self.sessions.get(frame.get("threadId", ""))
         if session is not None and kind in ("event", "snapshot"):
             session._frame(frame)
+        elif session is not None and kind == "presence":
+            session._presence(frame.get("viewers") or [])
         elif session is not None and kind == "error":
             session._error(GatewayError.from_frame(frame))
 

@@ -84,6 +84,11 @@ class ThreadSession:
         self.interrupts: list[dict[str, Any]] = []
         #: Snapshots applied (``reset`` ones included), for whoever watches.
         self.snapshots = 0
+        #: Who is watching, by user id (the subscribe ack's list, then the
+        #: gateway's ``presence`` frames); see ``viewers()``.
+        self._watchers: dict[str, dict[str, Any]] = {}
+        #: Set whenever the list of viewers changed (cleared by whoever waits).
+        self.presence_changed = asyncio.Event()
         self._wanted = False
         self._joined = False
         self._ready = asyncio.Event()
@@ -213,7 +218,8 @@ class ThreadSession:
     # ----- what the connection tells it -----
 
     async def _send_subscribe(self) -> None:
-        frame: dict[str, Any] = {"type": "subscribe", "threadId": self.thread_id}
+        # ``presence``: told who joins and leaves (``viewers()``).
+        frame: dict[str, Any] = {"type": "subscribe", "threadId": self.thread_id, "presence": True}
         if self.seq is not None:
             # After a reconnect: every event after the last one seen, nothing twice.
             frame["after"] = self.seq
@@ -237,6 +243,15 @@ class ThreadSession:
                 self._error(e)
 
         self._subscribing = asyncio.create_task(again())
+
+    def viewers(self) -> list[dict[str, Any]]:
+        """Who is watching the thread now, on every node: one
+        ``{userId, name?, roles, connections, since}`` per person."""
+        return list(self._watchers.values())
+
+    def _presence(self, viewers: list[dict[str, Any]]) -> None:
+        self._watchers = {w["userId"]: w for w in viewers if isinstance(w, dict) and "userId" in w}
+        self.presence_changed.set()
 
     def _learn_epoch(self, ack: dict[str, Any]) -> None:
         if isinstance(ack.get("epoch"), str):

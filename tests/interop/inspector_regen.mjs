@@ -1,0 +1,57 @@
+// Regenerate after an approval, from the page: Ann asks the demo agent for
+// a transfer, Ben approves it, then Ben regenerates the answer that
+// followed. The regenerate is a sibling of the approval's run carrying the
+// same answer (no "pending interrupts" refusal); both pages end on it.
+// Prints one JSON object; tests/inspector.rs asserts on it.
+//
+// usage: node inspector_regen.mjs <base url> <base url 2> <thread>
+import { chromium } from "playwright-core";
+
+const [base, base2, thread] = process.argv.slice(2);
+const browser = await chromium.launch({ executablePath: process.env.CHROMIUM || "/usr/bin/chromium", args: ["--no-sandbox"] });
+const WAIT = 30_000;
+const out = { errors: [] };
+
+async function person(name, at) {
+  const page = await (await browser.newContext({ viewport: { width: 1400, height: 900 } })).newPage();
+  page.on("pageerror", (e) => out.errors.push(`${name}: ${e}`));
+  await page.goto(`${at}/inspector/`);
+  await page.waitForSelector("#dev-mint:not([hidden])", { timeout: WAIT });
+  await page.fill("#dev-sub", name);
+  await page.click("#dev-mint-button");
+  await page.waitForFunction(() => document.querySelector("#conn-status").textContent === "live", null, { timeout: WAIT });
+  return page;
+}
+
+const heads = (page) => page.$$eval("#runs .run-item", (i) => i.map((x) => ({ run: x.dataset.run, parent: x.dataset.parent, kind: x.dataset.kind, text: x.textContent })));
+
+try {
+  const ann = await person("ann", base);
+  const ben = await person("ben", base2);
+  await ann.selectOption("#agent-select", "demo");
+  await ann.fill("#run-thread", thread);
+  await ann.fill("#run-message", "please transfer 25 EUR to bob");
+  await ann.click("#run-start");
+  await ann.waitForSelector(".interrupt .approve", { timeout: WAIT });
+  await ben.click("#threads-refresh");
+  await ben.click(`.thread-item[data-thread="${thread}"]`, { timeout: WAIT });
+  await ben.waitForSelector(".interrupt .approve", { timeout: WAIT });
+  await ben.click(".interrupt .approve");
+  await ben.waitForFunction(() => document.querySelector("#run-status").textContent.startsWith("finished"), null, { timeout: WAIT });
+  await ben.waitForFunction(() => document.querySelectorAll("#runs .run-item").length === 2, null, { timeout: WAIT });
+  // Regenerate the answer the approval led to.
+  await ben.click('#conversation .msg[data-role="assistant"]:last-of-type .msg-action.regenerate');
+  for (const page of [ann, ben]) {
+    await page.waitForFunction(() => document.querySelectorAll("#runs .run-item").length === 3
+      && document.querySelector("#runs .run-item.head")?.textContent.includes("finished"), null, { timeout: WAIT });
+  }
+  out.benRuns = await heads(ben);
+  out.annRuns = await heads(ann);
+  out.benNotices = await ben.$$eval("#notices .notice.error", (n) => n.map((x) => x.textContent));
+  out.benReply = (await ben.$$eval('#conversation .msg[data-role="assistant"] .body', (m) => m.map((x) => x.textContent))).pop();
+} catch (e) {
+  out.failure = String(e && e.stack ? e.stack : e);
+} finally {
+  await browser.close();
+}
+console.log(JSON.stringify(out));
