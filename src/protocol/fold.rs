@@ -252,7 +252,6 @@ impl Fold {
                 self.restating = self.runs.head().is_some_and(|h| h.kind.forks());
             }
             RunFinished | RunError => {
-                self.tighten_run_output();
                 let status = self.run.as_ref().map_or(RunStatus::Error, |r| r.status);
                 let checkpoint = self.checkpoint(self.runs.base_checkpoint());
                 self.runs.ended(seq, event, status, checkpoint);
@@ -269,21 +268,6 @@ impl Fold {
                 }
             }
             _ => {}
-        }
-    }
-
-    /// Gives back what the ending run's messages over-reserved while they
-    /// streamed in: a message grew delta by delta (its text doubling its
-    /// capacity, its maps their slots), and would hold up to twice its size
-    /// for the thread's life. A copy is exactly its size; a run's messages
-    /// are copied once, at its end. (A heap profile of 200 busy threads
-    /// found the fold's maps and strings at a third of the node.)
-    fn tighten_run_output(&mut self) {
-        let Some(head) = self.runs.head() else { return };
-        for id in &head.output_ids {
-            if let Some(i) = self.find(id) {
-                self.messages[i] = Arc::new((*self.messages[i]).clone());
-            }
         }
     }
 
