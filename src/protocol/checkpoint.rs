@@ -14,10 +14,14 @@
 //! [`MAX_CHAIN`] links, so reading one walks a bounded number of parts.
 
 use super::authorship::{Authors, RunAgent};
-use super::lineage::message_id;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
+
+/// A message's id.
+pub(super) fn message_id(m: &Value) -> Option<&str> {
+    m.get("id").and_then(Value::as_str)
+}
 
 /// Links before a conversation is copied flat: bounds a read's walk, and
 /// the copies a thread's 16 kept checkpoints hold (at most two).

@@ -26,7 +26,7 @@
 
 use super::authorship::{GATEWAY_FIELD, RunAgent};
 pub use super::checkpoint::Checkpoint;
-use super::checkpoint::{Pools, checkpoint_from_json};
+use super::checkpoint::{Pools, checkpoint_from_json, message_id};
 use super::event::{Event, EventType};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -608,8 +608,4 @@ impl RunTable {
         table.started = table.started.max(table.order.len() as u64);
         table
     }
-}
-
-pub(super) fn message_id(m: &Value) -> Option<&str> {
-    m.get("id").and_then(Value::as_str)
 }

@@ -32,6 +32,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.typing import Subprotocol
 
 from .errors import RETRYABLE_CODES, GatewayError
+from .retry import Retry
 from .session import ThreadSession
 
 SUBPROTOCOL = Subprotocol("agui-gateway.v1")
@@ -55,19 +56,6 @@ class Backoff:
     def delay(self, attempt: int) -> float:
         base = min(self.maximum, self.initial * self.factor**attempt)
         return max(0.0, base * (1 - self.jitter + random.random() * 2 * self.jitter))
-
-
-@dataclass(frozen=True)
-class Retry:
-    """Retries of requests the gateway did not carry out (``rate_limited``
-    — waiting at least its ``retryAfter`` —, ``unavailable``, a command sent
-    while the socket was down, a GET whose answer was lost). ``attempts``
-    more tries; 0 (the default) retries nothing."""
-
-    attempts: int = 0
-    initial: float = 0.25
-    maximum: float = 5.0
-    factor: float = 2.0
 
 
 def token_claims(token: str) -> dict[str, Any] | None:

@@ -11,14 +11,28 @@ from __future__ import annotations
 import asyncio
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from .errors import GatewayError
 from .events import ThreadEvent, parse_event
 from .fold import fold_event
 
-if TYPE_CHECKING:
-    from .connection import GatewayConnection, Retry
+from .retry import Retry
+
+
+class Connection(Protocol):
+    """What a session needs of its connection (``GatewayConnection``),
+    named here so that the session does not import the connection that
+    creates it."""
+
+    @property
+    def is_open(self) -> bool: ...
+
+    async def wait_open(self) -> None: ...
+
+    async def send(self, command: dict[str, Any], *, retry: Retry | None = None) -> dict[str, Any]: ...
+
+    async def request(self, path: str) -> Any: ...
 
 RunKind = Literal["continue", "branch", "regenerate", "edit", "resume", "handoff"]
 RunStatus = Literal["idle", "running", "interrupted", "finished", "cancelled", "error"]
@@ -65,7 +79,7 @@ def _run_info(run: dict[str, Any] | None) -> RunInfo | None:
 class ThreadSession:
     """Get one with ``connection.session(thread_id)``."""
 
-    def __init__(self, connection: GatewayConnection, thread_id: str) -> None:
+    def __init__(self, connection: Connection, thread_id: str) -> None:
         self.connection = connection
         self.thread_id = thread_id
         #: The last seq applied (None before the first snapshot or event).
