@@ -307,6 +307,10 @@ impl RedisCluster {
                 "yes",
                 "--cluster-node-timeout",
                 "1000",
+                // A killed master's replica takes over however long it
+                // was cut off (a replica just created may be mid-sync).
+                "--cluster-replica-validity-factor",
+                "0",
                 "--cluster-config-file",
                 "nodes.conf",
             ]
@@ -337,15 +341,20 @@ impl RedisCluster {
         cluster
     }
 
-    /// Waits until every running node reports `cluster_state:ok` and knows
-    /// three masters with a replica each (or, after a master was killed,
-    /// three masters). Polled: Redis announces neither.
+    /// Waits until every running node reports `cluster_state:ok` with three
+    /// masters, and every running replica is in sync with its master (a
+    /// replica whose master was killed, until it is promoted, is not).
+    /// Polled: Redis announces neither.
     pub async fn wait_until_ok(&self) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         loop {
             let ok = self.nodes.iter().filter(|n| n.is_running()).all(|n| {
                 let info = n.try_cli(&["CLUSTER", "INFO"]).unwrap_or_default();
-                info.contains("cluster_state:ok") && info.contains("cluster_size:3")
+                let replication = n.try_cli(&["INFO", "replication"]).unwrap_or_default();
+                info.contains("cluster_state:ok")
+                    && info.contains("cluster_size:3")
+                    && (replication.contains("role:master")
+                        || replication.contains("master_link_status:up"))
             });
             if ok {
                 return;
@@ -372,19 +381,20 @@ impl RedisCluster {
         )
     }
 
-    /// The node serving `key`'s slot as master now.
-    pub fn master_of(&self, key: &str) -> &RedisServer {
+    /// The node serving `key`'s slot as master now (`None` while none does:
+    /// a failover in progress).
+    pub fn master_of(&self, key: &str) -> Option<&RedisServer> {
         let any = self.nodes.iter().find(|n| n.is_running()).unwrap();
         let slot: u16 = any.cli(&["CLUSTER", "KEYSLOT", key]).trim().parse().unwrap();
         self.nodes
             .iter()
             .filter(|n| n.is_running())
             .find(|n| {
-                n.cli(&["CLUSTER", "NODES"]).lines().any(|l| {
-                    l.contains("myself") && l.contains("master") && owns_slot(l, slot)
-                })
+                n.try_cli(&["CLUSTER", "NODES"])
+                    .unwrap_or_default()
+                    .lines()
+                    .any(|l| l.contains("myself") && l.contains("master") && owns_slot(l, slot))
             })
-            .expect("a master serves the slot")
     }
 
     /// The replicas of `master` now.
