@@ -609,9 +609,23 @@ async fn redis_cluster3() -> Vec<Redis> {
         if port >= 55000 || std::net::TcpListener::bind(("127.0.0.1", port + 10000)).is_err() {
             continue; // the cluster bus listens on port + 10000
         }
-        nodes.push(redis_on(port, &["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]).await);
+        nodes.push(
+            redis_on(
+                port,
+                &[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                ],
+            )
+            .await,
+        );
     }
-    let addresses: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+    let addresses: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
     let out = std::process::Command::new("redis-cli")
         .args(["--cluster", "create"])
         .args(&addresses)
@@ -668,7 +682,10 @@ fn phase_cost(
     ports: &[u16],
     before: (f64, Vec<(f64, f64)>),
 ) -> (f64, Vec<(f64, f64)>) {
-    let gw: f64 = gateways.iter().map(|g| cpu_secs(g.child.id().unwrap())).sum();
+    let gw: f64 = gateways
+        .iter()
+        .map(|g| cpu_secs(g.child.id().unwrap()))
+        .sum();
     let after = redis_work(ports);
     (
         gw - before.0,
@@ -711,7 +728,9 @@ async fn redis_cluster(upstream: std::net::SocketAddr) {
             on_cluster("b"),
         ),
     ];
-    println!("one Redis vs a 3-master Redis Cluster (2 gateway nodes each; run on A, viewers split over A and B):");
+    println!(
+        "one Redis vs a 3-master Redis Cluster (2 gateway nodes each; run on A, viewers split over A and B):"
+    );
     for (name, ports, store_a, store_b) in setups {
         let a = gateway_with(upstream, &store_a).await;
         let b = gateway_with(upstream, &store_b).await;
@@ -738,8 +757,13 @@ async fn redis_cluster(upstream: std::net::SocketAddr) {
         }
         for (threads, n) in [(50, 1_000), (200, 200), (1000, 50)] {
             let before = start(&ports);
-            let rate =
-                concurrent_runs(&[&a.addr, &b.addr], threads, n, &format!("{name}-{threads}")).await;
+            let rate = concurrent_runs(
+                &[&a.addr, &b.addr],
+                threads,
+                n,
+                &format!("{name}-{threads}"),
+            )
+            .await;
             let (gw_cpu, redis) = phase_cost(&gws, &ports, before);
             let events = (threads as u64 * n) as f64;
             let redis_cpu: f64 = redis.iter().map(|(c, _)| c).sum();

@@ -1418,7 +1418,11 @@ fn the_redis_cluster_variants_differ_only_in_their_store() {
         assert!(services[service].is_object(), "{service} is a service");
     }
     let redis = services["redis-1"]["command"].to_string();
-    for flag in ["\"--cluster-enabled\",\"yes\"", "\"noeviction\"", "\"--appendonly\",\"yes\""] {
+    for flag in [
+        "\"--cluster-enabled\",\"yes\"",
+        "\"noeviction\"",
+        "\"--appendonly\",\"yes\"",
+    ] {
         assert!(redis.contains(flag), "redis-1: {flag} in {redis}");
     }
     for n in 2..=6 {

@@ -166,8 +166,12 @@ async fn a_threads_keys_share_one_slot_and_its_events_reach_only_the_nodes_holdi
     // Twelve threads, run on either node.
     for i in 0..12 {
         let gw = if i % 2 == 0 { &a } else { &b };
-        let (status, body) =
-            post_run(&gw.run_url("ok"), &t, &input(&format!("sh-{i}"), "r1", "hi")).await;
+        let (status, body) = post_run(
+            &gw.run_url("ok"),
+            &t,
+            &input(&format!("sh-{i}"), "r1", "hi"),
+        )
+        .await;
         assert_eq!(status, 200, "{body}");
     }
     // Every key of a thread in one slot: the thread's own keys on one master
@@ -313,13 +317,24 @@ async fn a_run_survives_its_masters_failover(how: Failover) {
         .first()
         .expect("the master has a replica")
         .port;
-    let replica = cluster.nodes.iter().position(|n| n.port == replica_port).unwrap();
+    let replica = cluster
+        .nodes
+        .iter()
+        .position(|n| n.port == replica_port)
+        .unwrap();
     match how {
         Failover::Coordinated => {
-            assert_eq!(cluster.nodes[replica].cli(&["CLUSTER", "FAILOVER"]).trim(), "OK");
+            assert_eq!(
+                cluster.nodes[replica].cli(&["CLUSTER", "FAILOVER"]).trim(),
+                "OK"
+            );
         }
         Failover::Killed => {
-            let master = cluster.nodes.iter().position(|n| n.port == master_port).unwrap();
+            let master = cluster
+                .nodes
+                .iter()
+                .position(|n| n.port == master_port)
+                .unwrap();
             cluster.nodes[master].kill().await;
         }
     }
@@ -329,7 +344,11 @@ async fn a_run_survives_its_masters_failover(how: Failover) {
         assert!(
             std::time::Instant::now() < deadline,
             "no failover: {:?}",
-            cluster.nodes.iter().map(|n| n.try_cli(&["CLUSTER", "NODES"])).collect::<Vec<_>>()
+            cluster
+                .nodes
+                .iter()
+                .map(|n| n.try_cli(&["CLUSTER", "NODES"]))
+                .collect::<Vec<_>>()
         );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
@@ -343,9 +362,11 @@ async fn a_run_survives_its_masters_failover(how: Failover) {
         // as for any store error: the client retries, as the protocol says.
         let mut tries = 0;
         let ack = loop {
-            ws.send(json!({"type": "meta", "id": "m", "threadId": "fo", "metaType": "note",
-                           "payload": {"from": k}, "clientEventId": format!("note-{k}")}))
-                .await;
+            ws.send(
+                json!({"type": "meta", "id": "m", "threadId": "fo", "metaType": "note",
+                           "payload": {"from": k}, "clientEventId": format!("note-{k}")}),
+            )
+            .await;
             let ack = answer(&mut ws, "m").await;
             tries += 1;
             if ack["code"] != "unavailable" || tries == 3 {
@@ -391,7 +412,10 @@ async fn a_run_survives_its_masters_failover(how: Failover) {
         assert_eq!(seqs, (1..=last).collect::<Vec<_>>(), "{how:?}: gapless");
         assert!(replay.ends_with(first_a), "{how:?}: the live journal");
         assert_eq!(
-            replay.iter().filter(|(_, k)| k == "TEXT_MESSAGE_CONTENT").count(),
+            replay
+                .iter()
+                .filter(|(_, k)| k == "TEXT_MESSAGE_CONTENT")
+                .count(),
             2,
             "{how:?}: part1 and part2, once each"
         );

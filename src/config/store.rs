@@ -120,10 +120,10 @@ impl StoreConfig {
                 }
             }
         }
-        if matches!(self.kind, StoreKind::Redis | StoreKind::RedisCluster) {
-            if self.lease_ttl < Duration::from_secs(1) {
-                bad("store.lease_ttl".into(), "must be at least 1s".into());
-            }
+        if matches!(self.kind, StoreKind::Redis | StoreKind::RedisCluster)
+            && self.lease_ttl < Duration::from_secs(1)
+        {
+            bad("store.lease_ttl".into(), "must be at least 1s".into());
         }
         if self.max_wal_bytes < 1 << 20 {
             bad(

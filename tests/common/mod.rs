@@ -385,16 +385,17 @@ impl RedisCluster {
     /// a failover in progress).
     pub fn master_of(&self, key: &str) -> Option<&RedisServer> {
         let any = self.nodes.iter().find(|n| n.is_running()).unwrap();
-        let slot: u16 = any.cli(&["CLUSTER", "KEYSLOT", key]).trim().parse().unwrap();
-        self.nodes
-            .iter()
-            .filter(|n| n.is_running())
-            .find(|n| {
-                n.try_cli(&["CLUSTER", "NODES"])
-                    .unwrap_or_default()
-                    .lines()
-                    .any(|l| l.contains("myself") && l.contains("master") && owns_slot(l, slot))
-            })
+        let slot: u16 = any
+            .cli(&["CLUSTER", "KEYSLOT", key])
+            .trim()
+            .parse()
+            .unwrap();
+        self.nodes.iter().filter(|n| n.is_running()).find(|n| {
+            n.try_cli(&["CLUSTER", "NODES"])
+                .unwrap_or_default()
+                .lines()
+                .any(|l| l.contains("myself") && l.contains("master") && owns_slot(l, slot))
+        })
     }
 
     /// The replicas of `master` now.

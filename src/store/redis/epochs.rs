@@ -256,11 +256,7 @@ return 0
 "#;
 
 /// Runs [`NEW_EPOCH`] on `meta`.
-pub(super) async fn new_epoch(
-    conn: &mut Conn,
-    meta: &str,
-    seen: &str,
-) -> ::redis::RedisResult<()> {
+pub(super) async fn new_epoch(conn: &mut Conn, meta: &str, seen: &str) -> ::redis::RedisResult<()> {
     ::redis::Script::new(NEW_EPOCH)
         .key(meta)
         .arg(seen)

@@ -87,8 +87,7 @@ pub(super) async fn listen_loop(
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner) =
                 Some(Subscriber::Single(new_sink.clone()));
-            let channels: Vec<String> =
-                listening.watched.iter().map(|c| c.key().clone()).collect();
+            let channels: Vec<String> = listening.watched.iter().map(|c| c.key().clone()).collect();
             for chunk in channels.chunks(1024) {
                 new_sink.subscribe(chunk).await?;
             }
@@ -168,7 +167,8 @@ pub(super) async fn cluster_listen_loop(
     *listening
         .sink
         .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Subscriber::Cluster(conn.clone()));
+        .unwrap_or_else(std::sync::PoisonError::into_inner) =
+        Some(Subscriber::Cluster(conn.clone()));
     let channels: Vec<String> = listening.watched.iter().map(|c| c.key().clone()).collect();
     for channel in channels {
         let _ = conn.ssubscribe(channel).await;

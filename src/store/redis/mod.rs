@@ -41,12 +41,12 @@ use super::counters::SharedCounters;
 use super::lease::{Acquired, Control, Lease, RunLeases};
 use super::*;
 use ::redis::aio::ConnectionManager;
-use conn::{Conn, Subscriber};
-pub use conn::Target;
-use keys::{KeyNamer, Keys};
 use ::redis::{AsyncCommands, Script, Value as RedisValue};
+pub use conn::Target;
+use conn::{Conn, Subscriber};
 use dashmap::DashMap;
 use futures::future::BoxFuture;
+use keys::{KeyNamer, Keys};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -445,8 +445,7 @@ fn meta_from_hash(h: &HashMap<String, Vec<u8>>) -> Option<ThreadMeta> {
 
 impl JournalStore for RedisStore {
     fn epoch(&self, key: &ThreadKey) -> Option<String> {
-        self.journals
-            .cursor_epoch(&self.names.thread(key).member)
+        self.journals.cursor_epoch(&self.names.thread(key).member)
     }
 
     fn new_history(&self, key: &ThreadKey) -> Result<(), StoreError> {
