@@ -719,10 +719,18 @@ async fn redis_cluster(upstream: std::net::SocketAddr) {
             urls.join(", ")
         )
     };
+    // (name, its key in thread ids, Redis ports, the two nodes' [store])
     let setups = [
-        ("1 Redis", vec![single.port], on_single("a"), on_single("b")),
+        (
+            "1 Redis",
+            "one",
+            vec![single.port],
+            on_single("a"),
+            on_single("b"),
+        ),
         (
             "3-master cluster",
+            "three",
             shards.iter().map(|n| n.port).collect(),
             on_cluster("a"),
             on_cluster("b"),
@@ -731,7 +739,7 @@ async fn redis_cluster(upstream: std::net::SocketAddr) {
     println!(
         "one Redis vs a 3-master Redis Cluster (2 gateway nodes each; run on A, viewers split over A and B):"
     );
-    for (name, ports, store_a, store_b) in setups {
+    for (name, key, ports, store_a, store_b) in setups {
         let a = gateway_with(upstream, &store_a).await;
         let b = gateway_with(upstream, &store_b).await;
         let gws = [&a, &b];
@@ -739,7 +747,13 @@ async fn redis_cluster(upstream: std::net::SocketAddr) {
             let gw: f64 = gws.iter().map(|g| cpu_secs(g.child.id().unwrap())).sum();
             (gw, redis_work(ports))
         };
-        for (viewers, fast, paced, gap) in [(100, 5_000, 2_000, 5000), (1000, 1_000, 300, 5000)] {
+        // LOAD_FANOUT=0: skip the fan-out rows.
+        let fanouts = if std::env::var("LOAD_FANOUT").is_ok_and(|v| v == "0") {
+            vec![]
+        } else {
+            vec![(100, 5_000, 2_000, 5000), (1000, 1_000, 300, 5000)]
+        };
+        for (viewers, fast, paced, gap) in fanouts {
             let before = start(&ports);
             let (rate, p50, p99) =
                 fanout_across(&a.addr, &[&a.addr, &b.addr], viewers, (fast, paced, gap)).await;
@@ -757,13 +771,8 @@ async fn redis_cluster(upstream: std::net::SocketAddr) {
         }
         for (threads, n) in [(50, 1_000), (200, 200), (1000, 50)] {
             let before = start(&ports);
-            let rate = concurrent_runs(
-                &[&a.addr, &b.addr],
-                threads,
-                n,
-                &format!("{name}-{threads}"),
-            )
-            .await;
+            let rate =
+                concurrent_runs(&[&a.addr, &b.addr], threads, n, &format!("{key}-{threads}")).await;
             let (gw_cpu, redis) = phase_cost(&gws, &ports, before);
             let events = (threads as u64 * n) as f64;
             let redis_cpu: f64 = redis.iter().map(|(c, _)| c).sum();
@@ -787,7 +796,7 @@ async fn redis_cluster(upstream: std::net::SocketAddr) {
         let used = |ports: &[u16]| -> u64 { ports.iter().map(|p| redis_used_memory(*p)).sum() };
         let before = used(&ports);
         for chunk in 0..20 {
-            concurrent_runs(&[&a.addr], 50, 10, &format!("{name}-mem{chunk}")).await;
+            concurrent_runs(&[&a.addr], 50, 10, &format!("{key}-mem{chunk}")).await;
         }
         let after = used(&ports);
         println!(

@@ -224,8 +224,8 @@ mod tests {
         assert!(namer.running_sets().contains(&k.running));
         assert_eq!(namer.indexes("t").len(), 128);
         assert_eq!(hash_tag(&namer.nodes()), hash_tag(&namer.conns("x")));
-        // Threads spread over the groups.
-        let groups: std::collections::HashSet<String> = (0..1000)
+        // Threads spread over every group.
+        let groups: std::collections::HashSet<String> = (0..5000)
             .map(|i| hash_tag(&namer.thread(&ThreadKey::new("t", format!("{i}"))).meta).to_owned())
             .collect();
         assert_eq!(groups.len(), 128);
