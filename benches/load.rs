@@ -20,6 +20,9 @@
 //! - journal appends/s through the SQLite group commit (library, no network).
 //!
 //! `LOAD_ONLY=cluster` compares two nodes on one Redis with one on SQLite;
+//! `LOAD_ONLY=redis-cluster` two nodes on one Redis with two on a 3-master
+//! Redis Cluster, with gateway and Redis CPU per event (docs/operations.md,
+//! capacity model);
 //! with `LOAD_PERF=<dir>` it also `perf record`s every gateway during the
 //! concurrent runs (`LOAD_PERF_FREQ`, default 199 Hz; build with
 //! `CARGO_PROFILE_BENCH_DEBUG=true` for symbols).
@@ -512,10 +515,16 @@ async fn redis() -> Redis {
         .local_addr()
         .unwrap()
         .port();
+    redis_on(port, &[]).await
+}
+
+/// [`redis`] on `port`, with `args`.
+async fn redis_on(port: u16, args: &[&str]) -> Redis {
     let dir = tempfile::tempdir().unwrap();
     let mut child = tokio::process::Command::new("redis-server")
         .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
         .args(["--save", "", "--appendonly", "no"])
+        .args(args)
         .arg("--dir")
         .arg(dir.path())
         .stdout(std::process::Stdio::piped())
@@ -585,6 +594,216 @@ async fn redis_memory(addr: &str, port: u16) -> (f64, f64) {
         after_threads.saturating_sub(before) as f64 / threads as f64,
         after_events.saturating_sub(after_threads) as f64 / 10.0,
     )
+}
+
+/// Three `redis-server`s joined as a Redis Cluster of three masters (no
+/// replicas: the bench measures the masters' work), nothing persisted.
+async fn redis_cluster3() -> Vec<Redis> {
+    let mut nodes = Vec::new();
+    while nodes.len() < 3 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if port >= 55000 || std::net::TcpListener::bind(("127.0.0.1", port + 10000)).is_err() {
+            continue; // the cluster bus listens on port + 10000
+        }
+        nodes.push(
+            redis_on(
+                port,
+                &[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                ],
+            )
+            .await,
+        );
+    }
+    let addresses: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let out = std::process::Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(&addresses)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .output()
+        .expect("redis-cli --cluster create");
+    assert!(out.status.success(), "{out:?}");
+    // Polled: Redis announces nothing when the cluster is formed.
+    loop {
+        let ok = nodes.iter().all(|n| {
+            let out = std::process::Command::new("redis-cli")
+                .args(["-p", &n.port.to_string(), "CLUSTER", "INFO"])
+                .output()
+                .expect("redis-cli");
+            String::from_utf8_lossy(&out.stdout).contains("cluster_state:ok")
+        });
+        if ok {
+            return nodes;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A field of Redis's `INFO`, as a number.
+fn redis_info(port: u16, section: &str, field: &str) -> f64 {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &port.to_string(), "INFO", section])
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Each Redis's CPU seconds (user + sys) and commands processed so far.
+fn redis_work(ports: &[u16]) -> Vec<(f64, f64)> {
+    ports
+        .iter()
+        .map(|p| {
+            (
+                redis_info(*p, "cpu", "used_cpu_user") + redis_info(*p, "cpu", "used_cpu_sys"),
+                redis_info(*p, "stats", "total_commands_processed"),
+            )
+        })
+        .collect()
+}
+
+/// What one phase cost: gateway CPU seconds (all nodes) and, per Redis,
+/// CPU seconds and commands.
+fn phase_cost(
+    gateways: &[&Gateway],
+    ports: &[u16],
+    before: (f64, Vec<(f64, f64)>),
+) -> (f64, Vec<(f64, f64)>) {
+    let gw: f64 = gateways
+        .iter()
+        .map(|g| cpu_secs(g.child.id().unwrap()))
+        .sum();
+    let after = redis_work(ports);
+    (
+        gw - before.0,
+        after
+            .iter()
+            .zip(before.1)
+            .map(|((c, n), (c0, n0))| (c - c0, n - n0))
+            .collect(),
+    )
+}
+
+/// The same load on two gateway nodes on one Redis and on two nodes on a
+/// three-master Redis Cluster: fan-out across nodes, concurrent runs, and
+/// what each costs in gateway and Redis CPU (the capacity model's inputs).
+async fn redis_cluster(upstream: std::net::SocketAddr) {
+    let single = redis().await;
+    let shards = redis_cluster3().await;
+    let on_single = |node: &str| {
+        format!(
+            "[store]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:{}\"\nnode = \"{node}\"\n",
+            single.port
+        )
+    };
+    let urls: Vec<String> = shards
+        .iter()
+        .map(|n| format!("\"redis://127.0.0.1:{}\"", n.port))
+        .collect();
+    let on_cluster = |node: &str| {
+        format!(
+            "[store]\nkind = \"redis-cluster\"\nurls = [{}]\nnode = \"{node}\"\n",
+            urls.join(", ")
+        )
+    };
+    // (name, its key in thread ids, Redis ports, the two nodes' [store])
+    let setups = [
+        (
+            "1 Redis",
+            "one",
+            vec![single.port],
+            on_single("a"),
+            on_single("b"),
+        ),
+        (
+            "3-master cluster",
+            "three",
+            shards.iter().map(|n| n.port).collect(),
+            on_cluster("a"),
+            on_cluster("b"),
+        ),
+    ];
+    println!(
+        "one Redis vs a 3-master Redis Cluster (2 gateway nodes each; run on A, viewers split over A and B):"
+    );
+    for (name, key, ports, store_a, store_b) in setups {
+        let a = gateway_with(upstream, &store_a).await;
+        let b = gateway_with(upstream, &store_b).await;
+        let gws = [&a, &b];
+        let start = |ports: &[u16]| {
+            let gw: f64 = gws.iter().map(|g| cpu_secs(g.child.id().unwrap())).sum();
+            (gw, redis_work(ports))
+        };
+        // LOAD_FANOUT=0: skip the fan-out rows.
+        let fanouts = if std::env::var("LOAD_FANOUT").is_ok_and(|v| v == "0") {
+            vec![]
+        } else {
+            vec![(100, 5_000, 2_000, 5000), (1000, 1_000, 300, 5000)]
+        };
+        for (viewers, fast, paced, gap) in fanouts {
+            let before = start(&ports);
+            let (rate, p50, p99) =
+                fanout_across(&a.addr, &[&a.addr, &b.addr], viewers, (fast, paced, gap)).await;
+            let (gw_cpu, redis) = phase_cost(&gws, &ports, before);
+            let delivered = viewers as f64 * (fast + paced) as f64;
+            println!(
+                "  {name}: {viewers:>5} viewers: {rate:>8.0} deliveries/s, p50 {p50:.0} µs, p99 {p99:.0} µs; gateway CPU {:.1} µs per delivery; Redis CPU per shard {}",
+                gw_cpu * 1e6 / delivered,
+                redis
+                    .iter()
+                    .map(|(c, _)| format!("{c:.2} s"))
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+            );
+        }
+        for (threads, n) in [(50, 1_000), (200, 200), (1000, 50)] {
+            let before = start(&ports);
+            let rate =
+                concurrent_runs(&[&a.addr, &b.addr], threads, n, &format!("{key}-{threads}")).await;
+            let (gw_cpu, redis) = phase_cost(&gws, &ports, before);
+            let events = (threads as u64 * n) as f64;
+            let redis_cpu: f64 = redis.iter().map(|(c, _)| c).sum();
+            println!(
+                "  {name}: {threads:>4} concurrent runs × {n} events: {rate:>8.0} events/s; gateway CPU {:.1} µs per event; Redis CPU {:.1} µs per event (per shard: {}); commands per shard {}",
+                gw_cpu * 1e6 / events,
+                redis_cpu * 1e6 / events,
+                redis
+                    .iter()
+                    .map(|(c, _)| format!("{:.2} s", c))
+                    .collect::<Vec<_>>()
+                    .join(" / "),
+                redis
+                    .iter()
+                    .map(|(_, n)| format!("{n:.0}"))
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+            );
+        }
+        // Redis memory across every shard.
+        let used = |ports: &[u16]| -> u64 { ports.iter().map(|p| redis_used_memory(*p)).sum() };
+        let before = used(&ports);
+        for chunk in 0..20 {
+            concurrent_runs(&[&a.addr], 50, 10, &format!("{key}-mem{chunk}")).await;
+        }
+        let after = used(&ports);
+        println!(
+            "  {name}: Redis memory {:.0} bytes per thread (one 10-event run each, all shards)",
+            after.saturating_sub(before) as f64 / 1000.0
+        );
+    }
 }
 
 /// Two nodes on one Redis against one node on SQLite, same agent, same run.
@@ -682,6 +901,10 @@ fn main() {
         let upstream = blaster().await;
         if only == "cluster" {
             cluster(upstream).await;
+            return;
+        }
+        if only == "redis-cluster" {
+            redis_cluster(upstream).await;
             return;
         }
         let gw = gateway(upstream).await;

@@ -15,7 +15,7 @@ use crate::store::bus::{LocalBus, PublicationBus};
 use crate::store::counters::SharedCounters;
 use crate::store::lease::{LocalLeases, RunLeases};
 use crate::store::memory::MemoryStore;
-use crate::store::redis::RedisStore;
+use crate::store::redis::{RedisStore, Target};
 use crate::store::sqlite::SqliteStore;
 use crate::thread::{Residency, ThreadSettings, Threads};
 use crate::upstream::AgentRegistry;
@@ -102,13 +102,13 @@ pub async fn serve(config: Config, policy: Policy) -> Result<(), String> {
             Arc::new(LocalLeases),
             None,
         ),
-        StoreKind::Redis => {
-            let url = crate::config::expand_env(config.store.url.as_deref().unwrap_or(""))?;
+        StoreKind::Redis | StoreKind::RedisCluster => {
+            let target = redis_target(&config.store)?;
             let node = config.store.node.clone().unwrap_or_else(|| {
                 let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
                 format!("{}-{}", host.trim(), std::process::id())
             });
-            let redis = connect_redis(&url, &config.store.prefix, &node, config.store.lease_ttl)
+            let redis = connect_redis(&target, &config.store.prefix, &node, config.store.lease_ttl)
                 .await
                 .map_err(|e| format!("store.url: {e}"))?;
             tracing::info!(node = %node, "journal on redis");
@@ -137,7 +137,10 @@ pub async fn serve(config: Config, policy: Policy) -> Result<(), String> {
     // On a shared Redis a "running" thread may be a live run of another
     // node: only a node-local store can close what the last process left
     // open; on Redis the orphan sweeper closes the runs whose lease expired.
-    let recovered = if config.store.kind == StoreKind::Redis {
+    let recovered = if matches!(
+        config.store.kind,
+        StoreKind::Redis | StoreKind::RedisCluster
+    ) {
         0
     } else {
         threads.recover().await.map_err(|e| e.to_string())?
@@ -217,6 +220,22 @@ pub async fn serve(config: Config, policy: Policy) -> Result<(), String> {
 /// (each writer itself gives up after 5 s).
 const SOCKETS_GRACE: Duration = Duration::from_secs(6);
 
+/// Where `[store]` says the shared journal is: one Redis (`url`) or a
+/// Redis Cluster (`urls`, seed nodes), `${VAR}`s expanded.
+fn redis_target(store: &crate::config::StoreConfig) -> Result<Target, String> {
+    if store.kind == StoreKind::RedisCluster {
+        let seeds = store
+            .urls
+            .iter()
+            .map(|u| crate::config::expand_env(u))
+            .collect::<Result<Vec<_>, _>>()?;
+        return Ok(Target::Cluster(seeds, store.cluster_groups));
+    }
+    Ok(Target::Single(crate::config::expand_env(
+        store.url.as_deref().unwrap_or(""),
+    )?))
+}
+
 /// How long a node starting up waits for an unreachable Redis before it
 /// gives up (exit 1, for its supervisor to restart it): a node and its Redis
 /// started together, or a Redis restarting during a deploy, is not an error.
@@ -225,7 +244,7 @@ const REDIS_START_PATIENCE: Duration = Duration::from_secs(30);
 /// [`RedisStore::connect`], retried with backoff for up to
 /// [`REDIS_START_PATIENCE`].
 async fn connect_redis(
-    url: &str,
+    target: &Target,
     prefix: &str,
     node: &str,
     lease_ttl: Duration,
@@ -233,7 +252,7 @@ async fn connect_redis(
     let give_up = tokio::time::Instant::now() + REDIS_START_PATIENCE;
     let mut backoff = Duration::from_millis(250);
     loop {
-        match RedisStore::connect(url, prefix, node, lease_ttl).await {
+        match RedisStore::connect_to(target, prefix, node, lease_ttl).await {
             Ok(store) => return Ok(store),
             Err(e) if tokio::time::Instant::now() + backoff < give_up => {
                 tracing::warn!("redis unreachable at start-up ({e}); retrying in {backoff:?}");

@@ -1333,3 +1333,117 @@ async fn the_image_builds_runs_as_shipped_and_drains_on_stop() {
     let (_, exit, _) = run(&["inspect", "-f", "{{.State.ExitCode}}", name]);
     assert_eq!(exit, "0", "a clean exit after the drain");
 }
+
+/// The Redis Cluster variants of the multi-node files: each differs from
+/// its one-Redis file only in `[store]` (on a cluster), passes
+/// `check-config`, and the compose file starts and joins the cluster its
+/// config names before any gateway starts.
+#[test]
+fn the_redis_cluster_variants_differ_only_in_their_store() {
+    let overlay = deploy("k8s-redis-cluster");
+    let kustomization =
+        yaml_rust2::YamlLoader::load_from_str(&read(&overlay.join("kustomization.yaml"))).unwrap();
+    let kustomization = yaml_to_json(&kustomization[0]);
+    assert_eq!(kustomization["resources"], serde_json::json!(["../k8s"]));
+    let patch_file = kustomization["patches"][0]["path"].as_str().unwrap();
+    let patch = yaml_rust2::YamlLoader::load_from_str(&read(&overlay.join(patch_file))).unwrap();
+    let patch = yaml_to_json(&patch[0]);
+    let base_cm = resource(&manifests(), "ConfigMap");
+    assert_eq!(patch["kind"], "ConfigMap");
+    assert_eq!(patch["metadata"]["name"], base_cm["metadata"]["name"]);
+    let patched = patch["data"]["gateway.toml"].as_str().unwrap();
+    let k8s_dir = tempfile::tempdir().unwrap();
+    std::fs::write(k8s_dir.path().join("gateway.toml"), patched).unwrap();
+    std::fs::write(
+        k8s_dir.path().join("policy.toml"),
+        base_cm["data"]["policy.toml"].as_str().unwrap(),
+    )
+    .unwrap();
+    let pairs = [
+        (
+            Settings::parse(patched),
+            Settings::parse(base_cm["data"]["gateway.toml"].as_str().unwrap()),
+            k8s_dir.path().join("gateway.toml"),
+            0,
+        ),
+        (
+            Settings::load(&deploy("redis-cluster.toml")),
+            Settings::load(&deploy("cluster.toml")),
+            deploy("redis-cluster.toml"),
+            1,
+        ),
+    ];
+    for (cluster, single, path, agents) in pairs {
+        assert_eq!(cluster.str("store", "kind"), Some("redis-cluster"));
+        let urls = cluster.get("store", "urls").unwrap().as_array().unwrap();
+        assert!(urls.len() >= 3, "{}: seed nodes", path.display());
+        let (mut a, mut b) = (cluster.table.clone(), single.table.clone());
+        a.remove("store");
+        b.remove("store");
+        assert_eq!(a, b, "{}: only [store] differs", path.display());
+        assert_eq!(
+            env_refs(&toml::Value::Table(cluster.table.clone())),
+            env_refs(&toml::Value::Table(single.table.clone())),
+            "{}: the same secrets",
+            path.display()
+        );
+        let ok = std::process::Command::new(binary())
+            .arg("check-config")
+            .env_clear()
+            .env("AGUI_GATEWAY_CONFIG", &path)
+            .env("AGUI_HS_SECRET", SECRET)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&ok.stdout);
+        assert!(
+            ok.status.success() && out.contains(&format!("ok ({agents} agents)")),
+            "{}: {out}{}",
+            path.display(),
+            String::from_utf8_lossy(&ok.stderr)
+        );
+    }
+
+    // Compose: the cluster's nodes, joined once before the gateways start.
+    let load = |name: &str| {
+        let docs = yaml_rust2::YamlLoader::load_from_str(&read(&deploy(name))).unwrap();
+        yaml_to_json(&docs[0])
+    };
+    let compose = load("compose.redis-cluster.yaml");
+    let base = load("compose.yaml");
+    let services = &compose["services"];
+    let node = Settings::load(&deploy("redis-cluster.toml"));
+    for url in node.get("store", "urls").unwrap().as_array().unwrap() {
+        let host = url.as_str().unwrap().trim_start_matches("redis://");
+        let service = host.split(':').next().unwrap();
+        assert!(services[service].is_object(), "{service} is a service");
+    }
+    let redis = services["redis-1"]["command"].to_string();
+    for flag in [
+        "\"--cluster-enabled\",\"yes\"",
+        "\"noeviction\"",
+        "\"--appendonly\",\"yes\"",
+    ] {
+        assert!(redis.contains(flag), "redis-1: {flag} in {redis}");
+    }
+    for n in 2..=6 {
+        assert!(services[format!("redis-{n}")].is_object(), "six nodes");
+    }
+    let init = services["redis-cluster-init"]["command"].to_string();
+    assert!(init.contains("--cluster create") && init.contains("--cluster-replicas 1"));
+    for n in 1..=6 {
+        assert!(init.contains(&format!("redis-{n} ")) || init.contains(&format!("redis-{n};")));
+    }
+    let gateway = &services["gateway-a"];
+    assert_eq!(
+        gateway["depends_on"]["redis-cluster-init"]["condition"],
+        "service_completed_successfully"
+    );
+    assert_eq!(
+        gateway["volumes"][0],
+        "./redis-cluster.toml:/etc/agui-gateway/gateway.toml:ro"
+    );
+    let grace = humantime::parse_duration(gateway["stop_grace_period"].as_str().unwrap()).unwrap();
+    assert!(grace > node.stop_budget());
+    assert_eq!(services["lb"], base["services"]["lb"], "the same balancer");
+    assert_eq!(gateway["build"], base["services"]["gateway-a"]["build"]);
+}

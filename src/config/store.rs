@@ -6,12 +6,23 @@ use super::*;
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreConfig {
-    /// `sqlite` (default, durable), `memory` (lost on exit) or `redis`
-    /// (several nodes sharing one Redis or Valkey).
+    /// `sqlite` (default, durable), `memory` (lost on exit), `redis`
+    /// (several nodes sharing one Redis or Valkey) or `redis-cluster`
+    /// (several nodes on a Redis Cluster: journals and fan-out sharded).
     pub kind: StoreKind,
     /// Redis URL (`redis://host:port/db`), for `kind = "redis"`; `${VAR}`
     /// is expanded, so a password can stay in the environment.
     pub url: Option<String>,
+    /// Seed nodes of a Redis Cluster (`redis://host:port` or `rediss://`,
+    /// user and password in the URL as for `url`), for
+    /// `kind = "redis-cluster"`: any reachable one tells the rest.
+    pub urls: Vec<String>,
+    /// Redis Cluster: how many slot groups the threads are spread over.
+    /// Every key of a thread, and its group's share of the thread listing
+    /// and of the running set, carry the group's hash tag (one slot), so
+    /// no script crosses slots; a listing or a sweep reads every group.
+    /// At least 16 per master keeps the masters evenly loaded.
+    pub cluster_groups: u16,
     /// Prefix of every Redis key (several deployments can share a Redis).
     pub prefix: String,
     /// This node's name on the bus (default: host name and process id).
@@ -43,6 +54,9 @@ pub enum StoreKind {
     Sqlite,
     Memory,
     Redis,
+    /// A Redis Cluster (`urls` are seed nodes).
+    #[serde(rename = "redis-cluster")]
+    RedisCluster,
 }
 
 impl Default for StoreConfig {
@@ -50,6 +64,8 @@ impl Default for StoreConfig {
         StoreConfig {
             kind: StoreKind::Sqlite,
             url: None,
+            urls: Vec::new(),
+            cluster_groups: 128,
             prefix: "agui".into(),
             node: None,
             lease_ttl: Duration::from_secs(10),
@@ -73,6 +89,17 @@ impl StoreConfig {
                 format!("'{}' is not off, normal, full or extra", self.synchronous),
             );
         }
+        if self.kind == StoreKind::RedisCluster {
+            self.check_cluster(bad);
+        }
+        if matches!(self.kind, StoreKind::Redis | StoreKind::RedisCluster)
+            && (self.prefix.contains('{') || self.prefix.contains('}'))
+        {
+            bad(
+                "store.prefix".into(),
+                "must not contain '{' or '}' (the gateway places the hash tags)".into(),
+            );
+        }
         if self.kind == StoreKind::Redis {
             match &self.url {
                 None => bad(
@@ -92,14 +119,46 @@ impl StoreConfig {
                     }
                 }
             }
-            if self.lease_ttl < Duration::from_secs(1) {
-                bad("store.lease_ttl".into(), "must be at least 1s".into());
-            }
+        }
+        if matches!(self.kind, StoreKind::Redis | StoreKind::RedisCluster)
+            && self.lease_ttl < Duration::from_secs(1)
+        {
+            bad("store.lease_ttl".into(), "must be at least 1s".into());
         }
         if self.max_wal_bytes < 1 << 20 {
             bad(
                 "store.max_wal_bytes".into(),
                 "must be at least 1048576 (1 MiB)".into(),
+            );
+        }
+    }
+
+    /// Checks of `kind = "redis-cluster"`.
+    fn check_cluster(&self, bad: &mut impl FnMut(String, String)) {
+        if self.urls.is_empty() {
+            bad(
+                "store.urls".into(),
+                "kind = \"redis-cluster\" needs urls = [\"redis://host:port\", …] (seed nodes)"
+                    .into(),
+            );
+        }
+        for u in &self.urls {
+            if !u.starts_with("redis://") && !u.starts_with("rediss://") {
+                bad(
+                    "store.urls".into(),
+                    format!("'{u}' is not a redis:// or rediss:// URL"),
+                );
+            } else if let Err(var) = expand_env(u) {
+                bad(
+                    "store.urls".into(),
+                    format!("references unset environment variable {var}"),
+                );
+            }
+        }
+        if !(1..=16384).contains(&self.cluster_groups) {
+            bad(
+                "store.cluster_groups".into(),
+                "must be between 1 and 16384".into(),
             );
         }
     }

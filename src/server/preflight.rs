@@ -68,6 +68,13 @@ pub fn check(config: &Config) -> Result<Checked, Vec<ConfigError>> {
                 bad("store.url", e);
             }
         }
+        StoreKind::RedisCluster => {
+            for url in config.store.urls.iter().filter_map(|u| expand_env(u).ok()) {
+                if let Err(e) = crate::store::redis::check_url(&url) {
+                    bad("store.urls", e);
+                }
+            }
+        }
         StoreKind::Memory => {}
     }
 

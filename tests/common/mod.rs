@@ -245,6 +245,23 @@ impl RedisServer {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// Like [`RedisServer::cli`], `None` when the command fails (the
+    /// server is down).
+    pub fn try_cli(&self, args: &[&str]) -> Option<String> {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (out.status.success() && !text.starts_with("Could not connect")).then_some(text)
+    }
+
+    /// False once [`RedisServer::kill`]ed.
+    pub fn is_running(&self) -> bool {
+        self.proc.child.id().is_some()
+    }
+
     /// Kills the server (SIGKILL) and waits until it is gone.
     pub async fn kill(&mut self) {
         self.proc.child.kill().await.unwrap();
@@ -262,6 +279,176 @@ impl RedisServer {
             self.port
         )
     }
+}
+
+/// A real Redis Cluster on loopback: three masters and a replica of each
+/// (`redis-server --cluster-enabled yes`, joined by `redis-cli --cluster
+/// create`), nothing persisted, failing a dead master over within about a
+/// second (`cluster-node-timeout` 1000 ms).
+pub struct RedisCluster {
+    /// Every node, masters first as created (roles change on failover).
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts six nodes, creates the cluster and waits until every node
+    /// reports `cluster_state:ok`.
+    pub async fn start() -> RedisCluster {
+        let mut nodes = Vec::new();
+        for _ in 0..6 {
+            let port = cluster_port();
+            let dir = tempfile::tempdir().unwrap();
+            let args: Vec<String> = [
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--cluster-enabled",
+                "yes",
+                "--cluster-node-timeout",
+                "1000",
+                // A killed master's replica takes over however long it
+                // was cut off (a replica just created may be mid-sync).
+                "--cluster-replica-validity-factor",
+                "0",
+                "--cluster-config-file",
+                "nodes.conf",
+            ]
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+            let proc = RedisServer::spawn(port, dir.path(), &args).await;
+            nodes.push(RedisServer {
+                proc,
+                port,
+                args,
+                _dir: dir,
+            });
+        }
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = std::process::Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(out.status.success(), "{out:?}");
+        let cluster = RedisCluster { nodes };
+        cluster.wait_until_ok().await;
+        cluster
+    }
+
+    /// Waits until every running node reports `cluster_state:ok` with three
+    /// masters, and every running replica is in sync with its master (a
+    /// replica whose master was killed, until it is promoted, is not).
+    /// Polled: Redis announces neither.
+    pub async fn wait_until_ok(&self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let ok = self.nodes.iter().filter(|n| n.is_running()).all(|n| {
+                let info = n.try_cli(&["CLUSTER", "INFO"]).unwrap_or_default();
+                let replication = n.try_cli(&["INFO", "replication"]).unwrap_or_default();
+                info.contains("cluster_state:ok")
+                    && info.contains("cluster_size:3")
+                    && (replication.contains("role:master")
+                        || replication.contains("master_link_status:up"))
+            });
+            if ok {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the Redis Cluster did not reach cluster_state:ok"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// `[store]` TOML for a gateway node named `node` on this cluster.
+    pub fn store_config(&self, node: &str) -> String {
+        let urls: Vec<String> = self
+            .nodes
+            .iter()
+            .take(3)
+            .map(|n| format!("\"redis://127.0.0.1:{}\"", n.port))
+            .collect();
+        format!(
+            "[store]\nkind = \"redis-cluster\"\nurls = [{}]\nnode = \"{node}\"\n",
+            urls.join(", ")
+        )
+    }
+
+    /// The node serving `key`'s slot as master now (`None` while none does:
+    /// a failover in progress).
+    pub fn master_of(&self, key: &str) -> Option<&RedisServer> {
+        let any = self.nodes.iter().find(|n| n.is_running()).unwrap();
+        let slot: u16 = any
+            .cli(&["CLUSTER", "KEYSLOT", key])
+            .trim()
+            .parse()
+            .unwrap();
+        self.nodes.iter().filter(|n| n.is_running()).find(|n| {
+            n.try_cli(&["CLUSTER", "NODES"])
+                .unwrap_or_default()
+                .lines()
+                .any(|l| l.contains("myself") && l.contains("master") && owns_slot(l, slot))
+        })
+    }
+
+    /// The replicas of `master` now.
+    pub fn replicas_of(&self, master: &RedisServer) -> Vec<&RedisServer> {
+        let id = master.cli(&["CLUSTER", "MYID"]).trim().to_owned();
+        self.nodes
+            .iter()
+            .filter(|n| n.is_running())
+            .filter(|n| {
+                n.cli(&["CLUSTER", "NODES"])
+                    .lines()
+                    .any(|l| l.contains("myself") && l.contains("slave") && l.contains(&id))
+            })
+            .collect()
+    }
+
+    /// Runs `args` on every running master; their outputs.
+    pub fn on_masters(&self, args: &[&str]) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter(|n| n.is_running())
+            .filter(|n| n.cli(&["ROLE"]).starts_with("master"))
+            .map(|n| n.cli(args))
+            .collect()
+    }
+}
+
+/// Whether a `CLUSTER NODES` line lists `slot` among its ranges.
+fn owns_slot(line: &str, slot: u16) -> bool {
+    line.split(' ').skip(8).any(|range| {
+        let (a, b) = range.split_once('-').unwrap_or((range, range));
+        match (a.parse::<u16>(), b.parse::<u16>()) {
+            (Ok(a), Ok(b)) => a <= slot && slot <= b,
+            _ => false,
+        }
+    })
+}
+
+/// A free loopback port whose cluster bus port (+10000) is free too.
+fn cluster_port() -> u16 {
+    loop {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        if port < 55000 && std::net::TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// True when `AGUI_TEST_REDIS=cluster`: the several-node harness runs its
+/// nodes on a Redis Cluster instead of one Redis.
+pub fn on_redis_cluster() -> bool {
+    std::env::var("AGUI_TEST_REDIS").is_ok_and(|v| v == "cluster")
 }
 
 /// A Python AG-UI agent from `tests/agents/`.
@@ -313,6 +500,8 @@ pub struct Gateway {
     pub peers: Vec<(Proc, String)>,
     /// The Redis the nodes share (cluster mode).
     pub redis: Option<RedisServer>,
+    /// The Redis Cluster the nodes share instead (`AGUI_TEST_REDIS=cluster`).
+    pub redis_cluster: Option<RedisCluster>,
     turn: std::sync::atomic::AtomicUsize,
     _dir: tempfile::TempDir,
 }
@@ -386,14 +575,21 @@ impl Gateway {
             "[server]\nlisten = \"127.0.0.1:0\"\nkeepalive = \"1s\"\nshutdown_grace = \"1s\"\n\n";
         let nodes = test_nodes();
         let clustered = nodes > 1 && !config.contains("[store]");
-        let redis = if clustered {
+        let redis_cluster = if clustered && on_redis_cluster() {
+            Some(RedisCluster::start().await)
+        } else {
+            None
+        };
+        let redis = if clustered && redis_cluster.is_none() {
             Some(RedisServer::start().await)
         } else {
             None
         };
         let store = redis
             .as_ref()
-            .map(|r| r.store_config("n1") + "lease_ttl = \"2s\"\n")
+            .map(|r| r.store_config("n1"))
+            .or(redis_cluster.as_ref().map(|c| c.store_config("n1")))
+            .map(|s| s + "lease_ttl = \"2s\"\n")
             .unwrap_or_default();
         std::fs::write(&config_path, format!("{server}{config}\n{store}")).unwrap();
         let (proc, base) = Self::spawn(&config_path, env).await;
@@ -410,6 +606,7 @@ impl Gateway {
             config_path,
             peers,
             redis,
+            redis_cluster,
             turn: Default::default(),
             _dir: dir,
         }
@@ -420,6 +617,14 @@ impl Gateway {
     pub fn journal_bytes(&self) -> Vec<u8> {
         if let Some(redis) = &self.redis {
             return redis.snapshot_bytes();
+        }
+        if let Some(cluster) = &self.redis_cluster {
+            return cluster
+                .nodes
+                .iter()
+                .filter(|n| n.is_running())
+                .flat_map(|n| n.snapshot_bytes())
+                .collect();
         }
         let data = self.config_path.parent().unwrap().join("data");
         let mut stored = Vec::new();
@@ -461,6 +666,7 @@ impl Gateway {
             config_path: path.to_owned(),
             peers: Vec::new(),
             redis: None,
+            redis_cluster: None,
             turn: Default::default(),
             _dir: dir,
         }
@@ -507,6 +713,7 @@ impl Gateway {
             config_path,
             peers,
             redis,
+            redis_cluster,
             _dir,
             ..
         } = self;
@@ -528,6 +735,7 @@ impl Gateway {
             config_path,
             peers: restarted,
             redis,
+            redis_cluster,
             turn: Default::default(),
             _dir,
         }

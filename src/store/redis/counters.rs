@@ -12,7 +12,7 @@ impl SharedCounters for RedisStore {
         window: std::time::Duration,
     ) -> BoxFuture<'static, Result<Option<std::time::Duration>, StoreError>> {
         let mut conn = self.conn.clone();
-        let key = format!("{}:rate:{key}", self.prefix);
+        let key = self.names.rate(key);
         let window_ms = window.as_millis().max(1) as u64;
         let interval = (window_ms / u64::from(limit.max(1))).max(1);
         Box::pin(async move {
@@ -29,8 +29,8 @@ impl SharedCounters for RedisStore {
 
     fn open(&self, key: &str, limit: u32) -> BoxFuture<'static, Result<bool, StoreError>> {
         let mut conn = self.conn.clone();
-        let key = format!("{}:conns:{key}", self.prefix);
-        let nodes = format!("{}:nodes", self.prefix);
+        let key = self.names.conns(key);
+        let nodes = self.names.nodes();
         let instance = self.instance.clone();
         // A node's heartbeat comes every third of the lease's time to live.
         let stale = self.lease_ttl.as_millis() as u64;
@@ -50,7 +50,7 @@ impl SharedCounters for RedisStore {
 
     fn close(&self, key: &str) {
         let mut conn = self.conn.clone();
-        let key = format!("{}:conns:{key}", self.prefix);
+        let key = self.names.conns(key);
         let instance = self.instance.clone();
         tokio::spawn(async move {
             let closed: ::redis::RedisResult<i64> = Script::new(CLOSE)

@@ -160,7 +160,7 @@ impl Journals {
 /// lost without a flush, so an operator must hear of it at start. Redis
 /// with `CONFIG` renamed away (managed services do) cannot be asked; that
 /// is said too, once, and tolerated.
-pub(super) async fn check_eviction_policy(conn: &mut ConnectionManager) {
+pub(super) async fn check_eviction_policy(conn: &mut Conn) {
     let reply: Result<Vec<String>, _> = ::redis::cmd("CONFIG")
         .arg("GET")
         .arg("maxmemory-policy")
@@ -228,7 +228,7 @@ return 1
 /// Runs [`RESTART_HISTORY`] on a thread whose read found a gap; true when
 /// the history was restarted (false: no gap after all, or done already).
 pub(super) async fn restart_history(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     (meta, events): (&str, &str),
     seen: Option<&str>,
 ) -> ::redis::RedisResult<bool> {
@@ -256,11 +256,7 @@ return 0
 "#;
 
 /// Runs [`NEW_EPOCH`] on `meta`.
-pub(super) async fn new_epoch(
-    conn: &mut ConnectionManager,
-    meta: &str,
-    seen: &str,
-) -> ::redis::RedisResult<()> {
+pub(super) async fn new_epoch(conn: &mut Conn, meta: &str, seen: &str) -> ::redis::RedisResult<()> {
     ::redis::Script::new(NEW_EPOCH)
         .key(meta)
         .arg(seen)

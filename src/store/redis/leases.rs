@@ -22,12 +22,13 @@ pub(super) struct HeldLease {
 /// unreachable: another node may take over once it expires), is lost: its
 /// run is told to stop.
 pub(super) async fn heartbeat(
-    mut conn: ConnectionManager,
+    mut conn: Conn,
     held: Arc<DashMap<String, HeldLease>>,
-    (ttl, nodes, instance): (std::time::Duration, String, String),
+    (ttl, names, instance): (std::time::Duration, KeyNamer, String),
     healthy: Arc<AtomicBool>,
-    (identity_key, journals, controls): (String, Arc<Journals>, mpsc::UnboundedSender<Control>),
+    (journals, controls): (Arc<Journals>, mpsc::UnboundedSender<Control>),
 ) {
+    let identity_key = names.identity();
     let script = Script::new(RENEW);
     let identity_script = Script::new(IDENTITY);
     // The store's identity as last seen: a flushed or emptied store has lost
@@ -66,16 +67,8 @@ pub(super) async fn heartbeat(
             .iter()
             .map(|l| (l.key().clone(), l.value.clone()))
             .collect();
-        let mut invocation = script.prepare_invoke();
-        invocation
-            .key(&nodes)
-            .arg(ttl.as_millis() as u64)
-            .arg(&instance);
-        for (key, value) in &leases {
-            invocation.key(key).arg(&value[..]);
-        }
         let now = std::time::Instant::now();
-        match invocation.invoke_async::<Vec<i64>>(&mut conn).await {
+        match renew(&mut conn, &script, (&names, &instance, ttl), &leases).await {
             Ok(kept) => {
                 healthy.store(true, Ordering::Release);
                 for ((key, value), kept) in leases.iter().zip(kept) {
@@ -104,6 +97,48 @@ pub(super) async fn heartbeat(
     }
 }
 
+/// Records this node alive and renews `leases`: one [`RENEW`] call on one
+/// Redis; on a cluster one for the heartbeat and one per slot group of
+/// leases (a script runs on one slot), sent at once. 1 per lease kept.
+async fn renew(
+    conn: &mut Conn,
+    script: &Script,
+    (names, instance, ttl): (&KeyNamer, &str, std::time::Duration),
+    leases: &[(String, Arc<str>)],
+) -> ::redis::RedisResult<Vec<i64>> {
+    let ttl = ttl.as_millis() as u64;
+    let mut groups: Vec<(&str, Vec<usize>)> = vec![("", Vec::new())];
+    for (i, (key, _)) in leases.iter().enumerate() {
+        let group = names.lease_group(key);
+        match groups.iter_mut().find(|(g, _)| *g == group) {
+            Some((_, members)) => members.push(i),
+            None => groups.push((group, vec![i])),
+        }
+    }
+    let calls = groups.iter().map(|(group, members)| {
+        let mut invocation = script.prepare_invoke();
+        match members.first() {
+            // The heartbeat (with the leases of one Redis).
+            _ if group.is_empty() => invocation.key(names.nodes()).arg(ttl).arg(instance),
+            Some(first) => invocation.key(&leases[*first].0).arg(ttl).arg(""),
+            None => unreachable!("a group has a lease"),
+        };
+        for i in members {
+            invocation.key(&leases[*i].0).arg(&leases[*i].1[..]);
+        }
+        let mut conn = conn.clone();
+        async move { invocation.invoke_async::<Vec<i64>>(&mut conn).await }
+    });
+    let answers = futures::future::try_join_all(calls).await?;
+    let mut kept = vec![0; leases.len()];
+    for ((_, members), answer) in groups.iter().zip(answers) {
+        for (i, k) in members.iter().zip(answer) {
+            kept[*i] = k;
+        }
+    }
+    Ok(kept)
+}
+
 impl RunLeases for RedisStore {
     fn acquire(
         &self,
@@ -112,7 +147,7 @@ impl RunLeases for RedisStore {
         seen_last_seq: u64,
         (creator, agent): (&str, Option<&str>),
     ) -> BoxFuture<'static, Result<Acquired, StoreError>> {
-        let keys = Keys::of(&self.prefix, key);
+        let keys = self.names.thread(key);
         let value: Arc<str> =
             Arc::from(format!("{}\n{}\n{run_id}", uuid::Uuid::new_v4(), self.node));
         let mut conn = self.conn.clone();
@@ -163,12 +198,12 @@ impl RunLeases for RedisStore {
     }
 
     fn release(&self, key: &ThreadKey, lease: &Lease) {
-        let keys = Keys::of(&self.prefix, key);
+        let keys = self.names.thread(key);
         self.held
             .remove_if(&keys.lease, |_, l| l.value == lease.token);
         let mut conn = self.conn.clone();
         let value = lease.token.clone();
-        let channel = format!("{}:ctl", self.prefix);
+        let channel = self.names.control();
         let notice = control_payload(&Control::Released { key: key.clone() }).unwrap_or_default();
         tokio::spawn(async move {
             let released: ::redis::RedisResult<i64> = Script::new(RELEASE)
@@ -192,7 +227,7 @@ impl RunLeases for RedisStore {
 
     fn send(&self, control: Control) -> BoxFuture<'static, Result<(), StoreError>> {
         let mut conn = self.conn.clone();
-        let channel = format!("{}:ctl", self.prefix);
+        let channel = self.names.control();
         Box::pin(async move {
             let Some(payload) = control_payload(&control) else {
                 return Ok(());
@@ -213,31 +248,21 @@ impl RunLeases for RedisStore {
     }
 
     fn orphans(&self) -> BoxFuture<'static, Result<Vec<ThreadKey>, StoreError>> {
-        let mut conn = self.conn.clone();
-        let prefix = self.prefix.clone();
+        let shares: Vec<_> = self
+            .names
+            .running_sets()
+            .into_iter()
+            .map(|set| {
+                let mut conn = self.conn.clone();
+                let names = self.names.clone();
+                async move { orphans_in(&mut conn, &names, &set).await }
+            })
+            .collect();
         Box::pin(async move {
-            let members: Vec<String> = conn
-                .smembers(format!("{prefix}:running"))
+            let shares = futures::future::try_join_all(shares)
                 .await
                 .map_err(StoreError::failed)?;
-            let keys: Vec<ThreadKey> = members.iter().filter_map(|m| key_of_member(m)).collect();
-            if keys.is_empty() {
-                return Ok(keys);
-            }
-            let mut pipe = ::redis::pipe();
-            for key in &keys {
-                pipe.exists(Keys::of(&prefix, key).lease);
-            }
-            let leased: Vec<bool> = pipe
-                .query_async(&mut conn)
-                .await
-                .map_err(StoreError::failed)?;
-            Ok(keys
-                .into_iter()
-                .zip(leased)
-                .filter(|(_, leased)| !leased)
-                .map(|(key, _)| key)
-                .collect())
+            Ok(shares.into_iter().flatten().collect())
         })
     }
 
@@ -248,4 +273,29 @@ impl RunLeases for RedisStore {
     fn patience(&self) -> std::time::Duration {
         self.lease_ttl
     }
+}
+
+/// The threads of one share of the running set with no lease (one slot:
+/// the set and its threads' leases share the group's tag on a cluster).
+async fn orphans_in(
+    conn: &mut Conn,
+    names: &KeyNamer,
+    set: &str,
+) -> ::redis::RedisResult<Vec<ThreadKey>> {
+    let members: Vec<String> = conn.smembers(set).await?;
+    let keys: Vec<ThreadKey> = members.iter().filter_map(|m| key_of_member(m)).collect();
+    if keys.is_empty() {
+        return Ok(keys);
+    }
+    let mut pipe = ::redis::pipe();
+    for key in &keys {
+        pipe.exists(names.thread(key).lease);
+    }
+    let leased: Vec<bool> = pipe.query_async(conn).await?;
+    Ok(keys
+        .into_iter()
+        .zip(leased)
+        .filter(|(_, leased)| !leased)
+        .map(|(key, _)| key)
+        .collect())
 }

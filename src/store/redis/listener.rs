@@ -3,6 +3,65 @@
 
 use super::*;
 
+/// What a listening loop needs: where to pass what it hears, and the
+/// channels to subscribe (again).
+pub(super) struct Listening {
+    pub(super) names: KeyNamer,
+    /// This process: its own publications are skipped.
+    pub(super) instance: String,
+    pub(super) out: mpsc::UnboundedSender<Publication>,
+    pub(super) controls: mpsc::UnboundedSender<Control>,
+    pub(super) watched: Arc<DashMap<String, usize>>,
+    pub(super) sink: SharedSink,
+    pub(super) journals: Arc<Journals>,
+    pub(super) healthy: Arc<AtomicBool>,
+    /// Where a dropped shard channel is asked for again.
+    pub(super) subscriptions: mpsc::UnboundedSender<Subscription>,
+}
+
+impl Listening {
+    /// Passes on one message; false once nobody listens any more.
+    fn hear(&self, channel: &[u8], payload: &[u8]) -> bool {
+        if channel == self.names.control().as_bytes() {
+            match parse_control(payload) {
+                Some(control) => {
+                    let _ = self.controls.send(control);
+                }
+                None => tracing::warn!("unreadable run request between nodes"),
+            }
+            return true;
+        }
+        match parse_publication(payload) {
+            Some((from, ..)) if from == self.instance => {}
+            Some((_, epoch, publication)) => {
+                // Written to a journal of another epoch than the one this
+                // node holds: the store lost it.
+                let member = member_of(&publication.key);
+                let last = publication.events.last().map_or(0, |(seq, _)| *seq);
+                if let Err(why) = self.journals.observe(&member, Some(&epoch), last, None) {
+                    self.journals.lost(
+                        &format!(
+                            "thread {:?} of tenant {:?}",
+                            publication.key.thread_id, publication.key.tenant
+                        ),
+                        &format!("another node wrote to it: {why}"),
+                    );
+                    let _ = self.controls.send(Control::JournalLost {
+                        key: publication.key,
+                    });
+                    return true;
+                }
+                return self.out.send(publication).is_ok();
+            }
+            None => tracing::warn!(
+                "unreadable publication on {}",
+                String::from_utf8_lossy(channel)
+            ),
+        }
+        true
+    }
+}
+
 /// Receives the publications of the threads this node holds (one channel
 /// each, see [`RedisStore`]'s `watch`) and the requests between nodes,
 /// passing on those of other nodes; reconnects with backoff, subscribes
@@ -10,17 +69,11 @@ use super::*;
 /// it may have missed meanwhile ([`Control::Resync`]).
 pub(super) async fn listen_loop(
     client: ::redis::Client,
-    (prefix, instance): (String, String),
-    (out, controls): (
-        mpsc::UnboundedSender<Publication>,
-        mpsc::UnboundedSender<Control>,
-    ),
-    (watched, sink, journals): (Arc<DashMap<String, usize>>, SharedSink, Arc<Journals>),
-    healthy: Arc<AtomicBool>,
+    listening: Listening,
     subscribed: oneshot::Sender<()>,
 ) {
     use futures::StreamExt;
-    let control_channel = format!("{prefix}:ctl");
+    let control_channel = listening.names.control();
     let mut subscribed = Some(subscribed);
     let mut backoff = std::time::Duration::from_millis(100);
     loop {
@@ -29,10 +82,12 @@ pub(super) async fn listen_loop(
             new_sink.subscribe(&control_channel).await?;
             // Published first, so a channel watched from now on is
             // subscribed by its watcher; the ones before are done here.
-            *sink
+            *listening
+                .sink
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(new_sink.clone());
-            let channels: Vec<String> = watched.iter().map(|c| c.key().clone()).collect();
+                .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                Some(Subscriber::Single(new_sink.clone()));
+            let channels: Vec<String> = listening.watched.iter().map(|c| c.key().clone()).collect();
             for chunk in channels.chunks(1024) {
                 new_sink.subscribe(chunk).await?;
             }
@@ -41,66 +96,33 @@ pub(super) async fn listen_loop(
         match connected.await {
             Ok(mut messages) => {
                 backoff = std::time::Duration::from_millis(100);
-                healthy.store(true, Ordering::Release);
+                listening.healthy.store(true, Ordering::Release);
                 match subscribed.take() {
                     Some(tell) => {
                         let _ = tell.send(());
                     }
                     None => {
                         tracing::info!("redis subscription back; reading back missed events");
-                        let _ = controls.send(Control::Resync);
+                        let _ = listening.controls.send(Control::Resync);
                     }
                 }
                 while let Some(message) = messages.next().await {
-                    let payload = message.get_payload_bytes();
-                    if message.get_channel_name() == control_channel {
-                        match parse_control(payload) {
-                            Some(control) => {
-                                let _ = controls.send(control);
-                            }
-                            None => tracing::warn!("unreadable run request between nodes"),
-                        }
-                        continue;
-                    }
-                    match parse_publication(payload) {
-                        Some((from, ..)) if from == instance => {}
-                        Some((_, epoch, publication)) => {
-                            // Written to a journal of another epoch than
-                            // the one this node holds: the store lost it.
-                            let member = member_of(&publication.key);
-                            let last = publication.events.last().map_or(0, |(seq, _)| *seq);
-                            if let Err(why) = journals.observe(&member, Some(&epoch), last, None) {
-                                journals.lost(
-                                    &format!(
-                                        "thread {:?} of tenant {:?}",
-                                        publication.key.thread_id, publication.key.tenant
-                                    ),
-                                    &format!("another node wrote to it: {why}"),
-                                );
-                                let _ = controls.send(Control::JournalLost {
-                                    key: publication.key,
-                                });
-                                continue;
-                            }
-                            if out.send(publication).is_err() {
-                                return; // nobody listens any more
-                            }
-                        }
-                        None => tracing::warn!(
-                            "unreadable publication on {}",
-                            message.get_channel_name()
-                        ),
+                    let channel = message.get_channel_name().as_bytes().to_vec();
+                    if !listening.hear(&channel, message.get_payload_bytes()) {
+                        return; // nobody listens any more
                     }
                 }
                 tracing::warn!("redis subscription lost; reconnecting");
             }
             Err(e) => tracing::warn!("redis unreachable for subscriptions: {e}"),
         }
-        sink.lock()
+        listening
+            .sink
+            .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
-        healthy.store(false, Ordering::Release);
-        if out.is_closed() {
+        listening.healthy.store(false, Ordering::Release);
+        if listening.out.is_closed() {
             return;
         }
         tokio::time::sleep(backoff).await;
@@ -108,6 +130,88 @@ pub(super) async fn listen_loop(
     }
 }
 
+/// The listening side on a Redis Cluster: one RESP3 cluster connection
+/// whose pushes carry the control channel (plain pub/sub, heard from any
+/// master) and the shard channels of the threads this node holds (each
+/// from the master of its slot). The connection follows the cluster: it
+/// reconnects and subscribes every channel again on the master that owns
+/// it now. Two things are read back ([`Control::Resync`]) because
+/// publications may have been missed: a connection lost (once it is
+/// subscribed again), and a shard channel the server dropped (its slot
+/// changed master: a failover), subscribed again first.
+pub(super) async fn cluster_listen_loop(
+    seeds: Vec<String>,
+    listening: Listening,
+    subscribed: oneshot::Sender<()>,
+) {
+    let control_channel = listening.names.control();
+    let (pushes, mut heard) = mpsc::unbounded_channel();
+    let mut backoff = std::time::Duration::from_millis(100);
+    let mut conn = loop {
+        let connected = async {
+            let client = super::conn::cluster_client(&seeds, Some(pushes.clone()))?;
+            let mut conn = client.get_async_connection().await?;
+            conn.subscribe(&control_channel).await?;
+            Ok::<_, ::redis::RedisError>(conn)
+        };
+        match connected.await {
+            Ok(conn) => break conn,
+            Err(e) => tracing::warn!("redis cluster unreachable for subscriptions: {e}"),
+        }
+        if listening.out.is_closed() {
+            return;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(std::time::Duration::from_secs(5));
+    };
+    *listening
+        .sink
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) =
+        Some(Subscriber::Cluster(conn.clone()));
+    let channels: Vec<String> = listening.watched.iter().map(|c| c.key().clone()).collect();
+    for channel in channels {
+        let _ = conn.ssubscribe(channel).await;
+    }
+    let _ = subscribed.send(());
+    let mut reconnected = false;
+    while let Some(push) = heard.recv().await {
+        use ::redis::PushKind;
+        let channel = match push.data.first() {
+            Some(::redis::Value::BulkString(c)) => c.clone(),
+            _ => Vec::new(),
+        };
+        match push.kind {
+            PushKind::Message | PushKind::SMessage => {
+                let payload = match push.data.get(1) {
+                    Some(::redis::Value::BulkString(p)) => &p[..],
+                    _ => continue,
+                };
+                if !listening.hear(&channel, payload) {
+                    return;
+                }
+            }
+            PushKind::Disconnection => {
+                tracing::warn!("redis cluster subscription lost; reconnecting");
+                reconnected = true;
+            }
+            PushKind::Subscribe | PushKind::SSubscribe if reconnected => {
+                tracing::info!("redis cluster subscription back; reading back missed events");
+                reconnected = false;
+                let _ = listening.controls.send(Control::Resync);
+            }
+            PushKind::SUnsubscribe => {
+                // Ours (the last holder left) unless still watched.
+                let channel = String::from_utf8_lossy(&channel).into_owned();
+                if listening.watched.contains_key(&channel) {
+                    tracing::info!(channel = %channel, "shard channel moved; subscribing again");
+                    let _ = listening.subscriptions.send(Subscription::Again(channel));
+                }
+            }
+            _ => {}
+        }
+    }
+}
 /// `cancel \n member \n run id`, or `released \n member \n`.
 pub(super) fn control_payload(control: &Control) -> Option<String> {
     match control {

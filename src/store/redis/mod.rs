@@ -1,6 +1,6 @@
 //! Redis journal for several gateway nodes sharing one Redis (or Valkey).
 //!
-//! Per thread (keys share one `{hash tag}`):
+//! Per thread (keys share one `{hash tag}`, see [`keys`] for the names):
 //! - `…:ev`, a stream whose entry ids are the seqs (`<seq>-0`), field `e`
 //!   the event JSON exactly as journaled;
 //! - `…:meta`, a hash: creator, agent, status, created/updated ms, last seq,
@@ -11,9 +11,11 @@
 //! - the channel `prefix:pub:<tenant/thread>`, where appends are published.
 //!
 //! Per tenant a sorted set of thread ids by update time (listing); one set of
-//! running threads (node-loss detection); the live nodes (`prefix:nodes`,
-//! heartbeats); the store's identity (`prefix:store`, see [`epochs`]); rate budgets (`prefix:rate:…`) and connection counts
-//! (`prefix:conns:…`); the channel `prefix:ctl` for requests between nodes.
+//! running threads (node-loss detection) — on a cluster, one of each per slot
+//! group; the live nodes (`prefix:nodes`, heartbeats); the store's identity
+//! (`prefix:store`, see [`epochs`]); rate budgets (`prefix:rate:…`) and
+//! connection counts (`prefix:conns:…`); the channel `prefix:ctl` for
+//! requests between nodes.
 //!
 //! An append is one Lua script (`scripts::APPEND`), so it is atomic: it
 //! checks the run's fence, gives the events the next seqs of the stored
@@ -29,7 +31,10 @@
 //! means in Redis's memory, and on disk as its `appendonly`/`appendfsync`
 //! settings say.
 //!
-//! Redis Cluster is not supported: the listing and running sets span slots.
+//! On a Redis Cluster (`store.kind = "redis-cluster"`) the same scripts run
+//! on other key names ([`keys`]): every thread in one of a fixed number of
+//! slot groups, the listings and the running set split by group, and a
+//! thread's publications on a shard channel (`SPUBLISH`/`SSUBSCRIBE`).
 
 use super::bus::{Publication, PublicationBus};
 use super::counters::SharedCounters;
@@ -37,16 +42,21 @@ use super::lease::{Acquired, Control, Lease, RunLeases};
 use super::*;
 use ::redis::aio::ConnectionManager;
 use ::redis::{AsyncCommands, Script, Value as RedisValue};
+pub use conn::Target;
+use conn::{Conn, Subscriber};
 use dashmap::DashMap;
 use futures::future::BoxFuture;
+use keys::{KeyNamer, Keys};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+mod conn;
 mod counters;
 mod epochs;
+mod keys;
 mod leases;
 mod listener;
 mod presence;
@@ -76,8 +86,9 @@ pub struct RedisStore {
     writer: Mutex<Option<mpsc::UnboundedSender<(AppendBatch, Ack)>>>,
     /// The writer task, awaited by `close`.
     writer_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
-    conn: ConnectionManager,
-    prefix: String,
+    conn: Conn,
+    /// The key names (one Redis, or a cluster's slot groups).
+    names: KeyNamer,
     runtime: tokio::runtime::Handle,
     /// False while Redis is unreachable or refusing writes.
     healthy: Arc<AtomicBool>,
@@ -110,10 +121,10 @@ pub struct RedisStore {
 }
 
 /// The listening connection's subscribe side, replaced on every reconnect.
-type SharedSink = Arc<Mutex<Option<::redis::aio::PubSubSink>>>;
+type SharedSink = Arc<Mutex<Option<Subscriber>>>;
 
 /// A change to the listening connection's channels.
-enum Subscription {
+pub(super) enum Subscription {
     /// Subscribe (the channel's first holder); answered once Redis confirmed.
     Subscribe(String, oneshot::Sender<Result<(), StoreError>>),
     /// Answered once every request before it was carried out (a later
@@ -121,12 +132,19 @@ enum Subscription {
     Barrier(oneshot::Sender<Result<(), StoreError>>),
     /// Unsubscribe (the channel's last holder left).
     Unsubscribe(String),
+    /// Subscribe again to a channel still watched that the server dropped
+    /// (its slot moved to another master: a failover), then read back.
+    Again(String),
 }
 
 /// Carries out [`Subscription`] requests in order on the current listening
 /// connection. While it is down a subscribe fails (the listener subscribes
 /// every watched channel when it is back) and an unsubscribe has nothing to do.
-async fn subscription_loop(mut requests: mpsc::UnboundedReceiver<Subscription>, sink: SharedSink) {
+async fn subscription_loop(
+    mut requests: mpsc::UnboundedReceiver<Subscription>,
+    sink: SharedSink,
+    controls: mpsc::UnboundedSender<Control>,
+) {
     while let Some(request) = requests.recv().await {
         let current = sink
             .lock()
@@ -149,8 +167,34 @@ async fn subscription_loop(mut requests: mpsc::UnboundedReceiver<Subscription>, 
                 let _ = sink.unsubscribe(channel).await;
             }
             (Subscription::Unsubscribe(_), None) => {}
+            (Subscription::Again(channel), Some(mut sink)) => {
+                // Whatever was published while the shard moved is read back.
+                match sink.subscribe(channel).await {
+                    Ok(()) => {
+                        let _ = controls.send(Control::Resync);
+                    }
+                    Err(e) => tracing::warn!("subscribing again after a failover failed: {e}"),
+                }
+            }
+            (Subscription::Again(_), None) => {}
         }
     }
+}
+
+/// The command connection to one Redis.
+async fn single_connection(url: &str) -> Result<ConnectionManager, StoreError> {
+    let client = ::redis::Client::open(url).map_err(StoreError::failed)?;
+    // The crate's default 500 ms response timeout fails a pipeline of 64
+    // appends or a large XRANGE under load while Redis did the work; a
+    // failed acknowledgement costs the run, so wait longer. A Redis that
+    // stops answering is still noticed by the heartbeat (readiness).
+    let config = ::redis::aio::ConnectionManagerConfig::new()
+        .set_response_timeout(Some(RESPONSE_TIMEOUT))
+        .set_connection_timeout(Some(std::time::Duration::from_secs(2)))
+        .set_max_delay(std::time::Duration::from_secs(2));
+    ConnectionManager::new_with_config(client, config)
+        .await
+        .map_err(StoreError::failed)
 }
 
 impl RedisStore {
@@ -163,30 +207,48 @@ impl RedisStore {
         node: &str,
         lease_ttl: std::time::Duration,
     ) -> Result<Arc<RedisStore>, StoreError> {
-        let client = ::redis::Client::open(url).map_err(StoreError::failed)?;
-        // The crate's default 500 ms response timeout fails a pipeline of 64
-        // appends or a large XRANGE under load while Redis did the work; a
-        // failed acknowledgement costs the run, so wait longer. A Redis that
-        // stops answering is still noticed by the heartbeat (readiness).
-        let config = ::redis::aio::ConnectionManagerConfig::new()
-            .set_response_timeout(Some(RESPONSE_TIMEOUT))
-            .set_connection_timeout(Some(std::time::Duration::from_secs(2)))
-            .set_max_delay(std::time::Duration::from_secs(2));
-        let conn = ConnectionManager::new_with_config(client.clone(), config)
-            .await
-            .map_err(StoreError::failed)?;
+        Self::connect_to(&Target::Single(url.to_owned()), prefix, node, lease_ttl).await
+    }
+
+    /// Like [`RedisStore::connect`], to one Redis or to a Redis Cluster.
+    pub async fn connect_to(
+        target: &Target,
+        prefix: &str,
+        node: &str,
+        lease_ttl: std::time::Duration,
+    ) -> Result<Arc<RedisStore>, StoreError> {
+        let (conn, names) = match target {
+            Target::Single(url) => (
+                Conn::Single(single_connection(url).await?),
+                KeyNamer::single(prefix),
+            ),
+            Target::Cluster(seeds, groups) => (
+                Conn::Cluster(
+                    conn::cluster_client(seeds, None)
+                        .map_err(StoreError::failed)?
+                        .get_async_connection()
+                        .await
+                        .map_err(StoreError::failed)?,
+                ),
+                KeyNamer::cluster(prefix, *groups),
+            ),
+        };
         epochs::check_eviction_policy(&mut conn.clone()).await;
         let (tx, rx) = mpsc::unbounded_channel();
         let (pub_tx, pub_rx) = mpsc::unbounded_channel();
         let (control_tx, control_rx) = mpsc::unbounded_channel();
         let (subscriptions, subscription_requests) = mpsc::unbounded_channel();
         let sink: SharedSink = Arc::new(Mutex::new(None));
-        tokio::spawn(subscription_loop(subscription_requests, sink.clone()));
+        tokio::spawn(subscription_loop(
+            subscription_requests,
+            sink.clone(),
+            control_tx.clone(),
+        ));
         let store = Arc::new(RedisStore {
             writer: Mutex::new(Some(tx)),
             writer_task: Mutex::new(None),
             conn: conn.clone(),
-            prefix: prefix.to_owned(),
+            names: names.clone(),
             runtime: tokio::runtime::Handle::current(),
             healthy: Arc::new(AtomicBool::new(true)),
             publications: Mutex::new(Some(pub_rx)),
@@ -202,19 +264,15 @@ impl RedisStore {
         tokio::spawn(heartbeat(
             conn.clone(),
             store.held.clone(),
-            (lease_ttl, format!("{prefix}:nodes"), store.instance.clone()),
+            (lease_ttl, names.clone(), store.instance.clone()),
             store.healthy.clone(),
-            (
-                format!("{prefix}:store"),
-                store.journals.clone(),
-                control_tx.clone(),
-            ),
+            (store.journals.clone(), control_tx.clone()),
         ));
         let writer_task = tokio::spawn(write_loop(
             conn,
             rx,
             store.healthy.clone(),
-            prefix.to_owned(),
+            names.clone(),
             store.instance.clone(),
             store.journals.clone(),
         ));
@@ -223,14 +281,30 @@ impl RedisStore {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(writer_task);
         let (subscribed, is_subscribed) = oneshot::channel();
-        tokio::spawn(listen_loop(
-            client,
-            (prefix.to_owned(), store.instance.clone()),
-            (pub_tx, control_tx),
-            (store.watched.clone(), sink, store.journals.clone()),
-            store.healthy.clone(),
-            subscribed,
-        ));
+        let listening = listener::Listening {
+            names,
+            instance: store.instance.clone(),
+            out: pub_tx,
+            controls: control_tx,
+            watched: store.watched.clone(),
+            sink,
+            journals: store.journals.clone(),
+            healthy: store.healthy.clone(),
+            subscriptions: store.subscriptions.clone(),
+        };
+        match target {
+            Target::Single(url) => {
+                let client = ::redis::Client::open(url.as_str()).map_err(StoreError::failed)?;
+                tokio::spawn(listen_loop(client, listening, subscribed));
+            }
+            Target::Cluster(seeds, _) => {
+                tokio::spawn(listener::cluster_listen_loop(
+                    seeds.clone(),
+                    listening,
+                    subscribed,
+                ));
+            }
+        }
         // Serve only once other nodes' publications can be heard.
         is_subscribed
             .await
@@ -246,7 +320,7 @@ impl RedisStore {
         after: u64,
         check: bool,
     ) -> Result<Option<StoredThread>, StoreError> {
-        let keys = Keys::of(&self.prefix, key);
+        let keys = self.names.thread(key);
         let mut conn = self.conn.clone();
         // What the store must hold at least: what this node knew durable
         // before sending the read (see `Journals::observe`).
@@ -318,36 +392,6 @@ impl RedisStore {
     }
 }
 
-/// The keys of one thread (one hash tag: they live in one slot).
-struct Keys {
-    /// `prefix:{tenant/thread}`: every key of the thread starts with it.
-    tag: String,
-    events: String,
-    meta: String,
-    index: String,
-    running: String,
-    lease: String,
-    member: String,
-    channel: String,
-}
-
-impl Keys {
-    fn of(prefix: &str, key: &ThreadKey) -> Keys {
-        let member = member_of(key);
-        let tag = format!("{prefix}:{{{member}}}");
-        Keys {
-            tag: tag.clone(),
-            events: format!("{tag}:ev"),
-            meta: format!("{tag}:meta"),
-            index: format!("{prefix}:threads:{}", escape(&key.tenant)),
-            running: format!("{prefix}:running"),
-            lease: format!("{tag}:lease"),
-            channel: format!("{prefix}:pub:{member}"),
-            member,
-        }
-    }
-}
-
 /// `tenant/thread`, each part escaped so neither can forge the other.
 fn member_of(key: &ThreadKey) -> String {
     format!("{}/{}", escape(&key.tenant), escape(&key.thread_id))
@@ -402,12 +446,11 @@ fn meta_from_hash(h: &HashMap<String, Vec<u8>>) -> Option<ThreadMeta> {
 
 impl JournalStore for RedisStore {
     fn epoch(&self, key: &ThreadKey) -> Option<String> {
-        self.journals
-            .cursor_epoch(&Keys::of(&self.prefix, key).member)
+        self.journals.cursor_epoch(&self.names.thread(key).member)
     }
 
     fn new_history(&self, key: &ThreadKey) -> Result<(), StoreError> {
-        let keys = Keys::of(&self.prefix, key);
+        let keys = self.names.thread(key);
         let (seen, _) = self.journals.expected(&keys.member);
         let mut conn = self.conn.clone();
         self.block_on(epochs::new_epoch(&mut conn, &keys.meta, &seen))
@@ -471,7 +514,7 @@ impl JournalStore for RedisStore {
         if until <= after + 1 {
             return Ok(Vec::new());
         }
-        let keys = Keys::of(&self.prefix, key);
+        let keys = self.names.thread(key);
         let mut conn = self.conn.clone();
         // About a page's worth of typical events per round trip.
         let count = (max_bytes / 128).clamp(16, 4096);
@@ -489,30 +532,52 @@ impl JournalStore for RedisStore {
         ))
     }
 
+    /// Every share of the tenant's listing (one on one Redis, one per slot
+    /// group on a cluster), each with its threads' metadata in one
+    /// pipeline (one slot), newest first.
     fn list(&self, tenant: &str) -> Result<Vec<(ThreadKey, ThreadMeta)>, StoreError> {
-        let mut conn = self.conn.clone();
-        let index = format!("{}:threads:{}", self.prefix, escape(tenant));
-        let members: Vec<String> = self.block_on(conn.zrevrange(&index, 0, -1))?;
-        let mut pipe = ::redis::pipe();
-        let keys: Vec<ThreadKey> = members.iter().filter_map(|m| key_of_member(m)).collect();
-        for key in &keys {
-            pipe.hgetall(Keys::of(&self.prefix, key).meta);
-        }
-        let hashes: Vec<HashMap<String, Vec<u8>>> = self.block_on(pipe.query_async(&mut conn))?;
-        let mut out: Vec<(ThreadKey, ThreadMeta)> = keys
-            .into_iter()
-            .zip(hashes)
-            .filter_map(|(k, h)| Some((k, meta_from_hash(&h)?)))
-            .collect();
+        let shares = self.names.indexes(tenant);
+        let reads = shares.iter().map(|index| {
+            let mut conn = self.conn.clone();
+            let names = self.names.clone();
+            let index = index.clone();
+            async move {
+                let members: Vec<String> = conn.zrevrange(&index, 0, -1).await?;
+                let keys: Vec<ThreadKey> =
+                    members.iter().filter_map(|m| key_of_member(m)).collect();
+                if keys.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let mut pipe = ::redis::pipe();
+                for key in &keys {
+                    pipe.hgetall(names.thread(key).meta);
+                }
+                let hashes: Vec<HashMap<String, Vec<u8>>> = pipe.query_async(&mut conn).await?;
+                Ok::<_, ::redis::RedisError>(
+                    keys.into_iter()
+                        .zip(hashes)
+                        .filter_map(|(k, h)| Some((k, meta_from_hash(&h)?)))
+                        .collect::<Vec<_>>(),
+                )
+            }
+        });
+        let shares = self.block_on(futures::future::try_join_all(reads))?;
+        let mut out: Vec<(ThreadKey, ThreadMeta)> = shares.into_iter().flatten().collect();
         out.sort_by(|a, b| b.1.updated_ms.cmp(&a.1.updated_ms).then(a.0.cmp(&b.0)));
         Ok(out)
     }
 
     fn running(&self) -> Result<Vec<ThreadKey>, StoreError> {
-        let mut conn = self.conn.clone();
-        let members: Vec<String> =
-            self.block_on(conn.smembers(format!("{}:running", self.prefix)))?;
-        Ok(members.iter().filter_map(|m| key_of_member(m)).collect())
+        let reads = self.names.running_sets().into_iter().map(|set| {
+            let mut conn = self.conn.clone();
+            async move { conn.smembers::<_, Vec<String>>(set).await }
+        });
+        let members = self.block_on(futures::future::try_join_all(reads))?;
+        Ok(members
+            .iter()
+            .flatten()
+            .filter_map(|m| key_of_member(m))
+            .collect())
     }
 
     fn ping(&self) -> Result<(), StoreError> {
@@ -540,7 +605,7 @@ impl PublicationBus for RedisStore {
     fn watch(&self, key: &ThreadKey) -> BoxFuture<'static, Result<(), StoreError>> {
         let Keys {
             channel, member, ..
-        } = Keys::of(&self.prefix, key);
+        } = self.names.thread(key);
         let (done, answer) = oneshot::channel();
         {
             // Requests are queued under the channel's entry lock, so they
@@ -568,7 +633,7 @@ impl PublicationBus for RedisStore {
     fn unwatch(&self, key: &ThreadKey) {
         let Keys {
             channel, member, ..
-        } = Keys::of(&self.prefix, key);
+        } = self.names.thread(key);
         if let dashmap::Entry::Occupied(mut holders) = self.watched.entry(channel.clone()) {
             *holders.get_mut() -= 1;
             if *holders.get() == 0 {

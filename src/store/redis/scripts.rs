@@ -4,7 +4,8 @@
 
 /// The append script. KEYS: events stream, meta hash, tenant index, running
 /// set, run lease, idempotency key. ARGV: the writing process's instance id,
-/// member, channel, (unused), event count, creator, agent, status, created
+/// member, channel, the publishing command (`PUBLISH`, or `SPUBLISH` on a
+/// cluster: the channel is in the thread's slot), event count, creator, agent, status, created
 /// ms, updated ms, run boundary (`1`/`0`), base seq ('' = none), base
 /// snapshot, fence ('' = none), control channel, the META event id under the
 /// idempotency key ('' = none), the journal's epoch the writer knows ('' =
@@ -74,7 +75,7 @@ if ARGV[12] ~= '' and tonumber(ARGV[12]) > tonumber(redis.call('HGET', KEYS[2], 
   redis.call('XTRIM', KEYS[1], 'MINID', (tonumber(ARGV[12]) + 1) .. '-0')
 end
 if n > 0 then
-  redis.call('PUBLISH', ARGV[3], table.concat(payload))
+  redis.call(ARGV[4], ARGV[3], table.concat(payload))
 end
 return {1, first, epoch}
 "#;
@@ -119,10 +120,14 @@ return {1, ''}
 /// The node's heartbeat: records it alive (for connection counts) and
 /// renews the leases it holds. KEYS: live-nodes sorted set, then the
 /// leases; ARGV: time to live (ms), this process's instance id, then each
-/// lease's value. Returns 1 per lease still held, 0 per lost.
+/// lease's value. Returns 1 per lease still held, 0 per lost. On a cluster
+/// the leases of each slot group are renewed apart (one slot per call):
+/// the instance id is then '' and KEYS[1] any key of the group, untouched.
 pub(super) const RENEW: &str = r#"
-local t = redis.call('TIME')
-redis.call('ZADD', KEYS[1], t[1] * 1000 + math.floor(t[2] / 1000), ARGV[2])
+if ARGV[2] ~= '' then
+  local t = redis.call('TIME')
+  redis.call('ZADD', KEYS[1], t[1] * 1000 + math.floor(t[2] / 1000), ARGV[2])
+end
 local out = {}
 for i = 2, #KEYS do
   if redis.call('GET', KEYS[i]) == ARGV[i + 1] then

@@ -10,10 +10,10 @@ pub(super) const MAX_PIPELINE: usize = 64;
 
 /// Sends queued batches in order, as pipelines of [`APPEND`] scripts.
 pub(super) async fn write_loop(
-    mut conn: ConnectionManager,
+    conn: Conn,
     mut queue: mpsc::UnboundedReceiver<(AppendBatch, Ack)>,
     healthy: Arc<AtomicBool>,
-    prefix: String,
+    names: KeyNamer,
     instance: String,
     journals: Arc<Journals>,
 ) {
@@ -48,68 +48,114 @@ pub(super) async fn write_loop(
         if group.is_empty() {
             continue;
         }
-        let pipe = append_pipeline(&script, &group, &prefix, &instance, &journals);
-        let mut results: ::redis::RedisResult<Vec<(i64, RedisValue, String)>> =
-            pipe.query_async(&mut conn).await;
-        if results
-            .as_ref()
-            .is_err_and(|e| e.to_string().to_lowercase().contains("noscript"))
-        {
-            // Redis restarted or its script cache was flushed: nothing ran.
-            // Load the script and send the same pipeline again.
-            if let Err(e) = script.prepare_invoke().load_async(&mut conn).await {
-                tracing::warn!("loading the append script failed: {e}");
-            }
-            results = pipe.query_async(&mut conn).await;
+        // A cluster runs a pipeline on one slot: one per slot group, sent
+        // at once (each in queue order, so a thread's batches stay in order).
+        let parts = by_slot_group(group, &names);
+        let sends = parts.iter().map(|part| {
+            let mut conn = conn.clone();
+            let pipe = append_pipeline(&script, part, &names, &instance, &journals);
+            let script = &script;
+            async move { send(&mut conn, script, &pipe).await }
+        });
+        let results = futures::future::join_all(sends).await;
+        for (part, results) in parts.into_iter().zip(results) {
+            settle(part, results, &healthy, &mut failed_runs, &journals);
         }
-        match results {
-            Ok(results) => {
-                healthy.store(true, Ordering::Release);
-                for ((batch, ack), (ok, answer, epoch)) in group.into_iter().zip(results) {
-                    let result = match (ok, answer) {
-                        (1, RedisValue::Int(first)) => {
-                            let last = first as u64 + batch.events.len() as u64 - 1;
-                            // Checked by the script: this is the journal known.
-                            let _ =
-                                journals.observe(&member_of(&batch.key), Some(&epoch), last, None);
-                            Ok(first as u64)
-                        }
-                        (4, stored) => {
-                            let stored = match stored {
-                                RedisValue::BulkString(e) if !e.is_empty() => {
-                                    String::from_utf8_lossy(&e).into_owned()
-                                }
-                                _ => "gone".to_owned(),
-                            };
-                            let (known, seen) = journals.expected(&member_of(&batch.key));
-                            journals.lost(
-                                &format!("thread {:?} of tenant {:?}", batch.key.thread_id, batch.key.tenant),
-                                &format!("an append found epoch {stored} (known: {known}, seen up to seq {seen})"),
-                            );
-                            Err(StoreError::JournalLost)
-                        }
-                        (3, RedisValue::BulkString(id)) => Err(StoreError::Duplicate(
-                            String::from_utf8_lossy(&id).into_owned(),
-                        )),
-                        (2, _) => Err(StoreError::Fenced),
-                        other => Err(StoreError::failed(format!(
-                            "unexpected append answer {other:?}"
-                        ))),
-                    };
-                    let _ = ack.send(result);
-                }
-            }
-            Err(e) => {
-                tracing::error!("journal write failed (redis): {e}");
-                healthy.store(false, Ordering::Release);
-                for (batch, ack) in group {
-                    if let Some(fence) = batch.fence
-                        && !batch.closes_failed_run
-                    {
-                        failed_runs.insert(fence);
+    }
+}
+
+/// `group` split by slot group, each part in queue order (one part on one
+/// Redis).
+fn by_slot_group(group: Vec<(AppendBatch, Ack)>, names: &KeyNamer) -> Vec<Vec<(AppendBatch, Ack)>> {
+    if !names.sharded() {
+        return vec![group];
+    }
+    let mut parts: Vec<(String, Vec<(AppendBatch, Ack)>)> = Vec::new();
+    for (batch, ack) in group {
+        let tag = super::keys::hash_tag(&names.thread(&batch.key).meta).to_owned();
+        match parts.iter_mut().find(|(t, _)| *t == tag) {
+            Some((_, part)) => part.push((batch, ack)),
+            None => parts.push((tag, vec![(batch, ack)])),
+        }
+    }
+    parts.into_iter().map(|(_, part)| part).collect()
+}
+
+/// Sends one pipeline of appends; loads the script and sends it again when
+/// Redis does not have it (restarted, its cache flushed, a new master).
+async fn send(
+    conn: &mut Conn,
+    script: &Script,
+    pipe: &::redis::Pipeline,
+) -> ::redis::RedisResult<Vec<(i64, RedisValue, String)>> {
+    let results = pipe.query_async(conn).await;
+    if results
+        .as_ref()
+        .is_err_and(|e| e.to_string().to_lowercase().contains("noscript"))
+    {
+        // Nothing ran: load the script and send the same pipeline again.
+        if let Err(e) = script.prepare_invoke().load_async(conn).await {
+            tracing::warn!("loading the append script failed: {e}");
+        }
+        return pipe.query_async(conn).await;
+    }
+    results
+}
+
+/// Answers each batch of a sent pipeline.
+fn settle(
+    group: Vec<(AppendBatch, Ack)>,
+    results: ::redis::RedisResult<Vec<(i64, RedisValue, String)>>,
+    healthy: &AtomicBool,
+    failed_runs: &mut std::collections::HashSet<Arc<str>>,
+    journals: &Journals,
+) {
+    match results {
+        Ok(results) => {
+            healthy.store(true, Ordering::Release);
+            for ((batch, ack), (ok, answer, epoch)) in group.into_iter().zip(results) {
+                let result = match (ok, answer) {
+                    (1, RedisValue::Int(first)) => {
+                        let last = first as u64 + batch.events.len() as u64 - 1;
+                        // Checked by the script: this is the journal known.
+                        let _ = journals.observe(&member_of(&batch.key), Some(&epoch), last, None);
+                        Ok(first as u64)
                     }
-                    let _ = ack.send(Err(StoreError::failed(&e)));
+                    (4, stored) => {
+                        let stored = match stored {
+                            RedisValue::BulkString(e) if !e.is_empty() => {
+                                String::from_utf8_lossy(&e).into_owned()
+                            }
+                            _ => "gone".to_owned(),
+                        };
+                        let (known, seen) = journals.expected(&member_of(&batch.key));
+                        journals.lost(
+                            &format!("thread {:?} of tenant {:?}", batch.key.thread_id, batch.key.tenant),
+                            &format!("an append found epoch {stored} (known: {known}, seen up to seq {seen})"),
+                        );
+                        Err(StoreError::JournalLost)
+                    }
+                    (3, RedisValue::BulkString(id)) => Err(StoreError::Duplicate(
+                        String::from_utf8_lossy(&id).into_owned(),
+                    )),
+                    (2, _) => Err(StoreError::Fenced),
+                    other => Err(StoreError::failed(format!(
+                        "unexpected append answer {other:?}"
+                    ))),
+                };
+                let _ = ack.send(result);
+            }
+        }
+        Err(e) => {
+            tracing::error!("journal write failed (redis): {e}");
+            healthy.store(false, Ordering::Release);
+            for (batch, ack) in group {
+                if let Some(fence) = batch.fence
+                    && !batch.closes_failed_run
+                {
+                    failed_runs.insert(fence);
                 }
+                let _ = ack.send(Err(StoreError::failed(&e)));
             }
         }
     }
@@ -119,13 +165,13 @@ pub(super) async fn write_loop(
 pub(super) fn append_pipeline(
     script: &Script,
     group: &[(AppendBatch, Ack)],
-    prefix: &str,
+    names: &KeyNamer,
     instance: &str,
     journals: &Journals,
 ) -> ::redis::Pipeline {
     let mut pipe = ::redis::pipe();
     for (batch, _) in group {
-        let keys = Keys::of(prefix, &batch.key);
+        let keys = names.thread(&batch.key);
         let m = &batch.meta;
         let (base_seq, base) = match &batch.compact {
             Some((seq, snapshot)) => (seq.to_string(), snapshot.to_vec()),
@@ -145,7 +191,7 @@ pub(super) fn append_pipeline(
             .arg(instance)
             .arg(&keys.member)
             .arg(&keys.channel)
-            .arg(batch.events.first().map_or(0, |(s, _)| *s))
+            .arg(names.publish_command())
             .arg(batch.events.len())
             .arg(&m.creator)
             .arg(m.agent.as_deref().unwrap_or(""))
@@ -156,7 +202,7 @@ pub(super) fn append_pipeline(
             .arg(base_seq)
             .arg(base)
             .arg(batch.fence.as_deref().unwrap_or(""))
-            .arg(format!("{prefix}:ctl"))
+            .arg(names.control())
             .arg(batch.idempotency.as_ref().map_or("", |(_, id)| id.as_str()));
         let (epoch, seen) = journals.expected(&keys.member);
         invocation
