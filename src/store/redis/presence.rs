@@ -1,10 +1,11 @@
-//! Presence on Redis: one hash per thread, `prefix:{tenant/thread}:presence`
-//! (the thread's hash tag, so it lives in the thread's slot), one field per
+//! Presence on Redis: one hash per thread, named after the thread's keys
+//! ([`super::keys`]: its hash tag, so on a cluster it lives in the
+//! thread's slot, beside its journal), one field per
 //! node process holding `{"until": ms, "watchers": [...]}`. A reader skips
 //! fields past their `until` (a node that died stopped renewing its own);
 //! the whole key expires when no node renews it.
 
-use super::{Keys, RedisStore};
+use super::RedisStore;
 use crate::protocol::event::now_millis;
 use crate::store::presence::{PresenceStore, Watcher};
 use crate::store::{StoreError, ThreadKey};
@@ -12,8 +13,10 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::time::Duration;
 
-fn presence_key(prefix: &str, key: &ThreadKey) -> String {
-    format!("{}:presence", Keys::of(prefix, key).tag)
+impl RedisStore {
+    fn presence_key(&self, key: &ThreadKey) -> String {
+        format!("{}:presence", self.names.thread(key).tag)
+    }
 }
 
 impl PresenceStore for RedisStore {
@@ -22,7 +25,7 @@ impl PresenceStore for RedisStore {
     }
 
     fn put(&self, key: &ThreadKey, watchers: &[Watcher], ttl: Duration) -> Result<(), StoreError> {
-        let k = presence_key(&self.prefix, key);
+        let k = self.presence_key(key);
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
         let mut pipe = ::redis::pipe();
         if watchers.is_empty() {
@@ -39,7 +42,7 @@ impl PresenceStore for RedisStore {
     }
 
     fn others(&self, key: &ThreadKey) -> Result<Vec<Watcher>, StoreError> {
-        let k = presence_key(&self.prefix, key);
+        let k = self.presence_key(key);
         let mut conn = self.conn.clone();
         let records: HashMap<String, String> =
             self.block_on(::redis::cmd("HGETALL").arg(&k).query_async(&mut conn))?;
