@@ -940,7 +940,7 @@ async fn a_handoff_streams_one_ai_sdk_message_across_both_agents() {
             );
             assert_eq!(
                 m["metadata"],
-                json!({"agent": "billing", "agents": ["triage", "billing"]}),
+                json!({"agent": "billing", "agents": ["triage", "billing"], "startedBy": "alice"}),
                 "{m:#}"
             );
             // The switch comes after triage's step, before billing's text.
@@ -1114,5 +1114,69 @@ async fn an_approved_handoff_continues_the_ai_sdk_message() {
             "triage",
             "{m:#}"
         );
+    }
+}
+
+/// Who did what, where an AI SDK app reads it: Olga asks for a transfer in
+/// the chat, Ben (granted the thread) approves it. The live chat's message
+/// metadata, as the real `ai` client merged it (5 and 7), says Olga started
+/// the answer and Ben answered its approval; the `ai-sdk` export says the
+/// same, with the answering run's id, and the AgentScope export carries it
+/// in its Msg metadata (loaded by the real `agentscope`).
+#[tokio::test]
+async fn the_ai_sdk_stream_and_the_exports_name_who_asked_and_who_approved() {
+    let gw = Gateway::start(DEMO).await;
+    let olga = json!({"sub": "olga"});
+    for (n, version) in [AI7, AI5].into_iter().enumerate() {
+        let chat = format!("shared-pay-{n}");
+        let ben = json!({"sub": "ben", "threads": {chat.as_str(): ["view", "run", "resume"]}});
+        let ben_token = token(ben.clone());
+        let env: Vec<(&str, &str)> = version
+            .iter()
+            .copied()
+            .chain([("ANSWER_TOKEN", ben_token.as_str())])
+            .collect();
+        let v = ai_chat_with(
+            &env,
+            &gw,
+            "demo",
+            olga.clone(),
+            &chat,
+            "approve",
+            "transfer",
+        )
+        .await;
+        let live = &answer(&v)["metadata"];
+        assert_eq!(live["startedBy"], "olga", "{version:?}: {v}");
+        assert_eq!(live["answeredBy"][0]["by"], "ben", "{version:?}: {v}");
+        let runs = json_of(
+            http()
+                .get(gw.url(&format!("/v1/threads/{chat}/runs")))
+                .bearer_auth(token(olga.clone())),
+        )
+        .await;
+        let resume = runs["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["kind"] == "resume")
+            .unwrap_or_else(|| panic!("no resume run: {runs}"));
+        let answered = json!([{"runId": resume["runId"], "by": "ben"}]);
+        assert_eq!(live["answeredBy"], answered, "{version:?}: {v}");
+
+        let (status, ui) = export(&gw, olga.clone(), &chat, "ai-sdk").await;
+        assert_eq!(status, 200, "{ui}");
+        let exported = ui["messages"].as_array().unwrap().last().unwrap();
+        assert_eq!(exported["metadata"]["startedBy"], "olga", "{ui}");
+        assert_eq!(exported["metadata"]["answeredBy"], answered, "{ui}");
+
+        let (_, scope) = export(&gw, ben.clone(), &chat, "agentscope").await;
+        let msg = scope["messages"].as_array().unwrap().last().unwrap();
+        assert_eq!(msg["metadata"]["agui_started_by"], "olga", "{scope}");
+        assert_eq!(msg["metadata"]["agui_answered_by"], answered, "{scope}");
+        let loaded = agentscope_load(&scope).await;
+        assert!(loaded["error"].is_null(), "agentscope refused it: {loaded}");
+        let kept = &loaded["messages"].as_array().unwrap().last().unwrap()["dump"]["metadata"];
+        assert_eq!(kept["agui_answered_by"], answered, "{loaded}");
     }
 }

@@ -1138,10 +1138,12 @@ async fn three_people_debug_a_thread_state_at_a_run_rows_as_json_and_a_branch_fr
 /// Regenerate after an approval, from the page, by a second person (on
 /// two nodes with `AGUI_TEST_NODES=2`): a sibling of the approval's run
 /// that carries its answer, seen by both; no "pending interrupts" refusal.
+/// The button is hidden on the answer while its run writes it (20 ms a
+/// token: long enough to see), shown on every answer once the runs ended.
 #[tokio::test]
 async fn the_answer_after_an_approval_is_regenerated_from_the_page() {
     let gw = dev_gateway(
-        "[demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
+        "[demo]\nenabled = true\ntoken_delay = \"20ms\"\n\
          [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n",
     )
     .await;
@@ -1150,6 +1152,14 @@ async fn the_answer_after_an_approval_is_regenerated_from_the_page() {
     let seen = page_script("inspector_regen.mjs", &[&one, &two, "regen-1"]).await;
     assert_eq!(seen["errors"], json!([]), "no page errors: {seen:#}");
     assert_eq!(seen["benNotices"], json!([]), "no refusal: {seen:#}");
+    assert_eq!(seen["hiddenWhileRunning"], true, "{seen:#}");
+    let all_yes = |flags: &Value| {
+        let flags = flags.as_array().unwrap();
+        !flags.is_empty() && flags.iter().all(|f| f == "yes")
+    };
+    for page in ["ben", "annAfter", "benAfter"] {
+        assert!(all_yes(&seen["regenerable"][page]), "{page}: {seen:#}");
+    }
     let runs = seen["benRuns"].as_array().unwrap();
     let (asked, answered, again) = (&runs[0], &runs[1], &runs[2]);
     assert_eq!(answered["kind"], "resume", "{seen:#}");

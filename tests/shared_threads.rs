@@ -432,4 +432,76 @@ async fn regenerating_the_answer_after_an_approval_carries_the_approval() {
     .await;
     assert_eq!(snap["run"]["startedBy"], "ben", "{snap}");
     assert_eq!(frames.last().unwrap()["event"]["type"], "RUN_FINISHED");
+
+    // Regenerating that regenerated answer again carries the answers again
+    // (its base still has them pending), rather than being refused.
+    ben.send(json!({"type": "regenerate", "id": "twice", "threadId": "appr", "runId": "twice"}))
+        .await;
+    let frames = ben
+        .recv_until(|f| is_terminal_frame(f) || f["type"] == "error")
+        .await;
+    let ack = frames.iter().find(|f| f["id"] == "twice").unwrap();
+    assert_eq!(ack["type"], "ack", "{ack}");
+    let started = frames
+        .iter()
+        .find(|f| f["event"]["type"] == "RUN_STARTED")
+        .unwrap();
+    assert_eq!(started["event"]["input"]["resume"], answers, "{started}");
+    assert_eq!(frames.last().unwrap()["event"]["type"], "RUN_FINISHED");
+}
+
+/// A regenerate of the answer after an approval whose answers the journal
+/// no longer holds (compacted away: `threads.max_events = 2`) is refused
+/// `conflict`, saying so and how to answer again, never sent without them.
+#[tokio::test]
+async fn regenerating_an_approvals_answer_whose_answers_were_compacted_is_refused() {
+    let (_py, gw) = agent_behind_gateway(
+        "pydantic_approval_agent.py",
+        "agent",
+        "bank",
+        "[threads]\nmax_events = 2\n",
+    )
+    .await;
+    let mut olga = ws(&gw, json!({"sub": "olga"})).await;
+    olga.send(
+        json!({"type": "run", "id": "ask", "agent": "bank", "threadId": "gone", "runId": "ask",
+                     "messages": [{"id": "u1", "role": "user", "content": "pay acct-9"}]}),
+    )
+    .await;
+    olga.recv_until(is_terminal_frame).await;
+    let answers =
+        json!([{"interruptId": "int-call_t", "status": "resolved", "payload": {"approved": true}}]);
+    olga.send(json!({"type": "resume", "id": "yes", "threadId": "gone", "runId": "answer", "resume": answers}))
+        .await;
+    let answered = olga.recv_until(is_terminal_frame).await;
+    assert_eq!(answered.last().unwrap()["event"]["type"], "RUN_FINISHED");
+    // The compaction follows the run's end: wait until a join from seq 1
+    // is answered with a reset (the journal no longer holds it).
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let mut probe = ws(&gw, json!({"sub": "olga"})).await;
+        probe
+            .send(json!({"type": "subscribe", "id": "p", "threadId": "gone", "after": 1}))
+            .await;
+        let first = probe.recv_until(|f| f["type"] != "ack").await;
+        if first.last().unwrap()["reset"] == true {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never compacted: {first:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    olga.send(json!({"type": "regenerate", "id": "again", "threadId": "gone", "runId": "again"}))
+        .await;
+    let refused = olga.recv_until(|f| f["id"] == "again").await;
+    let refused = refused.last().unwrap();
+    assert_eq!(refused["type"], "error", "{refused}");
+    assert_eq!(refused["code"], "conflict", "{refused}");
+    let message = refused["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("no longer in the journal") && message.contains("'ask'"),
+        "{refused}"
+    );
 }

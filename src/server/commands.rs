@@ -565,7 +565,7 @@ pub fn regenerated_answers(
     let Some(run) = runs["runs"].as_array().into_iter().flatten().find(produced) else {
         return Ok(None);
     };
-    if run["kind"] != "resume" {
+    if !answers_its_base(&runs, run) {
         return Ok(None);
     }
     let started = run["startedSeq"].as_u64().unwrap_or(0);
@@ -584,6 +584,23 @@ pub fn regenerated_answers(
                 run["parentRunId"].as_str().unwrap_or_default(),
             ),
         )),
+    }
+}
+
+/// True when `run` (of the runs page `runs`) answered its base's
+/// interrupts: a resume, or a regenerate of such an answer (it carried the
+/// same answers), whose parent ended interrupted. Regenerating its answer
+/// again must carry them again.
+fn answers_its_base(runs: &Value, run: &Value) -> bool {
+    match run["kind"].as_str() {
+        Some("resume") => true,
+        Some("regenerate") => runs["runs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|r| r["runId"] == run["parentRunId"])
+            .is_some_and(|p| p["status"] == "interrupted"),
+        _ => false,
     }
 }
 

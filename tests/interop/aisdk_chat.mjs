@@ -10,6 +10,8 @@
 //                    and ai@6 in package.json) or `ai` (7, the default)
 //   AI_SDK_VERSION — sent as the `x-ai-sdk-version` header when set (how a
 //                    client of `ai` 6+ asks for tool approval requests)
+//   ANSWER_TOKEN   — approve/deny: the answer is sent with this token (another
+//                    person answering the approval the first one asked for)
 // scenario:
 //   send      — sendMessage(text) and wait until the chat is ready
 //   approve   — send; answer the first interrupt on a tool call: with
@@ -125,6 +127,8 @@ if (scenario === "reconnect") {
   await settled();
   if (scenario === "approve" || scenario === "deny") {
     const approved = scenario === "approve";
+    // The transport reads `headers` at each request.
+    if (process.env.ANSWER_TOKEN) headers.Authorization = `Bearer ${process.env.ANSWER_TOKEN}`;
     let asking = toolParts().find((p) => p.state === "approval-requested");
     if (asking) {
       await chat.addToolApprovalResponse({ id: asking.approval.id, approved });

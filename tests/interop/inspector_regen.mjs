@@ -2,6 +2,9 @@
 // a transfer, Ben approves it, then Ben regenerates the answer that
 // followed. The regenerate is a sibling of the approval's run carrying the
 // same answer (no "pending interrupts" refusal); both pages end on it.
+// The regenerate button is hidden where the gateway would refuse it: on
+// the answer while its run is still writing it (`hiddenWhileRunning`), and
+// shown on every assistant message once the runs ended (`regenerable`).
 // Prints one JSON object; tests/inspector.rs asserts on it.
 //
 // usage: node inspector_regen.mjs <base url> <base url 2> <thread>
@@ -10,6 +13,9 @@ import { chromium } from "playwright-core";
 const [base, base2, thread] = process.argv.slice(2);
 const browser = await chromium.launch({ executablePath: process.env.CHROMIUM || "/usr/bin/chromium", args: ["--no-sandbox"] });
 const WAIT = 30_000;
+// For the regenerate button's state: short, so a page that never marks it
+// fails with the flags printed rather than the whole script timing out.
+const FLAG_WAIT = 8_000;
 const out = { errors: [] };
 
 async function person(name, at) {
@@ -36,9 +42,15 @@ try {
   await ben.click("#threads-refresh");
   await ben.click(`.thread-item[data-thread="${thread}"]`, { timeout: WAIT });
   await ben.waitForSelector(".interrupt .approve", { timeout: WAIT });
+  const assistantHidden = '#conversation .msg[data-role="assistant"][data-regenerable="no"] > .msg-action.regenerate';
+  const hiddenSeen = ben.waitForSelector(assistantHidden, { state: "attached", timeout: FLAG_WAIT }).then(() => true, () => false);
   await ben.click(".interrupt .approve");
   await ben.waitForFunction(() => document.querySelector("#run-status").textContent.startsWith("finished"), null, { timeout: WAIT });
   await ben.waitForFunction(() => document.querySelectorAll("#runs .run-item").length === 2, null, { timeout: WAIT });
+  out.hiddenWhileRunning = await hiddenSeen;
+  const flags = (page) => page.$$eval('#conversation .msg[data-role="assistant"]', (m) => m.map((x) => x.dataset.regenerable ?? null));
+  await ben.waitForFunction(() => [...document.querySelectorAll('#conversation .msg[data-role="assistant"]')].every((m) => m.dataset.regenerable === "yes"), null, { timeout: FLAG_WAIT }).catch(() => {});
+  out.regenerable = { ben: await flags(ben) };
   // Regenerate the answer the approval led to.
   await ben.click('#conversation .msg[data-role="assistant"]:last-of-type .msg-action.regenerate');
   for (const page of [ann, ben]) {
@@ -46,6 +58,11 @@ try {
       && document.querySelector("#runs .run-item.head")?.textContent.includes("finished"), null, { timeout: WAIT });
   }
   out.benRuns = await heads(ben);
+  for (const page of [ann, ben]) {
+    await page.waitForFunction(() => [...document.querySelectorAll('#conversation .msg[data-role="assistant"]')].every((m) => m.dataset.regenerable === "yes"), null, { timeout: FLAG_WAIT }).catch(() => {});
+  }
+  out.regenerable.annAfter = await flags(ann);
+  out.regenerable.benAfter = await flags(ben);
   out.annRuns = await heads(ann);
   out.benNotices = await ben.$$eval("#notices .notice.error", (n) => n.map((x) => x.textContent));
   out.benReply = (await ben.$$eval('#conversation .msg[data-role="assistant"] .body', (m) => m.map((x) => x.textContent))).pop();

@@ -13,10 +13,30 @@
 //! `tool_result` block in the same Msg. Activities go to the Msg's
 //! `metadata.agui_activities`; the AG-UI message ids of a merged Msg to
 //! `metadata.agui_message_ids`; the producing agent, when a run names it,
-//! to `metadata.agui_agent`.
+//! to `metadata.agui_agent`; who started the run it began with to
+//! `metadata.agui_started_by`, and who answered an interrupt in it to
+//! `metadata.agui_answered_by` (`{runId, by}` a run).
 
-use super::{Speakers, content_text, interrupt_for_call, media, tool_calls};
+use super::{Speaker, Speakers, content_text, interrupt_for_call, media, tool_calls};
 use serde_json::{Value, json};
+
+/// Notes in a Msg's metadata who started the run of one of its messages
+/// (`agui_started_by`, the first run's) or, for a run that answered an
+/// interrupt, who answered it (`agui_answered_by`, one `{runId, by}` a run).
+fn note_attribution(metadata: &mut Value, run: &Speaker) {
+    if run.answers {
+        let entry = run.answer_json();
+        match metadata["agui_answered_by"].as_array_mut() {
+            Some(list) if list.contains(&entry) => {}
+            Some(list) => list.push(entry),
+            None => metadata["agui_answered_by"] = json!([entry]),
+        }
+    } else if metadata.get("agui_started_by").is_none()
+        && let Some(by) = &run.by
+    {
+        metadata["agui_started_by"] = by.clone().into();
+    }
+}
 
 /// The conversation `messages` (AG-UI, as folded) as AgentScope `Msg`
 /// objects; `speakers` say which agent produced each message (the `name` of
@@ -78,6 +98,9 @@ pub fn msgs(
                 {
                     msg["name"] = s.into();
                     msg["metadata"]["agui_agent"] = s.into();
+                }
+                if let Some(run) = speakers.run_of(id).filter(|_| !answers_a_call) {
+                    note_attribution(&mut msg["metadata"], run);
                 }
                 if let Some(ids) = msg["metadata"]["agui_message_ids"].as_array_mut() {
                     ids.push(id.into());

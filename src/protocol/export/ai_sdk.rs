@@ -23,7 +23,9 @@
 //! answers pending interrupts (approval responses of `ai` 6+, or tool
 //! outputs the client added, as `ai` 5 answers) — the run's `resume` entries.
 
-use super::{Speakers, content_text, interrupt_for_call, media, parse_args, tool_calls};
+use super::{
+    Attribution, Speakers, content_text, interrupt_for_call, media, parse_args, tool_calls,
+};
 use serde_json::{Map, Value, json};
 
 /// The id of the assistant `UIMessage` answering user message `user_id`.
@@ -37,6 +39,8 @@ struct Answer {
     parts: Vec<Value>,
     /// The agents that spoke in it, in order (its metadata).
     agents: Vec<String>,
+    /// Who started it and who answered its interrupts (its metadata).
+    who: Attribution,
     /// The current step called tools: what the agent says next is a new step.
     step_called_tools: bool,
 }
@@ -45,7 +49,9 @@ struct Answer {
 /// `interrupts` are the thread's pending ones, `speakers` which agent
 /// produced each message: an answer's `metadata` is `{agent, agents}` (the
 /// agent that spoke last, and all in order), as the chat stream sends it,
-/// and where a handoff changed the agent a `data-agent` part
+/// with `startedBy` (who started the run it began with) and `answeredBy`
+/// (`{runId, by}` of each run in it that answered an interrupt) where the
+/// runs name them, and where a handoff changed the agent a `data-agent` part
 /// `{agent, from}` marks the switch.
 pub fn ui_messages(messages: &[Value], interrupts: &[Value], speakers: &Speakers) -> Vec<Value> {
     let calls = tool_calls(messages);
@@ -59,6 +65,12 @@ pub fn ui_messages(messages: &[Value], interrupts: &[Value], speakers: &Speakers
             let mut m = json!({"id": a.id, "role": "assistant", "parts": a.parts});
             if let Some(last) = a.agents.last() {
                 m["metadata"] = json!({"agent": last, "agents": a.agents});
+                if let Some(by) = a.who.started_by {
+                    m["metadata"]["startedBy"] = by.into();
+                }
+                if !a.who.answered_by.is_empty() {
+                    m["metadata"]["answeredBy"] = a.who.answered_by.into();
+                }
             }
             out.push(m);
         }
@@ -86,6 +98,7 @@ pub fn ui_messages(messages: &[Value], interrupts: &[Value], speakers: &Speakers
                     id: asked.take().map(|u| answer_id(&u)).unwrap_or(id.clone()),
                     parts: vec![step()],
                     agents: Vec::new(),
+                    who: Attribution::default(),
                     step_called_tools: false,
                 });
                 if matches!(role, "reasoning" | "assistant") && answer.step_called_tools {
@@ -94,6 +107,9 @@ pub fn ui_messages(messages: &[Value], interrupts: &[Value], speakers: &Speakers
                 }
                 // A tool result answering a call says nothing of who speaks.
                 let speaker = speakers.of(&id).filter(|_| role != "tool");
+                if let Some(run) = speakers.run_of(&id).filter(|_| role != "tool") {
+                    answer.who.note(run);
+                }
                 if let Some(s) = speaker
                     && answer.agents.last().map(String::as_str) != Some(s)
                 {
@@ -162,6 +178,7 @@ pub fn ui_messages(messages: &[Value], interrupts: &[Value], speakers: &Speakers
                 .unwrap_or_else(|| first["id"].as_str().unwrap_or("interrupt").to_owned()),
             parts: vec![step()],
             agents: Vec::new(),
+            who: Attribution::default(),
             step_called_tools: false,
         });
         for i in interrupts {

@@ -13,26 +13,68 @@ use serde_json::Value;
 use std::collections::HashMap;
 
 /// Which agent produced each message of a thread that several agents spoke
-/// on (a handoff, or a person naming another agent): message id → agent,
-/// from the runs table's `outputMessageIds` and `agent` (what
+/// on (a handoff, or a person naming another agent), and who started the
+/// run that produced it: message id → [`Speaker`], from the runs table's
+/// `outputMessageIds`, `agent` and `startedBy` (what
 /// `GET /v1/threads/{id}/runs` shows). A message no run claims (a user's,
 /// a tool result sent in a run's input, one journaled before runs were
 /// recorded) has no speaker; the exports then keep the message with its
 /// neighbours.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct Speakers(HashMap<String, String>);
+pub struct Speakers {
+    by_message: HashMap<String, Speaker>,
+    /// The status of every run noted so far, by id: whether a run's parent
+    /// was interrupted (so the run answered it) is read from here.
+    status: HashMap<String, String>,
+}
+
+/// The run that produced a message: its agent, and who started it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Speaker {
+    pub agent: String,
+    pub run_id: String,
+    /// The subject of the caller who started the run, as its journaled
+    /// `RUN_STARTED` was stamped (the snapshot's `run.startedBy`).
+    pub by: Option<String>,
+    /// The run answered the interrupts of its parent (a resume, or a
+    /// regenerate of the answer): `by` is who answered them, as
+    /// `/runs`'s `answeredBy` says.
+    pub answers: bool,
+}
+
+impl Speaker {
+    /// The `{runId, by}` entry of an `answeredBy` list.
+    pub fn answer_json(&self) -> Value {
+        serde_json::json!({"runId": self.run_id, "by": self.by})
+    }
+}
 
 impl Speakers {
     /// Notes the runs (the public run form), oldest first: a later run
     /// claiming a message wins.
     pub fn note_runs<'a>(&mut self, runs: impl IntoIterator<Item = &'a Value>) {
         for run in runs {
+            let run_id = run["runId"].as_str().unwrap_or_default();
+            if let Some(status) = run["status"].as_str() {
+                self.status.insert(run_id.to_owned(), status.to_owned());
+            }
             let Some(agent) = run["agent"].as_str() else {
                 continue;
             };
+            let answers = matches!(run["kind"].as_str(), Some("resume" | "regenerate"))
+                && run["parentRunId"]
+                    .as_str()
+                    .and_then(|p| self.status.get(p))
+                    .is_some_and(|s| s == "interrupted");
+            let speaker = Speaker {
+                agent: agent.to_owned(),
+                run_id: run_id.to_owned(),
+                by: run["startedBy"].as_str().map(str::to_owned),
+                answers,
+            };
             for id in run["outputMessageIds"].as_array().into_iter().flatten() {
                 if let Some(id) = id.as_str() {
-                    self.0.insert(id.to_owned(), agent.to_owned());
+                    self.by_message.insert(id.to_owned(), speaker.clone());
                 }
             }
         }
@@ -40,7 +82,38 @@ impl Speakers {
 
     /// The agent that produced message `id`, if a run claims it.
     pub fn of(&self, id: &str) -> Option<&str> {
-        self.0.get(id).map(String::as_str)
+        self.by_message.get(id).map(|s| s.agent.as_str())
+    }
+
+    /// The run that produced message `id`, if a run claims it.
+    pub fn run_of(&self, id: &str) -> Option<&Speaker> {
+        self.by_message.get(id)
+    }
+}
+
+/// Who started an exported answer and who answered its interrupts, from
+/// the runs that produced its messages (in order): the first run that did
+/// not answer an interrupt started it; each answering run is one
+/// `{runId, by}` of `answeredBy`, as `/runs` lists them.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Attribution {
+    pub started_by: Option<String>,
+    pub answered_by: Vec<Value>,
+    runs: Vec<String>,
+}
+
+impl Attribution {
+    /// Counts `speaker`'s run in (once per run).
+    pub fn note(&mut self, speaker: &Speaker) {
+        if self.runs.contains(&speaker.run_id) {
+            return;
+        }
+        self.runs.push(speaker.run_id.clone());
+        if speaker.answers {
+            self.answered_by.push(speaker.answer_json());
+        } else if self.started_by.is_none() {
+            self.started_by = speaker.by.clone();
+        }
     }
 }
 

@@ -80,6 +80,11 @@ pub struct UiStream {
     agent: Option<String>,
     /// Every agent that spoke in this message, in order.
     agents: Vec<String>,
+    /// Who started the run this message began with (metadata `startedBy`),
+    /// or who answered the interrupt it continues from (`answeredBy`), as
+    /// the run's journaled stamp says: the export's attribution.
+    started_by: Option<String>,
+    answered_by: Vec<Value>,
     /// The gateway said the current run hands over: its `RUN_FINISHED`
     /// ends a step, not the message.
     continues: bool,
@@ -105,6 +110,8 @@ impl UiStream {
             last_user: None,
             agent: None,
             agents: Vec::new(),
+            started_by: None,
+            answered_by: Vec::new(),
             continues: false,
             handing_over: false,
         }
@@ -117,6 +124,21 @@ impl UiStream {
         self
     }
 
+    /// Names who started the run this response begins with (the chat
+    /// route's caller): the requester's copy of `RUN_STARTED` is the
+    /// agent's own, without the journal's stamp.
+    pub fn with_started_by(mut self, by: &str) -> UiStream {
+        self.started_by = Some(by.to_owned());
+        self
+    }
+
+    /// Names who answered the interrupts this response continues from, by
+    /// the answering run (`answeredBy`, as `/runs` lists it).
+    pub fn with_answer(mut self, run_id: &str, by: &str) -> UiStream {
+        self.answered_by.push(json!({"runId": run_id, "by": by}));
+        self
+    }
+
     fn speaks(&mut self, agent: &str) {
         self.agent = Some(agent.to_owned());
         if self.agents.last().map(String::as_str) != Some(agent) {
@@ -125,7 +147,44 @@ impl UiStream {
     }
 
     fn metadata(&self) -> Value {
-        json!({"agent": self.agent, "agents": self.agents})
+        let mut m = json!({"agent": self.agent, "agents": self.agents});
+        if let Some(by) = &self.started_by {
+            m["startedBy"] = by.clone().into();
+        }
+        if !self.answered_by.is_empty() {
+            m["answeredBy"] = self.answered_by.clone().into();
+        }
+        m
+    }
+
+    /// Who started the run opening this response, from its journaled
+    /// stamp: a run that answers interrupts (a resume, or a regenerate
+    /// carrying the base's answers) names who answered, any other who
+    /// started the message.
+    fn attribute(&mut self, event: &Event) {
+        if self.started_by.is_some() || !self.answered_by.is_empty() {
+            return;
+        }
+        let Some(stamp) = event.get(GATEWAY_FIELD) else {
+            return;
+        };
+        let Some(by) = stamp.get("by").and_then(Value::as_str) else {
+            return;
+        };
+        let resumes = event
+            .get("input")
+            .and_then(|i| i.get("resume"))
+            .is_some_and(|r| !r.is_null());
+        match stamp.get("kind").and_then(Value::as_str) {
+            Some("resume") => {}
+            Some("regenerate") if resumes => {}
+            _ => {
+                self.started_by = Some(by.to_owned());
+                return;
+            }
+        }
+        self.answered_by
+            .push(json!({"runId": event.get("runId"), "by": by}));
     }
 
     /// The tool calls (id, name) of the message this response continues
@@ -270,6 +329,7 @@ impl UiStream {
             {
                 self.speaks(&agent);
             }
+            self.attribute(event);
         }
         let first = !self.started;
         let mut out = self.open();

@@ -159,6 +159,10 @@ async fn start_chat(
         .collect();
     let forwarded_props = (!extras.is_empty()).then_some(Value::Object(extras));
     let run_id = format!("aisdk-{}", uuid::Uuid::new_v4());
+    // Who the response's metadata names: the caller started it, or answered
+    // the interrupts it continues from.
+    let mut answered = false;
+    let by_run = run_id.clone();
     let (starter, rx) = outbox(state.config.threads.viewer_queue_bytes);
     let requester = Requester::Feed(starter);
     // The tool calls of the message an approval's answer continues.
@@ -190,6 +194,7 @@ async fn start_chat(
             answer
         }
         ChatTurn::Approvals(entries) => {
+            answered = true;
             let cmd = ResumeCommand {
                 thread_id,
                 agent_id: Some(agent.id.clone()),
@@ -218,6 +223,11 @@ async fn start_chat(
         .with_approval_requests(approvals)
         .with_agent(&agent.id)
         .with_open_calls(open_calls);
+    translator = if answered {
+        translator.with_answer(&by_run, &who.subject)
+    } else {
+        translator.with_started_by(&who.subject)
+    };
     translator.before_run_snapshot(&before);
     Ok((rx, translator))
 }

@@ -381,6 +381,9 @@ function newThreadView(id, box = '#conversation') {
     // journaled RUN_STARTED names it), for messages still being written.
     speakers: new Map(),
     liveAgent: null,
+    // The run tree as last read (null before): which messages the gateway
+    // would regenerate (see `cannotRegenerate`).
+    runTree: null,
 
     snapshot(frame) {
       if (frame.reset) notice(`Reset: the journal no longer holds what followed seq ${this.lastSeq ?? 0}; showing the snapshot at seq ${frame.seq}.`, 'gap');
@@ -586,8 +589,38 @@ function newThreadView(id, box = '#conversation') {
         message = { node, body, subagentRunId, speaker };
         this.messages.set(id, message);
         this.nameSpeaker(id, this.speakers.get(id) ?? app.thread?.speakers.get(id) ?? this.liveAgent);
+        this.markRegenerable(id);
       }
       return message;
+    },
+
+    /** Learns from the run tree which messages can be regenerated. */
+    learnRegenerable(runs) {
+      this.runTree = runs;
+      for (const id of this.messages.keys()) this.markRegenerable(id);
+    },
+
+    /** Hides message `id`'s regenerate where the gateway would refuse it,
+     *  saying why on the message (`data-regenerable`, its title). */
+    markRegenerable(id) {
+      const message = this.messages.get(id);
+      const button = message?.node.querySelector(':scope > .msg-action.regenerate');
+      const tree = this.runTree ?? app.thread?.runTree;
+      if (!button || !tree) return;
+      const why = cannotRegenerate(tree, id, this.questionBefore(id));
+      button.hidden = Boolean(why);
+      button.title = why ? `cannot regenerate: ${why}` : 'answer this again (a sibling run)';
+      message.node.dataset.regenerable = why ? 'no' : 'yes';
+    },
+
+    /** The id of the last user message shown before message `id`. */
+    questionBefore(id) {
+      let question = null;
+      for (const [other, m] of this.messages) {
+        if (other === id) return question;
+        if (m.node.dataset.role === 'user') question = other;
+      }
+      return question;
     },
 
     /** Shows `agent` as the speaker of message `id` (if it is one of the
@@ -825,6 +858,28 @@ async function loadRuns(view) {
   }
 }
 
+/** Why the gateway would refuse to regenerate message `id` (`question`:
+ *  the user message before it), or '' when it would not: the run it
+ *  resolves to as `BaseRequest::Regenerate` does (src/thread/branch.rs: the
+ *  run that produced it, else the run it was sent in, else the run that
+ *  asked its question) must be known and ended, and a sibling of a run
+ *  whose base waits on an interrupt works only for a run that answered it
+ *  (the regenerate carries the same answers). */
+function cannotRegenerate(runs, id, question) {
+  const claims = (key, message) => (run) => (run[key] || []).includes(message);
+  const run = runs.find(claims('outputMessageIds', id))
+    || runs.find(claims('inputMessageIds', id))
+    || (question ? runs.find(claims('inputMessageIds', question)) : undefined);
+  if (!run) return 'no run this thread remembers produced it';
+  if (run.status === 'running') return 'its run is still running';
+  const base = runs.find((r) => r.runId === run.parentRunId);
+  const answered = run.kind === 'resume' || run.kind === 'regenerate';
+  if (base?.status === 'interrupted' && !answered) {
+    return `its base (run ${base.runId}) waits on an interrupt this run did not answer`;
+  }
+  return '';
+}
+
 /** The run tree as a compact list, oldest first: a run's only child stays
  *  in line (a plain conversation is a column), siblings (runs on the same
  *  base: a regenerate, an edit, a branch) are indented and numbered n/m.
@@ -834,6 +889,7 @@ function renderRuns(view, tree) {
   view.headRunId = tree.headRunId;
   const runs = tree.runs || [];
   view.learnSpeakers(runs);
+  view.learnRegenerable(runs);
   const known = new Set(runs.map((r) => r.runId));
   const children = new Map();
   for (const run of runs) {
