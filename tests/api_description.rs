@@ -55,6 +55,19 @@ async fn list_and_runs_refuse_a_status_or_limit_the_description_refuses() {
     let (status, body) = get(&gw, "/v1/threads/described/runs?limit=1000", &t).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["runs"][0]["runId"], "r1", "{body}");
+    // A cursor past every page (the description sets no maximum; the
+    // largest one schemathesis sent overflowed `cursor + limit` and the
+    // gateway dropped the connection): an empty last page.
+    for path in [
+        "/v1/threads?cursor=18446744073709551615&limit=348",
+        "/v1/threads/described/runs?cursor=18446744073709551615&limit=348",
+    ] {
+        let (status, body) = get(&gw, path, &t).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        let items = body.get("threads").or(body.get("runs")).unwrap();
+        assert_eq!(items, &json!([]), "{path}: {body}");
+        assert!(body["nextCursor"].is_null(), "{path}: {body}");
+    }
 }
 
 /// A bounded schemathesis run (property-based, from docs/openapi.json)

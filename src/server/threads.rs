@@ -101,7 +101,10 @@ pub async fn list(
             t
         })
         .collect();
-    let next = (start + limit < visible.len()).then_some(start + limit);
+    // Saturating: any cursor the description allows (no maximum) is a
+    // page, the last one past the end; `cursor + limit` must not overflow.
+    let end = start.saturating_add(limit);
+    let next = (end < visible.len()).then_some(end);
     Json(json!({"threads": page, "nextCursor": next})).into_response()
 }
 

@@ -448,7 +448,9 @@ impl super::Thread {
             .take(limit)
             .map(|r| r.to_json())
             .collect();
-        let next = (cursor + limit < runs.len()).then_some(cursor + limit);
+        // Saturating: a cursor past every page is the empty last one.
+        let end = cursor.saturating_add(limit);
+        let next = (end < runs.len()).then_some(end);
         serde_json::json!({
             "threadId": self.key.thread_id,
             "headRunId": runs.head().map(|h| h.run_id.clone()),
