@@ -15,29 +15,6 @@ async fn node(redis: &RedisServer, name: &str, agent_url: &str) -> Gateway {
     .await
 }
 
-async fn subscribe(gw: &Gateway, token: &str, thread: &str, after: u64) -> Ws {
-    let mut ws = Ws::connect(gw, WsAuth::Header(token)).await.unwrap();
-    ws.send(json!({"type": "subscribe", "id": "s", "threadId": thread, "after": after}))
-        .await;
-    let ack = ws.recv().await;
-    assert_eq!(ack["type"], "ack", "{ack}");
-    ws
-}
-
-/// `(seq, event type)` of a viewer's frames.
-fn journal(frames: &[Value]) -> Vec<(u64, String)> {
-    frames
-        .iter()
-        .filter(|f| f["type"] == "event")
-        .map(|f| {
-            (
-                f["seq"].as_u64().unwrap(),
-                f["event"]["type"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn viewers_on_two_nodes_see_one_journal_live() {
     let redis = RedisServer::start().await;

@@ -31,29 +31,6 @@ async fn node(cluster: &RedisCluster, name: &str, py: &PyAgent, lease_ttl: &str)
     .await
 }
 
-async fn subscribe(gw: &Gateway, token: &str, thread: &str, after: u64) -> Ws {
-    let mut ws = Ws::connect(gw, WsAuth::Header(token)).await.unwrap();
-    ws.send(json!({"type": "subscribe", "id": "s", "threadId": thread, "after": after}))
-        .await;
-    let ack = ws.recv().await;
-    assert_eq!(ack["type"], "ack", "{ack}");
-    ws
-}
-
-/// `(seq, event type)` of a viewer's frames.
-fn journal(frames: &[Value]) -> Vec<(u64, String)> {
-    frames
-        .iter()
-        .filter(|f| f["type"] == "event")
-        .map(|f| {
-            (
-                f["seq"].as_u64().unwrap(),
-                f["event"]["type"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
-}
-
 fn run_frame(agent: &str, thread: &str, run: &str) -> Value {
     json!({"type": "run", "id": run, "agent": agent, "threadId": thread, "runId": run,
            "messages": [{"id": format!("u-{run}"), "role": "user", "content": "hello"}]})

@@ -1087,6 +1087,30 @@ pub fn is_terminal_frame(v: &Value) -> bool {
         )
 }
 
+/// A WebSocket viewer of `thread` from `after`, its `ack` read.
+pub async fn subscribe(gw: &Gateway, token: &str, thread: &str, after: u64) -> Ws {
+    let mut ws = Ws::connect(gw, WsAuth::Header(token)).await.unwrap();
+    ws.send(json!({"type": "subscribe", "id": "s", "threadId": thread, "after": after}))
+        .await;
+    let ack = ws.recv().await;
+    assert_eq!(ack["type"], "ack", "{ack}");
+    ws
+}
+
+/// `(seq, event type)` of a viewer's frames.
+pub fn journal(frames: &[Value]) -> Vec<(u64, String)> {
+    frames
+        .iter()
+        .filter(|f| f["type"] == "event")
+        .map(|f| {
+            (
+                f["seq"].as_u64().unwrap(),
+                f["event"]["type"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
 /// The `seq`s of the event frames in `frames`.
 pub fn seqs(frames: &[Value]) -> Vec<u64> {
     frames
