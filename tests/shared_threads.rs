@@ -376,18 +376,7 @@ async fn regenerating_the_answer_after_an_approval_carries_the_approval() {
         json!({"sub": "ben", "threads": {"appr": ["view", "run", "resume"]}}),
     )
     .await;
-    ben.send(json!({"type": "regenerate", "id": "again", "threadId": "appr", "runId": "again"}))
-        .await;
-    let frames = ben
-        .recv_until(|f| is_terminal_frame(f) || f["type"] == "error")
-        .await;
-    let ack = frames.iter().find(|f| f["id"] == "again").unwrap();
-    assert_eq!(ack["type"], "ack", "{ack}");
-    let started = frames
-        .iter()
-        .find(|f| f["event"]["type"] == "RUN_STARTED")
-        .unwrap();
-    assert_eq!(started["event"]["input"]["resume"], answers, "{started}");
+    let frames = regenerate_carrying(&mut ben, "again", &answers).await;
     let runs = json_of(
         http()
             .get(gw.url("/v1/threads/appr/runs"))
@@ -435,18 +424,7 @@ async fn regenerating_the_answer_after_an_approval_carries_the_approval() {
 
     // Regenerating that regenerated answer again carries the answers again
     // (its base still has them pending), rather than being refused.
-    ben.send(json!({"type": "regenerate", "id": "twice", "threadId": "appr", "runId": "twice"}))
-        .await;
-    let frames = ben
-        .recv_until(|f| is_terminal_frame(f) || f["type"] == "error")
-        .await;
-    let ack = frames.iter().find(|f| f["id"] == "twice").unwrap();
-    assert_eq!(ack["type"], "ack", "{ack}");
-    let started = frames
-        .iter()
-        .find(|f| f["event"]["type"] == "RUN_STARTED")
-        .unwrap();
-    assert_eq!(started["event"]["input"]["resume"], answers, "{started}");
+    let frames = regenerate_carrying(&mut ben, "twice", &answers).await;
     assert_eq!(frames.last().unwrap()["event"]["type"], "RUN_FINISHED");
 }
 
@@ -504,4 +482,22 @@ async fn regenerating_an_approvals_answer_whose_answers_were_compacted_is_refuse
         message.contains("no longer in the journal") && message.contains("'ask'"),
         "{refused}"
     );
+}
+
+/// Ben's regenerate `run_id` on thread `appr`: acked, and its run sent the
+/// approval's `answers` again. Its frames up to its end.
+async fn regenerate_carrying(ben: &mut Ws, run_id: &str, answers: &Value) -> Vec<Value> {
+    ben.send(json!({"type": "regenerate", "id": run_id, "threadId": "appr", "runId": run_id}))
+        .await;
+    let frames = ben
+        .recv_until(|f| is_terminal_frame(f) || f["type"] == "error")
+        .await;
+    let ack = frames.iter().find(|f| f["id"] == run_id).unwrap();
+    assert_eq!(ack["type"], "ack", "{ack}");
+    let started = frames
+        .iter()
+        .find(|f| f["event"]["type"] == "RUN_STARTED")
+        .unwrap();
+    assert_eq!(&started["event"]["input"]["resume"], answers, "{started}");
+    frames
 }
