@@ -72,5 +72,25 @@ fn main() {
                 last.db_bytes as f64 / 1048576.0,
                 last.rss_kib as f64 / 1024.0
             );
+            // What each event kept in the journal cost in RSS, beside its
+            // JSON: meaningful when nothing was compacted or shed
+            // (`threads.max_events` and the budgets raised, docs/benchmarks.md).
+            // Counted from the second sample: the first fill (connections,
+            // SQLite's page cache, the runtime's buffers) is fixed cost.
+            let warm = &report.samples[1.min(report.samples.len() - 1)];
+            let j = report.journal;
+            let per_run_events = j.events as f64 / last.runs.max(1) as f64;
+            let events = (last.runs - warm.runs) as f64 * per_run_events;
+            let gained = (last.rss_kib.saturating_sub(warm.rss_kib) * 1024) as f64;
+            let per_event = gained / events.max(1.0);
+            let json = j.json_bytes as f64 / j.events.max(1) as f64;
+            println!(
+                "soak: {} events journaled ({per_run_events:.1} a run), {json:.0} JSON bytes each; \
+                 once warm, RSS +{:.1} MiB over {} runs = {per_event:.0} B an event ({:.2}× its JSON)",
+                j.events,
+                gained / 1048576.0,
+                last.runs - warm.runs,
+                per_event / json,
+            );
         });
 }

@@ -104,26 +104,24 @@ impl Authors {
     }
 
     /// Records `origin` for every message in `messages` not attributed yet.
-    pub(super) fn note_messages<M: std::borrow::Borrow<Value>>(
+    pub(super) fn note_messages<'a>(
         &mut self,
-        messages: &[M],
+        ids: impl IntoIterator<Item = &'a str>,
         origin: &RunAgent,
     ) {
-        for id in messages.iter().filter_map(|m| message_id(m.borrow())) {
+        for id in ids {
             if !self.messages.contains_key(id) {
                 self.messages.insert(id.to_owned(), origin.clone());
             }
         }
     }
 
-    /// Forgets messages the conversation no longer holds (after an agent's
-    /// `MESSAGES_SNAPSHOT`), so the map stays as large as the conversation.
-    pub(super) fn keep_only<M: std::borrow::Borrow<Value>>(&mut self, messages: &[M]) {
-        if self.messages.len() > messages.len() {
-            let present: std::collections::HashSet<&str> = messages
-                .iter()
-                .filter_map(|m| message_id(m.borrow()))
-                .collect();
+    /// Forgets messages the conversation (`ids`, `len` of them) no longer
+    /// holds (after an agent's `MESSAGES_SNAPSHOT`), so the map stays as
+    /// large as the conversation.
+    pub(super) fn keep_only<'a>(&mut self, ids: impl IntoIterator<Item = &'a str>, len: usize) {
+        if self.messages.len() > len {
+            let present: std::collections::HashSet<&str> = ids.into_iter().collect();
             self.messages.retain(|id, _| present.contains(id.as_str()));
         }
     }
@@ -167,27 +165,33 @@ impl Authors {
     }
 }
 
-fn message_id(m: &Value) -> Option<&str> {
-    m.get("id").and_then(Value::as_str)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn message_id(m: &Value) -> Option<&str> {
+        m.get("id").and_then(Value::as_str)
+    }
 
     #[test]
     fn authors_round_trip_and_unknown_is_the_default() {
         let mut a = Authors::default();
         let msgs = [json!({"id": "m1"}), json!({"id": "m2"})];
-        a.note_messages(&msgs[..1], &RunAgent::Agent("echo".into()));
-        a.note_messages(&msgs, &RunAgent::Agent("full".into()));
+        a.note_messages(
+            msgs[..1].iter().filter_map(message_id),
+            &RunAgent::Agent("echo".into()),
+        );
+        a.note_messages(
+            msgs.iter().filter_map(message_id),
+            &RunAgent::Agent("full".into()),
+        );
         a.note_state(&RunAgent::Agent("full".into()));
         let back = Authors::from_json(&a.to_json());
         assert_eq!(back, a);
         assert_eq!(back.of_message(Some("m1")), &RunAgent::Agent("echo".into()));
         assert_eq!(back.of_message(Some("m2")), &RunAgent::Agent("full".into()));
         assert_eq!(back.of_message(Some("nope")), &RunAgent::Unknown);
-        a.keep_only(&msgs[1..]);
+        a.keep_only(msgs[1..].iter().filter_map(message_id), msgs.len() - 1);
         assert_eq!(a.of_message(Some("m1")), &RunAgent::Unknown);
     }
 }

@@ -14,6 +14,7 @@
 //! [`MAX_CHAIN`] links, so reading one walks a bounded number of parts.
 
 use super::authorship::{Authors, RunAgent};
+use super::message::Message;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -32,13 +33,13 @@ const MAX_CHAIN: usize = 32;
 #[derive(Debug)]
 struct Conversation {
     before: Option<Arc<Conversation>>,
-    own: Vec<(Arc<Value>, RunAgent)>,
+    own: Vec<(Message, RunAgent)>,
     len: usize,
     links: usize,
 }
 
 impl Conversation {
-    fn flat(own: Vec<(Arc<Value>, RunAgent)>) -> Conversation {
+    fn flat(own: Vec<(Message, RunAgent)>) -> Conversation {
         Conversation {
             before: None,
             len: own.len(),
@@ -48,7 +49,7 @@ impl Conversation {
     }
 
     /// Its parts, oldest first.
-    fn parts(&self) -> Vec<&[(Arc<Value>, RunAgent)]> {
+    fn parts(&self) -> Vec<&[(Message, RunAgent)]> {
         let mut parts = vec![self.own.as_slice()];
         let mut at = self.before.as_deref();
         while let Some(c) = at {
@@ -59,7 +60,7 @@ impl Conversation {
         parts
     }
 
-    fn iter(&self) -> impl Iterator<Item = &(Arc<Value>, RunAgent)> {
+    fn iter(&self) -> impl Iterator<Item = &(Message, RunAgent)> {
         self.parts().into_iter().flatten()
     }
 
@@ -67,16 +68,16 @@ impl Conversation {
     /// where it starts (the very same message values, by the same runs).
     fn after(
         previous: Option<&Arc<Conversation>>,
-        messages: &[Arc<Value>],
-        origin: impl Fn(&Value) -> RunAgent,
+        messages: &[Message],
+        origin: impl Fn(&Message) -> RunAgent,
     ) -> Conversation {
-        let entry = |m: &Arc<Value>| (m.clone(), origin(m));
+        let entry = |m: &Message| (m.clone(), origin(m));
         let shared = previous.filter(|p| {
             p.links < MAX_CHAIN
                 && p.len <= messages.len()
                 && p.iter()
                     .zip(messages)
-                    .all(|((m, o), n)| Arc::ptr_eq(m, n) && *o == origin(n))
+                    .all(|((m, o), n)| Message::ptr_eq(m, n) && *o == origin(n))
         });
         match shared {
             Some(p) => Conversation {
@@ -129,12 +130,12 @@ impl Checkpoint {
     /// docs) and `state` (shared with `previous` when unchanged).
     pub fn new(
         seq: u64,
-        (messages, state, interrupts): (&[Arc<Value>], &Value, &[Value]),
+        (messages, state, interrupts): (&[Message], &Value, &[Value]),
         authors: &Authors,
         previous: Option<&Checkpoint>,
     ) -> Checkpoint {
         let conversation = Conversation::after(previous.map(|p| &p.conversation), messages, |m| {
-            authors.of_message(message_id(m)).clone()
+            authors.of_message(m.id()).clone()
         });
         let state = match previous {
             Some(p) if *p.state == *state => p.state.clone(),
@@ -165,18 +166,18 @@ impl Checkpoint {
     }
 
     /// The messages, as shared with the fold they were taken from.
-    pub fn shared_messages(&self) -> Vec<Arc<Value>> {
+    pub fn shared_messages(&self) -> Vec<Message> {
         self.conversation.iter().map(|(m, _)| m.clone()).collect()
     }
 
     /// The conversation at this run's end.
-    pub fn messages(&self) -> impl Iterator<Item = &Value> {
-        self.conversation.iter().map(|(m, _)| &**m)
+    pub fn messages(&self) -> impl Iterator<Item = &Message> {
+        self.conversation.iter().map(|(m, _)| m)
     }
 
     /// The conversation, as owned values.
     pub fn message_values(&self) -> Vec<Value> {
-        self.messages().cloned().collect()
+        self.messages().map(Message::to_value).collect()
     }
 
     pub fn state(&self) -> &Value {
@@ -192,7 +193,7 @@ impl Checkpoint {
     pub fn message_authors(&self) -> impl Iterator<Item = (String, RunAgent)> + '_ {
         self.conversation
             .iter()
-            .filter_map(|(m, o)| Some((message_id(m)?.to_owned(), o.clone())))
+            .filter_map(|(m, o)| Some((m.id()?.to_owned(), o.clone())))
     }
 
     /// Who introduced each message and wrote the state.
@@ -203,7 +204,7 @@ impl Checkpoint {
     /// Bytes it holds of its own (what it shares is counted where it is
     /// owned): its entries, its interrupts.
     pub fn own_bytes(&self, value_bytes: impl Fn(&Value) -> usize) -> usize {
-        const PER_MESSAGE: usize = std::mem::size_of::<(Arc<Value>, RunAgent)>();
+        const PER_MESSAGE: usize = std::mem::size_of::<(Message, RunAgent)>();
         std::mem::size_of::<Conversation>()
             + self.conversation.own.capacity() * PER_MESSAGE
             + self.interrupts.iter().map(value_bytes).sum::<usize>()
@@ -215,16 +216,16 @@ impl Checkpoint {
 #[derive(Default)]
 pub(super) struct Pools {
     messages: Vec<Value>,
-    message_index: HashMap<*const Value, usize>,
+    message_index: HashMap<usize, usize>,
     states: Vec<Value>,
     state_index: HashMap<*const Value, usize>,
 }
 
 impl Pools {
-    fn message(&mut self, m: &Arc<Value>) -> usize {
+    fn message(&mut self, m: &Message) -> usize {
         let next = self.messages.len();
-        *self.message_index.entry(Arc::as_ptr(m)).or_insert_with(|| {
-            self.messages.push((**m).clone());
+        *self.message_index.entry(m.addr()).or_insert_with(|| {
+            self.messages.push(m.to_value());
             next
         })
     }
@@ -263,7 +264,7 @@ impl Pools {
 /// Reads [`Pools::checkpoint`]'s form against the pools read back.
 pub(super) fn checkpoint_from_json(
     v: &Value,
-    messages: &[Arc<Value>],
+    messages: &[Message],
     states: &[Arc<Value>],
 ) -> Option<Checkpoint> {
     let origins = |k: &str| -> Vec<RunAgent> {
@@ -274,7 +275,7 @@ pub(super) fn checkpoint_from_json(
             .map(RunAgent::from_json)
             .collect()
     };
-    let picked: Option<Vec<Arc<Value>>> = v
+    let picked: Option<Vec<Message>> = v
         .get("messages")?
         .as_array()?
         .iter()
@@ -302,11 +303,11 @@ pub(super) fn checkpoint_from_json(
 mod tests {
     use super::*;
 
-    fn message(id: &str) -> Arc<Value> {
-        Arc::new(json!({"id": id, "role": "assistant", "content": id}))
+    fn message(id: &str) -> Message {
+        Message::closed(&json!({"id": id, "role": "assistant", "content": id}))
     }
 
-    fn checkpoint(messages: &[Arc<Value>], previous: Option<&Checkpoint>) -> Checkpoint {
+    fn checkpoint(messages: &[Message], previous: Option<&Checkpoint>) -> Checkpoint {
         Checkpoint::new(
             messages.len() as u64,
             (messages, &json!({}), &[]),
@@ -319,7 +320,7 @@ mod tests {
     /// appended; the whole reads back the same.
     #[test]
     fn a_checkpoint_keeps_only_what_its_run_appended() {
-        let mut messages: Vec<Arc<Value>> = (0..100).map(|i| message(&format!("m{i}"))).collect();
+        let mut messages: Vec<Message> = (0..100).map(|i| message(&format!("m{i}"))).collect();
         let first = checkpoint(&messages, None);
         messages.push(message("m100"));
         messages.push(message("m101"));
@@ -337,7 +338,7 @@ mod tests {
     /// is copied flat; a chain is cut at its bound.
     #[test]
     fn a_changed_history_or_a_long_chain_is_copied_flat() {
-        let mut messages: Vec<Arc<Value>> = (0..10).map(|i| message(&format!("m{i}"))).collect();
+        let mut messages: Vec<Message> = (0..10).map(|i| message(&format!("m{i}"))).collect();
         let first = checkpoint(&messages, None);
         messages[3] = message("edited");
         let second = checkpoint(&messages, Some(&first));

@@ -17,8 +17,8 @@ use super::authorship::{Authors, RunAgent};
 use super::event::{Event, EventType};
 use super::handoff::ActiveAgent;
 use super::lineage::{Checkpoint, RunTable};
+use super::message::Message;
 use serde_json::{Map, Value, json};
-use std::sync::Arc;
 
 pub use super::lineage::RunStatus;
 
@@ -50,7 +50,7 @@ pub struct Fold {
     pub seq: u64,
     /// Shared with the checkpoints of the runs that ended with them
     /// ([`super::lineage`]): changing one copies it first.
-    messages: Vec<Arc<Value>>,
+    messages: Vec<Message>,
     state: Value,
     interrupts: Vec<Value>,
     run: Option<RunInfo>,
@@ -104,7 +104,7 @@ impl Fold {
     }
 
     /// Messages, in conversation order (AG-UI `Message` objects).
-    pub fn messages(&self) -> &[Arc<Value>] {
+    pub fn messages(&self) -> &[Message] {
         &self.messages
     }
 
@@ -129,8 +129,8 @@ impl Fold {
     }
 
     /// The message with this id, if the conversation holds one.
-    pub fn message(&self, id: &str) -> Option<&Value> {
-        self.find(id).map(|i| &*self.messages[i])
+    pub fn message(&self, id: &str) -> Option<&Message> {
+        self.find(id).map(|i| &self.messages[i])
     }
 
     /// True when a message with this id is already in the conversation.
@@ -154,7 +154,11 @@ impl Fold {
     /// and checkpoints. O(the conversation): taken once per run's end.
     pub fn approx_bytes(&self) -> usize {
         let value = |v: &Value| json_len(v) * VALUE_BYTES_PER_JSON_BYTE;
-        let messages: usize = self.messages.iter().map(|m| value(m)).sum();
+        let messages: usize = self
+            .messages
+            .iter()
+            .map(|m| m.approx_bytes(VALUE_BYTES_PER_JSON_BYTE))
+            .sum();
         messages
             + self.state_bytes.bytes * VALUE_BYTES_PER_JSON_BYTE
             + self.runs.approx_bytes(value)
@@ -211,7 +215,7 @@ impl Fold {
             (*kind == EventType::MessagesSnapshot && in_run).then(|| {
                 self.messages
                     .iter()
-                    .filter_map(|m| m.get("id").and_then(Value::as_str).map(str::to_owned))
+                    .filter_map(|m| m.id().map(str::to_owned))
                     .collect()
             });
         let restating = std::mem::take(&mut self.restating) && *kind == EventType::MessagesSnapshot;
@@ -232,9 +236,9 @@ impl Fold {
         self.note_run(seq, event, before);
         if let Some(known) = known_ids.filter(|_| !restating) {
             for m in &self.messages {
-                if let Some(id) = m.get("id").and_then(Value::as_str)
+                if let Some(id) = m.id()
                     && !known.contains(id)
-                    && m.get("role").and_then(Value::as_str) != Some("user")
+                    && m.role() != "user"
                 {
                     self.runs.produced(id);
                 }
@@ -252,6 +256,11 @@ impl Fold {
                 self.restating = self.runs.head().is_some_and(|h| h.kind.forks());
             }
             RunFinished | RunError => {
+                // What the run wrote is finished: kept as text from here
+                // (before the checkpoint, which shares these very messages).
+                for m in &mut self.messages {
+                    m.close();
+                }
                 let status = self.run.as_ref().map_or(RunStatus::Error, |r| r.status);
                 let checkpoint = self.checkpoint(self.runs.base_checkpoint());
                 self.runs.ended(seq, event, status, checkpoint);
@@ -281,7 +290,7 @@ impl Fold {
         self.messages = snap
             .iter()
             .cloned()
-            .map(|m| Arc::new(without_null_subagent(m)))
+            .map(|m| Message::open(without_null_subagent(m)))
             .collect();
         let base = self
             .runs
@@ -299,8 +308,9 @@ impl Fold {
         use EventType::*;
         match event.kind() {
             RunStarted | MessagesSnapshot => {
-                self.authors.keep_only(&self.messages);
-                self.authors.note_messages(&self.messages, origin);
+                let ids = || self.messages.iter().filter_map(Message::id);
+                self.authors.keep_only(ids(), self.messages.len());
+                self.authors.note_messages(ids(), origin);
             }
             StateSnapshot | StateDelta => self.authors.note_state(origin),
             _ if self.messages.len() != before => {
@@ -310,8 +320,7 @@ impl Fold {
                     if let Some(id) = event.str_field(key)
                         && let Some(i) = self.find(id)
                     {
-                        self.authors
-                            .note_messages(std::slice::from_ref(&*self.messages[i]), origin);
+                        self.authors.note_messages(self.messages[i].id(), origin);
                     }
                 }
             }
@@ -329,7 +338,7 @@ impl Fold {
                     (event.str_field("messageId"), event.str_field("delta"))
                     && let Some(i) = self.find(id)
                 {
-                    append_str(Arc::make_mut(&mut self.messages[i]), "content", delta);
+                    append_str(self.messages[i].make_mut(), "content", delta);
                 }
                 return;
             }
@@ -372,7 +381,7 @@ impl Fold {
                             && !self.has_message(id)
                         {
                             self.messages
-                                .push(Arc::new(without_null_subagent(m.clone())));
+                                .push(Message::open(without_null_subagent(m.clone())));
                         }
                     }
                 }
@@ -412,7 +421,7 @@ impl Fold {
                     m.insert("content".into(), "".into());
                     copy(b, &mut m, "name");
                     copy(b, &mut m, "subagentRunId");
-                    self.messages.push(Arc::new(Value::Object(m)));
+                    self.messages.push(Message::open(Value::Object(m)));
                 }
             }
             ReasoningMessageStart => {
@@ -423,7 +432,7 @@ impl Fold {
                     m.insert("role".into(), "reasoning".into());
                     m.insert("content".into(), "".into());
                     copy(b, &mut m, "subagentRunId");
-                    self.messages.push(Arc::new(Value::Object(m)));
+                    self.messages.push(Message::open(Value::Object(m)));
                 }
             }
             ToolCallStart => {
@@ -438,18 +447,18 @@ impl Fold {
                 }
                 let target = s("parentMessageId").unwrap_or(call_id);
                 let mi = match self.find(target) {
-                    Some(i) if self.messages[i]["role"] == "assistant" => i,
+                    Some(i) if self.messages[i].role() == "assistant" => i,
                     _ => {
                         let mut m = Map::new();
                         m.insert("id".into(), target.into());
                         m.insert("role".into(), "assistant".into());
                         copy(b, &mut m, "subagentRunId");
-                        self.messages.push(Arc::new(Value::Object(m)));
+                        self.messages.push(Message::open(Value::Object(m)));
                         self.messages.len() - 1
                     }
                 };
                 let call = json!({"id": call_id, "type": "function", "function": {"name": name, "arguments": ""}});
-                match field_mut(Arc::make_mut(&mut self.messages[mi]), "toolCalls") {
+                match field_mut(self.messages[mi].make_mut(), "toolCalls") {
                     Some(Value::Array(calls)) => calls.push(call),
                     Some(other) => *other = json!([call]),
                     None => {}
@@ -471,12 +480,12 @@ impl Fold {
                 match self.find_tool_call(call_id) {
                     Some((owner, _)) => {
                         let mut at = owner + 1;
-                        while at < self.messages.len() && self.messages[at]["role"] == "tool" {
+                        while at < self.messages.len() && self.messages[at].role() == "tool" {
                             at += 1;
                         }
-                        self.messages.insert(at, Arc::new(Value::Object(m)));
+                        self.messages.insert(at, Message::open(Value::Object(m)));
                     }
-                    None => self.messages.push(Arc::new(Value::Object(m))),
+                    None => self.messages.push(Message::open(Value::Object(m))),
                 }
             }
             StateSnapshot => {
@@ -511,22 +520,21 @@ impl Fold {
                 );
                 copy(b, &mut m, "subagentRunId");
                 match self.find(id) {
-                    Some(i) if self.messages[i]["role"] != "activity" => {}
-                    Some(i) if replace => self.messages[i] = Arc::new(Value::Object(m)),
+                    Some(i) if self.messages[i].role() != "activity" => {}
+                    Some(i) if replace => self.messages[i] = Message::open(Value::Object(m)),
                     Some(_) => {}
-                    None => self.messages.push(Arc::new(Value::Object(m))),
+                    None => self.messages.push(Message::open(Value::Object(m))),
                 }
             }
             ActivityDelta => {
                 if let Some(id) = s("messageId")
                     && let Some(i) = self.find(id)
-                    && self.messages[i]["role"] == "activity"
+                    && self.messages[i].role() == "activity"
                     && let Some(ops) = b
                         .get("patch")
                         .cloned()
                         .and_then(|p| serde_json::from_value::<json_patch::Patch>(p).ok())
-                    && let Some(content) =
-                        field_mut(Arc::make_mut(&mut self.messages[i]), "content")
+                    && let Some(content) = field_mut(self.messages[i].make_mut(), "content")
                 {
                     let _ = json_patch::patch(content, &ops);
                 }
@@ -540,8 +548,7 @@ impl Fold {
                     self.find_tool_call(entity)
                         .and_then(|(mi, ci)| self.tool_call_mut(mi, ci))
                 } else {
-                    self.find(entity)
-                        .map(|i| Arc::make_mut(&mut self.messages[i]))
+                    self.find(entity).map(|i| self.messages[i].make_mut())
                 };
                 if let Some(Value::Object(target)) = target {
                     store_encrypted(target, value, kind);
@@ -621,7 +628,9 @@ impl Fold {
 
     /// Tool call `ci` of message `mi` (indices from [`Fold::find_tool_call`]).
     fn tool_call_mut(&mut self, mi: usize, ci: usize) -> Option<&mut Value> {
-        Arc::make_mut(self.messages.get_mut(mi)?)
+        self.messages
+            .get_mut(mi)?
+            .make_mut()
             .get_mut("toolCalls")?
             .as_array_mut()?
             .get_mut(ci)
@@ -638,14 +647,16 @@ impl Fold {
     }
 
     fn find(&self, id: &str) -> Option<usize> {
-        self.messages
-            .iter()
-            .rposition(|m| m.get("id").and_then(Value::as_str) == Some(id))
+        self.messages.iter().rposition(|m| m.id() == Some(id))
     }
 
     fn find_tool_call(&self, call_id: &str) -> Option<(usize, usize)> {
         self.messages.iter().enumerate().rev().find_map(|(mi, m)| {
-            m.get("toolCalls")
+            if !m.may_have_tool_calls() {
+                return None;
+            }
+            m.value()
+                .get("toolCalls")
                 .and_then(Value::as_array)?
                 .iter()
                 .position(|c| c.get("id").and_then(Value::as_str) == Some(call_id))
@@ -662,28 +673,30 @@ impl Fold {
             .collect();
         let has_role = |role: &str| snap.iter().any(|m| m["role"] == role);
         let (snap_activity, snap_reasoning) = (has_role("activity"), has_role("reasoning"));
-        let kept: Vec<Arc<Value>> = std::mem::take(&mut self.messages)
+        let kept: Vec<Message> = std::mem::take(&mut self.messages)
             .into_iter()
             .filter_map(|m| {
-                let id = id_of(&m)?;
+                let id = m.id()?.to_owned();
                 if let Some(replacement) = by_id.get(&id) {
                     // Unchanged: still shared with the checkpoints holding it.
-                    if *m == **replacement {
+                    if m == **replacement {
                         return Some(m);
                     }
-                    return Some(Arc::new((*replacement).clone()));
+                    return Some(Message::open((*replacement).clone()));
                 }
-                let client_only = (m["role"] == "activity" && !snap_activity)
-                    || (m["role"] == "reasoning" && !snap_reasoning);
+                let client_only = (m.role() == "activity" && !snap_activity)
+                    || (m.role() == "reasoning" && !snap_reasoning);
                 client_only.then_some(m)
             })
             .collect();
-        let present: std::collections::HashSet<String> =
-            kept.iter().filter_map(|m| id_of(m)).collect();
+        let present: std::collections::HashSet<String> = kept
+            .iter()
+            .filter_map(|m| m.id().map(str::to_owned))
+            .collect();
         self.messages = kept;
         for m in snap {
             if id_of(&m).is_some_and(|id| !present.contains(&id)) {
-                self.messages.push(Arc::new(m));
+                self.messages.push(Message::open(m));
             }
         }
     }
@@ -694,7 +707,7 @@ impl Fold {
         m.insert("seq".into(), self.seq.into());
         m.insert(
             "messages".into(),
-            Value::Array(self.messages.iter().map(|m| (**m).clone()).collect()),
+            Value::Array(self.messages.iter().map(Message::to_value).collect()),
         );
         m.insert("state".into(), self.state.clone());
         m.insert("interrupts".into(), Value::Array(self.interrupts.clone()));
@@ -721,18 +734,12 @@ impl Fold {
     /// megabytes, and this runs when the run ends).
     pub fn stored_json_bytes(&self, extra: &[(&str, Value)]) -> Vec<u8> {
         use serde::ser::{SerializeMap, Serializer};
-        struct Messages<'a>(&'a [Arc<Value>]);
-        impl serde::Serialize for Messages<'_> {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.collect_seq(self.0.iter().map(|m| &**m))
-            }
-        }
         let mut out = Vec::new();
         let mut ser = serde_json::Serializer::new(&mut out);
         let write = |ser: &mut serde_json::Serializer<&mut Vec<u8>>| -> serde_json::Result<()> {
             let mut m = ser.serialize_map(None)?;
             m.serialize_entry("seq", &self.seq)?;
-            m.serialize_entry("messages", &Messages(&self.messages))?;
+            m.serialize_entry("messages", &self.messages)?;
             m.serialize_entry("state", &self.state)?;
             m.serialize_entry("interrupts", &self.interrupts)?;
             m.serialize_entry("activeAgent", &self.agents.active)?;
@@ -770,7 +777,7 @@ impl Fold {
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
-                .map(|m| Arc::new(m.clone()))
+                .map(Message::closed)
                 .collect(),
             state_bytes: SizeEstimate {
                 bytes: v.get("state").map(json_len).unwrap_or(2),
@@ -901,8 +908,11 @@ mod tests {
     #[test]
     fn tool_call_without_parent_creates_assistant_message() {
         let f = fold(&[json!({"type":"TOOL_CALL_START","toolCallId":"c","toolCallName":"g"})]);
-        assert_eq!(f.messages()[0]["id"], "c");
-        assert_eq!(f.messages()[0]["toolCalls"][0]["function"]["name"], "g");
+        assert_eq!(f.messages()[0].value()["id"], "c");
+        assert_eq!(
+            f.messages()[0].value()["toolCalls"][0]["function"]["name"],
+            "g"
+        );
     }
 
     #[test]
@@ -973,7 +983,10 @@ mod tests {
             json!({"type":"ACTIVITY_DELTA","messageId":"p","activityType":"plan","patch":[{"op":"add","path":"/steps/-","value":"b"}]}),
             json!({"type":"ACTIVITY_SNAPSHOT","messageId":"p","activityType":"plan","content":{"steps":[]},"replace":false}),
         ]);
-        assert_eq!(f.messages()[0]["content"], json!({"steps":["a","b"]}));
+        assert_eq!(
+            f.messages()[0].value()["content"],
+            json!({"steps":["a","b"]})
+        );
     }
 
     #[test]
@@ -1083,7 +1096,7 @@ mod tests {
             json!({"type":"ACTIVITY_SNAPSHOT","messageId":"p","activityType":"plan","content":3}),
             json!({"type":"ACTIVITY_DELTA","messageId":"p","patch":[{"op":"add","path":"/x","value":1}]}),
         ]);
-        let a = &f.messages()[0];
+        let a = f.messages()[0].to_value();
         assert_eq!(
             a["toolCalls"][0]["function"],
             json!({"name":"n","arguments":"{}"})
@@ -1091,7 +1104,7 @@ mod tests {
         assert_eq!(a["toolCalls"][1]["function"], json!({"arguments":"{"}));
         assert_eq!(a["toolCalls"][1]["encryptedValue"], "x");
         assert_eq!(a["content"], "hi");
-        assert_eq!(f.messages()[1]["toolCalls"][0]["id"], "c3");
+        assert_eq!(f.messages()[1].value()["toolCalls"][0]["id"], "c3");
     }
 
     #[test]
@@ -1110,9 +1123,12 @@ mod tests {
             value("tool-call", "c", "enc", Some("openai.encrypted_content")),
         ];
         let f = fold(&events);
-        assert_eq!(f.messages()[0]["encryptedValue"], "sig");
-        assert_eq!(f.messages()[0]["encryptedValueType"], "anthropic.signature");
-        let call = &f.messages()[1]["toolCalls"][0];
+        assert_eq!(f.messages()[0].value()["encryptedValue"], "sig");
+        assert_eq!(
+            f.messages()[0].value()["encryptedValueType"],
+            "anthropic.signature"
+        );
+        let call = &f.messages()[1].value()["toolCalls"][0];
         assert_eq!(call["encryptedValue"], "enc");
         assert_eq!(call["encryptedValueType"], "openai.encrypted_content");
         // New bytes of another kind replace both; new bytes without a type
@@ -1125,12 +1141,13 @@ mod tests {
         ));
         events.push(value("tool-call", "c", "enc2", None));
         let f = fold(&events);
-        assert_eq!(f.messages()[0]["encryptedValue"], "redacted");
+        assert_eq!(f.messages()[0].value()["encryptedValue"], "redacted");
         assert_eq!(
-            f.messages()[0]["encryptedValueType"],
+            f.messages()[0].value()["encryptedValueType"],
             "anthropic.redacted_thinking"
         );
-        let call = f.messages()[1]["toolCalls"][0].as_object().unwrap();
+        let message = f.messages()[1].to_value();
+        let call = message["toolCalls"][0].as_object().unwrap();
         assert_eq!(call["encryptedValue"], "enc2");
         assert!(!call.contains_key("encryptedValueType"), "{call:?}");
     }
@@ -1205,7 +1222,7 @@ mod tests {
         let shared = c4
             .shared_messages()
             .iter()
-            .filter(|m| c3.shared_messages().iter().any(|p| Arc::ptr_eq(p, m)))
+            .filter(|m| c3.shared_messages().iter().any(|p| Message::ptr_eq(p, m)))
             .count();
         assert_eq!(shared, 8, "all but r4's own two messages are shared");
         assert!(c3.shares_state_with(&c4));
@@ -1215,6 +1232,50 @@ mod tests {
         assert_eq!(
             crate::protocol::lineage::RunTable::from_json(&stored),
             *f.runs()
+        );
+    }
+
+    /// What a run wrote is kept as text once it ends (the tree it was
+    /// written in is freed), and reads back the same; a message changed
+    /// later (a tool result's owner, a late encrypted value) opens again.
+    #[test]
+    fn a_run_s_messages_are_closed_at_its_end() {
+        let run = |r: &str| {
+            vec![
+                json!({"type":"RUN_STARTED","threadId":"t","runId":r,"input":{"messages":[{"id":format!("u-{r}"),"role":"user","content":"hi"}]}}),
+                json!({"type":"TEXT_MESSAGE_START","messageId":format!("a-{r}"),"role":"assistant"}),
+                json!({"type":"TEXT_MESSAGE_CONTENT","messageId":format!("a-{r}"),"delta":"hel"}),
+                json!({"type":"TEXT_MESSAGE_CONTENT","messageId":format!("a-{r}"),"delta":"lo"}),
+                json!({"type":"TEXT_MESSAGE_END","messageId":format!("a-{r}")}),
+            ]
+        };
+        let mut events = run("r1");
+        let open = fold(&events);
+        assert!(
+            open.messages().iter().all(Message::is_open),
+            "open while the run writes"
+        );
+        events.push(json!({"type":"RUN_FINISHED","threadId":"t","runId":"r1"}));
+        let mut f = fold(&events);
+        assert!(f.messages().iter().all(|m| !m.is_open()));
+        assert_eq!(f.to_json()["messages"], open.to_json()["messages"]);
+        assert_eq!(f.message("a-r1").unwrap().value()["content"], "hello");
+        let closed = f.messages()[1].clone();
+        let checkpoint = f.runs().get("r1").unwrap().checkpoint().unwrap().clone();
+        assert!(
+            checkpoint.messages().any(|m| Message::ptr_eq(m, &closed)),
+            "the run's end view shares the closed message"
+        );
+        f.apply(
+            99,
+            &Event::build(json!({"type":"REASONING_ENCRYPTED_VALUE","subtype":"message","entityId":"a-r1","encryptedValue":"e"})),
+        );
+        assert!(f.messages()[1].is_open());
+        assert_eq!(f.messages()[1].value()["encryptedValue"], "e");
+        assert!(
+            checkpoint
+                .messages()
+                .all(|m| m.value().get("encryptedValue").is_none())
         );
     }
 }

@@ -28,6 +28,7 @@ use super::authorship::{GATEWAY_FIELD, RunAgent};
 pub use super::checkpoint::Checkpoint;
 use super::checkpoint::{Pools, checkpoint_from_json, message_id};
 use super::event::{Event, EventType};
+use super::message::Message;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::collections::{HashMap, VecDeque};
@@ -255,7 +256,7 @@ impl RunRecord {
 
     fn from_stored_json(
         v: &Value,
-        messages: &[Arc<Value>],
+        messages: &[Message],
         states: &[Arc<Value>],
     ) -> Option<RunRecord> {
         let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
@@ -582,15 +583,9 @@ impl RunTable {
 
     /// Reads [`RunTable::to_json`]'s form (an older base has none: empty).
     pub fn from_json(v: &Value) -> RunTable {
-        let pool = |k: &str| -> Vec<Arc<Value>> {
-            v.get(k)
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .map(|m| Arc::new(m.clone()))
-                .collect()
-        };
-        let (messages, states) = (pool("messages"), pool("states"));
+        let pool = |k: &str| v.get(k).and_then(Value::as_array).into_iter().flatten();
+        let messages: Vec<Message> = pool("messages").map(Message::closed).collect();
+        let states: Vec<Arc<Value>> = pool("states").map(|s| Arc::new(s.clone())).collect();
         let mut table = RunTable {
             started: v.get("started").and_then(Value::as_u64).unwrap_or(0),
             ..RunTable::default()

@@ -24,6 +24,7 @@ pub mod input;
 pub mod interrupts;
 pub mod join;
 pub mod lineage;
+pub mod message;
 pub mod open;
 pub mod sse;
 pub mod url_host;

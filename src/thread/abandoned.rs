@@ -31,6 +31,7 @@ use crate::protocol::event::{now_millis, run_error};
 use crate::protocol::fold::RunStatus;
 use crate::protocol::handoff::{HANDOFF_EVENT, target_of, transfer_not_made};
 use crate::protocol::lineage::{RunKind, Stamp};
+use crate::protocol::message::Message;
 use crate::protocol::open::OpenEntities;
 use crate::protocol::{Event, PROTOCOL_VERSION};
 use crate::store::StoreError;
@@ -176,17 +177,21 @@ impl Thread {
 
 /// The transfer calls of the latest assistant turn that no tool result
 /// answers, with their targets, in call order.
-fn unanswered_transfers(messages: &[Arc<Value>]) -> Vec<(String, String)> {
-    let answered: std::collections::HashSet<&str> = messages
+fn unanswered_transfers(messages: &[Message]) -> Vec<(String, String)> {
+    let answered: std::collections::HashSet<String> = messages
         .iter()
-        .filter(|m| m.get("role").and_then(Value::as_str) == Some("tool"))
-        .filter_map(|m| m.get("toolCallId").and_then(Value::as_str))
+        .filter(|m| m.role() == "tool")
+        .filter_map(|m| m.value().get("toolCallId")?.as_str().map(str::to_owned))
         .collect();
     let mut calls = Vec::new();
     for m in messages.iter().rev() {
-        if m.get("role").and_then(Value::as_str) == Some("user") {
+        if m.role() == "user" {
             break;
         }
+        if !m.may_have_tool_calls() {
+            continue;
+        }
+        let m = m.value();
         let Some(tool_calls) = m.get("toolCalls").and_then(Value::as_array) else {
             continue;
         };

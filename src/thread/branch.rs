@@ -170,12 +170,12 @@ pub(super) fn resolve(
                         .fold
                         .messages()
                         .iter()
-                        .position(|m| message_id(m) == Some(&message))?;
+                        .position(|m| m.id() == Some(&message))?;
                     inner.fold.messages()[..at]
                         .iter()
                         .rev()
-                        .find(|m| role(m) == "user")
-                        .and_then(|q| runs.introducer_of(message_id(q)?))
+                        .find(|m| m.role() == "user")
+                        .and_then(|q| runs.introducer_of(q.id()?))
                 })
                 .ok_or_else(|| {
                     RunRefused::NotFound(format!(
@@ -329,8 +329,8 @@ fn last_assistant(fold: &Fold) -> Option<String> {
     fold.messages()
         .iter()
         .rev()
-        .find(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
-        .and_then(|m| message_id(m).map(str::to_owned))
+        .find(|m| m.role() == "assistant")
+        .and_then(|m| m.id().map(str::to_owned))
 }
 
 /// What a complete input that names no base means, if it is a
@@ -348,7 +348,7 @@ fn detect(inner: &Inner, sent: &[Value], resumes: bool) -> Option<BaseRequest> {
     for m in sent.iter().filter(|m| role(m) == "user") {
         if let Some(id) = message_id(m)
             && let Some(known) = fold.message(id)
-            && is_edit(known, m)
+            && is_edit(&known.value(), m)
         {
             return Some(BaseRequest::Edit {
                 message_id: id.to_owned(),
@@ -358,21 +358,21 @@ fn detect(inner: &Inner, sent: &[Value], resumes: bool) -> Option<BaseRequest> {
     }
     // A regenerate: the conversation as sent is the head's, cut after a
     // user message.
-    fn turns<'a>(msgs: impl Iterator<Item = &'a Value>) -> Vec<String> {
-        msgs.filter(|m| !matches!(role(m), "tool" | "activity" | "reasoning"))
-            .filter_map(|m| message_id(m).map(str::to_owned))
+    fn turns<'a>(msgs: impl Iterator<Item = (&'a str, Option<&'a str>)>) -> Vec<String> {
+        msgs.filter(|(role, _)| !matches!(*role, "tool" | "activity" | "reasoning"))
+            .filter_map(|(_, id)| id.map(str::to_owned))
             .collect()
     }
     let (sent_ids, head_ids) = (
-        turns(sent.iter()),
-        turns(fold.messages().iter().map(|m| &**m)),
+        turns(sent.iter().map(|m| (role(m), message_id(m)))),
+        turns(fold.messages().iter().map(|m| (m.role(), m.id()))),
     );
     if sent_ids.len() >= head_ids.len() || !head_ids.starts_with(&sent_ids) {
         return None;
     }
     let answer = head_ids[sent_ids.len()..]
         .iter()
-        .find(|id| fold.message(id).is_some_and(|m| role(m) == "assistant"))?;
+        .find(|id| fold.message(id).is_some_and(|m| m.role() == "assistant"))?;
     Some(BaseRequest::Regenerate(Some(answer.clone())))
 }
 
@@ -537,8 +537,8 @@ mod tests {
                         .fold
                         .messages()
                         .iter()
-                        .filter(|m| m["role"] == "user")
-                        .filter_map(|m| m["id"].as_str().map(str::to_owned))
+                        .filter(|m| m.role() == "user")
+                        .filter_map(|m| m.id().map(str::to_owned))
                         .collect();
                     let Some(id) = users.get(i % users.len().max(1)).cloned() else {
                         continue;

@@ -276,7 +276,10 @@ fn message_id(m: &Value) -> Option<&str> {
 fn linear_input(thread_id: &str, inner: &Inner, req: &RunRequest, stamp: Stamp) -> PreparedInput {
     let fold = &inner.fold;
     let known = |m: &Value| message_id(m).and_then(|id| fold.message(id));
-    let edited = |msgs: &[Value]| msgs.iter().any(|m| known(m).is_some_and(|k| is_edit(k, m)));
+    let edited = |msgs: &[Value]| {
+        msgs.iter()
+            .any(|m| known(m).is_some_and(|k| is_edit(&k.value(), m)))
+    };
     let snapshot = |history: Vec<Value>| {
         vec![Event::build(
             json!({"type": "MESSAGES_SNAPSHOT", "messages": history}),
@@ -323,12 +326,11 @@ fn linear_input(thread_id: &str, inner: &Inner, req: &RunRequest, stamp: Stamp) 
                 .messages()
                 .iter()
                 .map(|m| {
-                    let id = message_id(m);
+                    let id = m.id();
                     messages
                         .iter()
                         .find(|s| id.is_some() && message_id(s) == id)
-                        .unwrap_or(m)
-                        .clone()
+                        .map_or_else(|| m.to_value(), Value::clone)
                 })
                 .collect();
             all.extend(new.iter().cloned());
@@ -405,7 +407,7 @@ fn fork_input(
 ) -> PreparedInput {
     let view = base.view.as_ref().expect("a fork has a view");
     let runs = inner.fold.runs();
-    let in_view = |id: &str| view.messages().any(|m| message_id(m) == Some(id));
+    let in_view = |id: &str| view.messages().any(|m| m.id() == Some(id));
     // Messages the thread has seen anywhere (this branch or another) are
     // not new input: a stock client sends its whole list, which holds the
     // branch it was on.

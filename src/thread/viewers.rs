@@ -692,8 +692,8 @@ mod tests {
                         .fold
                         .messages()
                         .iter()
-                        .filter(|m| m["role"] == "user")
-                        .filter_map(|m| m["id"].as_str().map(str::to_owned))
+                        .filter(|m| m.role() == "user")
+                        .filter_map(|m| m.id().map(str::to_owned))
                         .collect();
                     let Some(id) = users.get(i % users.len().max(1)).cloned() else {
                         continue;
@@ -737,8 +737,8 @@ mod tests {
                 .messages()
                 .iter()
                 .rev()
-                .find(|m| m["role"] == "user")
-                .and_then(|m| m["content"].as_str().map(str::to_owned));
+                .find(|m| m.role() == "user")
+                .and_then(|m| m.value()["content"].as_str().map(str::to_owned));
             asked.insert(run_id.clone(), last_question.unwrap_or(question));
             assert_clean(&requester.face, &requester.rules, &run_agent, &asked, &got);
             run_ids.push(run_id);

@@ -42,6 +42,37 @@ pub struct Report {
     /// Viewer frames whose seq did not continue the previous one (after a
     /// resume, a reset snapshot may legitimately restart the count).
     pub gaps: u64,
+    /// The events in the journal when the load stopped, and their JSON's
+    /// bytes: what a retained event's memory is compared with.
+    pub journal: JournalSize,
+}
+
+/// A journal's events and the bytes of their JSON texts.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JournalSize {
+    pub events: u64,
+    pub json_bytes: u64,
+}
+
+impl JournalSize {
+    /// Read from the SQLite journal at `db` (read-only, beside the gateway
+    /// that writes it: WAL readers do not block the writer).
+    pub fn of(db: &Path) -> JournalSize {
+        let c =
+            rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+                .expect("journal opens read-only");
+        c.query_row(
+            "SELECT COALESCE(SUM(last_seq - first_seq + 1), 0), COALESCE(SUM(length(frames)), 0) FROM batches",
+            [],
+            |r| {
+                Ok(JournalSize {
+                    events: r.get::<_, i64>(0)? as u64,
+                    json_bytes: r.get::<_, i64>(1)? as u64,
+                })
+            },
+        )
+        .expect("journal readable")
+    }
 }
 
 /// `[store]`, `[demo]` and the demo agent for a soak gateway journaling to
@@ -222,6 +253,7 @@ pub async fn soak(gw: &Gateway, db: &Path, load: &Load) -> Report {
     Report {
         samples,
         gaps: gaps.load(Ordering::Relaxed),
+        journal: JournalSize::of(db),
     }
 }
 
