@@ -19,11 +19,6 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// A message's id.
-pub(super) fn message_id(m: &Value) -> Option<&str> {
-    m.get("id").and_then(Value::as_str)
-}
-
 /// Links before a conversation is copied flat: bounds a read's walk, and
 /// the copies a thread's 16 kept checkpoints hold (at most two).
 const MAX_CHAIN: usize = 32;

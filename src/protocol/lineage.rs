@@ -26,7 +26,7 @@
 
 use super::authorship::{GATEWAY_FIELD, RunAgent};
 pub use super::checkpoint::Checkpoint;
-use super::checkpoint::{Pools, checkpoint_from_json, message_id};
+use super::checkpoint::{Pools, checkpoint_from_json};
 use super::event::{Event, EventType};
 use super::message::Message;
 use serde::Serialize;
@@ -184,8 +184,10 @@ pub struct RunRecord {
     pub ended_seq: Option<u64>,
     pub created_at: Option<u64>,
     /// The messages its input brought to the thread (what a regenerate
-    /// sends again, and where an edit applies).
-    pub input: Vec<Value>,
+    /// sends again, and where an edit applies), kept as text like the
+    /// fold's finished messages ([`super::message`]): read only at a
+    /// regenerate or an edit.
+    pub input: Vec<Message>,
     /// Ids of the messages it produced.
     pub output_ids: Vec<String>,
     checkpoint: Option<Arc<Checkpoint>>,
@@ -220,7 +222,7 @@ impl PartialEq for RunRecord {
 
 impl RunRecord {
     pub fn input_ids(&self) -> impl Iterator<Item = &str> {
-        self.input.iter().filter_map(message_id)
+        self.input.iter().filter_map(Message::id)
     }
 
     pub fn checkpoint(&self) -> Option<&Arc<Checkpoint>> {
@@ -247,7 +249,7 @@ impl RunRecord {
 
     fn to_stored_json(&self, pools: Option<&mut Pools>) -> Value {
         let mut v = self.to_json();
-        v["input"] = Value::Array(self.input.clone());
+        v["input"] = Value::Array(self.input.iter().map(Message::to_value).collect());
         if let (Some(c), Some(pools)) = (&self.checkpoint, pools) {
             v["checkpoint"] = pools.checkpoint(c);
         }
@@ -283,8 +285,10 @@ impl RunRecord {
             input: v
                 .get("input")
                 .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default(),
+                .into_iter()
+                .flatten()
+                .map(Message::closed)
+                .collect(),
             output_ids: v
                 .get("outputMessageIds")
                 .and_then(Value::as_array)
@@ -433,17 +437,17 @@ impl RunTable {
                 .and_then(Value::as_u64)
                 .or_else(|| b.get("timestamp").and_then(Value::as_u64)),
             input: {
-                let all = input
+                let all: &[Value] = input
                     .and_then(|i| i.get("messages"))
                     .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
+                    .map_or(&[], Vec::as_slice);
                 // A fork's input restates its branch: only the last
                 // `newMessages` are its own.
-                match field("newMessages").and_then(Value::as_u64) {
-                    Some(n) => all[all.len().saturating_sub(n as usize)..].to_vec(),
+                let own = match field("newMessages").and_then(Value::as_u64) {
+                    Some(n) => &all[all.len().saturating_sub(n as usize)..],
                     None => all,
-                }
+                };
+                own.iter().map(Message::closed).collect()
             },
             output_ids: Vec::new(),
             checkpoint: None,
@@ -537,7 +541,7 @@ impl RunTable {
         self.runs
             .values()
             .map(|r| {
-                let input: usize = r.input.iter().map(&value_bytes).sum();
+                let input: usize = r.input.iter().map(|m| m.approx_bytes(1)).sum();
                 let ids: usize = r.output_ids.iter().map(|i| i.len() + 24).sum();
                 let checkpoint = r
                     .checkpoint

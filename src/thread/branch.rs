@@ -21,6 +21,7 @@ use super::{Inner, Thread};
 use crate::protocol::Event;
 use crate::protocol::fold::{Fold, RunStatus};
 use crate::protocol::hooks::RunInput;
+use crate::protocol::message::Message;
 use crate::protocol::lineage::{Checkpoint, RunKind, RunRecord};
 use serde_json::Value;
 use std::sync::Arc;
@@ -187,7 +188,7 @@ pub(super) fn resolve(
                 inner,
                 run,
                 RunKind::Regenerate,
-                run.input.clone(),
+                run.input.iter().map(Message::to_value).collect(),
                 message,
             )
         }
@@ -240,10 +241,10 @@ fn sibling_of(
 
 /// `input` with message `id` replaced by `message` (keeping the id), the
 /// messages after it dropped and `after` appended.
-fn edited_input(input: &[Value], id: &str, message: &Value, after: &[Value]) -> Vec<Value> {
+fn edited_input(input: &[Message], id: &str, message: &Value, after: &[Value]) -> Vec<Value> {
     let mut edited: Vec<Value> = Vec::new();
     for m in input {
-        if message_id(m) == Some(id) {
+        if m.id() == Some(id) {
             let mut m = message.clone();
             if let Some(obj) = m.as_object_mut() {
                 obj.insert("id".into(), id.into());
@@ -251,7 +252,7 @@ fn edited_input(input: &[Value], id: &str, message: &Value, after: &[Value]) -> 
             edited.push(m);
             break;
         }
-        edited.push(m.clone());
+        edited.push(m.to_value());
     }
     edited.extend(after.iter().cloned());
     edited
