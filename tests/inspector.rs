@@ -201,7 +201,8 @@ async fn two_people_watch_steer_and_reload_one_thread_in_a_real_browser() {
     let shots = std::env::var("UPDATE_SCREENSHOTS")
         .ok()
         .map(|_| repo().join("docs").display().to_string());
-    let mut args = vec![gw.base.as_str(), ann.as_str(), ben.as_str()];
+    let release = py.url("release");
+    let mut args = vec![gw.base.as_str(), ann.as_str(), ben.as_str(), release.as_str()];
     if let Some(dir) = &shots {
         args.push(dir);
     }
@@ -259,10 +260,23 @@ async fn two_people_watch_steer_and_reload_one_thread_in_a_real_browser() {
         seen["annSawThumbsUp"].as_str().unwrap().contains("ben"),
         "{seen:#}"
     );
-    // The reload lost and repeated nothing: gapless seqs, same story as Ben's.
+    // Ann reloaded while the gated run was held open: her page joined it
+    // running, then followed it live to its end.
+    assert_eq!(seen["switchStatus"], 200, "{seen:#}");
+    assert!(
+        seen["annStatusAfterReload"]
+            .as_str()
+            .unwrap()
+            .starts_with("running"),
+        "{seen:#}"
+    );
+    assert_eq!(seen["released"], 200, "{seen:#}");
+    // The reload lost and repeated nothing: gapless seqs from the snapshot
+    // on, the run's end seen live, same story as Ben's.
     assert_eq!(seen["annGapNotices"], 0, "{seen:#}");
     let seqs: Vec<u64> = serde_json::from_value(seen["annSeqsAfterReload"].clone()).unwrap();
     assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+    assert!(seqs.len() >= 3, "a snapshot, then the run's rest live: {seqs:?}");
     let last = |v: &Value| {
         v.as_array()
             .unwrap()
@@ -272,11 +286,8 @@ async fn two_people_watch_steer_and_reload_one_thread_in_a_real_browser() {
             .unwrap()
             .to_owned()
     };
-    assert_eq!(
-        last(&seen["annMessagesAfterReload"]),
-        last(&seen["benMessages"]),
-        "{seen:#}"
-    );
+    assert_eq!(last(&seen["annMessagesAfterReload"]), "part1part2", "{seen:#}");
+    assert_eq!(last(&seen["benMessages"]), "part1part2", "{seen:#}");
     // The agent's script, and a person's, stayed text wherever it was shown.
     assert_eq!(seen["pwned"], Value::Null, "{seen:#}");
     assert_eq!(seen["imagesInPage"], 0);
