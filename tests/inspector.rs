@@ -202,7 +202,12 @@ async fn two_people_watch_steer_and_reload_one_thread_in_a_real_browser() {
         .ok()
         .map(|_| repo().join("docs").display().to_string());
     let release = py.url("release");
-    let mut args = vec![gw.base.as_str(), ann.as_str(), ben.as_str(), release.as_str()];
+    let mut args = vec![
+        gw.base.as_str(),
+        ann.as_str(),
+        ben.as_str(),
+        release.as_str(),
+    ];
     if let Some(dir) = &shots {
         args.push(dir);
     }
@@ -276,7 +281,10 @@ async fn two_people_watch_steer_and_reload_one_thread_in_a_real_browser() {
     assert_eq!(seen["annGapNotices"], 0, "{seen:#}");
     let seqs: Vec<u64> = serde_json::from_value(seen["annSeqsAfterReload"].clone()).unwrap();
     assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
-    assert!(seqs.len() >= 3, "a snapshot, then the run's rest live: {seqs:?}");
+    assert!(
+        seqs.len() >= 3,
+        "a snapshot, then the run's rest live: {seqs:?}"
+    );
     let last = |v: &Value| {
         v.as_array()
             .unwrap()
@@ -286,7 +294,11 @@ async fn two_people_watch_steer_and_reload_one_thread_in_a_real_browser() {
             .unwrap()
             .to_owned()
     };
-    assert_eq!(last(&seen["annMessagesAfterReload"]), "part1part2", "{seen:#}");
+    assert_eq!(
+        last(&seen["annMessagesAfterReload"]),
+        "part1part2",
+        "{seen:#}"
+    );
     assert_eq!(last(&seen["benMessages"]), "part1part2", "{seen:#}");
     // The agent's script, and a person's, stayed text wherever it was shown.
     assert_eq!(seen["pwned"], Value::Null, "{seen:#}");
