@@ -56,7 +56,13 @@ try {
   // Ben joined late: his timeline starts at a snapshot; he loads what came before.
   out.benRowsBefore = await ben.$$eval(".tl-row", (r) => r.map((x) => x.dataset.type));
   await ben.click("#timeline-earlier");
-  await ben.waitForFunction(() => document.querySelector(".tl-row")?.dataset.seq === "1", null, { timeout: WAIT });
+  // Loaded when the row just above the snapshot's is the snapshot's seq
+  // (rows arrive one by one from seq 1: the first row alone is not the end).
+  await ben.waitForFunction(() => {
+    const rows = [...document.querySelectorAll(".tl-row")];
+    const at = rows.findIndex((r) => r.dataset.type === "snapshot");
+    return at > 0 && rows[0].dataset.seq === "1" && rows[at - 1].dataset.seq === rows[at].dataset.seq;
+  }, null, { timeout: WAIT });
   out.benRowsAfter = await ben.$$eval(".tl-row", (r) => r.map((x) => [Number(x.dataset.seq), x.dataset.type]));
   const first = await ben.$eval("#runs .run-item", (i) => i.dataset.run);
   await ben.click(`#runs .run-item[data-run="${first}"] .run-view`);
