@@ -995,6 +995,15 @@ async fn a_handoff_shows_who_speaks_and_its_approval_is_answered_in_the_page() {
             "{when}: {billing}"
         );
     }
+    // The header names the agent speaking and who put it there: Ada, whose
+    // approval let the handoff take place (live, and from the snapshot's
+    // `activeAgentBy`).
+    for when in ["live", "snapshot"] {
+        assert_eq!(
+            seen[when]["speaking"], "speaking: billing · by ada",
+            "{when}: {seen:#}"
+        );
+    }
     let live = &seen["live"];
     assert!(
         live["messages"]
