@@ -1087,7 +1087,8 @@ async fn a_linked_thread_is_watched_before_its_first_run_with_who_is_there() {
 /// agent whatever the picker says; the view at an older run shows that
 /// run's state and is named in the URL; a timeline row opens to its JSON,
 /// with a millisecond time and the run's duration; "continue from this
-/// run" starts a branch everyone sees.
+/// run" starts a branch everyone sees; one of the three leaves and the
+/// two others see it.
 #[tokio::test]
 async fn three_people_debug_a_thread_state_at_a_run_rows_as_json_and_a_branch_from_it() {
     let gw = dev_gateway(
@@ -1165,6 +1166,10 @@ async fn three_people_debug_a_thread_state_at_a_run_rows_as_json_and_a_branch_fr
         seen["benUrlAfter"], "#thread=debug-1",
         "back to live: {seen:#}"
     );
+    // Three were there; Ben left: the two others see exactly each other.
+    for who in ["annAvatarsAfterBenLeft", "catAvatarsAfterBenLeft"] {
+        assert_eq!(seen[who], json!(["ann", "cat"]), "{who}: {seen:#}");
+    }
 }
 
 /// Regenerate after an approval, from the page, by a second person (on

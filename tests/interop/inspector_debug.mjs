@@ -3,7 +3,8 @@
 // no agent picked); Ben views the first run: the state shown is that run's,
 // the URL names it, a timeline row opens to its event's JSON with a
 // millisecond time and the run's duration; then Ben continues from that
-// run, and everyone's run list shows the branch. Prints one JSON object;
+// run, and everyone's run list shows the branch; Ben closes his window and
+// the other two see him leave. Prints one JSON object;
 // tests/inspector.rs asserts on it. Every wait is for the page's DOM.
 //
 // usage: node inspector_debug.mjs <base url> <base url 2> <thread>
@@ -89,6 +90,14 @@ try {
   await runItems(cat, 3);
   out.catRuns = await cat.$$eval("#runs .run-item", (i) => i.map((x) => ({ run: x.dataset.run, parent: x.dataset.parent, kind: x.dataset.kind })));
   out.benUrlAfter = await ben.evaluate(() => location.hash);
+
+  // Ben closes his window: Ann (on the other node) and Cat see him leave.
+  await ben.context().close();
+  const twoLeft = () => [...document.querySelectorAll("#presence .avatar")].map((a) => a.dataset.user).sort().join() === "ann,cat";
+  for (const [who, page] of [["ann", ann], ["cat", cat]]) {
+    await page.waitForFunction(twoLeft, null, { timeout: WAIT });
+    out[`${who}AvatarsAfterBenLeft`] = await page.$$eval("#presence .avatar", (a) => a.map((x) => x.dataset.user).sort());
+  }
 } catch (e) {
   out.failure = String(e && e.stack ? e.stack : e);
 } finally {
