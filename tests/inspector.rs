@@ -1218,3 +1218,74 @@ async fn the_answer_after_an_approval_is_regenerated_from_the_page() {
         "the regenerated answer: {seen:#}"
     );
 }
+
+/// Regenerate after an approval whose answers were compacted away: the
+/// gateway refuses it (a regenerate without them would meet the pending
+/// interrupt), and the page says so accurately — which run answered what,
+/// and to answer again with a resume — instead of the misleading "pending
+/// interrupts"; nothing starts.
+#[tokio::test]
+async fn regenerating_an_answer_whose_approval_was_compacted_is_refused_plainly() {
+    let gw = Gateway::start(
+        "[inspector]\nenabled = true\n[demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
+         [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n[threads]\nmax_events = 2\n",
+    )
+    .await;
+    let claims = json!({"sub": "ann"});
+    let mut ann = Ws::connect(&gw, WsAuth::Header(&token(claims.clone())))
+        .await
+        .expect("upgrade");
+    ann.send(json!({"type": "run", "id": "ask", "agent": "demo", "threadId": "gone",
+        "runId": "ask", "messages": [{"id": "u1", "role": "user", "content": "please transfer 25 EUR to bob"}]}))
+        .await;
+    let asked = ann.recv_until(is_terminal_frame).await;
+    let interrupt = asked.last().unwrap()["event"]["outcome"]["interrupts"][0]["id"].clone();
+    assert!(interrupt.is_string(), "{asked:?}");
+    ann.send(json!({"type": "resume", "id": "yes", "threadId": "gone", "runId": "answer",
+        "resume": [{"interruptId": interrupt, "status": "resolved", "payload": {"approved": true}}]}))
+        .await;
+    let answered = ann.recv_until(is_terminal_frame).await;
+    assert_eq!(answered.last().unwrap()["event"]["type"], "RUN_FINISHED");
+    // The compaction follows the run's end: wait until a join from seq 1 is
+    // answered with a reset (the journal no longer holds it).
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let mut probe = Ws::connect(&gw, WsAuth::Header(&token(claims.clone())))
+            .await
+            .expect("upgrade");
+        probe
+            .send(json!({"type": "subscribe", "id": "p", "threadId": "gone", "after": 1}))
+            .await;
+        let first = probe.recv_until(|f| f["type"] != "ack").await;
+        if first.last().unwrap()["reset"] == true {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never compacted: {first:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let t = token(claims);
+    let seen = page_script("inspector_regen_compacted.mjs", &[&gw.base, &t, "gone"]).await;
+    assert_eq!(seen["errors"], json!([]), "no page errors: {seen:#}");
+    assert_eq!(
+        seen["answer"], "Done: the transfer of 25 to bob went through.",
+        "{seen:#}"
+    );
+    let notices = seen["notices"].as_array().unwrap();
+    assert_eq!(notices.len(), 1, "{seen:#}");
+    let notice = notices[0].as_str().unwrap();
+    assert!(
+        notice.starts_with("Not regenerated")
+            && notice.contains("no longer in the journal")
+            && notice.contains("'ask'")
+            && notice.contains("resume")
+            && !notice.contains("pending interrupts"),
+        "{seen:#}"
+    );
+    assert_eq!(
+        seen["runsAfter"], seen["runsBefore"],
+        "nothing started: {seen:#}"
+    );
+}
