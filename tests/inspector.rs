@@ -235,8 +235,16 @@ async fn two_people_watch_steer_and_reload_one_thread_in_a_real_browser() {
     };
     let (ann_live, ben_live) = (after("annRowsAfterApproval"), after("benRowsAfterApproval"));
     assert_eq!(ann_live, ben_live, "{seen:#}");
-    assert_eq!(ann_live.first().map(|r| r.1.as_str()), Some("RUN_STARTED"));
-    assert_eq!(ann_live.last().map(|r| r.1.as_str()), Some("RUN_FINISHED"));
+    assert_eq!(
+        ann_live.first().map(|r| r.1.as_str()),
+        Some("RUN_STARTED"),
+        "{seen:#}"
+    );
+    assert_eq!(
+        ann_live.last().map(|r| r.1.as_str()),
+        Some("RUN_FINISHED"),
+        "{seen:#}"
+    );
     // The form offered what the agent proposed; Ben's edited amount is the
     // one the agent executed, as Ann sees it.
     assert_eq!(
