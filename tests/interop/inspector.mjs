@@ -80,6 +80,13 @@ try {
   // What both saw live, after Ben's snapshot: the same seqs and types.
   out.annRowsAfterApproval = await timeline(ann.page);
   out.benRowsAfterApproval = await timeline(ben.page);
+  // No CUSTOM is expected here; if one shows, what it is (its row's JSON).
+  out.annCustomJson = [];
+  for (const row of await ann.page.$$('.tl-row[data-type="CUSTOM"]')) {
+    await row.click();
+    out.annCustomJson.push(await (await ann.page.waitForSelector(".tl-json pre", { timeout: WAIT })).textContent());
+    await row.click();
+  }
 
   // Ben's thumbs-up reaches Ann live.
   await ben.page.click("#thumbs-up");
