@@ -201,7 +201,13 @@ async fn two_people_watch_steer_and_reload_one_thread_in_a_real_browser() {
     let shots = std::env::var("UPDATE_SCREENSHOTS")
         .ok()
         .map(|_| repo().join("docs").display().to_string());
-    let mut args = vec![gw.base.as_str(), ann.as_str(), ben.as_str()];
+    let release = py.url("release");
+    let mut args = vec![
+        gw.base.as_str(),
+        ann.as_str(),
+        ben.as_str(),
+        release.as_str(),
+    ];
     if let Some(dir) = &shots {
         args.push(dir);
     }
@@ -229,8 +235,16 @@ async fn two_people_watch_steer_and_reload_one_thread_in_a_real_browser() {
     };
     let (ann_live, ben_live) = (after("annRowsAfterApproval"), after("benRowsAfterApproval"));
     assert_eq!(ann_live, ben_live, "{seen:#}");
-    assert_eq!(ann_live.first().map(|r| r.1.as_str()), Some("RUN_STARTED"));
-    assert_eq!(ann_live.last().map(|r| r.1.as_str()), Some("RUN_FINISHED"));
+    assert_eq!(
+        ann_live.first().map(|r| r.1.as_str()),
+        Some("RUN_STARTED"),
+        "{seen:#}"
+    );
+    assert_eq!(
+        ann_live.last().map(|r| r.1.as_str()),
+        Some("RUN_FINISHED"),
+        "{seen:#}"
+    );
     // The form offered what the agent proposed; Ben's edited amount is the
     // one the agent executed, as Ann sees it.
     assert_eq!(
@@ -259,10 +273,26 @@ async fn two_people_watch_steer_and_reload_one_thread_in_a_real_browser() {
         seen["annSawThumbsUp"].as_str().unwrap().contains("ben"),
         "{seen:#}"
     );
-    // The reload lost and repeated nothing: gapless seqs, same story as Ben's.
+    // Ann reloaded while the gated run was held open: her page joined it
+    // running, then followed it live to its end.
+    assert_eq!(seen["switchStatus"], 200, "{seen:#}");
+    assert!(
+        seen["annStatusAfterReload"]
+            .as_str()
+            .unwrap()
+            .starts_with("running"),
+        "{seen:#}"
+    );
+    assert_eq!(seen["released"], 200, "{seen:#}");
+    // The reload lost and repeated nothing: gapless seqs from the snapshot
+    // on, the run's end seen live, same story as Ben's.
     assert_eq!(seen["annGapNotices"], 0, "{seen:#}");
     let seqs: Vec<u64> = serde_json::from_value(seen["annSeqsAfterReload"].clone()).unwrap();
     assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+    assert!(
+        seqs.len() >= 3,
+        "a snapshot, then the run's rest live: {seqs:?}"
+    );
     let last = |v: &Value| {
         v.as_array()
             .unwrap()
@@ -274,9 +304,10 @@ async fn two_people_watch_steer_and_reload_one_thread_in_a_real_browser() {
     };
     assert_eq!(
         last(&seen["annMessagesAfterReload"]),
-        last(&seen["benMessages"]),
+        "part1part2",
         "{seen:#}"
     );
+    assert_eq!(last(&seen["benMessages"]), "part1part2", "{seen:#}");
     // The agent's script, and a person's, stayed text wherever it was shown.
     assert_eq!(seen["pwned"], Value::Null, "{seen:#}");
     assert_eq!(seen["imagesInPage"], 0);
@@ -972,6 +1003,15 @@ async fn a_handoff_shows_who_speaks_and_its_approval_is_answered_in_the_page() {
             "{when}: {billing}"
         );
     }
+    // The header names the agent speaking and who put it there: Ada, whose
+    // approval let the handoff take place (live, and from the snapshot's
+    // `activeAgentBy`).
+    for when in ["live", "snapshot"] {
+        assert_eq!(
+            seen[when]["speaking"], "speaking: billing · by ada",
+            "{when}: {seen:#}"
+        );
+    }
     let live = &seen["live"];
     assert!(
         live["messages"]
@@ -1055,7 +1095,8 @@ async fn a_linked_thread_is_watched_before_its_first_run_with_who_is_there() {
 /// agent whatever the picker says; the view at an older run shows that
 /// run's state and is named in the URL; a timeline row opens to its JSON,
 /// with a millisecond time and the run's duration; "continue from this
-/// run" starts a branch everyone sees.
+/// run" starts a branch everyone sees; one of the three leaves and the
+/// two others see it.
 #[tokio::test]
 async fn three_people_debug_a_thread_state_at_a_run_rows_as_json_and_a_branch_from_it() {
     let gw = dev_gateway(
@@ -1133,6 +1174,10 @@ async fn three_people_debug_a_thread_state_at_a_run_rows_as_json_and_a_branch_fr
         seen["benUrlAfter"], "#thread=debug-1",
         "back to live: {seen:#}"
     );
+    // Three were there; Ben left: the two others see exactly each other.
+    for who in ["annAvatarsAfterBenLeft", "catAvatarsAfterBenLeft"] {
+        assert_eq!(seen[who], json!(["ann", "cat"]), "{who}: {seen:#}");
+    }
 }
 
 /// Regenerate after an approval, from the page, by a second person (on
@@ -1179,5 +1224,76 @@ async fn the_answer_after_an_approval_is_regenerated_from_the_page() {
     assert!(
         seen["benReply"].as_str().unwrap().contains("went through"),
         "the regenerated answer: {seen:#}"
+    );
+}
+
+/// Regenerate after an approval whose answers were compacted away: the
+/// gateway refuses it (a regenerate without them would meet the pending
+/// interrupt), and the page says so accurately — which run answered what,
+/// and to answer again with a resume — instead of the misleading "pending
+/// interrupts"; nothing starts.
+#[tokio::test]
+async fn regenerating_an_answer_whose_approval_was_compacted_is_refused_plainly() {
+    let gw = Gateway::start(
+        "[inspector]\nenabled = true\n[demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
+         [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n[threads]\nmax_events = 2\n",
+    )
+    .await;
+    let claims = json!({"sub": "ann"});
+    let mut ann = Ws::connect(&gw, WsAuth::Header(&token(claims.clone())))
+        .await
+        .expect("upgrade");
+    ann.send(json!({"type": "run", "id": "ask", "agent": "demo", "threadId": "gone",
+        "runId": "ask", "messages": [{"id": "u1", "role": "user", "content": "please transfer 25 EUR to bob"}]}))
+        .await;
+    let asked = ann.recv_until(is_terminal_frame).await;
+    let interrupt = asked.last().unwrap()["event"]["outcome"]["interrupts"][0]["id"].clone();
+    assert!(interrupt.is_string(), "{asked:?}");
+    ann.send(json!({"type": "resume", "id": "yes", "threadId": "gone", "runId": "answer",
+        "resume": [{"interruptId": interrupt, "status": "resolved", "payload": {"approved": true}}]}))
+        .await;
+    let answered = ann.recv_until(is_terminal_frame).await;
+    assert_eq!(answered.last().unwrap()["event"]["type"], "RUN_FINISHED");
+    // The compaction follows the run's end: wait until a join from seq 1 is
+    // answered with a reset (the journal no longer holds it).
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let mut probe = Ws::connect(&gw, WsAuth::Header(&token(claims.clone())))
+            .await
+            .expect("upgrade");
+        probe
+            .send(json!({"type": "subscribe", "id": "p", "threadId": "gone", "after": 1}))
+            .await;
+        let first = probe.recv_until(|f| f["type"] != "ack").await;
+        if first.last().unwrap()["reset"] == true {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never compacted: {first:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let t = token(claims);
+    let seen = page_script("inspector_regen_compacted.mjs", &[&gw.base, &t, "gone"]).await;
+    assert_eq!(seen["errors"], json!([]), "no page errors: {seen:#}");
+    assert_eq!(
+        seen["answer"], "Done: the transfer of 25 to bob went through.",
+        "{seen:#}"
+    );
+    let notices = seen["notices"].as_array().unwrap();
+    assert_eq!(notices.len(), 1, "{seen:#}");
+    let notice = notices[0].as_str().unwrap();
+    assert!(
+        notice.starts_with("Not regenerated")
+            && notice.contains("no longer in the journal")
+            && notice.contains("'ask'")
+            && notice.contains("resume")
+            && !notice.contains("pending interrupts"),
+        "{seen:#}"
+    );
+    assert_eq!(
+        seen["runsAfter"], seen["runsBefore"],
+        "nothing started: {seen:#}"
     );
 }

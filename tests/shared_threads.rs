@@ -501,3 +501,49 @@ async fn regenerate_carrying(ben: &mut Ws, run_id: &str, answers: &Value) -> Vec
     assert_eq!(&started["event"]["input"]["resume"], answers, "{started}");
     frames
 }
+
+/// Who switched the agent is part of the thread, as who started a run is:
+/// the snapshot's `activeAgentBy`, alike over HTTP and a WebSocket
+/// subscribe, on every node. A run on the agent already speaking switches
+/// nothing, so it does not take the credit.
+#[tokio::test]
+async fn the_snapshot_names_who_switched_the_agent() {
+    let gw = Gateway::start(CONFIG).await;
+    let ann_t = token(json!({"sub": "ann"}));
+    let ben_claims = json!({"sub": "ben", "threads": {"sw-1": ["view", "run"]}});
+    let ben_t = token(ben_claims.clone());
+    let by = |snap: &Value| snap["activeAgentBy"].clone();
+    let snapshot = |t: &str| json_of(http().get(gw.url("/v1/threads/sw-1")).bearer_auth(t));
+
+    let mut ann = ws(&gw, json!({"sub": "ann"})).await;
+    run_to_end(&mut ann, "sw-1", "r1").await;
+    let snap = snapshot(&ben_t).await;
+    assert_eq!(
+        (&snap["activeAgent"], by(&snap)),
+        (&json!("demo"), json!("ann")),
+        "her run chose the agent: {snap}"
+    );
+
+    let switched = json_of(
+        http()
+            .post(gw.url("/v1/threads/sw-1/agent"))
+            .bearer_auth(&ben_t)
+            .json(&json!({"agent": "demo"})),
+    )
+    .await;
+    assert_eq!(switched["agent"], "demo", "{switched}");
+    run_to_end(&mut ann, "sw-1", "r2").await;
+    for t in [&ann_t, &ben_t] {
+        assert_eq!(
+            by(&snapshot(t).await),
+            "ben",
+            "Ann's run after it switched nothing"
+        );
+    }
+    let mut ben = ws(&gw, ben_claims).await;
+    ben.send(json!({"type": "subscribe", "id": "s", "threadId": "sw-1"}))
+        .await;
+    let snap = ben.recv_until(|f| f["type"] == "snapshot").await;
+    let snap = snap.last().unwrap();
+    assert_eq!(by(snap), "ben", "{snap}");
+}

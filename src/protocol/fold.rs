@@ -712,6 +712,7 @@ impl Fold {
         m.insert("state".into(), self.state.clone());
         m.insert("interrupts".into(), Value::Array(self.interrupts.clone()));
         m.insert("activeAgent".into(), self.agents.active.clone().into());
+        m.insert("activeAgentBy".into(), self.agents.by.clone().into());
         m
     }
 
@@ -743,6 +744,7 @@ impl Fold {
             m.serialize_entry("state", &self.state)?;
             m.serialize_entry("interrupts", &self.interrupts)?;
             m.serialize_entry("activeAgent", &self.agents.active)?;
+            m.serialize_entry("activeAgentBy", &self.agents.by)?;
             m.serialize_entry("authors", &self.authors.to_json())?;
             m.serialize_entry("runs", &self.runs.to_json())?;
             m.serialize_entry("agents", &self.agents.to_json())?;

@@ -207,11 +207,22 @@ impl SignalWatch {
 /// Which agent a thread's next plain run goes to, folded from the journal:
 /// `active` is who speaks now (moved by a handoff that took place or a
 /// person's switch), `entry` the agent the turn began with (where a
-/// non-sticky agent hands the thread back).
+/// non-sticky agent hands the thread back), `by` who put `active` there.
+///
+/// `by` is a subject, like a run's `startedBy`, because people sharing a
+/// thread ask "who moved us to this agent?": the `by` of a person's switch,
+/// the caller whose run first went to the agent, or — for a handoff, which
+/// an agent asks for — the caller of the run it took place in (the person
+/// whose turn it was, or who approved the transfer). A run on the agent
+/// already speaking changes nothing: nobody switched.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ActiveAgent {
     pub active: Option<String>,
     pub entry: Option<String>,
+    pub by: Option<String>,
+    /// The `by` of the run going on (its stamp): who a handoff in it is
+    /// attributed to, since the handoff record itself names agents only.
+    turn_by: Option<String>,
 }
 
 impl ActiveAgent {
@@ -225,10 +236,11 @@ impl ActiveAgent {
                 // stamps, names no agent and moves nothing).
                 let stamp = event.get("agui-gateway");
                 let field = |k: &str| stamp.and_then(|s| s.get(k)).and_then(Value::as_str);
+                self.turn_by = field("by").map(str::to_owned);
                 if let Some(agent) = field("agent")
                     && field("kind") != Some("handoff")
                 {
-                    self.active = Some(agent.to_owned());
+                    self.moved_to(agent, self.turn_by.clone());
                     self.entry = Some(agent.to_owned());
                 }
             }
@@ -238,13 +250,16 @@ impl ActiveAgent {
                 match event.str_field("name") {
                     Some(HANDOFF_EVENT) if field("result") == Some("accepted") => {
                         if let Some(to) = field("toAgent") {
-                            self.active = Some(to.to_owned());
+                            self.moved_to(to, self.turn_by.clone());
                         }
                     }
                     Some(ACTIVE_AGENT_EVENT) => {
                         if let Some(agent) = field("agent") {
+                            // A person's switch is theirs even to the agent
+                            // already speaking: they chose it.
                             self.active = Some(agent.to_owned());
                             self.entry = Some(agent.to_owned());
+                            self.by = field("by").map(str::to_owned);
                         }
                     }
                     _ => {}
@@ -254,15 +269,30 @@ impl ActiveAgent {
         }
     }
 
-    pub fn to_json(&self) -> Value {
-        json!({"active": self.active, "entry": self.entry})
+    /// `agent` speaks now; `by` is credited only when that is a change (or
+    /// nobody was credited yet).
+    fn moved_to(&mut self, agent: &str, by: Option<String>) {
+        if self.active.as_deref() != Some(agent) || self.by.is_none() {
+            self.by = by;
+        }
+        self.active = Some(agent.to_owned());
     }
 
+    /// The stored form (inside a compacted base).
+    pub fn to_json(&self) -> Value {
+        json!({"active": self.active, "entry": self.entry, "by": self.by,
+            "turnBy": self.turn_by})
+    }
+
+    /// Reads [`ActiveAgent::to_json`]; a base stored before `by` was kept
+    /// loads with nobody credited (until the next switch or new agent).
     pub fn from_json(v: &Value) -> ActiveAgent {
         let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
         ActiveAgent {
             active: s("active"),
             entry: s("entry"),
+            by: s("by"),
+            turn_by: s("turnBy"),
         }
     }
 }
@@ -405,6 +435,41 @@ mod tests {
         assert_eq!(a.active.as_deref(), Some("billing"));
         assert_eq!(a.entry.as_deref(), Some("triage"));
         assert_eq!(ActiveAgent::from_json(&a.to_json()), a);
+    }
+
+    #[test]
+    fn who_put_the_active_agent_there_is_kept_and_old_bases_still_load() {
+        let started = |agent: &str, kind: &str, by: &str| {
+            ev(json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r",
+                "agui-gateway": {"agent": agent, "kind": kind, "by": by, "at": 1}}))
+        };
+        let switch = |agent: &str, by: &str| {
+            ev(json!({"type": "CUSTOM", "name": ACTIVE_AGENT_EVENT,
+                "value": {"agent": agent, "by": by, "at": 1}}))
+        };
+        let mut a = ActiveAgent::default();
+        a.observe(&started("triage", "new", "ann"));
+        assert_eq!(a.by.as_deref(), Some("ann"), "her run chose the agent");
+        a.observe(&started("triage", "continue", "ben"));
+        assert_eq!(a.by.as_deref(), Some("ann"), "same agent: nobody switched");
+        a.observe(&switch("billing", "cat"));
+        assert_eq!(
+            (a.active.as_deref(), a.by.as_deref()),
+            (Some("billing"), Some("cat"))
+        );
+        // Ben's run on billing hands over to triage: his turn, his handoff.
+        a.observe(&started("billing", "continue", "ben"));
+        a.observe(&started("triage", "handoff", "ben"));
+        a.observe(&ev(json!({"type": "CUSTOM", "name": HANDOFF_EVENT,
+            "value": {"fromAgent": "billing", "toAgent": "triage", "result": "accepted"}})));
+        assert_eq!(
+            (a.active.as_deref(), a.by.as_deref()),
+            (Some("triage"), Some("ben"))
+        );
+        assert_eq!(ActiveAgent::from_json(&a.to_json()), a);
+        // A base stored before `by` existed: loads, nobody credited.
+        let old = ActiveAgent::from_json(&json!({"active": "triage", "entry": "triage"}));
+        assert_eq!((old.active.as_deref(), old.by), (Some("triage"), None));
     }
 
     #[test]

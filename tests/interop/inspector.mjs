@@ -2,10 +2,10 @@
 // through playwright-core): two people, two browser contexts, one thread.
 // Prints one JSON object with what each saw; tests/inspector.rs asserts on it.
 //
-// usage: node inspector.mjs <gateway base url> <token A> <token B> [screenshot dir]
+// usage: node inspector.mjs <gateway base url> <token A> <token B> <gated agent release url> [screenshot dir]
 import { chromium } from "playwright-core";
 
-const [base, tokenA, tokenB, shots] = process.argv.slice(2);
+const [base, tokenA, tokenB, release, shots] = process.argv.slice(2);
 const executablePath = process.env.CHROMIUM || "/usr/bin/chromium";
 const browser = await chromium.launch({ executablePath, args: ["--no-sandbox"] });
 const out = {};
@@ -28,11 +28,14 @@ async function person(token) {
 const timeline = (page) => page.$$eval(".tl-row", (rows) => rows.map((r) => [Number(r.dataset.seq), r.dataset.type]));
 const count = (page, type) => page.$$eval(`.tl-row[data-type="${type}"]`, (rows) => rows.length);
 const until = (page, fn, arg) => page.waitForFunction(fn, arg, { timeout: WAIT });
+// Ann's page, for what it showed when a step timed out.
+let annPage = null;
 
 try {
   // Ann signs in and asks the demo agent for a transfer: it streams, then
   // stops for an approval.
   const ann = await person(tokenA);
+  annPage = ann.page;
   out.tokenInUrl = ann.page.url().includes(tokenA);
   await ann.page.selectOption("#agent-select", "demo");
   await ann.page.fill("#run-thread", "shared-1");
@@ -77,19 +80,41 @@ try {
   // What both saw live, after Ben's snapshot: the same seqs and types.
   out.annRowsAfterApproval = await timeline(ann.page);
   out.benRowsAfterApproval = await timeline(ben.page);
+  // No CUSTOM is expected here; if one shows, what it is (its row's JSON).
+  out.annCustomJson = [];
+  for (const row of await ann.page.$$('.tl-row[data-type="CUSTOM"]')) {
+    await row.click();
+    out.annCustomJson.push(await (await ann.page.waitForSelector(".tl-json pre", { timeout: WAIT })).textContent());
+    await row.click();
+  }
 
   // Ben's thumbs-up reaches Ann live.
   await ben.page.click("#thumbs-up");
   await ann.page.waitForSelector('.meta-item[data-meta-type="thumbs_up"]', { timeout: WAIT });
   out.annSawThumbsUp = await ann.page.$eval('.meta-item[data-meta-type="thumbs_up"]', (e) => e.textContent);
 
-  // A second run; Ann reloads her page mid-stream and misses nothing.
+  // A second run; Ann reloads her page mid-stream and misses nothing. The
+  // thread goes to the scripted "gated" agent, which writes "part1" and
+  // holds the run open until released: the reloaded page provably joins a
+  // run still going (with the demo agent a reload on a loaded machine could
+  // land after the run had ended, and the page rightly showed only a
+  // snapshot of the finished run).
+  const switched = await fetch(`${base}/v1/threads/shared-1/agent`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${tokenA}`, "content-type": "application/json" },
+    body: JSON.stringify({ agent: "gated" }),
+  });
+  out.switchStatus = switched.status;
   await ann.page.fill("#reply-message", "tell me a long story about journals");
   await ann.page.click("#reply-send");
-  await until(ann.page, () => document.querySelectorAll('.tl-row[data-type="TEXT_MESSAGE_CONTENT"]').length > 0
-    && document.querySelector("#run-status").textContent.startsWith("running"));
+  const writing = () => [...document.querySelectorAll('.msg[data-role="assistant"] .body')].some((b) => b.textContent === "part1")
+    && document.querySelector("#run-status").textContent.startsWith("running");
+  await until(ann.page, writing);
   await ann.page.reload();
   await until(ann.page, () => document.querySelector("#conn-status").textContent === "live");
+  await until(ann.page, writing);
+  out.annStatusAfterReload = await ann.page.$eval("#run-status", (e) => e.textContent);
+  out.released = (await fetch(release, { method: "POST" })).status;
   await until(ann.page, () => document.querySelectorAll('.tl-row[data-type="RUN_FINISHED"]').length >= 1
     && document.querySelector("#run-status").textContent.startsWith("finished"));
   await until(ben.page, () => document.querySelector("#run-status").textContent.startsWith("finished")
@@ -133,6 +158,11 @@ try {
   out.errors = [...ann.errors, ...ben.errors];
 } catch (e) {
   out.failure = String(e && e.stack ? e.stack : e);
+  // What Ann's page showed then: its run status and timeline rows.
+  if (annPage) {
+    out.annStatusAtFailure = await annPage.$eval("#run-status", (e) => e.textContent).catch(String);
+    out.annRowsAtFailure = await timeline(annPage).catch(String);
+  }
 } finally {
   await browser.close();
 }

@@ -3,7 +3,8 @@
 // no agent picked); Ben views the first run: the state shown is that run's,
 // the URL names it, a timeline row opens to its event's JSON with a
 // millisecond time and the run's duration; then Ben continues from that
-// run, and everyone's run list shows the branch. Prints one JSON object;
+// run, and everyone's run list shows the branch; Ben closes his window and
+// the other two see him leave. Prints one JSON object;
 // tests/inspector.rs asserts on it. Every wait is for the page's DOM.
 //
 // usage: node inspector_debug.mjs <base url> <base url 2> <thread>
@@ -56,7 +57,13 @@ try {
   // Ben joined late: his timeline starts at a snapshot; he loads what came before.
   out.benRowsBefore = await ben.$$eval(".tl-row", (r) => r.map((x) => x.dataset.type));
   await ben.click("#timeline-earlier");
-  await ben.waitForFunction(() => document.querySelector(".tl-row")?.dataset.seq === "1", null, { timeout: WAIT });
+  // Loaded when the row just above the snapshot's is the snapshot's seq
+  // (rows arrive one by one from seq 1: the first row alone is not the end).
+  await ben.waitForFunction(() => {
+    const rows = [...document.querySelectorAll(".tl-row")];
+    const at = rows.findIndex((r) => r.dataset.type === "snapshot");
+    return at > 0 && rows[0].dataset.seq === "1" && rows[at - 1].dataset.seq === rows[at].dataset.seq;
+  }, null, { timeout: WAIT });
   out.benRowsAfter = await ben.$$eval(".tl-row", (r) => r.map((x) => [Number(x.dataset.seq), x.dataset.type]));
   const first = await ben.$eval("#runs .run-item", (i) => i.dataset.run);
   await ben.click(`#runs .run-item[data-run="${first}"] .run-view`);
@@ -83,6 +90,14 @@ try {
   await runItems(cat, 3);
   out.catRuns = await cat.$$eval("#runs .run-item", (i) => i.map((x) => ({ run: x.dataset.run, parent: x.dataset.parent, kind: x.dataset.kind })));
   out.benUrlAfter = await ben.evaluate(() => location.hash);
+
+  // Ben closes his window: Ann (on the other node) and Cat see him leave.
+  await ben.context().close();
+  const twoLeft = () => [...document.querySelectorAll("#presence .avatar")].map((a) => a.dataset.user).sort().join() === "ann,cat";
+  for (const [who, page] of [["ann", ann], ["cat", cat]]) {
+    await page.waitForFunction(twoLeft, null, { timeout: WAIT });
+    out[`${who}AvatarsAfterBenLeft`] = await page.$$eval("#presence .avatar", (a) => a.map((x) => x.dataset.user).sort());
+  }
 } catch (e) {
   out.failure = String(e && e.stack ? e.stack : e);
 } finally {

@@ -37,6 +37,7 @@ const view = (page) => page.evaluate(() => ({
     from: h.dataset.from, to: h.dataset.to, result: h.dataset.result, text: h.textContent,
   })),
   timeline: [...document.querySelectorAll(".tl-row.handoff")].map((r) => r.textContent),
+  speaking: document.querySelector("#active-agent")?.textContent ?? null,
 }));
 
 let live;

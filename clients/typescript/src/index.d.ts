@@ -113,7 +113,7 @@ export type Command =
 export interface EventFrame { type: 'event'; threadId: string; seq: number; event: AgUiEvent }
 export interface SnapshotFrame {
   type: 'snapshot'; threadId: string; seq: number; messages: AgUiMessage[]; state: unknown;
-  run: RunInfo | null; headRunId: string | null; activeAgent: string | null; interrupts: Interrupt[]; reset?: boolean;
+  run: RunInfo | null; headRunId: string | null; activeAgent: string | null; activeAgentBy?: string | null; interrupts: Interrupt[]; reset?: boolean;
   /** The epoch of the history `seq` belongs to, when the gateway names it. */
   epoch?: string;
 }

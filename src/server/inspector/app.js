@@ -391,6 +391,8 @@ function newThreadView(id, box = '#conversation') {
       const conversation = this.box();
       // The snapshot's messages are named when the run tree arrives.
       this.liveAgent = frame.run?.status === 'running' ? frame.run.agent : null;
+      this.turnBy = frame.run?.status === 'running' ? frame.run.startedBy : null;
+      this.showActiveAgent(frame.activeAgent, frame.activeAgentBy, true);
       following(conversation, () => {
         this.resetConversation();
         for (const message of frame.messages || []) this.renderMessage(message);
@@ -448,6 +450,7 @@ function newThreadView(id, box = '#conversation') {
         case 'RUN_STARTED':
           this.setRun('running', e.runId);
           this.liveAgent = e['agui-gateway']?.agent ?? this.liveAgent;
+          this.noteRunAgent(e['agui-gateway']);
           // A run that answers interrupts: everyone watching sees the
           // answer where the question was, before the form goes away.
           if (Array.isArray(e.input?.resume)) for (const entry of e.input.resume) this.renderAnswer(entry);
@@ -651,10 +654,40 @@ function newThreadView(id, box = '#conversation') {
       const to = switched ? v.agent : v.toAgent;
       const result = switched ? 'switched' : v.result || 'accepted';
       if (result === 'accepted' || switched) this.liveAgent = to;
+      if (switched) this.showActiveAgent(to, v.by, true);
+      else if (result === 'accepted') this.showActiveAgent(to, this.turnBy);
       const text = switched
         ? `⇄ ${v.by || 'someone'} switched the thread to ${to}`
         : `⇄ handoff ${v.fromAgent || '?'} → ${to || '?'}${result === 'accepted' ? '' : ` (${result})`}${v.reason ? `: ${v.reason}` : ''}`;
       this.place(e.subagentRunId).append(el('div', { class: 'marker handoff', 'data-from': v.fromAgent || '', 'data-to': to || '', 'data-result': result, text }));
+    },
+
+    /** The header's "speaking" pill: the agent replies go to and who put
+     *  it there (the snapshot's `activeAgentBy`, then live: a switch's
+     *  `by`, the caller of a run that moved to a new agent or of the run a
+     *  handoff took place in). Only the live view owns the header. */
+    showActiveAgent(agent, by, always = false) {
+      if (box !== '#conversation') return;
+      const pill = $('#active-agent');
+      if (!agent) {
+        pill.hidden = true;
+        return;
+      }
+      const changed = always || agent !== this.activeAgent || !this.activeAgentBy;
+      this.activeAgent = agent;
+      if (changed) this.activeAgentBy = by || null;
+      pill.hidden = false;
+      pill.dataset.agent = agent;
+      pill.dataset.by = this.activeAgentBy || '';
+      pill.textContent = `speaking: ${agent}${this.activeAgentBy ? ` · by ${this.activeAgentBy}` : ''}`;
+    },
+
+    /** A run's stamp, as it starts: a run (not a handoff) makes its agent
+     *  the one speaking, credited to its caller if that is a change. */
+    noteRunAgent(stamp) {
+      if (!stamp) return;
+      this.turnBy = stamp.by ?? null;
+      if (stamp.agent && stamp.kind !== 'handoff') this.showActiveAgent(stamp.agent, stamp.by);
     },
 
     thinking(id, subagentRunId) {
@@ -1016,6 +1049,7 @@ function openThread(id, mayNotExist = false) {
   for (const box of ['#notices', '#meta-list', '#timeline tbody', '#conversation', '#state-tree', '#interrupts', '#runs', '#runs-count']) $(box).replaceChildren();
   backToLive();
   $('#run-status').textContent = '';
+  $('#active-agent').hidden = true;
   $('#cancel-run').hidden = true;
   $('#timeline-filter').replaceChildren(el('option', { value: '', text: 'all types' }));
   $('#timeline-earlier').hidden = true;
