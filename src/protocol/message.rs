@@ -140,6 +140,15 @@ impl Message {
         }
     }
 
+    /// Whether its text holds `needle` (a closed message's, searched
+    /// without parsing; an open one answers true: look at its value).
+    pub fn json_mentions(&self, needle: &str) -> bool {
+        match &self.0 {
+            Form::Open(_) => true,
+            Form::Closed(c) => c.json.get().contains(needle),
+        }
+    }
+
     /// The message as a value: borrowed when open, parsed when closed.
     pub fn value(&self) -> Cow<'_, Value> {
         match &self.0 {

@@ -26,6 +26,7 @@ use crate::protocol::authorship::{Authors, RunAgent};
 use crate::protocol::event::now_millis;
 use crate::protocol::hooks::RunInput;
 use crate::protocol::lineage::Stamp;
+use crate::protocol::message::Message;
 use crate::protocol::{Event, PROTOCOL_VERSION};
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
@@ -178,20 +179,90 @@ pub(super) fn restore_thread_id(event: Event, alias: &str, thread_id: &str) -> E
 
 /// History for agent `agent` without what must not go back upstream:
 /// `activity` messages, and `encryptedValue`s another agent's run produced.
-pub(super) fn for_upstream(messages: &[Value], authors: &Authors, agent: &str) -> Vec<Value> {
+pub(super) fn for_upstream(
+    messages: &[Value],
+    authors: &Authors,
+    agent: &str,
+) -> Vec<Sent<'static>> {
     messages
         .iter()
         .filter(|m| m.get("role").and_then(Value::as_str) != Some("activity"))
         .map(|m| {
             let id = m.get("id").and_then(Value::as_str);
             let own = matches!(authors.of_message(id), RunAgent::Agent(a) if &**a == agent);
-            if own {
+            Sent::Value(if own {
                 m.clone()
             } else {
                 without_encrypted_values(m.clone())
-            }
+            })
         })
         .collect()
+}
+
+/// A message of the history a run sends upstream: the fold's own (its text
+/// written as it is kept) or a value built for this run.
+///
+/// Why not values throughout: the history is the whole conversation, sent
+/// at every run's start; parsing each kept message into a tree and cloning
+/// it again to filter it cost two trees of the conversation per run start
+/// (five times its text each) before the body was written, O(the
+/// conversation) of memory a long thread's run start took for nothing.
+pub(super) enum Sent<'a> {
+    Kept(&'a Message),
+    Value(Value),
+}
+
+impl Sent<'_> {
+    fn into_value(self) -> Value {
+        match self {
+            Sent::Kept(m) => m.to_value(),
+            Sent::Value(v) => v,
+        }
+    }
+}
+
+impl serde::Serialize for Sent<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Sent::Kept(m) => m.serialize(s),
+            Sent::Value(v) => v.serialize(s),
+        }
+    }
+}
+
+/// [`for_upstream`] of the fold's conversation, with `edits` (messages a
+/// client re-sent under a known id) in place and `new` after it: kept
+/// messages go as their text unless they need changing.
+fn fold_for_upstream<'a>(
+    fold: &'a crate::protocol::fold::Fold,
+    edits: &[Value],
+    new: &[Value],
+    agent: &str,
+) -> Vec<Sent<'a>> {
+    let authors = fold.authors();
+    let own =
+        |id: Option<&str>| matches!(authors.of_message(id), RunAgent::Agent(a) if &**a == agent);
+    let mut out = Vec::with_capacity(fold.messages().len() + new.len());
+    for m in fold.messages() {
+        let id = m.id();
+        if let Some(edit) = edits.iter().find(|s| id.is_some() && message_id(s) == id) {
+            out.extend(for_upstream(std::slice::from_ref(edit), authors, agent));
+            continue;
+        }
+        if m.role() == "activity" {
+            continue;
+        }
+        // Only a message carrying an encrypted value another agent made
+        // needs changing (the text is searched first: most carry none).
+        let encrypted = m.is_open() || m.json_mentions("encryptedValue");
+        if encrypted && !own(id) {
+            out.push(Sent::Value(without_encrypted_values(m.to_value())));
+        } else {
+            out.push(Sent::Kept(m));
+        }
+    }
+    out.extend(for_upstream(new, authors, agent));
+    out
 }
 
 fn without_encrypted_values(mut m: Value) -> Value {
@@ -322,19 +393,24 @@ fn linear_input(thread_id: &str, inner: &Inner, req: &RunRequest, stamp: Stamp) 
                 .collect();
             // History from the fold, with any message the client re-sent
             // under a known id replaced by its edit.
-            let mut all: Vec<Value> = fold
-                .messages()
-                .iter()
-                .map(|m| {
-                    let id = m.id();
-                    messages
-                        .iter()
-                        .find(|s| id.is_some() && message_id(s) == id)
-                        .map_or_else(|| m.to_value(), Value::clone)
-                })
-                .collect();
-            all.extend(new.iter().cloned());
-            let history = for_upstream(&all, fold.authors(), &req.agent.id);
+            let restated = if edited(messages) {
+                let mut all: Vec<Value> = fold
+                    .messages()
+                    .iter()
+                    .map(|m| {
+                        let id = m.id();
+                        messages
+                            .iter()
+                            .find(|s| id.is_some() && message_id(s) == id)
+                            .map_or_else(|| m.to_value(), Value::clone)
+                    })
+                    .collect();
+                all.extend(new.iter().cloned());
+                snapshot(all)
+            } else {
+                Vec::new()
+            };
+            let history = fold_for_upstream(fold, messages, &new, &req.agent.id);
             let state = state.clone().unwrap_or_else(|| fold.state().clone());
             let (body, journal) =
                 incremental_body(thread_id, req, None, new, history, state, forwarded_props);
@@ -342,11 +418,7 @@ fn linear_input(thread_id: &str, inner: &Inner, req: &RunRequest, stamp: Stamp) 
                 body,
                 journal_input: journal,
                 stamp,
-                restated: if edited(messages) {
-                    snapshot(all)
-                } else {
-                    Vec::new()
-                },
+                restated,
                 upstream_thread: None,
             }
         }
@@ -359,7 +431,7 @@ fn incremental_body(
     req: &RunRequest,
     parent: Option<&str>,
     new: Vec<Value>,
-    history: Vec<Value>,
+    history: Vec<Sent<'_>>,
     state: Value,
     forwarded_props: &Option<Value>,
 ) -> (Bytes, Value) {
@@ -391,9 +463,26 @@ fn incremental_body(
         "forwardedProps".into(),
         forwarded_props.clone().unwrap_or_else(|| json!({})),
     );
-    input.insert("messages".into(), Value::Array(history));
-    let body = Bytes::from(serde_json::to_vec(&input).expect("input serializes"));
+    let body = Bytes::from(with_messages(&input, &history));
     (body, Value::Object(journal))
+}
+
+/// `input` serialized with `messages` last (as the stock client writes it),
+/// the history written message by message where it is.
+fn with_messages(input: &Map<String, Value>, history: &[Sent<'_>]) -> Vec<u8> {
+    use serde::ser::{SerializeMap, Serializer};
+    let mut out = Vec::new();
+    let mut ser = serde_json::Serializer::new(&mut out);
+    let write = |ser: &mut serde_json::Serializer<&mut Vec<u8>>| -> serde_json::Result<()> {
+        let mut m = ser.serialize_map(Some(input.len() + 1))?;
+        for (k, v) in input {
+            m.serialize_entry(k, v)?;
+        }
+        m.serialize_entry("messages", history)?;
+        m.end()
+    };
+    write(&mut ser).expect("input serializes");
+    out
 }
 
 /// A run from another run than the head: that run's end plus the new
@@ -474,6 +563,7 @@ fn fork_input(
                 None => obj.remove("parentRunId"),
             };
             if let Some(obj) = body.as_object_mut() {
+                let history = history.into_iter().map(Sent::into_value).collect();
                 obj.insert("messages".into(), Value::Array(history));
                 obj.insert("state".into(), state.clone());
                 set_parent(obj);
