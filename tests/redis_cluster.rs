@@ -413,3 +413,70 @@ async fn a_run_survives_a_coordinated_failover_of_its_master() {
 async fn a_run_survives_the_loss_of_its_master() {
     a_run_survives_its_masters_failover(Failover::Killed).await;
 }
+
+/// Issue 34's load finding: at 1,000 concurrent runs one master answered a
+/// lease renewal late, and the node's heartbeat, which awaited every slot
+/// group's renewal together (and failed them all when one failed), renewed
+/// none until that call timed out: the leases on healthy masters expired
+/// and the other node closed their runs as `gateway_node_lost`. Here one
+/// master stops answering (`CLIENT PAUSE`) for longer than the response
+/// timeout: the runs whose leases it holds stop, the others run on and
+/// finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_master_costs_only_the_leases_it_holds() {
+    let cluster = RedisCluster::start().await;
+    let mut py = PyAgent::start("scripted_agent.py").await;
+    let a = node(&cluster, "a", &py, "2s").await;
+    let b = node(&cluster, "b", &py, "2s").await;
+    let t = token(json!({"sub": "alice"}));
+
+    // Node A runs eight gated threads (spread over the masters), node B
+    // watches them.
+    let mut runs = Vec::new();
+    for i in 0..8 {
+        let thread = format!("stuck-{i}");
+        let runner = run_until(
+            &a,
+            &t,
+            ("gated", &thread, &format!("r{i}")),
+            "TEXT_MESSAGE_CONTENT",
+        )
+        .await;
+        py.proc.expect_line_containing(&format!("GATED r{i}")).await;
+        let mut viewer = subscribe(&b, &t, &thread, 0).await;
+        viewer
+            .recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_CONTENT")
+            .await;
+        let master = keys_matching(&cluster, &format!("*:default/{thread}:lease"))[0].0;
+        runs.push((master, runner, viewer));
+    }
+    let stuck = runs[0].0;
+    assert!(
+        runs.iter().any(|(m, ..)| *m != stuck),
+        "leases on several masters"
+    );
+
+    // The master of the first thread stops answering for 7 s (the response
+    // timeout is 5 s; the leases live 1.33 s, renewed every 0.33 s).
+    let paused = cluster.nodes.iter().find(|n| n.port == stuck).unwrap();
+    assert_eq!(paused.cli(&["CLIENT", "PAUSE", "7000", "ALL"]).trim(), "OK");
+    // Its runs stop: their leases cannot be confirmed.
+    for (_, runner, _) in runs.iter_mut().filter(|(m, ..)| *m == stuck) {
+        let ended = runner.recv_until(is_terminal_frame).await;
+        assert_eq!(ended.last().unwrap()["event"]["type"], "RUN_ERROR");
+    }
+    // The others ran on through it: released, each finishes on both nodes.
+    http().post(py.url("release")).send().await.unwrap();
+    for (master, runner, viewer) in runs.iter_mut().filter(|(m, ..)| *m != stuck) {
+        for ws in [runner, viewer] {
+            let ended = journal(&ws.recv_until(is_terminal_frame).await);
+            assert_eq!(
+                ended.last().unwrap().1,
+                "RUN_FINISHED",
+                "a run on master {master} (not {stuck}): {ended:?}\nnode a: {}\nnode b: {}",
+                a.proc.stderr(),
+                b.proc.stderr()
+            );
+        }
+    }
+}
