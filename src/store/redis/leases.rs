@@ -230,14 +230,17 @@ impl Renewer {
     }
 }
 
+/// A lease key and the value this node holds it with.
+type HeldValue = (String, Arc<str>);
+
 /// The calls that renew `leases`: the heartbeat (group `""`), with every
 /// lease on one Redis; on a cluster one per slot group of leases (a script
 /// runs on one slot).
 fn renewal_groups(
     names: &KeyNamer,
     leases: Vec<(String, Arc<str>)>,
-) -> Vec<(String, Vec<(String, Arc<str>)>)> {
-    let mut groups: Vec<(String, Vec<(String, Arc<str>)>)> = vec![(String::new(), Vec::new())];
+) -> Vec<(String, Vec<HeldValue>)> {
+    let mut groups: Vec<(String, Vec<HeldValue>)> = vec![(String::new(), Vec::new())];
     for lease in leases {
         let group = names.lease_group(&lease.0);
         match groups.iter_mut().find(|(g, _)| g == group) {
