@@ -413,3 +413,217 @@ async fn a_run_survives_a_coordinated_failover_of_its_master() {
 async fn a_run_survives_the_loss_of_its_master() {
     a_run_survives_its_masters_failover(Failover::Killed).await;
 }
+
+/// Issue 34's load finding: at 1,000 concurrent runs one master answered a
+/// lease renewal late, and the node's heartbeat, which awaited every slot
+/// group's renewal together (and failed them all when one failed), renewed
+/// none until that call timed out: the leases on healthy masters expired
+/// and the other node closed their runs as `gateway_node_lost`. Here one
+/// master stops answering (`CLIENT PAUSE`) for longer than the response
+/// timeout: the runs whose leases it holds stop, the others run on and
+/// finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_master_costs_only_the_leases_it_holds() {
+    let cluster = RedisCluster::start().await;
+    let mut py = PyAgent::start("scripted_agent.py").await;
+    let a = node(&cluster, "a", &py, "2s").await;
+    let b = node(&cluster, "b", &py, "2s").await;
+    let t = token(json!({"sub": "alice"}));
+
+    // Node A runs eight gated threads (spread over the masters), node B
+    // watches them.
+    let mut runs = Vec::new();
+    for i in 0..8 {
+        let thread = format!("stuck-{i}");
+        let runner = run_until(
+            &a,
+            &t,
+            ("gated", &thread, &format!("r{i}")),
+            "TEXT_MESSAGE_CONTENT",
+        )
+        .await;
+        py.proc.expect_line_containing(&format!("GATED r{i}")).await;
+        let mut viewer = subscribe(&b, &t, &thread, 0).await;
+        viewer
+            .recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_CONTENT")
+            .await;
+        let master = keys_matching(&cluster, &format!("*:default/{thread}:lease"))[0].0;
+        runs.push((master, runner, viewer));
+    }
+    let stuck = runs[0].0;
+    assert!(
+        runs.iter().any(|(m, ..)| *m != stuck),
+        "leases on several masters"
+    );
+
+    // The master of the first thread stops answering for 7 s (the response
+    // timeout is 5 s; the leases live 1.33 s, renewed every 0.33 s).
+    let paused = cluster.nodes.iter().find(|n| n.port == stuck).unwrap();
+    assert_eq!(paused.cli(&["CLIENT", "PAUSE", "7000", "ALL"]).trim(), "OK");
+    // Its runs stop: their leases cannot be confirmed.
+    for (_, runner, _) in runs.iter_mut().filter(|(m, ..)| *m == stuck) {
+        let ended = runner.recv_until(is_terminal_frame).await;
+        assert_eq!(ended.last().unwrap()["event"]["type"], "RUN_ERROR");
+    }
+    // The others ran on through it: released, each finishes on both nodes.
+    http().post(py.url("release")).send().await.unwrap();
+    for (master, runner, viewer) in runs.iter_mut().filter(|(m, ..)| *m != stuck) {
+        for ws in [runner, viewer] {
+            let ended = journal(&ws.recv_until(is_terminal_frame).await);
+            assert_eq!(
+                ended.last().unwrap().1,
+                "RUN_FINISHED",
+                "a run on master {master} (not {stuck}): {ended:?}\nnode a: {}\nnode b: {}",
+                a.proc.stderr(),
+                b.proc.stderr()
+            );
+        }
+    }
+}
+
+/// Sends `signal` (`STOP`, `CONT`) to a Redis node.
+fn signal(node: &RedisServer, signal: &str) {
+    let pid = node.proc.child.id().expect("running").to_string();
+    let sent = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "kill -{signal} {pid}");
+}
+
+/// Issue 34: writes a master acknowledged and never sent to its replica are
+/// lost when it dies and the replica takes over (replication is
+/// asynchronous). Forced here: the replica is stopped (SIGSTOP) and its
+/// replication link cut before a run's events are written, the master
+/// killed, the replica resumed and promoted. Both nodes had seen those seqs: they must find the journal
+/// behind them, end the run with `RUN_ERROR`, and reset their viewers to
+/// what the cluster holds — never serve the shorter journal silently, nor
+/// write new events at seqs viewers already saw.
+///
+/// Ignored: it passes when the nodes' cluster client follows the failover,
+/// but about half the runs here the client stays on the dead master (its
+/// one slot refresh, on the lost connection, came before the replica was
+/// promoted; redis 1.8's cluster client then only reconnects to the dead
+/// address, and every command to those slots times out until the node
+/// restarts). Found by this test; to fix before it runs in CI (a new
+/// cluster connection when a master stays unreachable).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the redis cluster client may not follow this failover (see above)"]
+async fn writes_a_killed_master_never_replicated_are_found_lost_and_viewers_reset() {
+    let mut cluster = RedisCluster::start().await;
+    let mut py = PyAgent::start("scripted_agent.py").await;
+    let a = node(&cluster, "a", &py, "10s").await;
+    let b = node(&cluster, "b", &py, "10s").await;
+    let t = token(json!({"sub": "alice"}));
+
+    // A run the replica has (the master waits for its acknowledgement).
+    let (status, body) = post_run(&a.run_url("ok"), &t, &input("unrep", "r1", "hi")).await;
+    assert_eq!(status, 200, "{body}");
+    let kept = sse_events(&body).len() as u64;
+    let meta_key = keys_matching(&cluster, "*:default/unrep:meta")[0].1.clone();
+    let master = cluster.master_of(&meta_key).unwrap();
+    let master_port = master.port;
+    let replica_port = cluster.replicas_of(master)[0].port;
+    assert_eq!(master.cli(&["WAIT", "1", "5000"]).trim(), "1");
+    let index = |port: u16| cluster.nodes.iter().position(|n| n.port == port).unwrap();
+    let (master, replica) = (index(master_port), index(replica_port));
+
+    // The replica stops taking the master's writes; a run streams on A,
+    // watched from both nodes: acknowledged seqs only the master has.
+    // (Stopped, and its link cut: what the master had already put in the
+    // link's socket would still reach it once resumed.)
+    signal(&cluster.nodes[replica], "STOP");
+    let cut = cluster.nodes[master].cli(&["CLIENT", "KILL", "TYPE", "replica"]);
+    assert_eq!(cut.trim(), "1", "the replica's link");
+    let mut runner = Ws::connect(&a, WsAuth::Header(&t)).await.unwrap();
+    runner.send(run_frame("gated", "unrep", "r2")).await;
+    assert_eq!(answer(&mut runner, "r2").await["type"], "ack");
+    py.proc.expect_line_containing("GATED r2").await;
+    let mut viewers = Vec::new();
+    for gw in [&a, &b] {
+        let mut v = subscribe(gw, &t, "unrep", kept).await;
+        let seen = v
+            .recv_until(|f| f["event"]["type"] == "TEXT_MESSAGE_CONTENT")
+            .await;
+        assert!(seqs(&seen).iter().all(|s| *s > kept), "{seen:?}");
+        viewers.push(v);
+    }
+
+    // The master dies; the replica resumes and takes over without them.
+    cluster.nodes[master].kill().await;
+    signal(&cluster.nodes[replica], "CONT");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while cluster.master_of(&meta_key).map(|m| m.port) != Some(replica_port) {
+        assert!(std::time::Instant::now() < deadline, "no failover");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    cluster.wait_until_ok().await;
+    let stored = cluster.nodes[replica].cli(&["HGET", &meta_key, "last_seq"]);
+    assert_eq!(stored.trim(), kept.to_string(), "the replica lacks run r2");
+
+    // Found: viewers on both nodes get a reset snapshot of what the cluster
+    // holds, the run ends with an error, and it is said loudly.
+    http().post(py.url("release")).send().await.unwrap();
+    let since = std::time::Instant::now();
+    loop {
+        let reply = http()
+            .post(a.url("/v1/threads/unrep/meta"))
+            .bearer_auth(&t)
+            .json(&json!({"metaType": "note", "payload": {}}))
+            .send()
+            .await
+            .unwrap();
+        let status = reply.status().as_u16();
+        let body = reply.text().await.unwrap();
+        // `unavailable` while the node finds the loss (retry, as the
+        // protocol says), then stored after what the cluster holds.
+        if status != 503 {
+            assert_eq!(status, 200, "{body}");
+            break;
+        }
+        assert!(since.elapsed() < WAIT, "{body}");
+    }
+    for v in &mut viewers {
+        let frames = tokio::time::timeout(WAIT / 2, v.recv_until(|f| f["type"] == "snapshot"))
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "no reset\nnode a: {}\nnode b: {}",
+                    a.proc.stderr(),
+                    b.proc.stderr()
+                )
+            });
+        let reset = frames.last().unwrap();
+        assert_eq!(reset["reset"], true, "{reset}");
+        assert_eq!(reset["seq"], kept, "{reset}");
+    }
+    // The run's own client: its run ends with an error, or it is reset too.
+    let ended = runner
+        .recv_until(|f| is_terminal_frame(f) || f["type"] == "snapshot")
+        .await;
+    let last = ended.last().unwrap();
+    assert!(
+        last["reset"] == true || last["event"]["type"] == "RUN_ERROR",
+        "{ended:?}"
+    );
+    a.proc.expect_stderr("JOURNAL LOST HISTORY").await;
+    // The thread goes on after what the cluster holds, on both nodes, and
+    // a late replay is the cluster's journal, gapless.
+    let mut again = input("unrep", "r3", "once more");
+    again["messages"][0]["id"] = "u-r3".into();
+    let (status, body) = post_run(&b.run_url("ok"), &t, &again).await;
+    assert_eq!(status, 200, "{body}");
+    for v in &mut viewers {
+        let frames = v.recv_until(is_terminal_frame).await;
+        let seqs = seqs(&frames);
+        assert_eq!(
+            seqs.first(),
+            Some(&(kept + 1)),
+            "after the reset: {frames:?}"
+        );
+    }
+    let mut late = subscribe(&a, &t, "unrep", 0).await;
+    let replay = journal(&late.recv_until(is_terminal_frame).await);
+    let replay: Vec<u64> = replay.iter().map(|(s, _)| *s).collect();
+    assert_eq!(replay, (1..=*replay.last().unwrap()).collect::<Vec<_>>());
+}

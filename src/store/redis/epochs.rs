@@ -32,6 +32,13 @@ struct Known {
     last: u64,
 }
 
+/// What a node knew of a journal when it sent a read ([`Journals::sent`]).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Sent {
+    epoch: Option<String>,
+    last: u64,
+}
+
 /// The journals of the threads this node holds (bounded by them: an entry
 /// lives from the thread's first watch to its last unwatch).
 #[derive(Debug, Default)]
@@ -83,52 +90,74 @@ impl Journals {
         )
     }
 
-    /// The highest seq this node knows durable of `member` (0: none known).
-    pub(super) fn known_last(&self, member: &str) -> u64 {
-        self.known.get(member).map_or(0, |k| k.last)
+    /// What this node knows of `member` now: taken before a read is sent,
+    /// it is what the answer must hold at least ([`Journals::observe`]).
+    pub(super) fn sent(&self, member: &str) -> Sent {
+        self.known
+            .get(member)
+            .map(|k| Sent {
+                epoch: k.epoch.clone(),
+                last: k.last,
+            })
+            .unwrap_or_default()
     }
 
     /// Checks what the store says of `member` against what this node knows,
-    /// and learns it: `Err` (with why) when the epoch changed, or when the
-    /// store ends before `floor`: what this node knew durable when it sent
-    /// the read that answered `last` ([`Journals::known_last`] then). Not
-    /// what it knows now: a publication or an acknowledgement handled while
-    /// the read was on its way may name later seqs than the store held when
-    /// it answered, and taking that for lost history reloaded the thread
-    /// and reset its viewers for nothing (a cluster test caught it: one
-    /// viewer got a run's events twice, another a gap). A publication's
-    /// seqs may be older than a read-back already learned, so it checks
-    /// only its epoch (`floor` = `None`).
+    /// and learns it: `Err` (with why) when the journal is not the one this
+    /// node knew. A read (`sent`: what this node knew when it sent it, see
+    /// [`Journals::sent`]) must carry the epoch known then and not end
+    /// before the seq known then. Not what is known now: a publication, an
+    /// acknowledgement or another read handled while the read was on its
+    /// way may name a journal or seqs the store did not hold yet when it
+    /// answered. Taking later seqs for lost history reloaded the thread and
+    /// reset its viewers for nothing (a cluster test caught it: one viewer
+    /// got a run's events twice, another a gap); taking a later epoch for
+    /// it reported brand-new threads "lost, epoch gone, seen up to seq 0"
+    /// at 1,000 concurrent runs on a loaded machine: a read sent before the
+    /// run's lease created the journal, handled after another read had
+    /// learned its epoch. A publication's seqs may be older than a read-back
+    /// already learned, so it checks only the epoch known now (`sent` =
+    /// `None`).
     pub(super) fn observe(
         &self,
         member: &str,
         epoch: Option<&str>,
         last: u64,
-        floor: Option<u64>,
+        sent: Option<&Sent>,
     ) -> Result<(), String> {
         let Some(mut k) = self.known.get_mut(member) else {
             return Ok(());
         };
-        if let Some(known) = &k.epoch {
-            if epoch != Some(known.as_str()) {
+        let must = match sent {
+            None => k.epoch.as_deref(),
+            // No epoch known when it was sent: the answer may predate the
+            // journal, and holds the node to nothing.
+            Some(sent) => sent.epoch.as_deref(),
+        };
+        if let Some(must) = must {
+            if epoch != Some(must) {
                 return Err(format!(
-                    "its epoch is {} instead of {known} (this node had seen up to seq {})",
+                    "its epoch is {} instead of {must} (this node had seen up to seq {})",
                     epoch.unwrap_or("gone"),
                     k.last
                 ));
             }
-            if let Some(floor) = floor
-                && last < floor
+            if let Some(sent) = sent
+                && last < sent.last
             {
                 return Err(format!(
-                    "it ends at seq {last}, but this node had seen seq {floor} durable"
+                    "it ends at seq {last}, but this node had seen seq {} durable",
+                    sent.last
                 ));
             }
         }
-        if epoch.is_some() {
+        if k.epoch.is_none() {
             k.epoch = epoch.map(str::to_owned);
         }
-        k.last = k.last.max(last);
+        // Seqs of the journal known (not of a stale answer's).
+        if epoch.is_none() || epoch == k.epoch.as_deref() {
+            k.last = k.last.max(last);
+        }
         Ok(())
     }
 
@@ -305,7 +334,11 @@ mod tests {
         journals.watch("t/a");
         // Nothing known yet: anything is learned.
         assert_eq!(journals.expected("t/a"), (String::new(), 0));
-        assert!(journals.observe("t/a", Some("e1"), 5, Some(0)).is_ok());
+        assert!(
+            journals
+                .observe("t/a", Some("e1"), 5, Some(&Sent::default()))
+                .is_ok()
+        );
         assert_eq!(journals.expected("t/a"), ("e1".into(), 5));
         // A publication older than what a read-back learned is no loss ...
         assert!(journals.observe("t/a", Some("e1"), 3, None).is_ok());
@@ -313,24 +346,53 @@ mod tests {
         // ... nor a read sent when seq 3 was the latest known, answered
         // before seqs 4 and 5 were written, and handled after a publication
         // of 5 ...
-        assert!(journals.observe("t/a", Some("e1"), 3, Some(3)).is_ok());
+        let at3 = Sent {
+            epoch: Some("e1".into()),
+            last: 3,
+        };
+        assert!(journals.observe("t/a", Some("e1"), 3, Some(&at3)).is_ok());
         assert_eq!(journals.expected("t/a"), ("e1".into(), 5));
         // ... but a store ending before what was known when the read was
         // sent is (restored from a snapshot),
-        let floor = journals.known_last("t/a");
-        assert!(journals.observe("t/a", Some("e1"), 4, Some(floor)).is_err());
+        let sent = journals.sent("t/a");
+        assert!(journals.observe("t/a", Some("e1"), 4, Some(&sent)).is_err());
         // as is another epoch (a new journal) or none (flushed).
         assert!(journals.observe("t/a", Some("e2"), 9, None).is_err());
-        assert!(journals.observe("t/a", None, 0, Some(0)).is_err());
+        assert!(journals.observe("t/a", None, 0, Some(&sent)).is_err());
         // A whole load is what the node knows from then on.
         journals.loaded("t/a", Some("e2".into()), 1);
-        assert!(journals.observe("t/a", Some("e2"), 1, Some(1)).is_ok());
+        let sent = journals.sent("t/a");
+        assert!(journals.observe("t/a", Some("e2"), 1, Some(&sent)).is_ok());
         assert!(!journals.recently_lost(std::time::Duration::from_secs(60)));
         journals.lost("thread a", "a test");
         assert!(journals.recently_lost(std::time::Duration::from_secs(60)));
         // Threads not held are not tracked (bounded by what the node holds).
         journals.unwatch("t/a");
-        assert!(journals.observe("t/a", Some("e3"), 0, Some(0)).is_ok());
+        assert!(journals.observe("t/a", Some("e3"), 0, Some(&sent)).is_ok());
         assert_eq!(journals.expected("t/a"), (String::new(), 0));
+    }
+
+    #[test]
+    fn a_read_sent_before_a_new_journal_was_known_does_not_lose_it() {
+        let journals = Journals::default();
+        journals.watch("t/new");
+        // A read sent while the thread had no journal yet ...
+        let before = journals.sent("t/new");
+        // ... a run's lease creates it (epoch e1, nothing written), and
+        // another read learns that ...
+        let after = journals.sent("t/new");
+        assert!(
+            journals
+                .observe("t/new", Some("e1"), 0, Some(&after))
+                .is_ok()
+        );
+        // ... before the first read's answer (no journal) is handled: no
+        // loss, and the epoch stays known.
+        assert!(journals.observe("t/new", None, 0, Some(&before)).is_ok());
+        assert_eq!(journals.expected("t/new"), ("e1".into(), 0));
+        assert!(!journals.recently_lost(std::time::Duration::from_secs(60)));
+        // A read sent once e1 was known that finds none is a loss.
+        let known = journals.sent("t/new");
+        assert!(journals.observe("t/new", None, 0, Some(&known)).is_err());
     }
 }

@@ -17,126 +17,238 @@ pub(super) struct HeldLease {
 }
 
 /// Records this node alive and renews its leases every
-/// [`LeaseTiming::renew_every`], in one script call. A lease Redis no longer
-/// has as ours, or one not confirmed for the key's whole time to live (Redis
-/// unreachable: another node may take over once it expires), is lost: its
-/// run is told to stop.
+/// [`LeaseTiming::renew_every`]. A lease Redis no longer has as ours, or one
+/// not confirmed for the key's whole time to live (Redis unreachable:
+/// another node may take over once it expires), is lost: its run is told to
+/// stop.
+///
+/// Each call (the store's identity, and on a cluster one renewal per slot
+/// group) runs on its own and the loop never waits for one: a slow or
+/// failing master must cost only the leases it holds. When the loop awaited
+/// every group together, one call stuck until its response timeout (5 s, a
+/// loaded master at 1,000 concurrent runs) held back the renewal of every
+/// other group past the leases' time to live (⅔ of `lease_ttl`), and one
+/// failing group failed them all: healthy masters' leases expired, and
+/// another node closed their runs as `gateway_node_lost`.
 pub(super) async fn heartbeat(
-    mut conn: Conn,
+    conn: Conn,
     held: Arc<DashMap<String, HeldLease>>,
     (ttl, names, instance): (std::time::Duration, KeyNamer, String),
     healthy: Arc<AtomicBool>,
     (journals, controls): (Arc<Journals>, mpsc::UnboundedSender<Control>),
 ) {
-    let identity_key = names.identity();
-    let script = Script::new(RENEW);
-    let identity_script = Script::new(IDENTITY);
-    // The store's identity as last seen: a flushed or emptied store has lost
-    // it (a new one is written), and every journal this node holds is then
-    // checked against the store (see [`super::epochs`]).
-    let mut identity: Option<String> = None;
+    let identity = Arc::new(Mutex::new(None));
     let timing = LeaseTiming::of(ttl);
-    let ttl = timing.key_ttl;
+    let renewer = Renewer {
+        conn,
+        script: Script::new(RENEW),
+        names,
+        instance,
+        ttl: timing.key_ttl,
+        held,
+        healthy,
+        in_flight: Arc::new(Mutex::new(std::collections::HashSet::new())),
+    };
     let mut tick = tokio::time::interval(timing.renew_every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let candidate = uuid::Uuid::new_v4().to_string();
-        match identity_script
-            .key(&identity_key)
-            .arg(&candidate)
-            .invoke_async::<String>(&mut conn)
-            .await
-        {
-            Ok(now) => {
-                if identity.as_ref().is_some_and(|before| *before != now) {
+        if let Some(call) = renewer.start("identity") {
+            let check = check_identity(
+                renewer.conn.clone(),
+                renewer.names.identity(),
+                identity.clone(),
+            );
+            let (journals, controls) = (journals.clone(), controls.clone());
+            tokio::spawn(async move {
+                if let Some((before, now)) = check.await {
                     journals.lost(
                         "the whole store",
-                        &format!(
-                            "its identity changed from {} to {now} (flushed, or restarted empty)",
-                            identity.as_deref().unwrap_or_default()
-                        ),
+                        &format!("its identity changed from {before} to {now} (flushed, or restarted empty)"),
                     );
                     let _ = controls.send(Control::Resync);
                 }
-                identity = Some(now);
-            }
-            Err(e) => tracing::debug!("reading the store's identity failed (redis): {e}"),
+                drop(call);
+            });
         }
-        let leases: Vec<(String, Arc<str>)> = held
-            .iter()
-            .map(|l| (l.key().clone(), l.value.clone()))
-            .collect();
-        let now = std::time::Instant::now();
-        match renew(&mut conn, &script, (&names, &instance, ttl), &leases).await {
-            Ok(kept) => {
-                healthy.store(true, Ordering::Release);
-                for ((key, value), kept) in leases.iter().zip(kept) {
-                    if kept == 1 {
-                        if let Some(mut l) = held.get_mut(key) {
-                            l.confirmed = now;
-                        }
-                    } else if let Some((_, l)) = held.remove_if(key, |_, l| l.value == *value) {
-                        tracing::info!(lease = %key, "run lease gone (its run ended, or another node took over); its run stops");
-                        l.lost.cancel();
-                    }
-                }
-            }
-            Err(e) => {
-                tracing::warn!("renewing run leases failed (redis): {e}");
-                held.retain(|key, l| {
-                    let keep = l.confirmed.elapsed() < ttl;
-                    if !keep {
-                        tracing::warn!(lease = %key, "run lease not renewed within its time to live; stopping its run");
-                        l.lost.cancel();
-                    }
-                    keep
-                });
-            }
-        }
+        renewer.renew_all();
+        renewer.expire_unconfirmed();
     }
 }
 
-/// Records this node alive and renews `leases`: one [`RENEW`] call on one
-/// Redis; on a cluster one for the heartbeat and one per slot group of
-/// leases (a script runs on one slot), sent at once. 1 per lease kept.
-async fn renew(
-    conn: &mut Conn,
-    script: &Script,
-    (names, instance, ttl): (&KeyNamer, &str, std::time::Duration),
-    leases: &[(String, Arc<str>)],
-) -> ::redis::RedisResult<Vec<i64>> {
-    let ttl = ttl.as_millis() as u64;
-    let mut groups: Vec<(&str, Vec<usize>)> = vec![("", Vec::new())];
-    for (i, (key, _)) in leases.iter().enumerate() {
-        let group = names.lease_group(key);
-        match groups.iter_mut().find(|(g, _)| *g == group) {
-            Some((_, members)) => members.push(i),
-            None => groups.push((group, vec![i])),
+/// Reads (or writes, on an empty store) the store's identity: the one seen
+/// before and the one now when it changed (flushed, or restarted empty);
+/// every journal this node holds must then be checked against the store
+/// (see [`super::epochs`]).
+async fn check_identity(
+    mut conn: Conn,
+    key: String,
+    seen: Arc<Mutex<Option<String>>>,
+) -> Option<(String, String)> {
+    let candidate = uuid::Uuid::new_v4().to_string();
+    let now = match Script::new(IDENTITY)
+        .key(&key)
+        .arg(&candidate)
+        .invoke_async::<String>(&mut conn)
+        .await
+    {
+        Ok(now) => now,
+        Err(e) => {
+            tracing::debug!("reading the store's identity failed (redis): {e}");
+            return None;
+        }
+    };
+    let before = seen
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .replace(now.clone());
+    before
+        .filter(|before| *before != now)
+        .map(|before| (before, now))
+}
+
+/// What the heartbeat needs to renew the leases, shared by its calls.
+#[derive(Clone)]
+struct Renewer {
+    conn: Conn,
+    script: Script,
+    names: KeyNamer,
+    instance: String,
+    /// The lease keys' time to live.
+    ttl: std::time::Duration,
+    held: Arc<DashMap<String, HeldLease>>,
+    healthy: Arc<AtomicBool>,
+    /// The calls under way, by name: a call not answered by the next tick
+    /// is not sent again on top of it (that would pile up on a slow master).
+    in_flight: Arc<Mutex<std::collections::HashSet<String>>>,
+}
+
+/// A call under way; it leaves [`Renewer::in_flight`] when dropped.
+struct InFlight {
+    name: String,
+    set: Arc<Mutex<std::collections::HashSet<String>>>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.set
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.name);
+    }
+}
+
+impl Renewer {
+    /// Marks call `name` under way, unless it already is.
+    fn start(&self, name: &str) -> Option<InFlight> {
+        let mut set = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        set.insert(name.to_owned()).then(|| InFlight {
+            name: name.to_owned(),
+            set: self.in_flight.clone(),
+        })
+    }
+
+    /// Sends the heartbeat and one renewal per slot group (one call on one
+    /// Redis), each on its own task.
+    fn renew_all(&self) {
+        let leases: Vec<(String, Arc<str>)> = self
+            .held
+            .iter()
+            .map(|l| (l.key().clone(), l.value.clone()))
+            .collect();
+        for (group, members) in renewal_groups(&self.names, leases) {
+            let Some(call) = self.start(&format!("group {group}")) else {
+                continue;
+            };
+            let renewer = self.clone();
+            tokio::spawn(async move {
+                renewer.renew_group(&group, &members).await;
+                drop(call);
+            });
         }
     }
-    let calls = groups.iter().map(|(group, members)| {
-        let mut invocation = script.prepare_invoke();
-        match members.first() {
-            // The heartbeat (with the leases of one Redis).
-            _ if group.is_empty() => invocation.key(names.nodes()).arg(ttl).arg(instance),
-            Some(first) => invocation.key(&leases[*first].0).arg(ttl).arg(""),
-            None => unreachable!("a group has a lease"),
+
+    /// Renews one group's leases (`""`: the heartbeat, and on one Redis
+    /// every lease) and settles what Redis answered.
+    async fn renew_group(&self, group: &str, leases: &[(String, Arc<str>)]) {
+        let sent = std::time::Instant::now();
+        let mut invocation = self.script.prepare_invoke();
+        let ttl = self.ttl.as_millis() as u64;
+        match leases.first() {
+            _ if group.is_empty() => invocation
+                .key(self.names.nodes())
+                .arg(ttl)
+                .arg(&self.instance),
+            Some((first, _)) => invocation.key(first).arg(ttl).arg(""),
+            None => return,
         };
-        for i in members {
-            invocation.key(&leases[*i].0).arg(&leases[*i].1[..]);
+        for (key, value) in leases {
+            invocation.key(key).arg(&value[..]);
         }
-        let mut conn = conn.clone();
-        async move { invocation.invoke_async::<Vec<i64>>(&mut conn).await }
-    });
-    let answers = futures::future::try_join_all(calls).await?;
-    let mut kept = vec![0; leases.len()];
-    for ((_, members), answer) in groups.iter().zip(answers) {
-        for (i, k) in members.iter().zip(answer) {
-            kept[*i] = k;
+        let mut conn = self.conn.clone();
+        match invocation.invoke_async::<Vec<i64>>(&mut conn).await {
+            Ok(kept) => {
+                if group.is_empty() {
+                    self.healthy.store(true, Ordering::Release);
+                }
+                for ((key, value), kept) in leases.iter().zip(kept) {
+                    self.settle(key, value, kept == 1, sent);
+                }
+            }
+            Err(e) => tracing::warn!(group, "renewing run leases failed (redis): {e}"),
         }
     }
-    Ok(kept)
+
+    /// Records what Redis said of one lease renewed by a call sent at `sent`.
+    fn settle(&self, key: &str, value: &Arc<str>, kept: bool, sent: std::time::Instant) {
+        if kept {
+            if let Some(mut l) = self.held.get_mut(key)
+                && l.value == *value
+            {
+                l.confirmed = l.confirmed.max(sent);
+            }
+        } else if let Some((_, l)) = self.held.remove_if(key, |_, l| l.value == *value) {
+            tracing::info!(lease = %key, "run lease gone (its run ended, or another node took over); its run stops");
+            l.lost.cancel();
+        }
+    }
+
+    /// Stops the runs whose lease Redis has not confirmed for the key's time
+    /// to live: it may have expired there, and another node take over.
+    fn expire_unconfirmed(&self) {
+        self.held.retain(|key, l| {
+            let keep = l.confirmed.elapsed() < self.ttl;
+            if !keep {
+                tracing::warn!(lease = %key, "run lease not renewed within its time to live; stopping its run");
+                l.lost.cancel();
+            }
+            keep
+        });
+    }
+}
+
+/// A lease key and the value this node holds it with.
+type HeldValue = (String, Arc<str>);
+
+/// The calls that renew `leases`: the heartbeat (group `""`), with every
+/// lease on one Redis; on a cluster one per slot group of leases (a script
+/// runs on one slot).
+fn renewal_groups(
+    names: &KeyNamer,
+    leases: Vec<(String, Arc<str>)>,
+) -> Vec<(String, Vec<HeldValue>)> {
+    let mut groups: Vec<(String, Vec<HeldValue>)> = vec![(String::new(), Vec::new())];
+    for lease in leases {
+        let group = names.lease_group(&lease.0);
+        match groups.iter_mut().find(|(g, _)| g == group) {
+            Some((_, members)) => members.push(lease),
+            None => groups.push((group.to_owned(), vec![lease])),
+        }
+    }
+    groups
 }
 
 impl RunLeases for RedisStore {

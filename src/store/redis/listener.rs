@@ -175,6 +175,7 @@ pub(super) async fn cluster_listen_loop(
     }
     let _ = subscribed.send(());
     let mut reconnected = false;
+    let resubscribing = Arc::new(AtomicBool::new(false));
     while let Some(push) = heard.recv().await {
         use ::redis::PushKind;
         let channel = match push.data.first() {
@@ -194,6 +195,15 @@ pub(super) async fn cluster_listen_loop(
             PushKind::Disconnection => {
                 tracing::warn!("redis cluster subscription lost; reconnecting");
                 reconnected = true;
+                if !resubscribing.load(Ordering::Acquire) {
+                    resubscribing.store(true, Ordering::Release);
+                    tokio::spawn(resubscribe(
+                        conn.clone(),
+                        listening.watched.clone(),
+                        listening.controls.clone(),
+                        resubscribing.clone(),
+                    ));
+                }
             }
             PushKind::Subscribe | PushKind::SSubscribe if reconnected => {
                 tracing::info!("redis cluster subscription back; reading back missed events");
@@ -212,6 +222,44 @@ pub(super) async fn cluster_listen_loop(
         }
     }
 }
+/// Subscribes every watched shard channel again after a connection to a
+/// master was lost, until each is (then reads back what was missed). The
+/// client subscribes again by itself on the address it lost; a master that
+/// was killed never comes back there, and its promoted replica never heard
+/// of the subscription (no `SUNSUBSCRIBE` comes from a dead master either):
+/// a node watching one of its threads stayed deaf to it, never read back,
+/// and never found the writes the dead master had not replicated (issue 34,
+/// `writes_a_killed_master_never_replicated_are_found_lost_and_viewers_reset`).
+/// `SSUBSCRIBE` routes by slot, so it goes to the new master once the
+/// client's slot map has it; subscribing a channel twice is harmless.
+async fn resubscribe(
+    mut conn: ::redis::cluster_async::ClusterConnection,
+    watched: Arc<DashMap<String, usize>>,
+    controls: mpsc::UnboundedSender<Control>,
+    running: Arc<AtomicBool>,
+) {
+    let mut backoff = std::time::Duration::from_millis(200);
+    let mut pending: Vec<String> = watched.iter().map(|c| c.key().clone()).collect();
+    while !pending.is_empty() && !controls.is_closed() {
+        tokio::time::sleep(backoff).await;
+        let mut failed = Vec::new();
+        for channel in pending {
+            if !watched.contains_key(&channel) {
+                continue;
+            }
+            if let Err(e) = conn.ssubscribe(&channel).await {
+                tracing::debug!(channel = %channel, "subscribing again failed (retried): {e}");
+                failed.push(channel);
+            }
+        }
+        pending = failed;
+        backoff = (backoff * 2).min(std::time::Duration::from_secs(2));
+    }
+    running.store(false, Ordering::Release);
+    tracing::info!("redis cluster shard channels subscribed again; reading back missed events");
+    let _ = controls.send(Control::Resync);
+}
+
 /// `cancel \n member \n run id`, or `released \n member \n`.
 pub(super) fn control_payload(control: &Control) -> Option<String> {
     match control {

@@ -324,7 +324,7 @@ impl RedisStore {
         let mut conn = self.conn.clone();
         // What the store must hold at least: what this node knew durable
         // before sending the read (see `Journals::observe`).
-        let floor = self.journals.known_last(&keys.member);
+        let sent = self.journals.sent(&keys.member);
         let hash: HashMap<String, Vec<u8>> = self.block_on(conn.hgetall(&keys.meta))?;
         let meta = meta_from_hash(&hash);
         let epoch = hash
@@ -334,7 +334,7 @@ impl RedisStore {
         if check {
             if let Err(why) =
                 self.journals
-                    .observe(&keys.member, epoch.as_deref(), last, Some(floor))
+                    .observe(&keys.member, epoch.as_deref(), last, Some(&sent))
             {
                 self.journals.lost(
                     &format!("thread {:?} of tenant {:?}", key.thread_id, key.tenant),
