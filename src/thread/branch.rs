@@ -21,8 +21,8 @@ use super::{Inner, Thread};
 use crate::protocol::Event;
 use crate::protocol::fold::{Fold, RunStatus};
 use crate::protocol::hooks::RunInput;
-use crate::protocol::message::Message;
 use crate::protocol::lineage::{Checkpoint, RunKind, RunRecord};
+use crate::protocol::message::Message;
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -435,6 +435,7 @@ impl super::Thread {
         );
         crate::protocol::hooks::SeenBy::new(visibility.clone())
             .redact_snapshot(&mut snap, &view.authors());
+        super::meta::attach(&mut snap, &inner.meta_notes);
         Ok(snap)
     }
 
