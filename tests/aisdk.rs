@@ -1180,3 +1180,69 @@ async fn the_ai_sdk_stream_and_the_exports_name_who_asked_and_who_approved() {
         assert_eq!(kept["agui_answered_by"], answered, "{loaded}");
     }
 }
+
+/// Issue 31 (attribution): Ann chats, Ben gives her answer a thumbs up; the
+/// snapshot, Ann's ai-sdk export and the agentscope export say Ben posted
+/// it (the summary is kept beside the fold, so a compaction keeps it too).
+#[tokio::test]
+async fn the_exports_and_the_snapshot_say_who_posted_each_meta_event() {
+    let gw = Gateway::start(DEMO).await;
+    let ann = json!({"sub": "ann"});
+    let chat = "thumbs-1";
+    let ben = json!({"sub": "ben", "threads": {chat: ["view", "meta"]}});
+    let v = ai_chat(&gw, "demo", ann.clone(), chat, "send", "hello there").await;
+    let (_, before) = export(&gw, ann.clone(), chat, "ag-ui").await;
+    let answer_id = before["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "assistant")
+        .unwrap_or_else(|| panic!("no answer: {before} / {v}"))["id"]
+        .clone();
+    let posted = http()
+        .post(gw.url(&format!("/v1/threads/{chat}/meta")))
+        .bearer_auth(token(ben.clone()))
+        .json(&json!({"metaType": "thumbs_up", "payload": {"messageId": answer_id, "userId": "mallory"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        posted.status().as_u16(),
+        200,
+        "{}",
+        posted.text().await.unwrap()
+    );
+
+    let (_, ui) = export(&gw, ann.clone(), chat, "ai-sdk").await;
+    let noted: Vec<&Value> = ui["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["metadata"]["meta"].as_array())
+        .flatten()
+        .collect();
+    assert_eq!(noted.len(), 1, "{ui}");
+    assert_eq!(noted[0]["by"], "ben", "{ui}");
+    assert_eq!(noted[0]["metaType"], "thumbs_up", "{ui}");
+
+    let (_, scope) = export(&gw, ann.clone(), chat, "agentscope").await;
+    let by: Vec<&Value> = scope["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["metadata"]["agui_meta"].as_array())
+        .flatten()
+        .map(|n| &n["by"])
+        .collect();
+    assert_eq!(by, [&json!("ben")], "{scope}");
+
+    let snap = json_of(
+        http()
+            .get(gw.url(&format!("/v1/threads/{chat}")))
+            .bearer_auth(token(ann.clone())),
+    )
+    .await;
+    let id = answer_id.as_str().unwrap();
+    assert_eq!(snap["meta"][id][0]["by"], "ben", "{snap}");
+}

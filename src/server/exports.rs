@@ -15,7 +15,7 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use std::sync::Arc;
 
 /// Query of the export route.
@@ -62,11 +62,16 @@ pub async fn messages(
             .unwrap_or_default()
     };
     let (messages, interrupts) = (list("messages"), list("interrupts"));
+    let notes = snap.get("meta").and_then(Value::as_object);
     let out = match format {
-        "ai-sdk" => ai_sdk::ui_messages(&messages, &interrupts, &speakers(&thread)),
+        "ai-sdk" => {
+            let out = ai_sdk::ui_messages(&messages, &interrupts, &speakers(&thread));
+            with_meta(out, &messages, notes, "meta")
+        }
         "agentscope" => {
             let agent = thread.meta().agent.unwrap_or_else(|| "assistant".into());
-            agentscope::msgs(&messages, &interrupts, &agent, &speakers(&thread))
+            let out = agentscope::msgs(&messages, &interrupts, &agent, &speakers(&thread));
+            with_meta(out, &messages, notes, "agui_meta")
         }
         _ => messages,
     };
@@ -75,6 +80,58 @@ pub async fn messages(
         "messages": out}),
     )
     .into_response()
+}
+
+/// Puts each message's meta events (the snapshot's `meta`: `{id, metaType,
+/// by, at, payload?}`, `by` who posted it) in its `metadata` under `key`.
+/// AG-UI messages have no metadata: the `ag-ui` export leaves them as they
+/// are (the snapshot has `meta`).
+fn with_meta(
+    mut out: Vec<Value>,
+    messages: &[Value],
+    notes: Option<&Map<String, Value>>,
+    key: &str,
+) -> Vec<Value> {
+    let Some(notes) = notes else { return out };
+    for (agui, at) in exported_as(&out, messages) {
+        let (Some(list), Some(m)) = (notes.get(agui), out.get_mut(at)) else {
+            continue;
+        };
+        if !m.get("metadata").is_some_and(Value::is_object) {
+            m["metadata"] = json!({});
+        }
+        let kept = m["metadata"][key].as_array_mut();
+        match kept {
+            Some(kept) => kept.extend(list.as_array().into_iter().flatten().cloned()),
+            None => m["metadata"][key] = list.clone(),
+        }
+    }
+    out
+}
+
+/// Which exported message each AG-UI message went into: the one with its
+/// id, else (an answer's assistant, tool and reasoning messages are merged
+/// into one exported message named after the question) the first
+/// non-user message after the last one matched by id.
+fn exported_as<'a>(out: &[Value], messages: &'a [Value]) -> Vec<(&'a str, usize)> {
+    let id_of = |m: &Value| m.get("id").and_then(Value::as_str).map(str::to_owned);
+    let mut at: Option<usize> = None;
+    let mut found = Vec::new();
+    for m in messages {
+        let Some(id) = m.get("id").and_then(Value::as_str) else {
+            continue;
+        };
+        let exact = out.iter().position(|o| id_of(o).as_deref() == Some(id));
+        let target = exact.or_else(|| {
+            let from = at.map_or(0, |a| a + usize::from(out[a]["role"] == "user"));
+            (from..out.len()).find(|&i| out[i]["role"] != "user")
+        });
+        if let Some(t) = target {
+            at = Some(t);
+            found.push((id, t));
+        }
+    }
+    found
 }
 
 /// Which agent produced each message, from the thread's run table (one

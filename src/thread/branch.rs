@@ -435,6 +435,7 @@ impl super::Thread {
         );
         crate::protocol::hooks::SeenBy::new(visibility.clone())
             .redact_snapshot(&mut snap, &view.authors());
+        super::meta::attach(&mut snap, &inner.meta_notes);
         Ok(snap)
     }
 

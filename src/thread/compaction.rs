@@ -27,6 +27,9 @@ fn extras(inner: &Inner) -> Vec<(&'static str, Value)> {
             json!({"runId": run.run_id, "status": run.status.as_str(), "agent": run.agent.to_json()}),
         ));
     }
+    if let Some(notes) = inner.meta_notes.to_base() {
+        extra.push(("metaNotes", notes));
+    }
     extra
 }
 

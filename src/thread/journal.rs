@@ -445,6 +445,13 @@ impl Thread {
         {
             inner.meta_ids.insert(cid.to_owned(), id.to_owned());
         }
+        if kind == EventType::Meta {
+            inner.meta_notes.note(&entry.event);
+            let Inner {
+                meta_notes, fold, ..
+            } = &mut *inner;
+            meta_notes.tell(&entry, fold);
+        }
         entry.set_origin(inner.fold.apply(entry.seq, &entry.event));
         inner.journal.push_back(&entry);
         if inner.journal.bytes() > self.settings.hot_bytes {

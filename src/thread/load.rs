@@ -28,6 +28,7 @@ impl Inner {
         self.base_seq = 0;
         self.arrived.clear();
         self.meta_ids = recent::Recent::new(META_IDS_KEPT);
+        self.meta_notes.load_base(None);
         if let Some((base_seq, snapshot)) = &stored.base {
             let v: Value = serde_json::from_slice(snapshot).unwrap_or_default();
             let run = v.get("run").and_then(|r| {
@@ -46,6 +47,7 @@ impl Inner {
                 })
             });
             self.fold = Fold::from_json(&v, run);
+            self.meta_notes.load_base(v.get("metaNotes"));
             for id in v
                 .get("runIds")
                 .and_then(Value::as_array)
@@ -69,6 +71,9 @@ impl Inner {
                         entry.event.str_field("id"),
                     ) {
                         self.meta_ids.insert(cid.to_owned(), eid.to_owned());
+                    }
+                    if *entry.event.kind() == EventType::Meta {
+                        self.meta_notes.note(&entry.event);
                     }
                     if *entry.event.kind() == EventType::RunStarted
                         && let Some(run_id) = entry.event.str_field("runId")

@@ -40,6 +40,7 @@ pub mod handoff;
 mod journal;
 mod journal_lost;
 mod load;
+pub mod meta;
 mod opening;
 mod packed;
 pub mod presence;
@@ -143,6 +144,8 @@ struct Inner {
     /// they catch up (see [`fanout::CatchUp`]); compaction waits for them.
     /// Viewer id → the ticket of its current catch-up ([`CatchUp::ticket`]).
     catching_up: std::collections::HashMap<u64, u64>,
+    /// Who posted which meta event on which message ([`meta`]).
+    meta_notes: meta::MetaNotes,
     /// The run stopped here because the store lost the history it wrote to
     /// ([`Thread::journal_lost`]), so its requester is told `journal_lost`.
     lost_run: Option<String>,
@@ -214,6 +217,7 @@ impl Thread {
                 last_event: std::time::Instant::now(),
                 meta_ids: recent::Recent::new(META_IDS_KEPT),
                 catching_up: Default::default(),
+                meta_notes: Default::default(),
                 broken: None,
                 lost_run: None,
                 recovering: false,

@@ -193,6 +193,7 @@ pub(super) fn snapshot_frame(
         snap.insert("epoch".into(), epoch.into());
     }
     viewer.seen.redact_snapshot(&mut snap, inner.fold.authors());
+    super::meta::attach(&mut snap, &inner.meta_notes);
     m.extend(snap);
     let text = serde_json::to_string(&m).expect("snapshot serializes");
     Outgoing::Message(Bytes::from(text))
@@ -205,6 +206,7 @@ impl Thread {
         let inner = self.lock();
         let mut snap = snapshot_of(&self.key, &inner, false);
         SeenBy::new(visibility.clone()).redact_snapshot(&mut snap, inner.fold.authors());
+        super::meta::attach(&mut snap, &inner.meta_notes);
         snap
     }
 

@@ -87,7 +87,7 @@ pub async fn chat(
     request: Request,
 ) -> Response {
     match start_chat(&state, &who, &agent_id, request).await {
-        Ok((rx, translator)) => chat_response(&state, rx, translator, None),
+        Ok((rx, translator, metas)) => chat_response(&state, rx, translator, (None, metas)),
         Err(e) => e.into_response(),
     }
 }
@@ -99,7 +99,7 @@ async fn start_chat(
     who: &Principal,
     agent_id: &str,
     request: Request,
-) -> Result<(OutboxReceiver, UiStream), ApiError> {
+) -> Result<(OutboxReceiver, UiStream, Option<MetaGuard>), ApiError> {
     let agent = commands::runnable_agent(state, who, agent_id)?;
     let approvals = approval_requests(request.headers())?;
     let traceparent = crate::upstream::trace::from_headers(request.headers()).map(str::to_owned);
@@ -164,6 +164,8 @@ async fn start_chat(
     let mut answered = false;
     let by_run = run_id.clone();
     let (starter, rx) = outbox(state.config.threads.viewer_queue_bytes);
+    let listener = starter.clone();
+    let chat_thread = thread_id.clone();
     let requester = Requester::Feed(starter);
     // The tool calls of the message an approval's answer continues.
     let mut open_calls = Vec::new();
@@ -229,7 +231,16 @@ async fn start_chat(
         translator.with_started_by(&who.subject)
     };
     translator.before_run_snapshot(&before);
-    Ok((rx, translator))
+    // Meta events posted while the stream is open reach it (`data-meta`).
+    let metas = match thread_for(state, who, &chat_thread, Permission::View, false).await {
+        Ok(thread) => {
+            let id = state.next_connection_id();
+            thread.listen_meta(id, listener, visibility_on(state, who, &thread));
+            Some(MetaGuard { thread, id })
+        }
+        Err(_) => None,
+    };
+    Ok((rx, translator, metas))
 }
 
 /// The tool calls (id, tool name) of a `UIMessage`'s tool parts.
@@ -260,7 +271,7 @@ fn chat_response(
     state: &AppState,
     rx: OutboxReceiver,
     mut translator: UiStream,
-    guard: Option<ViewerGuard>,
+    (guard, metas): (Option<ViewerGuard>, Option<MetaGuard>),
 ) -> Response {
     let keepalive = state.config.server.keepalive;
     let metrics = crate::metrics::metrics();
@@ -270,7 +281,7 @@ fn chat_response(
     // The UI message stream is SSE: the AG-UI SSE encoder gives the
     // keepalive comment; the frames are this translator's.
     let stream = pump(rx, &SSE, keepalive, move |item, out| {
-        let (_counted, _guard) = (&counted, &guard);
+        let (_counted, _guard, _metas) = (&counted, &guard, &metas);
         let Some(item) = item else {
             // The run handed over but the next one never started: the
             // message still ends.
@@ -369,7 +380,19 @@ pub async fn reconnect(
         run_id,
     };
     let translator = UiStream::new(None).with_approval_requests(approvals);
-    chat_response(&state, rx, translator, Some(guard))
+    chat_response(&state, rx, translator, (Some(guard), None))
+}
+
+/// Stops a chat stream's meta listener when the stream ends.
+struct MetaGuard {
+    thread: Arc<Thread>,
+    id: u64,
+}
+
+impl Drop for MetaGuard {
+    fn drop(&mut self) {
+        self.thread.stop_meta(self.id);
+    }
 }
 
 /// Unsubscribes a reconnected reader when its stream ends.
