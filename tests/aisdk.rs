@@ -1246,3 +1246,74 @@ async fn the_exports_and_the_snapshot_say_who_posted_each_meta_event() {
     let id = answer_id.as_str().unwrap();
     assert_eq!(snap["meta"][id][0]["by"], "ben", "{snap}");
 }
+
+/// A meta event posted while a chat response streams reaches it as a
+/// `data-meta` part naming the poster (docs/ai-sdk.md), before its `finish`.
+#[tokio::test]
+async fn a_meta_event_posted_during_the_chat_reaches_its_stream_naming_the_poster() {
+    // Slow enough that Ben posts while Ann's answer is still streaming.
+    let gw = Gateway::start(
+        "[demo]\nenabled = true\ntoken_delay = \"150ms\"\n[[agents]]\nid = \"demo\"\nurl = \"demo:\"\nroles = [\"*\"]\n",
+    )
+    .await;
+    let chat = "live-meta-1";
+    let ben = json!({"sub": "ben", "threads": {chat: ["view", "meta"]}});
+    let body = json!({"id": chat, "trigger": "submit-message",
+        "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "a slow question"}]}]});
+    let mut resp = http()
+        .post(chat_url(&gw, "demo"))
+        .bearer_auth(token(json!({"sub": "ann"})))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let mut text = String::new();
+    // Read until the answer is being written (the run is under way).
+    while !text.contains("\"text-delta\"") {
+        let chunk = tokio::time::timeout(std::time::Duration::from_secs(20), resp.chunk())
+            .await
+            .expect("the answer starts")
+            .unwrap()
+            .expect("the stream is open");
+        text.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    let posted = http()
+        .post(gw.url(&format!("/v1/threads/{chat}/meta")))
+        .bearer_auth(token(ben))
+        .json(
+            &json!({"metaType": "thumbs_up", "payload": {"messageId": "u1", "userId": "mallory"}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        posted.status().as_u16(),
+        200,
+        "{}",
+        posted.text().await.unwrap()
+    );
+    while let Some(chunk) = tokio::time::timeout(std::time::Duration::from_secs(30), resp.chunk())
+        .await
+        .expect("the stream ends")
+        .unwrap()
+    {
+        text.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    let parts: Vec<Value> = sse_data(&text)
+        .iter()
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let meta = parts
+        .iter()
+        .position(|p| p["type"] == "data-meta")
+        .unwrap_or_else(|| panic!("no data-meta part: {text}"));
+    assert_eq!(parts[meta]["data"]["payload"]["userId"], "ben", "{text}");
+    assert_eq!(parts[meta]["data"]["payload"]["messageId"], "u1", "{text}");
+    let finish = parts.iter().position(|p| p["type"] == "finish");
+    assert!(
+        finish.is_some_and(|f| f > meta),
+        "data-meta before finish: {text}"
+    );
+}
