@@ -111,9 +111,15 @@ export type Command =
   | UnsubscribeCommand | MetaCommand | PingCommand | RegenerateCommand | EditCommand;
 
 export interface EventFrame { type: 'event'; threadId: string; seq: number; event: AgUiEvent }
+/** Who posted a meta event on a message (docs/protocol.md, "Attribution"). */
+export interface MetaNote {
+  id: string; metaType: string; by: string; at?: number;
+  payload?: Record<string, unknown>; payloadOmitted?: boolean;
+}
+
 export interface SnapshotFrame {
   type: 'snapshot'; threadId: string; seq: number; messages: AgUiMessage[]; state: unknown;
-  run: RunInfo | null; headRunId: string | null; activeAgent: string | null; activeAgentBy?: string | null; interrupts: Interrupt[]; reset?: boolean;
+  run: RunInfo | null; headRunId: string | null; activeAgent: string | null; activeAgentBy?: string | null; interrupts: Interrupt[]; meta?: Record<string, MetaNote[]>; reset?: boolean;
   /** The epoch of the history `seq` belongs to, when the gateway names it. */
   epoch?: string;
 }

@@ -30,7 +30,7 @@ export const PROTOCOL = Object.freeze({
   },
   replies: {
     event: ['threadId', 'seq', 'event'],
-    snapshot: ['threadId', 'seq', 'messages', 'state', 'run', 'headRunId', 'activeAgent', 'activeAgentBy?', 'interrupts', 'reset?'],
+    snapshot: ['threadId', 'seq', 'messages', 'state', 'run', 'headRunId', 'activeAgent', 'activeAgentBy?', 'interrupts', 'meta?', 'reset?'],
     ack: ['id', 'threadId?', 'runId?'],
     error: ['id?', 'code', 'message'],
     pong: ['id?'],
