@@ -1200,19 +1200,7 @@ async fn the_exports_and_the_snapshot_say_who_posted_each_meta_event() {
         .find(|m| m["role"] == "assistant")
         .unwrap_or_else(|| panic!("no answer: {before} / {v}"))["id"]
         .clone();
-    let posted = http()
-        .post(gw.url(&format!("/v1/threads/{chat}/meta")))
-        .bearer_auth(token(ben.clone()))
-        .json(&json!({"metaType": "thumbs_up", "payload": {"messageId": answer_id, "userId": "mallory"}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        posted.status().as_u16(),
-        200,
-        "{}",
-        posted.text().await.unwrap()
-    );
+    thumbs_up_as(&gw, ben.clone(), chat, &answer_id).await;
 
     let (_, ui) = export(&gw, ann.clone(), chat, "ai-sdk").await;
     let noted: Vec<&Value> = ui["messages"]
@@ -1247,6 +1235,20 @@ async fn the_exports_and_the_snapshot_say_who_posted_each_meta_event() {
     assert_eq!(snap["meta"][id][0]["by"], "ben", "{snap}");
 }
 
+/// `claims` post a thumbs-up on `message` of `chat`, with a forged
+/// `userId` the gateway must replace with the poster's subject.
+async fn thumbs_up_as(gw: &Gateway, claims: Value, chat: &str, message: &Value) {
+    let posted = http()
+        .post(gw.url(&format!("/v1/threads/{chat}/meta")))
+        .bearer_auth(token(claims))
+        .json(&json!({"metaType": "thumbs_up", "payload": {"messageId": message, "userId": "mallory"}}))
+        .send()
+        .await
+        .unwrap();
+    let status = posted.status().as_u16();
+    assert_eq!(status, 200, "{}", posted.text().await.unwrap());
+}
+
 /// A meta event posted while a chat response streams reaches it as a
 /// `data-meta` part naming the poster (docs/ai-sdk.md), before its `finish`.
 #[tokio::test]
@@ -1278,21 +1280,7 @@ async fn a_meta_event_posted_during_the_chat_reaches_its_stream_naming_the_poste
             .expect("the stream is open");
         text.push_str(std::str::from_utf8(&chunk).unwrap());
     }
-    let posted = http()
-        .post(gw.url(&format!("/v1/threads/{chat}/meta")))
-        .bearer_auth(token(ben))
-        .json(
-            &json!({"metaType": "thumbs_up", "payload": {"messageId": "u1", "userId": "mallory"}}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        posted.status().as_u16(),
-        200,
-        "{}",
-        posted.text().await.unwrap()
-    );
+    thumbs_up_as(&gw, ben, chat, &json!("u1")).await;
     while let Some(chunk) = tokio::time::timeout(std::time::Duration::from_secs(30), resp.chunk())
         .await
         .expect("the stream ends")

@@ -1256,24 +1256,7 @@ async fn regenerating_an_answer_whose_approval_was_compacted_is_refused_plainly(
     assert_eq!(answered.last().unwrap()["event"]["type"], "RUN_FINISHED");
     // The compaction follows the run's end: wait until a join from seq 1 is
     // answered with a reset (the journal no longer holds it).
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let mut probe = Ws::connect(&gw, WsAuth::Header(&token(claims.clone())))
-            .await
-            .expect("upgrade");
-        probe
-            .send(json!({"type": "subscribe", "id": "p", "threadId": "gone", "after": 1}))
-            .await;
-        let first = probe.recv_until(|f| f["type"] != "ack").await;
-        if first.last().unwrap()["reset"] == true {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never compacted: {first:?}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    until_compacted(&gw, &claims, "gone").await;
     let t = token(claims);
     let seen = page_script("inspector_regen_compacted.mjs", &[&gw.base, &t, "gone"]).await;
     assert_eq!(seen["errors"], json!([]), "no page errors: {seen:#}");

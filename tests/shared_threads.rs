@@ -455,22 +455,7 @@ async fn regenerating_an_approvals_answer_whose_answers_were_compacted_is_refuse
     assert_eq!(answered.last().unwrap()["event"]["type"], "RUN_FINISHED");
     // The compaction follows the run's end: wait until a join from seq 1
     // is answered with a reset (the journal no longer holds it).
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let mut probe = ws(&gw, json!({"sub": "olga"})).await;
-        probe
-            .send(json!({"type": "subscribe", "id": "p", "threadId": "gone", "after": 1}))
-            .await;
-        let first = probe.recv_until(|f| f["type"] != "ack").await;
-        if first.last().unwrap()["reset"] == true {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never compacted: {first:?}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    until_compacted(&gw, &json!({"sub": "olga"}), "gone").await;
     olga.send(json!({"type": "regenerate", "id": "again", "threadId": "gone", "runId": "again"}))
         .await;
     let refused = olga.recv_until(|f| f["id"] == "again").await;

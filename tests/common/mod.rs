@@ -1191,3 +1191,27 @@ pub async fn until_ready_is(gw: &Gateway, status: u16) {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+/// Waits until `thread`'s journal no longer holds seq 1 (its compaction
+/// follows a run's end): a join from `after: 1` is answered with a reset
+/// snapshot. Panics after 10 s.
+pub async fn until_compacted(gw: &Gateway, claims: &Value, thread: &str) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let mut probe = Ws::connect(gw, WsAuth::Header(&token(claims.clone())))
+            .await
+            .expect("upgrade");
+        probe
+            .send(json!({"type": "subscribe", "id": "p", "threadId": thread, "after": 1}))
+            .await;
+        let first = probe.recv_until(|f| f["type"] != "ack").await;
+        if first.last().unwrap()["reset"] == true {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never compacted: {first:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
