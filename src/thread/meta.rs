@@ -14,7 +14,7 @@
 //! runs where each node publishes).
 
 use super::fanout::{Outbox, Outgoing};
-use super::viewers::judged;
+use super::judged::judged;
 use super::{Entry, Thread};
 use crate::protocol::fold::Fold;
 use crate::protocol::hooks::{SeenBy, ViewerVisibility};

@@ -39,6 +39,7 @@ pub mod fanout;
 pub mod handoff;
 mod journal;
 mod journal_lost;
+mod judged;
 mod load;
 pub mod meta;
 mod opening;

@@ -7,8 +7,8 @@
 //! run cannot be journaled is told how it ended.
 
 use super::fanout::{Live, Outbox, Outgoing};
+use super::judged::judged;
 use super::staged::ForRequester;
-use super::viewers::judged;
 use super::{Entry, Thread};
 use crate::protocol::event::run_error;
 use crate::protocol::hooks::SeenBy;
