@@ -652,7 +652,8 @@ impl Fold {
 
     fn find_tool_call(&self, call_id: &str) -> Option<(usize, usize)> {
         self.messages.iter().enumerate().rev().find_map(|(mi, m)| {
-            if !m.may_have_tool_calls() {
+            // A closed message is parsed only if its text names the call.
+            if !m.may_have_tool_calls() || !m.json_mentions(call_id) {
                 return None;
             }
             m.value()

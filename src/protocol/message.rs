@@ -140,12 +140,17 @@ impl Message {
         }
     }
 
-    /// Whether its text holds `needle` (a closed message's, searched
-    /// without parsing; an open one answers true: look at its value).
+    /// Whether its text may hold the string `needle` (a closed message's,
+    /// searched without parsing; an open one, or a needle JSON writes with
+    /// escapes, answers true: look at its value).
     pub fn json_mentions(&self, needle: &str) -> bool {
         match &self.0 {
             Form::Open(_) => true,
-            Form::Closed(c) => c.json.get().contains(needle),
+            Form::Closed(c) => {
+                let plain =
+                    serde_json::to_string(needle).is_ok_and(|q| q.len() == needle.len() + 2);
+                !plain || c.json.get().contains(needle)
+            }
         }
     }
 
@@ -284,6 +289,11 @@ mod tests {
         let v = json!({"content": "see \"x\" and x", "id": "x", "role": "user"});
         let m = Message::closed(&v);
         assert_eq!(m.id(), Some("x"));
+        assert!(m.json_mentions("see") && !m.json_mentions("absent"));
+        assert!(
+            m.json_mentions("q\"uote"),
+            "a needle with escapes is not ruled out"
+        );
         let v = json!({"id": "a\"b\\c\n", "role": "us\u{e9}r"});
         let m = Message::closed(&v);
         assert_eq!(m.id(), Some("a\"b\\c\n"));
