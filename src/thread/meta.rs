@@ -115,6 +115,11 @@ impl MetaNotes {
         out
     }
 
+    /// Bytes its notes hold (counted with the thread's fold).
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
     /// What the compacted base keeps: `[[messageId, note]…]`, oldest first.
     pub(super) fn to_base(&self) -> Option<Value> {
         (!self.notes.is_empty()).then(|| {

@@ -250,7 +250,8 @@ impl Thread {
         if !force && inner.journal.estimate_holds(messages) {
             return;
         }
-        let n = inner.fold.approx_bytes();
+        // The meta notes beside the fold (at most 32 KiB) count with it.
+        let n = inner.fold.approx_bytes() + inner.meta_notes.bytes();
         inner.journal.set_fold_bytes(n, messages);
     }
 
