@@ -40,6 +40,7 @@ pub const POINTS: &[&str] = &[
     "handoff.target_starting",
     "run.abandoned_leased",
     "sweeper.pass",
+    "sweeper.listed",
     "sweeper.orphan_leased",
     "sweeper.orphan_closed",
     "compaction.serialized",

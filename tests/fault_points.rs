@@ -357,6 +357,69 @@ async fn a_run_whose_end_is_stored_is_never_reported_lost() {
     assert_eq!(requester_end["type"], "RUN_FINISHED", "{out}");
 }
 
+/// Issue 31: the sweeper lists the running threads, then asks which of them
+/// hold a lease — two reads. A run that ended between them (its end batch
+/// takes the thread off the running set and deletes its lease in one step)
+/// was listed without a lease, and the closer, finding nothing open, took
+/// the thread for a handoff whose target never started: a `CUSTOM
+/// agui-gateway/handoff` "failed" record after a run that simply finished
+/// (seen under load in the two-node inspector suite). The sweeper's task
+/// is stalled between the two reads while the run ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_ending_while_the_sweeper_looks_is_left_as_it_ended() {
+    const STALL: Duration = Duration::from_secs(6);
+    let redis = RedisServer::start().await;
+    let mut py = PyAgent::start("scripted_agent.py").await;
+    let config = config("", &py, None)
+        + &format!(
+            "[[agents]]\nid = \"gated\"\nurl = \"{}\"\ntimeouts = {{ idle = \"1h\" }}\n",
+            py.url("gated")
+        );
+    let faults = format!(
+        "sweeper.listed=1*return(stall:{});sweeper.pass=return(stall:1)",
+        STALL.as_millis()
+    );
+    let a = redis_node(&redis, "a", &config, &faults).await;
+    let t = token(json!({"sub": "alice"}));
+    let url = a.run_url("gated");
+    let run = tokio::spawn(async move { post_run(&url, &t, &body("looked-at", "r1", "go")).await });
+    // The run is open (its lease held) when the sweeper lists it.
+    py.proc.expect_line_containing("GATED r1").await;
+    a.proc
+        .expect_stderr(&format!(
+            "fault point sweeper.listed: stall:{}",
+            STALL.as_millis()
+        ))
+        .await;
+    let stalled_at = std::time::Instant::now();
+    let passes = a.proc.stderr().matches("fault point sweeper.pass").count();
+    // It ends while the sweeper waits between its two reads.
+    http().post(py.url("release")).send().await.unwrap();
+    let (status, out) = run.await.unwrap();
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(
+        sse_events(&out).last().unwrap()["type"],
+        "RUN_FINISHED",
+        "{out}"
+    );
+    assert!(
+        stalled_at.elapsed() < STALL,
+        "the run must end inside the sweeper's stall for this test to mean anything"
+    );
+    // The next pass begins once the stalled one (and any close) is over.
+    a.proc
+        .expect_stderr_times("fault point sweeper.pass", passes + 1)
+        .await;
+    let t = token(json!({"sub": "alice"}));
+    let journal = journal_at(&a.base, &t, "looked-at").await;
+    check_journal(&journal);
+    let last = &journal.last().unwrap().1;
+    assert_eq!(
+        last["type"], "RUN_FINISHED",
+        "nothing is journaled after the run's own end: {journal:#?}"
+    );
+}
+
 /// Item 2: a WebSocket requester whose node froze past its lease before
 /// the agent's first event is told how its run ended (nothing of the run
 /// was journaled, so no closer ever will).

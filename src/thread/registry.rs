@@ -197,7 +197,17 @@ impl Threads {
             .acquire(key, super::run::CLOSER, seen, (&thread.creator(), None))
             .await
         {
-            Ok(Acquired::Granted(lease) | Acquired::Abandoned(lease)) => lease,
+            Ok(Acquired::Abandoned(lease)) => lease,
+            // No longer running: the listing and the lease check are two
+            // reads, and a run that ended between them (its end batch takes
+            // the thread out of the running set and deletes its lease in
+            // one step) is listed without a lease. Nothing was left open,
+            // and closing it anyway would journal a failed handoff after a
+            // run that finished.
+            Ok(Acquired::Granted(lease)) => {
+                self.leases.release(key, &lease);
+                return;
+            }
             _ => return, // taken meanwhile, or moved on: the next pass sees
         };
         crate::fault::point("sweeper.orphan_leased").await;

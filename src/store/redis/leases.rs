@@ -399,6 +399,9 @@ async fn orphans_in(
     if keys.is_empty() {
         return Ok(keys);
     }
+    // Two reads, not one step: a run may end in between (see the sweeper's
+    // `close_orphan`, which checks again as it takes the lease).
+    crate::fault::point("sweeper.listed").await;
     let mut pipe = ::redis::pipe();
     for key in &keys {
         pipe.exists(names.thread(key).lease);
