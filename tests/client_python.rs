@@ -224,4 +224,7 @@ async fn a_python_session_lists_who_watches_a_thread_not_yet_run() {
     assert_eq!(seen["atJoin"], json!(["ann"]), "{seen:#}");
     assert_eq!(seen["both"], json!(["ann", "ben"]), "{seen:#}");
     assert_eq!(seen["after"], json!(["ann"]), "{seen:#}");
+    assert_eq!(seen["lapseMs"], 500, "{seen:#}");
+    assert_eq!(seen["repeat"], Value::Null, "{seen:#}");
+    assert_eq!(seen["typing"], json!(["ben"]), "{seen:#}");
 }

@@ -22,6 +22,7 @@ async fn use_thread_and_use_gateway_agent_render_the_gateways_view_in_chromium()
     let gw = Gateway::start(
         "[demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
          [cors]\nallowed_origins = [\"http://127.0.0.1:*\"]\n\
+         [threads]\npresence_interval = \"100ms\"\n\
          [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n",
     )
     .await;
@@ -54,6 +55,9 @@ async fn use_thread_and_use_gateway_agent_render_the_gateways_view_in_chromium()
     assert_eq!(seen["x1"]["a"], seen["x1"]["snapshot"], "{seen:#}");
     assert_eq!(seen["x1"]["status"], "ready");
     assert_eq!(seen["bJoined"], seen["x1"]["snapshot"], "{seen:#}");
+    // Presence in the hook: one person, three connections; typing shown.
+    assert_eq!(seen["viewers"], json!([["rae", 3]]), "{seen:#}");
+    assert_eq!(seen["typing"], json!(["rae"]), "{seen:#}");
     // A fork of the first run: both render the gateway's branch; the runs
     // tree shows the two siblings, the new one on the head's branch.
     let x2 = &seen["x2"];
@@ -75,8 +79,8 @@ async fn use_thread_and_use_gateway_agent_render_the_gateways_view_in_chromium()
     assert_eq!(x3["head"], "x3");
     assert_eq!(x3["bRunning"], false);
     // StrictMode mounted (connected, closed, connected) each connection
-    // twice: exactly the two live sockets remain, none leaked.
-    assert_eq!(seen["wsSessions"], 2, "{seen:#}");
+    // twice: exactly the three live sockets (A, B, C) remain, none leaked.
+    assert_eq!(seen["wsSessions"], 3, "{seen:#}");
     assert!(
         x3["snapshot"]
             .as_array()

@@ -759,4 +759,8 @@ async fn a_session_lists_who_watches_and_tells_joins_and_leaves() {
         json!([{"joined": ["ben"], "left": []}, {"joined": [], "left": ["ben"]}]),
         "{seen:#}"
     );
+    // Typing: told to Ann, the immediate repeat throttled by the package.
+    assert_eq!(seen["lapseMs"], 500, "{seen:#}");
+    assert_eq!(seen["repeat"], Value::Null, "{seen:#}");
+    assert_eq!(seen["benTyping"], true, "{seen:#}");
 }

@@ -1047,7 +1047,8 @@ async fn a_handoff_shows_who_speaks_and_its_approval_is_answered_in_the_page() {
 /// Two people, each in a browser of their own (on two nodes with
 /// `AGUI_TEST_NODES=2`): a link opens a thread nobody has run on yet, its
 /// first run (from the other page) reaches the early viewer live, both pages
-/// show both avatars, and a killed browser leaves the other's page.
+/// show both avatars, one person's typing shows on the other's page until
+/// the box is cleared, and a killed browser leaves the other's page.
 #[tokio::test]
 async fn a_linked_thread_is_watched_before_its_first_run_with_who_is_there() {
     let gw = dev_gateway(
@@ -1084,6 +1085,8 @@ async fn a_linked_thread_is_watched_before_its_first_run_with_who_is_there() {
             assert_eq!(a["me"], a["user"] == me, "{who}: {seen:#}");
         }
     }
+    assert_eq!(seen["benTypingNote"], "ann is typing…", "{seen:#}");
+    assert_eq!(seen["annTypingAvatar"], true, "{seen:#}");
     assert_eq!(
         seen["benAfterKill"],
         json!([{"user": "ben", "text": "B", "me": true}])

@@ -326,6 +326,94 @@ async fn viewers_see_who_joins_and_leaves_hidden_roles_and_other_tenants_apart()
     assert_eq!(seqs(&events)[0], 1);
 }
 
+/// Reads `viewer`'s frames until a `presence` frame shows exactly `ids`
+/// typing; returns that frame.
+async fn until_composing(viewer: &mut Ws, ids: &[&str]) -> Value {
+    loop {
+        let f = viewer.recv().await;
+        assert!(f.get("close").is_none(), "closed: {f}");
+        if f["type"] == "presence" && user_ids_of(&f["composing"]) == ids {
+            return f;
+        }
+    }
+}
+
+fn user_ids_of(list: &Value) -> Vec<String> {
+    let mut ids: Vec<String> = list
+        .as_array()
+        .unwrap_or_else(|| panic!("a list: {list}"))
+        .iter()
+        .map(|id| id.as_str().unwrap().to_owned())
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// Issue 31's optional signal: who is typing, told to the others (on any
+/// node) in their presence frames, never for a hidden role, stopped when
+/// told and lapsed when not repeated; refused on a thread the connection
+/// does not watch.
+#[tokio::test]
+async fn viewers_see_who_is_typing_until_they_stop_or_it_lapses() {
+    let gw = Gateway::start(&presence_config()).await;
+    let grant = |sub: &str| json!({"sub": sub, "threads": {"typing-*": ["view"]}});
+    let mut ann = ws(&gw, grant("ann")).await;
+    subscribe_listed(&mut ann, "typing-1").await;
+    let mut ben = ws(&gw, grant("ben")).await;
+    subscribe_listed(&mut ben, "typing-1").await;
+    let mut aud = ws(
+        &gw,
+        json!({"sub": "aud", "roles": ["auditor"], "threads": {"typing-*": ["view"]}}),
+    )
+    .await;
+    subscribe_listed(&mut aud, "typing-1").await;
+    until_viewers(&mut ann, &["ann", "ben"]).await;
+
+    // Ben types (acked, since the frame has an id); so does the auditor,
+    // unlisted.
+    ben.send(json!({"type": "composing", "id": "c1", "threadId": "typing-1"}))
+        .await;
+    let acked = ben.recv_until(|f| f["id"] == "c1").await;
+    assert_eq!(acked.last().unwrap()["type"], "ack", "{acked:?}");
+    assert_eq!(
+        acked.last().unwrap()["lapseMs"],
+        500,
+        "five 100 ms intervals"
+    );
+    aud.send(json!({"type": "composing", "threadId": "typing-1", "composing": true}))
+        .await;
+    let f = until_composing(&mut ann, &["ben"]).await;
+    let listed = f["viewers"].as_array().unwrap();
+    let ben_w = listed.iter().find(|w| w["userId"] == "ben").unwrap();
+    assert_eq!(ben_w["composing"], true, "{f}");
+    assert!(!f.to_string().contains("aud"), "{f}");
+    // He stops: told at once (the next tick).
+    ben.send(json!({"type": "composing", "threadId": "typing-1", "composing": false}))
+        .await;
+    until_composing(&mut ann, &[]).await;
+    // Ann types without repeating: it lapses on its own (five intervals).
+    ann.send(json!({"type": "composing", "threadId": "typing-1"}))
+        .await;
+    until_composing(&mut ben, &["ann"]).await;
+    until_composing(&mut ben, &[]).await;
+
+    // Not on a thread the connection does not watch; not a non-boolean.
+    for (bad, code) in [
+        (
+            json!({"type": "composing", "id": "x1", "threadId": "typing-2"}),
+            "invalid",
+        ),
+        (
+            json!({"type": "composing", "id": "x2", "threadId": "typing-1", "composing": "yes"}),
+            "invalid",
+        ),
+    ] {
+        ben.send(bad).await;
+        let got = ben.recv_until(|f| f["type"] == "error").await;
+        assert_eq!(got.last().unwrap()["code"], code, "{got:?}");
+    }
+}
+
 #[tokio::test]
 async fn a_dead_nodes_viewers_leave_on_their_own() {
     if test_nodes() < 2 {

@@ -27,6 +27,10 @@ pub struct Watcher {
     pub connections: u32,
     /// When the first of them joined (Unix ms).
     pub since: u64,
+    /// Typing in the thread now (a `composing` signal from one of their
+    /// connections, not yet stopped or lapsed). Absent in a record: no.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub composing: bool,
 }
 
 /// Where the nodes record their watchers.

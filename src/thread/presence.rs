@@ -13,6 +13,13 @@
 //! With several nodes each node records its own viewers in the store with
 //! a time to live, renewed every tick while they stay: a node that dies
 //! stops renewing, and its viewers leave everyone's list on their own.
+//!
+//! Someone typing is part of the same record (`composing`): the signal is
+//! as ephemeral as presence, travels with it between nodes, and is told in
+//! the same coalesced frames, so a fast typist costs no more than one frame
+//! per tick. It lapses by itself [`TTL_TICKS`] ticks after the last signal
+//! (a client repeats it while typing), and with the node's record when a
+//! node dies, so nobody is shown typing for ever.
 
 use super::fanout::{Outbox, Outgoing};
 use crate::protocol::event::now_millis;
@@ -53,6 +60,9 @@ struct Seat {
     /// Where its frames go; `None`: counted, never told (an SSE stream).
     outbox: Option<Arc<Outbox>>,
     since: u64,
+    /// Until when (Unix ms) this connection's person is shown typing
+    /// (0: not).
+    composing_until: u64,
     /// The list it was last told, by user id.
     told: BTreeMap<String, Watcher>,
 }
@@ -115,6 +125,7 @@ impl Presence {
                 who,
                 outbox,
                 since: now_millis(),
+                composing_until: 0,
                 told: BTreeMap::new(),
             },
         );
@@ -123,6 +134,25 @@ impl Presence {
             seat.told = list.clone();
         }
         list.into_values().collect()
+    }
+
+    /// How long a `composing` signal holds unrepeated (ms): as long as a
+    /// node's record lives, so a signal never outlives its node.
+    pub fn composing_lapse_ms(&self) -> u64 {
+        (self.settings.interval * TTL_TICKS).as_millis() as u64
+    }
+
+    /// Connection `conn`'s person is typing in `key` (`on`) or stopped;
+    /// told at the next tick. `false` when the connection does not watch
+    /// the thread (there is no one to show typing).
+    pub fn composing(&self, key: &ThreadKey, conn: u64, on: bool) -> bool {
+        let lapse = self.composing_lapse_ms();
+        let mut rooms = self.lock();
+        let Some(seat) = rooms.get_mut(key).and_then(|r| r.seats.get_mut(&conn)) else {
+            return false;
+        };
+        seat.composing_until = if on { now_millis() + lapse } else { 0 };
+        true
     }
 
     /// Connection `conn` stopped watching `key` (told at the next tick).
@@ -154,6 +184,7 @@ impl Presence {
     /// This node's listed viewers of a room, one entry per person.
     fn mine(&self, room: &Room) -> BTreeMap<String, Watcher> {
         let mut out: BTreeMap<String, Watcher> = BTreeMap::new();
+        let now = now_millis();
         for seat in room.seats.values().filter(|s| !self.hidden(&s.who)) {
             let w = out
                 .entry(seat.who.user_id.clone())
@@ -163,9 +194,11 @@ impl Presence {
                     roles: seat.who.roles.clone(),
                     connections: 0,
                     since: seat.since,
+                    composing: false,
                 });
             w.connections += 1;
             w.since = w.since.min(seat.since);
+            w.composing |= seat.composing_until > now;
         }
         out
     }
@@ -178,6 +211,7 @@ impl Presence {
                 Some(w) => {
                     w.connections += o.connections;
                     w.since = w.since.min(o.since);
+                    w.composing |= o.composing;
                 }
                 None => {
                     out.insert(o.user_id.clone(), o.clone());
@@ -267,12 +301,20 @@ impl Presence {
     }
 }
 
-/// The `presence` frame from `before` to `now`, if anyone joined or left.
+/// The `presence` frame from `before` to `now`, if anyone joined or left,
+/// or started or stopped typing.
 fn change(
     thread_id: &str,
     before: &BTreeMap<String, Watcher>,
     now: &BTreeMap<String, Watcher>,
 ) -> Option<Bytes> {
+    let typing = |list: &BTreeMap<String, Watcher>| -> Vec<String> {
+        list.values()
+            .filter(|w| w.composing)
+            .map(|w| w.user_id.clone())
+            .collect()
+    };
+    let composing = typing(now);
     let joined: Vec<&Watcher> = now
         .iter()
         .filter(|(id, _)| !before.contains_key(*id))
@@ -283,12 +325,12 @@ fn change(
         .filter(|(id, _)| !now.contains_key(*id))
         .map(|(id, w)| json!({"userId": id, "name": w.name}))
         .collect();
-    if joined.is_empty() && left.is_empty() {
+    if joined.is_empty() && left.is_empty() && composing == typing(before) {
         return None;
     }
     let viewers: Vec<&Watcher> = now.values().collect();
     let frame = json!({"type": "presence", "threadId": thread_id, "joined": joined,
-                       "left": left, "viewers": viewers});
+                       "left": left, "viewers": viewers, "composing": composing});
     Some(Bytes::from(frame.to_string()))
 }
 
@@ -348,5 +390,55 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&m).unwrap();
         assert_eq!(v["joined"][0]["userId"], "cat", "{v}");
         assert_eq!(v["viewers"].as_array().unwrap().len(), 2, "{v}");
+    }
+
+    /// Typing is told once per change, by person, never for a hidden
+    /// role, and lapses on its own when the signal is not repeated.
+    #[tokio::test]
+    async fn composing_is_told_when_it_changes_and_lapses_by_itself() {
+        let p = table(&["auditor"]);
+        let k = ThreadKey::new("t", "th");
+        let (ob, mut rx) = super::super::fanout::outbox(1 << 20);
+        p.join(&k, 1, visitor("ann", &[]), Some(ob));
+        p.join(&k, 2, visitor("ben", &[]), None);
+        p.join(&k, 3, visitor("aud", &["auditor"]), None);
+        let frame = |rx: &mut super::super::fanout::OutboxReceiver| match rx.try_recv() {
+            Some(Outgoing::Message(m)) => {
+                Some(serde_json::from_slice::<serde_json::Value>(&m).unwrap())
+            }
+            _ => None,
+        };
+        p.tick().await;
+        assert_eq!(frame(&mut rx).unwrap()["joined"][0]["userId"], "ben");
+        assert!(p.composing(&k, 2, true));
+        assert!(p.composing(&k, 3, true), "the auditor types, unlisted");
+        assert!(!p.composing(&k, 9, true), "a connection not watching");
+        p.tick().await;
+        let v = frame(&mut rx).expect("ben types");
+        assert_eq!(v["composing"], json!(["ben"]), "{v}");
+        assert_eq!(v["joined"], json!([]), "{v}");
+        let ben = v["viewers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["userId"] == "ben")
+            .cloned();
+        assert_eq!(ben.unwrap()["composing"], true, "{v}");
+        // Repeated while typing: nothing new to tell.
+        assert!(p.composing(&k, 2, true));
+        p.tick().await;
+        assert!(frame(&mut rx).is_none());
+        // It lapses after TTL_TICKS intervals without a repeat.
+        tokio::time::sleep(Duration::from_millis(10) * (TTL_TICKS + 1)).await;
+        p.tick().await;
+        let v = frame(&mut rx).expect("ben stopped");
+        assert_eq!(v["composing"], json!([]), "{v}");
+        // And stops at once when told.
+        p.composing(&k, 2, true);
+        p.tick().await;
+        assert!(frame(&mut rx).is_some());
+        p.composing(&k, 2, false);
+        p.tick().await;
+        assert_eq!(frame(&mut rx).unwrap()["composing"], json!([]));
     }
 }

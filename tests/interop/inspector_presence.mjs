@@ -1,7 +1,8 @@
 // Two people in the inspector, each in a browser of their own: Ben opens a
 // link to a thread nobody has run on yet (the URL names it) and waits; Ann
 // starts its first run from her page. Ben sees the run live, both see both
-// avatars; then Ann's browser process is killed and Ben's page sees her
+// avatars; Ann types a reply and Ben's page says she is typing until she
+// clears it; then Ann's browser process is killed and Ben's page sees her
 // leave. Prints one JSON object; tests/inspector.rs asserts on it. Every
 // wait is for the page's DOM.
 //
@@ -60,6 +61,14 @@ try {
   out.benRunBy = await ben.page.$eval("#runs .run-by", (e) => e.textContent.trim());
   out.benAvatars = await avatars(ben.page, ["ann", "ben"]);
   out.annAvatars = await avatars(ann.page, ["ann", "ben"]);
+
+  // Ann types a reply: Ben's page says so; she clears it: it stops saying so.
+  await ann.page.fill("#reply-message", "let me think");
+  await ben.page.waitForFunction(() => document.querySelector("#typing").textContent.includes("typing"), null, { timeout: WAIT });
+  out.benTypingNote = await ben.page.$eval("#typing", (e) => e.textContent);
+  out.annTypingAvatar = await ben.page.$eval('#presence .avatar[data-user="ann"]', (a) => a.classList.contains("typing"));
+  await ann.page.fill("#reply-message", "");
+  await ben.page.waitForFunction(() => document.querySelector("#typing").textContent === "", null, { timeout: WAIT });
 
   // Ann's browser dies without a word.
   ann.server.process().kill("SIGKILL");

@@ -272,6 +272,19 @@ async def presence(out: dict[str, Any], base: str, token_a: str, token_b: str) -
     await until(sa, ["ann", "ben"])
     await until(sb, ["ann", "ben"])
     out["both"] = ids(sb)
+    # Ben types: Ann's session lists him typing; a repeat at once sends
+    # nothing; he stops.
+    ack = await sb.composing()
+    out["lapseMs"] = ack["lapseMs"]
+    out["repeat"] = await sb.composing()
+    while sa.typing() != ["ben"]:
+        sa.presence_changed.clear()
+        await sa.presence_changed.wait()
+    out["typing"] = sa.typing()
+    await sb.composing(False)
+    while sa.typing():
+        sa.presence_changed.clear()
+        await sa.presence_changed.wait()
     await b.close()
     await until(sa, ["ann"])
     out["after"] = ids(sa)

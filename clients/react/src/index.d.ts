@@ -2,6 +2,7 @@
 import type {
   AckFrame, AgUiMessage, BranchOptions, CallOptions, ConnectionOptions, ConnectionState, GatewayConnection,
   GatewayError, Interrupt, ResumeCommand, ResumeEntry, RunAck, RunInfo, RunParams, RunRecord, SendOptions, SnapshotFrame,
+  Watcher,
 } from '@agui-gateway/client';
 
 /** A GatewayConnection for the component's life (connected on mount, closed on unmount). */
@@ -29,6 +30,10 @@ export interface ThreadView<S = unknown> extends ThreadActions {
   interrupts: Interrupt[];
   /** The runs tree, oldest first (null until loaded, or with `runs: false`). */
   runs: RunRecord[] | null;
+  /** Who is watching the thread now, on every node (one entry per person). */
+  viewers: Watcher[];
+  /** The user ids typing in the thread now. */
+  typing: string[];
 }
 
 export interface ThreadActions {
@@ -39,6 +44,8 @@ export interface ThreadActions {
   cancel(runId?: string, options?: SendOptions): Promise<AckFrame>;
   meta(metaType: string, payload: Record<string, unknown>, clientEventId?: string, options?: SendOptions): Promise<AckFrame>;
   switchAgent(agent: string, options?: SendOptions): Promise<AckFrame>;
+  /** This person is typing (or stopped: `false`); call it on every keystroke. */
+  composing(on?: boolean, options?: SendOptions): Promise<AckFrame | null>;
   /** Runs from the end of `runId` instead of the head (a branch). */
   continueFrom(runId: string, params: Omit<RunParams, 'parentRunId'>, options?: SendOptions): Promise<RunAck>;
   /** The conversation at the end of `runId`. */

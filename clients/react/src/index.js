@@ -61,6 +61,7 @@ class ThreadStore {
         if (event.type === 'RUN_STARTED' || event.type === 'RUN_FINISHED' || event.type === 'RUN_ERROR') this.#loadRuns();
       }),
       s.on('error', (e) => { this.error = e; this.#changed(); }),
+      s.on('presence', () => this.#changed()),
       this.connection.on('state', () => this.#changed()),
     ];
     this.connection.connect()
@@ -114,7 +115,8 @@ class ThreadStore {
       activeAgent: s.activeAgent,
       interrupts: s.interrupts,
       runs: this.runs,
-      // No presence yet: the gateway has no presence feature to report.
+      viewers: s.viewers(),
+      typing: s.viewers().filter((w) => w.composing).map((w) => w.userId),
       ...this.actions,
     });
   }
@@ -132,6 +134,7 @@ class ThreadStore {
       cancel: (runId, options) => s.cancel(runId, options),
       meta: (metaType, payload, clientEventId, options) => s.meta(metaType, payload, clientEventId, options),
       switchAgent: (agent, options) => s.switchAgent(agent, options),
+      composing: (on, options) => s.composing(on, options),
       /** Continues from the end of `runId` instead of the head (a branch). */
       continueFrom: (runId, params, options) => s.run({ ...params, parentRunId: runId }, options),
       /** The conversation as it was at the end of `runId` (its branch). */
@@ -167,7 +170,8 @@ function headPath(runs, head) {
 
 /**
  * A shared thread as React state: `{status, error, seq, messages, state,
- * latestRun, isRunning, headRunId, activeAgent, interrupts, runs, …actions}`.
+ * latestRun, isRunning, headRunId, activeAgent, interrupts, runs, viewers,
+ * typing, …actions}`.
  * `status`: `connecting`, `ready`, `empty` (nobody has run on the thread
  * yet; a `run` creates it) or `error`. `options.runs: false` skips the runs
  * tree. Actions are stable across renders.

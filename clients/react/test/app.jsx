@@ -14,7 +14,7 @@ const agent = params.get('agent');
 const gateway = params.get('gateway');
 const threadId = `react-${Date.now()}`;
 const views = {};
-const renders = { a: 0, b: 0 };
+const renders = { a: 0, b: 0, c: 0 };
 const waiters = [];
 const log = [];
 
@@ -58,6 +58,13 @@ function B() {
   return <Messages id="b" messages={view.messages} />;
 }
 
+function C() {
+  const connection = useGatewayConnection({ url: gateway, token });
+  const view = useThread(connection, threadId, { runs: false });
+  useEffect(() => committed('c', view));
+  return <p id="c">{view.typing.join(', ')}</p>;
+}
+
 /** What a list rendered: `id:role:text` per message. */
 const dom = (id) => [...document.querySelectorAll(`#${id} li`)].map((li) => `${li.dataset.id}:${li.dataset.role}:${li.textContent}`);
 const shape = (messages) => messages.map((m) => `${m.id}:${m.role}:${text(m)}`);
@@ -87,6 +94,17 @@ window.__run = async () => {
   createRoot(document.getElementById('root-b')).render(<StrictMode><B /></StrictMode>);
   await waitFor(() => dom('b').length === snap1.length);
   out.bJoined = dom('b');
+  // C subscribes to the thread (A joined it by its run, so only C asked
+  // for presence): one person (the same token) on three connections;
+  // typing shows in the view until stopped.
+  createRoot(document.getElementById('root-c')).render(<StrictMode><C /></StrictMode>);
+  await waitFor(() => views.c?.viewers.length === 1 && views.c.viewers[0].connections === 3);
+  out.viewers = views.c.viewers.map((w) => [w.userId, w.connections]);
+  await views.c.composing();
+  await waitFor(() => views.c.typing.length === 1);
+  out.typing = views.c.typing;
+  await views.c.composing(false);
+  await waitFor(() => views.c.typing.length === 0);
 
   const again = await views.a.regenerate(undefined, { runId: 'x2' });
   out.regenerateAckRunId = again.runId;

@@ -34,7 +34,7 @@ try {
   page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
   // A real loopback server (a page fulfilled by playwright counts as a
   // public origin, and Chromium's local-network checks block its sockets).
-  const html = `<!doctype html><meta charset="utf-8"><div id="root-a"></div><div id="root-b"></div><script type="module">${script}</script>`;
+  const html = `<!doctype html><meta charset="utf-8"><div id="root-a"></div><div id="root-b"></div><div id="root-c"></div><script type="module">${script}</script>`;
   server = createServer((_req, res) => { res.setHeader('content-type', 'text/html'); res.end(html); });
   await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
   const url = `http://127.0.0.1:${server.address().port}/?${new URLSearchParams({ token, agent, gateway: base })}`;

@@ -21,7 +21,7 @@ export declare const PROTOCOL: {
 export type RunKind = 'continue' | 'branch' | 'regenerate' | 'edit' | 'resume' | 'handoff';
 export declare const RUN_KINDS: readonly RunKind[];
 
-export type CommandType = 'auth' | 'run' | 'resume' | 'regenerate' | 'edit' | 'cancel' | 'switch' | 'subscribe' | 'unsubscribe' | 'meta' | 'ping';
+export type CommandType = 'auth' | 'run' | 'resume' | 'regenerate' | 'edit' | 'cancel' | 'switch' | 'subscribe' | 'unsubscribe' | 'meta' | 'composing' | 'ping';
 export type ReplyType = 'event' | 'snapshot' | 'ack' | 'error' | 'pong';
 /** The contract's stable error codes. */
 export type ErrorCode =
@@ -92,6 +92,8 @@ export interface ResumeCommand {
 export interface CancelCommand { type: 'cancel'; id?: string | number; threadId: string; runId?: string }
 /** The thread's next plain run goes to `agent` (docs/protocol.md, "Handoff"). */
 export interface SwitchCommand { type: 'switch'; id?: string | number; threadId: string; agent: string }
+/** Typing in a thread the connection watches (`false`: stopped). */
+export interface ComposingCommand { type: 'composing'; id?: string | number; threadId: string; composing?: boolean }
 export interface SubscribeCommand { type: 'subscribe'; id?: string | number; threadId: string; after?: number | string; epoch?: string; presence?: boolean }
 export interface UnsubscribeCommand { type: 'unsubscribe'; id?: string | number; threadId: string }
 export interface MetaCommand {
@@ -108,7 +110,7 @@ export interface RegenerateCommand extends BranchOptions { type: 'regenerate'; i
 export interface EditCommand extends BranchOptions { type: 'edit'; id?: string | number; threadId: string; messageId: string; message: MessageInput }
 export type Command =
   | AuthCommand | RunCommand | ResumeCommand | CancelCommand | SwitchCommand | SubscribeCommand
-  | UnsubscribeCommand | MetaCommand | PingCommand | RegenerateCommand | EditCommand;
+  | UnsubscribeCommand | MetaCommand | ComposingCommand | PingCommand | RegenerateCommand | EditCommand;
 
 export interface EventFrame { type: 'event'; threadId: string; seq: number; event: AgUiEvent }
 /** Who posted a meta event on a message (docs/protocol.md, "Attribution"). */
@@ -130,6 +132,8 @@ export interface AckFrame {
   epoch?: string;
   /** `subscribe`: who is watching the thread, this connection included. */
   presence?: Watcher[];
+  /** `composing`: how long the signal holds unrepeated (ms). */
+  lapseMs?: number;
 }
 export interface ErrorFrame {
   type: 'error'; id?: string | number; code: ErrorCode | (string & {}); message: string; retryAfter?: number | null; threadId?: string; runId?: string;
@@ -146,10 +150,14 @@ export interface Watcher {
   connections: number;
   /** When the first of them joined (Unix ms). */
   since: number;
+  /** Typing in the thread now. */
+  composing?: boolean;
 }
 /** Who joined and who left since the connection was last told. */
 export interface PresenceFrame {
   type: 'presence'; threadId: string; joined: Watcher[]; left: { userId: string; name?: string | null }[]; viewers: Watcher[];
+  /** The user ids typing now. */
+  composing: string[];
 }
 export type Reply = EventFrame | SnapshotFrame | AckFrame | ErrorFrame | PongFrame | PresenceFrame;
 /** The ack of a command that starts a run: it names the run. */
@@ -271,8 +279,9 @@ export interface SessionEvents {
   reset: { previousSeq: number | null; snapshot: SnapshotFrame };
   gap: { expected: number; got: number };
   error: GatewayError;
-  /** Someone joined or left the thread (`viewers()` is the list after it). */
-  presence: { joined: Watcher[]; left: { userId: string; name?: string | null }[]; viewers: Watcher[] };
+  /** Someone joined or left the thread, or started or stopped typing
+   *  (`viewers()` is the list after it; `composing` who types now). */
+  presence: { joined: Watcher[]; left: { userId: string; name?: string | null }[]; viewers: Watcher[]; composing: string[] };
 }
 
 export interface RunParams {
@@ -355,6 +364,10 @@ export declare class ThreadSession extends Emitter<SessionEvents> {
   /** The thread's next plain run goes to `agent`. */
   switchAgent(agent: string, options?: SendOptions): Promise<AckFrame>;
   meta(metaType: string, payload: Record<string, unknown>, clientEventId?: string, options?: SendOptions): Promise<AckFrame>;
+  /** This person is typing (`on`, the default) or stopped; call it on every
+   *  keystroke — repeats are sent only as often as the signal needs.
+   *  Resolves with the ack (`lapseMs`), or null when nothing was sent. */
+  composing(on?: boolean, options?: SendOptions): Promise<AckFrame | null>;
   /** The snapshot now, or at the end of run `runId` (its branch). */
   fetchSnapshot(runId?: string, options?: CallOptions): Promise<Omit<SnapshotFrame, 'type'>>;
   regenerate(messageId?: string, extra?: BranchOptions, options?: SendOptions): Promise<RunAck>;

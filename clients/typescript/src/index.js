@@ -26,6 +26,7 @@ export const PROTOCOL = Object.freeze({
     subscribe: ['threadId', 'after?', 'epoch?', 'presence?'],
     unsubscribe: ['threadId'],
     meta: ['threadId', 'metaType', 'payload', 'clientEventId?'],
+    composing: ['threadId', 'composing?'],
     ping: [],
   },
   replies: {
@@ -34,11 +35,11 @@ export const PROTOCOL = Object.freeze({
     ack: ['id', 'threadId?', 'runId?'],
     error: ['id?', 'code', 'message'],
     pong: ['id?'],
-    presence: ['threadId', 'joined', 'left', 'viewers'],
+    presence: ['threadId', 'joined', 'left', 'viewers', 'composing'],
   },
   /** Fields the contract's "Extensions" section adds to replies. */
   replyExtensions: {
-    ack: ['queued?', 'eventId?', 'duplicate?', 'epoch?', 'presence?'],
+    ack: ['queued?', 'eventId?', 'duplicate?', 'epoch?', 'presence?', 'lapseMs?'],
     snapshot: ['epoch?'],
     error: ['retryAfter?', 'threadId?', 'runId?'],
   },
@@ -704,7 +705,7 @@ export class ThreadSession extends Emitter {
 
   _presence(frame) {
     this._presenceList(frame.viewers || []);
-    this.emit('presence', { joined: frame.joined || [], left: frame.left || [], viewers: this.viewers() });
+    this.emit('presence', { joined: frame.joined || [], left: frame.left || [], viewers: this.viewers(), composing: frame.composing || [] });
   }
 
   /** Keeps the epoch an ack names (the seqs that follow it are of it). */
@@ -887,6 +888,24 @@ export class ThreadSession extends Emitter {
    *  to `agent`; resolves with the ack (`{threadId, agent, seq}`). */
   switchAgent(agent, options) {
     return this.connection.send({ type: 'switch', threadId: this.threadId, agent }, options);
+  }
+
+  /** `composing`: this person is typing in the thread (`on`, the default)
+   *  or stopped (`false`: call it when the text is sent or cleared). Call it
+   *  on every keystroke: a repeat is sent only once half the signal's life
+   *  (the gateway's `lapseMs`) has gone by, so typing costs a frame every
+   *  few seconds. Resolves with the ack, or null when nothing was sent. */
+  composing(on = true, options) {
+    const now = Date.now();
+    if (on && this._composingUntil && now < this._composingUntil) return Promise.resolve(null);
+    this._composingUntil = on ? now + 1000 : 0;
+    return this.connection.send({ type: 'composing', threadId: this.threadId, composing: on }, options).then((ack) => {
+      if (on && this._composingUntil) this._composingUntil = now + Math.max(250, (ack?.lapseMs ?? 2000) / 2);
+      return ack;
+    }, (e) => {
+      this._composingUntil = 0;
+      throw e;
+    });
   }
 
   /** `meta`: a META event; idempotent per `clientEventId`. */

@@ -1,6 +1,7 @@
 // Presence through the package: a session lists who watches its thread
 // (`viewers()`, from the subscribe ack on) and emits `presence` when
-// someone joins or leaves — here a second person whose connection closes.
+// someone joins or leaves — here a second person whose connection closes —
+// and who is typing (`session.composing()`, throttled by the package).
 // usage: node presence.mjs <base> <token A> <token B>
 import { connect, main } from './util.mjs';
 
@@ -24,7 +25,9 @@ main(async (out) => {
   await a.connect();
   const sa = a.session(threadId);
   const events = [];
-  sa.on('presence', ({ joined, left }) => events.push({ joined: ids(joined), left: left.map((l) => l.userId) }));
+  sa.on('presence', ({ joined, left }) => {
+    if (joined.length || left.length) events.push({ joined: ids(joined), left: left.map((l) => l.userId) });
+  });
   await sa.subscribe();
   out.atJoin = ids(sa.viewers());
   const b = connect(base, tokenB);
@@ -34,6 +37,21 @@ main(async (out) => {
   await until(sa, ['ann', 'ben']);
   await until(sb, ['ann', 'ben']);
   out.bothA = sa.viewers().map((w) => ({ userId: w.userId, name: w.name ?? null, connections: w.connections }));
+  // Ben types: Ann is told; a repeat at once sends nothing; he stops.
+  const typing = (want) => new Promise((resolve) => {
+    const stop = sa.on('presence', ({ composing }) => {
+      if (JSON.stringify(composing) === JSON.stringify(want)) { stop(); resolve(); }
+    });
+  });
+  const started = typing(['ben']);
+  const ack = await sb.composing();
+  out.lapseMs = ack.lapseMs;
+  out.repeat = await sb.composing();
+  await started;
+  out.benTyping = sa.viewers().find((w) => w.userId === 'ben').composing === true;
+  const stopped = typing([]);
+  await sb.composing(false);
+  await stopped;
   b.close();
   await until(sa, ['ann']);
   out.events = events;

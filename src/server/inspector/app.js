@@ -1055,6 +1055,7 @@ function openThread(id, mayNotExist = false) {
   $('#timeline-earlier').hidden = true;
   document.querySelectorAll('.thread-item').forEach((i) => i.classList.toggle('active', i.dataset.thread === id));
   $('#presence').replaceChildren();
+  $('#typing').textContent = '';
   writeLocation();
   subscribe(app.thread, mayNotExist);
 }
@@ -1084,8 +1085,19 @@ function renderPresence() {
     const label = w.name || w.userId;
     const initials = label.split(/[\s._-]+/).filter(Boolean).map((p) => p[0]).join('').slice(0, 2).toUpperCase();
     const tabs = w.connections > 1 ? ` (${w.connections} connections)` : '';
-    return el('span', { class: `avatar${w.userId === me ? ' me' : ''}`, 'data-user': w.userId, title: `${label}${w.name ? ` — ${w.userId}` : ''}${tabs}`, text: initials });
+    const typing = w.composing && w.userId !== me ? ' — typing…' : '';
+    return el('span', { class: `avatar${w.userId === me ? ' me' : ''}${typing ? ' typing' : ''}`, 'data-user': w.userId, title: `${label}${w.name ? ` — ${w.userId}` : ''}${tabs}${typing}`, text: initials });
   }));
+  const typists = viewers.filter((w) => w.composing && w.userId !== me).map((w) => w.name || w.userId);
+  $('#typing').textContent = typists.length ? `${typists.join(', ')} ${typists.length > 1 ? 'are' : 'is'} typing…` : '';
+}
+
+/** Tells the others this person is typing in the reply box (the session
+ *  throttles the repeats), and that they stopped once the box is empty. */
+function replyTyped() {
+  if (!app.session) return;
+  const on = $('#reply-message').value.trim() !== '';
+  app.session.composing(on).catch(() => {});
 }
 
 /** The open thread (and the run viewed) in the URL, so a link or a reload
@@ -1456,7 +1468,9 @@ document.addEventListener('DOMContentLoaded', async () => {
   $('#reply-send').addEventListener('click', () => {
     if (app.thread) startRun(app.thread.id, $('#reply-message').value.trim());
     $('#reply-message').value = '';
+    replyTyped();
   });
+  $('#reply-message').addEventListener('input', replyTyped);
   $('#cancel-run').addEventListener('click', () => {
     if (!app.thread) return;
     send({ type: 'cancel', threadId: app.thread.id, runId: app.thread.runId })

@@ -203,6 +203,7 @@ impl Client {
             "regenerate" | "edit" => self.branch(&v).await.map(|_| None),
             "meta" => self.meta(&v).await.map(|_| None),
             "switch" => self.switch(&v).await.map(|_| None),
+            "composing" => self.composing(&v).map(|_| None),
             other => Err(ApiError::new(
                 ErrorCode::Invalid,
                 format!("unknown command type '{other}'"),
@@ -370,6 +371,47 @@ impl Client {
         let agent = req_str(v, "agent")?;
         let ack = commands::switch_agent(&self.state, &self.principal, thread_id, agent).await?;
         self.ack(v.get("id"), ack);
+        Ok(())
+    }
+
+    /// `composing`: the caller is typing in a thread it watches (or
+    /// stopped). Ephemeral, told to the others in their next `presence`
+    /// frame; acked only when it carries an `id` (a client repeats it every
+    /// few seconds while typing, and an ack nobody waits for is noise).
+    fn composing(&mut self, v: &Value) -> Result<(), ApiError> {
+        let thread_id = req_str(v, "threadId")?;
+        let on = match v.get("composing") {
+            None | Some(Value::Null) => true,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                return Err(ApiError::new(
+                    ErrorCode::Invalid,
+                    "'composing' must be a boolean",
+                ));
+            }
+        };
+        let key = ThreadKey::new(self.principal.tenant.clone(), thread_id);
+        if !self.subs.threads.contains_key(&key)
+            || !self.subs.presence.composing(&key, self.subs.id, on)
+        {
+            return Err(ApiError::new(
+                ErrorCode::Invalid,
+                format!(
+                    "'composing' needs the connection to watch thread '{thread_id}' (subscribe first)"
+                ),
+            ));
+        }
+        if v.get("id").is_some_and(|i| !i.is_null()) {
+            let mut extra = Map::new();
+            extra.insert("threadId".into(), thread_id.into());
+            // How long the signal holds unrepeated: a client repeats it
+            // well within that while its person types.
+            extra.insert(
+                "lapseMs".into(),
+                self.subs.presence.composing_lapse_ms().into(),
+            );
+            self.ack(v.get("id"), extra);
+        }
         Ok(())
     }
 

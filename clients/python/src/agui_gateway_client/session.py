@@ -9,6 +9,7 @@ are folded after every event, so whoever starts a run sees its answer.
 from __future__ import annotations
 
 import asyncio
+import time
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -101,6 +102,7 @@ class ThreadSession:
         #: Who is watching, by user id (the subscribe ack's list, then the
         #: gateway's ``presence`` frames); see ``viewers()``.
         self._watchers: dict[str, dict[str, Any]] = {}
+        self._composing_until = 0.0
         #: Set whenever the list of viewers changed (cleared by whoever waits).
         self.presence_changed = asyncio.Event()
         self._wanted = False
@@ -205,6 +207,25 @@ class ThreadSession:
         command = _compact({"type": "meta", "threadId": self.thread_id, "metaType": meta_type, "payload": payload, "clientEventId": client_event_id})
         return await self.connection.send(command, retry=retry)
 
+    async def composing(self, on: bool = True) -> dict[str, Any] | None:
+        """This person is typing in the thread (``on``) or stopped (call it
+        with ``False`` when the text is sent or cleared). Call it on every
+        keystroke: a repeat is sent only once half the signal's life (the
+        gateway's ``lapseMs``) has gone by. Returns the ack, or ``None`` when
+        nothing was sent."""
+        now = time.monotonic()
+        if on and now < self._composing_until:
+            return None
+        self._composing_until = now + 1.0 if on else 0.0
+        try:
+            ack = await self.connection.send({"type": "composing", "threadId": self.thread_id, "composing": on})
+        except BaseException:
+            self._composing_until = 0.0
+            raise
+        if on and self._composing_until:
+            self._composing_until = now + max(0.25, ack.get("lapseMs", 2000) / 2000)
+        return ack
+
     async def fetch_snapshot(self, run_id: str | None = None) -> dict[str, Any]:
         """The thread's snapshot over HTTP; with ``run_id``: at the end of that run."""
         query = f"?runId={urllib.parse.quote(run_id)}" if run_id else ""
@@ -260,8 +281,12 @@ class ThreadSession:
 
     def viewers(self) -> list[dict[str, Any]]:
         """Who is watching the thread now, on every node: one
-        ``{userId, name?, roles, connections, since}`` per person."""
+        ``{userId, name?, roles, connections, since, composing?}`` per person."""
         return list(self._watchers.values())
+
+    def typing(self) -> list[str]:
+        """The user ids typing in the thread now (``composing`` signals)."""
+        return sorted(w["userId"] for w in self._watchers.values() if w.get("composing"))
 
     def _presence(self, viewers: list[dict[str, Any]]) -> None:
         self._watchers = {w["userId"]: w for w in viewers if isinstance(w, dict) and "userId" in w}
