@@ -19,10 +19,21 @@
 //! path) copy frames into the database but can never *reset* the log while
 //! commits keep coming — a reset needs a moment with every frame copied and
 //! no commit in between, which steady load never gives (a 10-minute soak grew
-//! the WAL to 2.3 GB for a 28 MB database). So when the WAL file passes
-//! `max_wal_bytes`, the writer itself runs a `TRUNCATE` checkpoint between two
+//! the WAL to 2.3 GB for a 28 MB database). So when the log in use passes
+//! `max_wal_bytes`, the writer itself runs a `RESTART` checkpoint between two
 //! group commits: no commit can land during it, readers hold their snapshot
-//! for one statement only, so it completes and the file goes back to zero.
+//! for one statement only, so it completes and the next commit writes the log
+//! from its start again.
+//!
+//! `RESTART`, not `TRUNCATE`: the file keeps its size and its blocks, so the
+//! commits after a reset overwrite what the file holds instead of growing it
+//! block by block again. Growing the file is what the live path paid for: on
+//! ext4 an append that extends the file waited 5–8 ms whenever the passive
+//! checkpoint's fsync was committing the filesystem's journal, and the
+//! truncation itself (freeing 64 MiB) held the writer 30 ms — the p99 of a
+//! paced run was those stalls (docs/benchmarks.md, "The tail of a paced run").
+//! The size in use is counted in frames (SQLite's WAL hook after every
+//! commit), since the file's length no longer says it.
 //!
 //! A failed commit (disk full, I/O error) turns [`JournalStore::healthy`]
 //! false; it turns true again with the next commit that succeeds — a batch,
@@ -49,13 +60,13 @@ pub struct SqliteStore {
     /// Set by `close`: the writer's end is then expected, not an alarm.
     closing: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// The one connection every read of this process goes through; the
-    /// writer holds it while it truncates the WAL (see [`Writer::bound_wal`]).
+    /// writer holds it while it resets the WAL (see [`Writer::bound_wal`]).
     reader: std::sync::Arc<Mutex<Connection>>,
     /// Cleared by the writer when a commit fails, set when one succeeds.
     healthy: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
-/// The default of `store.max_wal_bytes`: past it the writer truncates the WAL.
+/// The default of `store.max_wal_bytes`: past it the writer resets the WAL.
 pub const DEFAULT_MAX_WAL_BYTES: u64 = 64 << 20;
 
 fn err(e: impl std::fmt::Display) -> StoreError {
@@ -142,7 +153,7 @@ impl SqliteStore {
         Self::open_bounded(path, synchronous, max_batch_events, DEFAULT_MAX_WAL_BYTES)
     }
 
-    /// [`SqliteStore::open`] with the WAL truncated whenever it passes
+    /// [`SqliteStore::open`] with the WAL reset whenever it passes
     /// `max_wal_bytes` (`store.max_wal_bytes`).
     pub fn open_bounded(
         path: &Path,
@@ -153,6 +164,8 @@ impl SqliteStore {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
         }
+        let mut wal_path = path.as_os_str().to_owned();
+        wal_path.push("-wal");
         let mut write = open(path, synchronous)?;
         write.execute_batch(SCHEMA).map_err(err)?;
         // Files from before the `bases` table: move their snapshots there.
@@ -178,8 +191,23 @@ impl SqliteStore {
         write
             .pragma_update(None, "wal_autocheckpoint", 0)
             .map_err(err)?;
-        let mut wal_path = path.as_os_str().to_owned();
-        wal_path.push("-wal");
+        // Not before: SQLite deletes the log of a database with no page yet.
+        preallocate_wal(Path::new(&wal_path), max_wal_bytes);
+        // Frames in the log after each commit: its size in use (the file
+        // keeps its length across resets). Set after `wal_autocheckpoint`,
+        // which replaces any WAL hook.
+        let page_size = write
+            .query_row("PRAGMA page_size", [], |r| r.get::<_, i64>(0))
+            .map_err(err)?
+            .max(0) as u64;
+        let frames = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = frames.clone();
+        write
+            .wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, pages: i32| {
+                counted.store(pages.max(0) as u64, std::sync::atomic::Ordering::Relaxed);
+                Ok(())
+            }))
+            .map_err(err)?;
         let reader = std::sync::Arc::new(Mutex::new(open(path, synchronous)?));
         let checkpointer = open(path, synchronous)?;
         // Compactions a crash interrupted before their rows were deleted.
@@ -200,6 +228,8 @@ impl SqliteStore {
                 path: wal_path.into(),
                 max_bytes: max_wal_bytes,
                 next_try: std::time::Instant::now(),
+                frames,
+                frame_bytes: page_size + WAL_FRAME_HEADER,
             },
             probe_backoff: PROBE_FIRST,
             readers: reader.clone(),
@@ -285,7 +315,7 @@ struct Writer {
     /// The store's read connection (see [`Writer::bound_wal`]).
     readers: std::sync::Arc<Mutex<Connection>>,
     /// Held by whoever checkpoints: the background passive checkpoint or
-    /// the writer's truncation (which would be refused while the other runs).
+    /// the writer's reset (which would be refused while the other runs).
     checkpointing: std::sync::Arc<Mutex<()>>,
 }
 
@@ -293,15 +323,68 @@ struct Writer {
 struct Wal {
     path: std::path::PathBuf,
     max_bytes: u64,
-    /// No truncation is tried before this (after one failed: a reader held
-    /// an old snapshot for longer than [`TRUNCATE_WAIT`]).
+    /// No reset is tried before this (after one failed: a reader held
+    /// an old snapshot for longer than [`RESET_WAIT`]).
     next_try: std::time::Instant,
+    /// Frames in the log now (the WAL hook's count after each commit).
+    frames: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// One frame: a page and its header.
+    frame_bytes: u64,
 }
 
-/// How long a `TRUNCATE` checkpoint waits for readers of older snapshots
+/// Gives the WAL file its full size (`max_bytes`) and its blocks, so a
+/// fresh journal's commits overwrite allocated space
+/// from the first one, as they do after every reset ([`Writer::bound_wal`]):
+/// growing the file is what made a commit wait on the filesystem's journal.
+/// What it adds reads as zeros, which SQLite takes for the log's end (a
+/// frame needs the header's salts), so a log with frames in it keeps them.
+/// Best effort: a filesystem without `fallocate` grows the file as before.
+#[cfg(target_os = "linux")]
+fn preallocate_wal(path: &Path, max_bytes: u64) {
+    use std::os::fd::AsRawFd;
+    let Ok(file) = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+    else {
+        return;
+    };
+    let len = file.metadata().map_or(0, |m| m.len());
+    if len >= max_bytes {
+        return;
+    }
+    let Ok(size) = libc::off_t::try_from(max_bytes) else {
+        return;
+    };
+    // SAFETY: a plain syscall on a descriptor this function owns.
+    let done = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, size) };
+    if done != 0 {
+        tracing::debug!(
+            "journal WAL not preallocated: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn preallocate_wal(_: &Path, _: u64) {}
+
+/// The header SQLite writes before each page in the WAL.
+const WAL_FRAME_HEADER: u64 = 24;
+
+impl Wal {
+    /// The log in use, in bytes (the file may be longer: it keeps its
+    /// length across resets).
+    fn in_use(&self) -> u64 {
+        self.frames.load(std::sync::atomic::Ordering::Relaxed) * self.frame_bytes
+    }
+}
+
+/// How long a `RESTART` checkpoint waits for readers of older snapshots
 /// (each holds one for a statement: normally microseconds). Appends queue
 /// meanwhile.
-const TRUNCATE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+const RESET_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The first probe of a failing journal, and the longest wait between two.
 const PROBE_FIRST: std::time::Duration = std::time::Duration::from_millis(250);
@@ -409,11 +492,11 @@ impl Writer {
         }
     }
 
-    /// Truncates the WAL when it passed its bound, and reports its size.
-    /// Runs between group commits, on the writer's own connection, so no
-    /// commit lands during the checkpoint and it can copy every frame.
+    /// Resets the WAL when the log in use passed its bound, and reports its
+    /// size. Runs between group commits, on the writer's own connection, so
+    /// no commit lands during the checkpoint and it can copy every frame.
     fn bound_wal(&mut self) {
-        let size = std::fs::metadata(&self.wal.path).map_or(0, |m| m.len());
+        let size = self.wal.in_use();
         crate::metrics::metrics()
             .journal_wal_bytes
             .set(size.min(i64::MAX as u64) as i64);
@@ -423,7 +506,7 @@ impl Writer {
         // Reads of this process wait meanwhile (one statement each normally
         // holds a snapshot for microseconds, but back to back they can keep
         // the log in use for as long as they like); other processes' get
-        // TRUNCATE_WAIT to finish theirs.
+        // RESET_WAIT to finish theirs.
         let _turn = self
             .checkpointing
             .lock()
@@ -432,41 +515,43 @@ impl Writer {
             .readers
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let _ = self.conn.busy_timeout(TRUNCATE_WAIT);
+        let _ = self.conn.busy_timeout(RESET_WAIT);
         let began = std::time::Instant::now();
         // (busy, frames in the log, frames checkpointed); busy = 1 when a
         // reader of another process kept an older snapshot past the wait, or
         // at once when another process was checkpointing.
         let done = self
             .conn
-            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+            .query_row("PRAGMA wal_checkpoint(RESTART)", [], |row| {
                 row.get::<_, i64>(0)
             });
         let _ = self.conn.busy_timeout(BUSY_TIMEOUT);
         let refused = match done {
             Ok(0) => {
-                let after = std::fs::metadata(&self.wal.path).map_or(0, |m| m.len());
-                tracing::debug!(before = size, after, "journal WAL truncated");
-                crate::metrics::metrics()
-                    .journal_wal_bytes
-                    .set(after.min(i64::MAX as u64) as i64);
+                // The next commit writes the log from its start.
+                self.wal
+                    .frames
+                    .store(0, std::sync::atomic::Ordering::Relaxed);
+                let file = std::fs::metadata(&self.wal.path).map_or(0, |m| m.len());
+                tracing::debug!(in_use = size, file, "journal WAL reset");
+                crate::metrics::metrics().journal_wal_bytes.set(0);
                 return;
             }
             Ok(_) => "a reader held an old snapshot, or a checkpoint was running".to_owned(),
             Err(e) => e.to_string(),
         };
-        if began.elapsed() < TRUNCATE_WAIT / 2 {
+        if began.elapsed() < RESET_WAIT / 2 {
             // Refused at once (another process checkpointing): the next
             // commit tries again.
-            tracing::debug!(wal_bytes = size, "journal WAL not truncated yet: {refused}");
+            tracing::debug!(wal_bytes = size, "journal WAL not reset yet: {refused}");
         } else {
             // A reader elsewhere: waiting for it again at every commit would
             // stall appends, so not before a second has passed.
             tracing::warn!(
                 wal_bytes = size,
-                "journal WAL not truncated (retried in a second): {refused}"
+                "journal WAL not reset (retried in a second): {refused}"
             );
-            self.wal.next_try = std::time::Instant::now() + TRUNCATE_WAIT;
+            self.wal.next_try = std::time::Instant::now() + RESET_WAIT;
         }
     }
 
@@ -1264,6 +1349,45 @@ mod tests {
                 .len(),
             2000
         );
+    }
+
+    /// The log is reset in place: the file has its full size from the
+    /// start and keeps it across resets (commits overwrite allocated
+    /// blocks instead of growing the file, which waited on the filesystem's
+    /// journal), while the log in use stays bounded and nothing is lost.
+    #[tokio::test]
+    async fn the_wal_is_reset_in_place_never_grown_or_truncated() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.db");
+        let bound = 1 << 20;
+        let s = SqliteStore::open_bounded(&path, "normal", 64, bound).unwrap();
+        let wal = dir.path().join("j.db-wal");
+        let k = ThreadKey::new("t", "x");
+        // The WAL header's salts change at every reset of the log.
+        let salts = || std::fs::read(&wal).unwrap()[16..24].to_vec();
+        let mut resets = 0;
+        let mut salts_before = Vec::new();
+        for round in 0..400u64 {
+            s.append(batch(&k, round * 10 + 1, 10, "running"))
+                .await
+                .unwrap()
+                .unwrap();
+            let file = std::fs::metadata(&wal).unwrap().len();
+            // (A commit may pass the bound before the reset that follows it.)
+            assert!(
+                (bound..bound + (256 << 10)).contains(&file),
+                "round {round}: the file keeps its size: {file}"
+            );
+            let now = salts();
+            if !salts_before.is_empty() && now != salts_before {
+                resets += 1;
+            }
+            salts_before = now;
+        }
+        assert!(resets >= 1, "the log was reset in place");
+        drop(s);
+        let again = SqliteStore::open_bounded(&path, "normal", 64, bound).unwrap();
+        assert_eq!(again.load(&k).unwrap().unwrap().events.len(), 4000);
     }
 
     #[tokio::test]
