@@ -57,6 +57,8 @@ async fn use_thread_and_use_gateway_agent_render_the_gateways_view_in_chromium()
     assert_eq!(seen["bJoined"], seen["x1"]["snapshot"], "{seen:#}");
     // Presence in the hook: one person, three connections; typing shown.
     assert_eq!(seen["viewers"], json!([["rae", 3]]), "{seen:#}");
+    assert_eq!(seen["viewersA"], json!(["rae"]), "{seen:#}");
+    assert_eq!(seen["typingA"], json!(["rae"]), "{seen:#}");
     assert_eq!(seen["typing"], json!(["rae"]), "{seen:#}");
     // A fork of the first run: both render the gateway's branch; the runs
     // tree shows the two siblings, the new one on the head's branch.

@@ -414,6 +414,28 @@ async fn viewers_see_who_is_typing_until_they_stop_or_it_lapses() {
     }
 }
 
+/// A client that asked for presence on a thread nobody had made yet
+/// (`not_found`: no grant), then made it with its first run, hears who is
+/// there in the run's ack and who joins after, like a subscriber.
+#[tokio::test]
+async fn a_thread_made_by_the_first_run_tells_its_maker_who_comes() {
+    let gw = Gateway::start(&presence_config()).await;
+    let mut amy = ws(&gw, json!({"sub": "amy"})).await;
+    amy.send(json!({"type": "subscribe", "id": "s", "threadId": "made-1", "presence": true}))
+        .await;
+    let refused = amy.recv_until(|f| f["id"] == "s").await;
+    assert_eq!(refused.last().unwrap()["code"], "not_found", "{refused:?}");
+    amy.send(run_cmd("made-1", "r1", "hello")).await;
+    let frames = amy.recv_until(|f| f["id"] == "cmd-r1").await;
+    let ack = frames.last().unwrap();
+    assert_eq!(ack["type"], "ack", "{ack}");
+    assert_eq!(user_ids(&ack["presence"]), ["amy"], "{ack}");
+    // Bob, granted view, comes: Amy is told.
+    let mut bob = ws(&gw, json!({"sub": "bob", "threads": {"made-*": ["view"]}})).await;
+    subscribe_listed(&mut bob, "made-1").await;
+    until_viewers(&mut amy, &["amy", "bob"]).await;
+}
+
 #[tokio::test]
 async fn a_dead_nodes_viewers_leave_on_their_own() {
     if test_nodes() < 2 {

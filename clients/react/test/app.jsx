@@ -94,15 +94,19 @@ window.__run = async () => {
   createRoot(document.getElementById('root-b')).render(<StrictMode><B /></StrictMode>);
   await waitFor(() => dom('b').length === snap1.length);
   out.bJoined = dom('b');
-  // C subscribes to the thread (A joined it by its run, so only C asked
-  // for presence): one person (the same token) on three connections;
-  // typing shows in the view until stopped.
+  // C subscribes to the thread: one person (the same token) on three
+  // connections; typing shows in the view until stopped.
   createRoot(document.getElementById('root-c')).render(<StrictMode><C /></StrictMode>);
   await waitFor(() => views.c?.viewers.length === 1 && views.c.viewers[0].connections === 3);
   out.viewers = views.c.viewers.map((w) => [w.userId, w.connections]);
+  // A, whose own run created the thread, knows who is there (its run's
+  // ack) and is told who types.
   await views.c.composing();
   await waitFor(() => views.c.typing.length === 1);
   out.typing = views.c.typing;
+  await waitFor(() => views.a.typing.length === 1);
+  out.viewersA = views.a.viewers.map((w) => w.userId);
+  out.typingA = views.a.typing;
   await views.c.composing(false);
   await waitFor(() => views.c.typing.length === 0);
 

@@ -41,6 +41,14 @@ struct Subscriptions {
     presence: Arc<Presence>,
     /// How this connection's user is listed.
     visitor: Visitor,
+    /// It asked for `presence` frames (a `subscribe` with `presence:
+    /// true`, granted or not): it gets them on the threads its runs make it
+    /// watch too — a client whose first subscribe found no thread yet
+    /// watches the thread its first run creates.
+    wants_presence: bool,
+    /// Who was there when a run made it watch a thread, for that run's
+    /// `ack` (with [`Subscriptions::wants_presence`]).
+    listed: Option<Vec<Watcher>>,
     /// A thread a `run` is about to make it watch, from the seq it had
     /// before the run: subscribed once the run's `ack` is queued
     /// ([`Subscriptions::start_pending`]), so the ack comes before the
@@ -98,7 +106,8 @@ impl Viewer for Subscriptions {
     }
 
     fn watch(&mut self, thread: &Arc<Thread>, visibility: ViewerVisibility) {
-        self.present(&thread.key, false);
+        let list = self.present(&thread.key, self.wants_presence);
+        self.listed = self.wants_presence.then_some(list);
         self.threads.insert(thread.key.clone(), thread.clone());
         self.pending = Some((thread.clone(), thread.seq(), visibility));
     }
@@ -130,6 +139,8 @@ impl Client {
             threads: HashMap::new(),
             presence: state.presence.clone(),
             visitor: visitor(&principal),
+            wants_presence: false,
+            listed: None,
             pending: None,
         };
         Client {
@@ -241,6 +252,17 @@ impl Client {
     async fn subscribe(&mut self, v: &Value) -> Result<(), ApiError> {
         let thread_id = req_str(v, "threadId")?;
         let cursor = subscribe_cursor(v)?;
+        let tell = match v.get("presence") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                return Err(ApiError::new(
+                    ErrorCode::Invalid,
+                    "'presence' must be a boolean",
+                ));
+            }
+        };
+        self.subs.wants_presence |= tell;
         let thread = thread_to_watch(&self.state, &self.principal, thread_id)
             .await
             .map_err(AccessError::into_api)?;
@@ -254,16 +276,6 @@ impl Client {
         };
         // Listed before the ack, which carries who is there (this
         // connection included); changes follow as `presence` frames.
-        let tell = match v.get("presence") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => *b,
-            Some(_) => {
-                return Err(ApiError::new(
-                    ErrorCode::Invalid,
-                    "'presence' must be a boolean",
-                ));
-            }
-        };
         let present = self.subs.present(&thread.key, tell);
         if v.get("id").is_some() {
             let mut extra = Map::new();
@@ -311,9 +323,19 @@ impl Client {
         if let Some(epoch) = self.subs.pending.as_ref().and_then(|(t, ..)| t.epoch()) {
             ack.insert("epoch".into(), epoch.into());
         }
+        self.ack_run(v, ack);
+        Ok(())
+    }
+
+    /// Acks a command that started a run, with who is watching when the
+    /// run made the connection watch the thread (and it asks for presence),
+    /// then watches from before the run.
+    fn ack_run(&mut self, v: &Value, mut ack: Map<String, Value>) {
+        if let Some(list) = self.subs.listed.take() {
+            ack.insert("presence".into(), json!(list));
+        }
         self.ack(v.get("id"), ack);
         self.subs.start_pending();
-        Ok(())
     }
 
     /// `regenerate` / `edit`: a run that forks the thread (see
@@ -342,8 +364,7 @@ impl Client {
         }
         let requester = Requester::Viewer(&mut self.subs);
         let ack = commands::run(&self.state, &self.principal, cmd, requester).await?;
-        self.ack(v.get("id"), ack);
-        self.subs.start_pending();
+        self.ack_run(v, ack);
         Ok(())
     }
 
@@ -352,8 +373,7 @@ impl Client {
         let cmd = resume_command(v)?;
         let requester = Requester::Viewer(&mut self.subs);
         let ack = commands::resume(&self.state, &self.principal, cmd, requester).await?;
-        self.ack(v.get("id"), ack);
-        self.subs.start_pending();
+        self.ack_run(v, ack);
         Ok(())
     }
 
