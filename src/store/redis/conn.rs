@@ -2,16 +2,145 @@
 //! routes each command, script and single-slot pipeline to the master of
 //! its slot and follows the cluster through failovers and resharding).
 
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
 use ::redis::aio::{ConnectionLike, ConnectionManager};
-use ::redis::cluster::ClusterClientBuilder;
+use ::redis::cluster::{ClusterClient, ClusterClientBuilder};
 use ::redis::cluster_async::ClusterConnection;
-use ::redis::{Cmd, Pipeline, RedisFuture, Value};
+use ::redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 
 /// One connection type for every part of the store.
 #[derive(Clone)]
 pub(super) enum Conn {
     Single(ConnectionManager),
-    Cluster(ClusterConnection),
+    Cluster(Renewed),
+}
+
+/// How long commands may keep failing to reach a node before the cluster
+/// connection is built anew: well inside a lease's life (1.33 s by
+/// default is renewed every third of it, and a renewal that fails once is
+/// retried), so a failover is followed before every lease lapses.
+const RENEW_AFTER: Duration = Duration::from_secs(1);
+
+/// A cluster connection that is replaced by a new one, built from the
+/// seeds, when commands keep failing to reach a node.
+///
+/// Why: redis 1.8's cluster client refreshes its slot map when a
+/// connection is lost; if that refresh comes before the dead master's
+/// replica is promoted, it keeps the dead address and then only
+/// reconnects there (60-90 s here), so every command to those slots times
+/// out. A new connection asks the live nodes again who holds each slot.
+/// Clones share the swapped connection.
+#[derive(Clone)]
+pub(super) struct Renewed {
+    client: Arc<ClusterClient>,
+    state: Arc<Mutex<Renewal>>,
+}
+
+/// The current connection and how long commands have failed on it.
+struct Renewal {
+    conn: ClusterConnection,
+    failing_since: Option<Instant>,
+    renewing: bool,
+}
+
+impl Renewed {
+    /// Connects to the cluster through `seeds`.
+    pub(super) async fn connect(seeds: &[String]) -> RedisResult<Renewed> {
+        let client = cluster_client(seeds, None)?;
+        let conn = client.get_async_connection().await?;
+        Ok(Renewed {
+            client: Arc::new(client),
+            state: Arc::new(Mutex::new(Renewal {
+                conn,
+                failing_since: None,
+                renewing: false,
+            })),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Renewal> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The connection commands go to now.
+    fn current(&self) -> ClusterConnection {
+        self.lock().conn.clone()
+    }
+
+    /// Notes how a command ended; after [`RENEW_AFTER`] of failures to
+    /// reach a node, builds a new connection in the background (one at a
+    /// time) and swaps it in.
+    fn observe<T>(&self, result: &RedisResult<T>) {
+        let mut state = self.lock();
+        match result {
+            Err(e) if unreachable(e) => {
+                let since = *state.failing_since.get_or_insert_with(Instant::now);
+                if since.elapsed() < RENEW_AFTER || state.renewing {
+                    return;
+                }
+                state.renewing = true;
+                drop(state);
+                tokio::spawn(self.clone().renew());
+            }
+            _ => state.failing_since = None,
+        }
+    }
+
+    /// Builds the new connection; on failure the next failing command
+    /// tries again.
+    async fn renew(self) {
+        let built = self.client.get_async_connection().await;
+        let mut state = self.lock();
+        state.renewing = false;
+        match built {
+            Ok(conn) => {
+                tracing::warn!("redis cluster connection renewed: a node stayed unreachable");
+                state.conn = conn;
+                state.failing_since = None;
+            }
+            Err(e) => tracing::warn!("redis cluster connection not renewed: {e}"),
+        }
+    }
+}
+
+/// Errors that say a node could not be reached (not a command's own).
+fn unreachable(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_cluster_error()
+        || e.kind() == ::redis::ErrorKind::ClusterConnectionNotFound
+}
+
+impl ConnectionLike for Renewed {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let result = self.current().req_packed_command(cmd).await;
+            self.observe(&result);
+            result
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let mut conn = self.current();
+            let result = conn.req_packed_commands(pipeline, offset, count).await;
+            self.observe(&result);
+            result
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
 }
 
 impl ConnectionLike for Conn {

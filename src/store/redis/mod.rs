@@ -224,9 +224,7 @@ impl RedisStore {
             ),
             Target::Cluster(seeds, groups) => (
                 Conn::Cluster(
-                    conn::cluster_client(seeds, None)
-                        .map_err(StoreError::failed)?
-                        .get_async_connection()
+                    conn::Renewed::connect(seeds)
                         .await
                         .map_err(StoreError::failed)?,
                 ),
