@@ -39,9 +39,18 @@ pub(super) struct Renewed {
 }
 
 /// The current connection and how long commands have failed on it.
+///
+/// Failures are tracked as a streak, not reset by a success: with one
+/// master dead and the others healthy, commands to the healthy ones keep
+/// succeeding while every command to the dead one's slots fails, and a
+/// success resetting the clock would never let the renewal happen. The
+/// streak ends when no command has failed for [`RENEW_AFTER`].
 struct Renewal {
     conn: ClusterConnection,
+    /// The first failure of the current streak.
     failing_since: Option<Instant>,
+    /// The streak's latest failure.
+    last_failure: Option<Instant>,
     renewing: bool,
 }
 
@@ -55,6 +64,7 @@ impl Renewed {
             state: Arc::new(Mutex::new(Renewal {
                 conn,
                 failing_since: None,
+                last_failure: None,
                 renewing: false,
             })),
         })
@@ -70,22 +80,27 @@ impl Renewed {
     }
 
     /// Notes how a command ended; after [`RENEW_AFTER`] of failures to
-    /// reach a node, builds a new connection in the background (one at a
-    /// time) and swaps it in.
+    /// reach a node (a streak with no gap of that long between two of
+    /// them), builds a new connection in the background (one at a time)
+    /// and swaps it in.
     fn observe<T>(&self, result: &RedisResult<T>) {
-        let mut state = self.lock();
-        match result {
-            Err(e) if unreachable(e) => {
-                let since = *state.failing_since.get_or_insert_with(Instant::now);
-                if since.elapsed() < RENEW_AFTER || state.renewing {
-                    return;
-                }
-                state.renewing = true;
-                drop(state);
-                tokio::spawn(self.clone().renew());
-            }
-            _ => state.failing_since = None,
+        let Err(e) = result else { return };
+        if !unreachable(e) {
+            return;
         }
+        let now = Instant::now();
+        let mut state = self.lock();
+        if state.last_failure.is_none_or(|l| now - l >= RENEW_AFTER) {
+            state.failing_since = Some(now);
+        }
+        state.last_failure = Some(now);
+        let since = state.failing_since.unwrap_or(now);
+        if now - since < RENEW_AFTER || state.renewing {
+            return;
+        }
+        state.renewing = true;
+        drop(state);
+        tokio::spawn(self.clone().renew());
     }
 
     /// Builds the new connection; on failure the next failing command
@@ -99,6 +114,7 @@ impl Renewed {
                 tracing::warn!("redis cluster connection renewed: a node stayed unreachable");
                 state.conn = conn;
                 state.failing_since = None;
+                state.last_failure = None;
             }
             Err(e) => tracing::warn!("redis cluster connection not renewed: {e}"),
         }
