@@ -17,6 +17,18 @@ pub fn opt_str<'a>(v: &'a Value, field: &str) -> Result<Option<&'a str>, ApiErro
     }
 }
 
+/// An optional boolean field; `Err` names it when present but not a boolean.
+pub fn opt_bool(v: &Value, field: &str) -> Result<Option<bool>, ApiError> {
+    match v.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(_) => Err(ApiError::new(
+            ErrorCode::Invalid,
+            format!("'{field}' must be a boolean"),
+        )),
+    }
+}
+
 /// A string field that must be there.
 pub fn req_str<'a>(v: &'a Value, field: &str) -> Result<&'a str, ApiError> {
     opt_str(v, field)?

@@ -10,7 +10,7 @@ use crate::protocol::join::Cursor;
 use crate::server::access::{AccessError, thread_for, thread_to_watch, visibility_on, visitor};
 use crate::server::commands::{self, Requester, Viewer};
 use crate::server::error::{ApiError, ErrorCode};
-use crate::server::fields::{opt_str, req_str};
+use crate::server::fields::{opt_bool, opt_str, req_str};
 use crate::server::state::AppState;
 use crate::store::ThreadKey;
 use crate::store::presence::Watcher;
@@ -113,6 +113,8 @@ impl Viewer for Subscriptions {
     }
 
     fn unwatch(&mut self, thread: &Thread) {
+        // A refused run: its list must not reach a later run's ack.
+        self.listed = None;
         self.threads.remove(&thread.key);
         self.presence.leave(&thread.key, self.id);
         if self
@@ -252,16 +254,7 @@ impl Client {
     async fn subscribe(&mut self, v: &Value) -> Result<(), ApiError> {
         let thread_id = req_str(v, "threadId")?;
         let cursor = subscribe_cursor(v)?;
-        let tell = match v.get("presence") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => *b,
-            Some(_) => {
-                return Err(ApiError::new(
-                    ErrorCode::Invalid,
-                    "'presence' must be a boolean",
-                ));
-            }
-        };
+        let tell = opt_bool(v, "presence")?.unwrap_or(false);
         self.subs.wants_presence |= tell;
         let thread = thread_to_watch(&self.state, &self.principal, thread_id)
             .await
@@ -400,16 +393,7 @@ impl Client {
     /// few seconds while typing, and an ack nobody waits for is noise).
     fn composing(&mut self, v: &Value) -> Result<(), ApiError> {
         let thread_id = req_str(v, "threadId")?;
-        let on = match v.get("composing") {
-            None | Some(Value::Null) => true,
-            Some(Value::Bool(b)) => *b,
-            Some(_) => {
-                return Err(ApiError::new(
-                    ErrorCode::Invalid,
-                    "'composing' must be a boolean",
-                ));
-            }
-        };
+        let on = opt_bool(v, "composing")?.unwrap_or(true);
         let key = ThreadKey::new(self.principal.tenant.clone(), thread_id);
         if !self.subs.threads.contains_key(&key)
             || !self.subs.presence.composing(&key, self.subs.id, on)
