@@ -21,7 +21,7 @@ pub(super) enum Conn {
 /// connection is built anew: well inside a lease's life (1.33 s by
 /// default is renewed every third of it, and a renewal that fails once is
 /// retried), so a failover is followed before every lease lapses.
-const RENEW_AFTER: Duration = Duration::from_secs(1);
+pub(super) const RENEW_AFTER: Duration = Duration::from_secs(1);
 
 /// A cluster connection that is replaced by a new one, built from the
 /// seeds, when commands keep failing to reach a node.

@@ -139,22 +139,24 @@ pub(super) async fn listen_loop(
 /// publications may have been missed: a connection lost (once it is
 /// subscribed again), and a shard channel the server dropped (its slot
 /// changed master: a failover), subscribed again first.
+///
+/// The connection lives in `listening.sink` only (not in a local here), so
+/// that [`resubscribe`] can replace it with a new one and the old one is
+/// dropped with its last clone.
 pub(super) async fn cluster_listen_loop(
     seeds: Vec<String>,
     listening: Listening,
     subscribed: oneshot::Sender<()>,
 ) {
-    let control_channel = listening.names.control();
     let (pushes, mut heard) = mpsc::unbounded_channel();
+    let renewal = Renewal {
+        seeds,
+        pushes,
+        control_channel: listening.names.control(),
+    };
     let mut backoff = std::time::Duration::from_millis(100);
     let mut conn = loop {
-        let connected = async {
-            let client = super::conn::cluster_client(&seeds, Some(pushes.clone()))?;
-            let mut conn = client.get_async_connection().await?;
-            conn.subscribe(&control_channel).await?;
-            Ok::<_, ::redis::RedisError>(conn)
-        };
-        match connected.await {
+        match renewal.connect().await {
             Ok(conn) => break conn,
             Err(e) => tracing::warn!("redis cluster unreachable for subscriptions: {e}"),
         }
@@ -164,16 +166,14 @@ pub(super) async fn cluster_listen_loop(
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(std::time::Duration::from_secs(5));
     };
-    *listening
-        .sink
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner) =
-        Some(Subscriber::Cluster(conn.clone()));
+    set_sink(&listening.sink, &conn);
     let channels: Vec<String> = listening.watched.iter().map(|c| c.key().clone()).collect();
     for channel in channels {
         let _ = conn.ssubscribe(channel).await;
     }
+    drop(conn);
     let _ = subscribed.send(());
+    let renewal = Arc::new(renewal);
     let mut reconnected = false;
     let resubscribing = Arc::new(AtomicBool::new(false));
     while let Some(push) = heard.recv().await {
@@ -195,10 +195,10 @@ pub(super) async fn cluster_listen_loop(
             PushKind::Disconnection => {
                 tracing::warn!("redis cluster subscription lost; reconnecting");
                 reconnected = true;
-                if !resubscribing.load(Ordering::Acquire) {
-                    resubscribing.store(true, Ordering::Release);
+                if !resubscribing.swap(true, Ordering::AcqRel) {
                     tokio::spawn(resubscribe(
-                        conn.clone(),
+                        renewal.clone(),
+                        listening.sink.clone(),
                         listening.watched.clone(),
                         listening.controls.clone(),
                         resubscribing.clone(),
@@ -222,6 +222,43 @@ pub(super) async fn cluster_listen_loop(
         }
     }
 }
+
+/// How a listening connection is built, first and again.
+struct Renewal {
+    seeds: Vec<String>,
+    /// Where every connection's pushes go: one stream for the loop,
+    /// whichever connection is current.
+    pushes: mpsc::UnboundedSender<::redis::PushInfo>,
+    control_channel: String,
+}
+
+impl Renewal {
+    /// A new cluster connection, subscribed to the control channel.
+    async fn connect(&self) -> ::redis::RedisResult<::redis::cluster_async::ClusterConnection> {
+        let client = super::conn::cluster_client(&self.seeds, Some(self.pushes.clone()))?;
+        let mut conn = client.get_async_connection().await?;
+        conn.subscribe(&self.control_channel).await?;
+        Ok(conn)
+    }
+}
+
+fn set_sink(sink: &SharedSink, conn: &::redis::cluster_async::ClusterConnection) {
+    *sink
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) =
+        Some(Subscriber::Cluster(conn.clone()));
+}
+
+fn current(sink: &SharedSink) -> Option<::redis::cluster_async::ClusterConnection> {
+    match &*sink
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    {
+        Some(Subscriber::Cluster(conn)) => Some(conn.clone()),
+        _ => None,
+    }
+}
+
 /// Subscribes every watched shard channel again after a connection to a
 /// master was lost, until each is (then reads back what was missed). The
 /// client subscribes again by itself on the address it lost; a master that
@@ -232,16 +269,43 @@ pub(super) async fn cluster_listen_loop(
 /// `writes_a_killed_master_never_replicated_are_found_lost_and_viewers_reset`).
 /// `SSUBSCRIBE` routes by slot, so it goes to the new master once the
 /// client's slot map has it; subscribing a channel twice is harmless.
+///
+/// The client's slot map can also keep the dead master's address (the
+/// same flaw the command connection renews itself for, see
+/// [`super::conn::Renewed`]): after [`super::conn::RENEW_AFTER`] of
+/// failing, a new connection is built from the seeds, made the current
+/// one, and every watched channel is subscribed on it.
 async fn resubscribe(
-    mut conn: ::redis::cluster_async::ClusterConnection,
+    renewal: Arc<Renewal>,
+    sink: SharedSink,
     watched: Arc<DashMap<String, usize>>,
     controls: mpsc::UnboundedSender<Control>,
     running: Arc<AtomicBool>,
 ) {
+    let all = || -> Vec<String> { watched.iter().map(|c| c.key().clone()).collect() };
     let mut backoff = std::time::Duration::from_millis(200);
-    let mut pending: Vec<String> = watched.iter().map(|c| c.key().clone()).collect();
+    let mut pending = all();
+    let mut failing_since: Option<std::time::Instant> = None;
     while !pending.is_empty() && !controls.is_closed() {
         tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(std::time::Duration::from_secs(2));
+        let since = *failing_since.get_or_insert_with(std::time::Instant::now);
+        if since.elapsed() >= super::conn::RENEW_AFTER {
+            match renewal.connect().await {
+                Ok(conn) => {
+                    tracing::warn!(
+                        "redis cluster listening connection renewed: a node stayed unreachable"
+                    );
+                    set_sink(&sink, &conn);
+                    pending = all();
+                    failing_since = None;
+                }
+                Err(e) => tracing::warn!("redis cluster listening connection not renewed: {e}"),
+            }
+        }
+        let Some(mut conn) = current(&sink) else {
+            break;
+        };
         let mut failed = Vec::new();
         for channel in pending {
             if !watched.contains_key(&channel) {
@@ -253,14 +317,12 @@ async fn resubscribe(
             }
         }
         pending = failed;
-        backoff = (backoff * 2).min(std::time::Duration::from_secs(2));
     }
     running.store(false, Ordering::Release);
     tracing::info!("redis cluster shard channels subscribed again; reading back missed events");
     let _ = controls.send(Control::Resync);
 }
 
-/// `cancel \n member \n run id`, or `released \n member \n`.
 pub(super) fn control_payload(control: &Control) -> Option<String> {
     match control {
         Control::Cancel { key, run_id } => Some(format!("cancel\n{}\n{run_id}", member_of(key))),
