@@ -223,17 +223,34 @@ const SOCKETS_GRACE: Duration = Duration::from_secs(6);
 /// Where `[store]` says the shared journal is: one Redis (`url`) or a
 /// Redis Cluster (`urls`, seed nodes), `${VAR}`s expanded.
 fn redis_target(store: &crate::config::StoreConfig) -> Result<Target, String> {
+    let tls = store
+        .tls
+        .as_ref()
+        .map(|t| {
+            crate::store::redis::tls_certificates(
+                t.ca.as_deref(),
+                t.cert.as_deref(),
+                t.key.as_deref(),
+            )
+            .map_err(|(which, e)| format!("store.tls.{which}: {e}"))
+        })
+        .transpose()?;
     if store.kind == StoreKind::RedisCluster {
         let seeds = store
             .urls
             .iter()
             .map(|u| crate::config::expand_env(u))
             .collect::<Result<Vec<_>, _>>()?;
-        return Ok(Target::Cluster(seeds, store.cluster_groups));
+        return Ok(Target::Cluster {
+            seeds,
+            groups: store.cluster_groups,
+            tls,
+        });
     }
-    Ok(Target::Single(crate::config::expand_env(
-        store.url.as_deref().unwrap_or(""),
-    )?))
+    Ok(Target::Single {
+        url: crate::config::expand_env(store.url.as_deref().unwrap_or(""))?,
+        tls,
+    })
 }
 
 /// How long a node starting up waits for an unreachable Redis before it

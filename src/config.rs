@@ -245,6 +245,13 @@ impl Config {
             .into_iter()
             .flatten()
             .chain([&mut self.store.path])
+            .chain(
+                self.store
+                    .tls
+                    .iter_mut()
+                    .flat_map(|t| [&mut t.ca, &mut t.cert, &mut t.key])
+                    .flatten(),
+            )
             .chain(self.policy.path.iter_mut())
             .chain(
                 self.server

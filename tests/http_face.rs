@@ -809,80 +809,6 @@ async fn an_online_backup_restores_the_journal() {
     );
 }
 
-/// A certificate for 127.0.0.1 and its key, written to `dir` under `name`,
-/// issued by a CA of its own: (cert path, key path, the CA's PEM).
-fn certificate(
-    dir: &std::path::Path,
-    name: &str,
-) -> (std::path::PathBuf, std::path::PathBuf, Vec<u8>) {
-    let file = |ext: &str| dir.join(format!("{name}.{ext}"));
-    let openssl = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("openssl");
-        assert!(out.status.success(), "openssl {args:?}: {out:?}");
-    };
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    let ca_subject = format!("/CN={name}-ca");
-    let (ca_key, ca_crt) = (format!("{name}-ca.key"), format!("{name}-ca.crt"));
-    let mut ca = vec![
-        "req",
-        "-x509",
-        "-days",
-        "1",
-        "-subj",
-        &ca_subject,
-        "-keyout",
-        &ca_key,
-        "-out",
-        &ca_crt,
-    ];
-    ca.extend(ec);
-    openssl(&ca);
-    let (key, csr, crt, ext) = (
-        format!("{name}.key"),
-        format!("{name}.csr"),
-        format!("{name}.crt"),
-        format!("{name}.ext"),
-    );
-    let subject = format!("/CN={name}");
-    let mut req = vec!["req", "-subj", &subject, "-keyout", &key, "-out", &csr];
-    req.extend(ec);
-    openssl(&req);
-    std::fs::write(
-        file("ext"),
-        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
-    )
-    .unwrap();
-    openssl(&[
-        "x509",
-        "-req",
-        "-days",
-        "1",
-        "-in",
-        &csr,
-        "-CA",
-        &ca_crt,
-        "-CAkey",
-        &ca_key,
-        "-CAcreateserial",
-        "-extfile",
-        &ext,
-        "-out",
-        &crt,
-    ]);
-    let ca_pem = std::fs::read(dir.join(&ca_crt)).unwrap();
-    (file("crt"), file("key"), ca_pem)
-}
-
 /// A client that trusts only `pem`.
 fn trusting(pem: &[u8]) -> reqwest::Client {
     reqwest::Client::builder()
@@ -898,7 +824,7 @@ async fn a_silent_tls_client_is_dropped_at_the_header_deadline() {
     use std::time::{Duration, Instant};
     use tokio::io::AsyncReadExt;
     let dir = tempfile::tempdir().unwrap();
-    let (cert, key, _) = certificate(dir.path(), "silent");
+    let (cert, key, _) = tls_certificate(dir.path(), "silent");
     let gw = Gateway::start_with_env(
         &format!(
             "[server.tls]\ncert = \"{}\"\nkey = \"{}\"\n",
@@ -923,7 +849,7 @@ async fn a_silent_tls_client_is_dropped_at_the_header_deadline() {
 #[tokio::test]
 async fn tls_on_the_listener_and_a_renewed_certificate_without_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let (cert, key, first) = certificate(dir.path(), "first");
+    let (cert, key, first) = tls_certificate(dir.path(), "first");
     let gw = Gateway::start(&format!(
         "{DEMO}[server.tls]\ncert = \"{}\"\nkey = \"{}\"\n",
         cert.display(),
@@ -960,7 +886,7 @@ async fn tls_on_the_listener_and_a_renewed_certificate_without_restart() {
     );
 
     // The certificate is renewed in place: new handshakes get the new one.
-    let (second_cert, second_key, second) = certificate(dir.path(), "second");
+    let (second_cert, second_key, second) = tls_certificate(dir.path(), "second");
     std::fs::copy(&second_key, &key).unwrap();
     std::fs::copy(&second_cert, &cert).unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);

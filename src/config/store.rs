@@ -23,6 +23,10 @@ pub struct StoreConfig {
     /// no script crosses slots; a listing or a sweep reads every group.
     /// At least 16 per master keeps the masters evenly loaded.
     pub cluster_groups: u16,
+    /// TLS to Redis (`rediss://` URLs): the CAs to trust and a client
+    /// certificate. Without it a `rediss://` server is checked against the
+    /// system's CAs and no client certificate is sent.
+    pub tls: Option<StoreTlsConfig>,
     /// Prefix of every Redis key (several deployments can share a Redis).
     pub prefix: String,
     /// This node's name on the bus (default: host name and process id).
@@ -46,6 +50,21 @@ pub struct StoreConfig {
     pub max_wal_bytes: u64,
 }
 
+/// `[store.tls]`: the PEM files a `rediss://` connection uses (paths
+/// relative to the config file), read at start-up and by `check-config`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StoreTlsConfig {
+    /// The CAs that sign the Redis servers' certificates, trusted instead
+    /// of the system's (a private CA).
+    pub ca: Option<PathBuf>,
+    /// A client certificate chain, for servers that ask for one
+    /// (`tls-auth-clients yes`); with `key`.
+    pub cert: Option<PathBuf>,
+    /// The client certificate's private key; with `cert`.
+    pub key: Option<PathBuf>,
+}
+
 /// Journal backends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema, Default)]
 #[serde(rename_all = "lowercase")]
@@ -66,6 +85,7 @@ impl Default for StoreConfig {
             url: None,
             urls: Vec::new(),
             cluster_groups: 128,
+            tls: None,
             prefix: "agui".into(),
             node: None,
             lease_ttl: Duration::from_secs(10),
@@ -120,6 +140,9 @@ impl StoreConfig {
                 }
             }
         }
+        if self.tls.is_some() {
+            self.check_tls(bad);
+        }
         if matches!(self.kind, StoreKind::Redis | StoreKind::RedisCluster)
             && self.lease_ttl < Duration::from_secs(1)
         {
@@ -129,6 +152,32 @@ impl StoreConfig {
             bad(
                 "store.max_wal_bytes".into(),
                 "must be at least 1048576 (1 MiB)".into(),
+            );
+        }
+    }
+
+    /// Checks of `[store.tls]`: it is for `rediss://` URLs only, so a plain
+    /// `redis://` beside it is a mistake (the operator meant TLS), not
+    /// something to ignore. Its files are read by the start-up checks.
+    fn check_tls(&self, bad: &mut impl FnMut(String, String)) {
+        // Named by key, not shown: a URL may carry a password.
+        let urls: Vec<(String, &String)> = match self.kind {
+            StoreKind::Redis => self.url.iter().map(|u| ("store.url".into(), u)).collect(),
+            StoreKind::RedisCluster => (self.urls.iter().enumerate())
+                .map(|(i, u)| (format!("store.urls[{i}]"), u))
+                .collect(),
+            StoreKind::Sqlite | StoreKind::Memory => {
+                bad(
+                    "store.tls".into(),
+                    "is for kind = \"redis\" or \"redis-cluster\" only".into(),
+                );
+                return;
+            }
+        };
+        for (key, _) in urls.iter().filter(|(_, u)| !u.starts_with("rediss://")) {
+            bad(
+                "store.tls".into(),
+                format!("{key} is not a rediss:// URL: [store.tls] is for TLS connections"),
             );
         }
     }

@@ -77,6 +77,15 @@ pub fn check(config: &Config) -> Result<Checked, Vec<ConfigError>> {
         }
         StoreKind::Memory => {}
     }
+    if let Some(tls) = &config.store.tls
+        && let Err((which, e)) = crate::store::redis::tls_certificates(
+            tls.ca.as_deref(),
+            tls.cert.as_deref(),
+            tls.key.as_deref(),
+        )
+    {
+        bad(&format!("store.tls.{which}"), e);
+    }
 
     match auth {
         Some(auth) if problems.is_empty() => Ok(Checked { auth }),

@@ -162,11 +162,87 @@ impl Proc {
     }
 }
 
+/// A certificate for 127.0.0.1 and its key, written to `dir` under `name`,
+/// issued by a CA of its own: (cert path, key path, the CA's PEM).
+pub fn tls_certificate(
+    dir: &std::path::Path,
+    name: &str,
+) -> (std::path::PathBuf, std::path::PathBuf, Vec<u8>) {
+    let file = |ext: &str| dir.join(format!("{name}.{ext}"));
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl");
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let ca_subject = format!("/CN={name}-ca");
+    let (ca_key, ca_crt) = (format!("{name}-ca.key"), format!("{name}-ca.crt"));
+    let mut ca = vec![
+        "req",
+        "-x509",
+        "-days",
+        "1",
+        "-subj",
+        &ca_subject,
+        "-keyout",
+        &ca_key,
+        "-out",
+        &ca_crt,
+    ];
+    ca.extend(ec);
+    openssl(&ca);
+    let (key, csr, crt, ext) = (
+        format!("{name}.key"),
+        format!("{name}.csr"),
+        format!("{name}.crt"),
+        format!("{name}.ext"),
+    );
+    let subject = format!("/CN={name}");
+    let mut req = vec!["req", "-subj", &subject, "-keyout", &key, "-out", &csr];
+    req.extend(ec);
+    openssl(&req);
+    std::fs::write(
+        file("ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-days",
+        "1",
+        "-in",
+        &csr,
+        "-CA",
+        &ca_crt,
+        "-CAkey",
+        &ca_key,
+        "-CAcreateserial",
+        "-extfile",
+        &ext,
+        "-out",
+        &crt,
+    ]);
+    let ca_pem = std::fs::read(dir.join(&ca_crt)).unwrap();
+    (file("crt"), file("key"), ca_pem)
+}
+
 /// A real `redis-server` on a free loopback port, nothing persisted.
 pub struct RedisServer {
     pub proc: Proc,
     pub port: u16,
     args: Vec<String>,
+    /// What `redis-cli` needs besides the port (TLS files, the password).
+    cli_args: Vec<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -203,6 +279,31 @@ impl RedisServer {
             proc,
             port,
             args,
+            cli_args: Vec::new(),
+            _dir: dir,
+        }
+    }
+
+    /// Like [`RedisServer::start`], over TLS only (client certificates
+    /// required) and with a password: see [`RedisSecurity`].
+    pub async fn start_secured(security: &RedisSecurity) -> RedisServer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = tempfile::tempdir().unwrap();
+        let mut args: Vec<String> = ["--save", "", "--appendonly", "no"]
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+        args.extend(security.server_args(port));
+        let proc = Self::spawn(port, dir.path(), &args).await;
+        RedisServer {
+            proc,
+            port,
+            args,
+            cli_args: security.cli_args(),
             _dir: dir,
         }
     }
@@ -222,7 +323,9 @@ impl RedisServer {
     /// Everything Redis holds, as bytes (an uncompressed snapshot).
     pub fn snapshot_bytes(&self) -> Vec<u8> {
         let saved = std::process::Command::new("redis-cli")
-            .args(["-p", &self.port.to_string(), "SAVE"])
+            .args(["-p", &self.port.to_string()])
+            .args(&self.cli_args)
+            .arg("SAVE")
             .output()
             .expect("redis-cli");
         assert!(saved.status.success(), "{saved:?}");
@@ -238,6 +341,7 @@ impl RedisServer {
     pub fn cli(&self, args: &[&str]) -> String {
         let out = std::process::Command::new("redis-cli")
             .args(["-p", &self.port.to_string()])
+            .args(&self.cli_args)
             .args(args)
             .output()
             .expect("redis-cli");
@@ -250,6 +354,7 @@ impl RedisServer {
     pub fn try_cli(&self, args: &[&str]) -> Option<String> {
         let out = std::process::Command::new("redis-cli")
             .args(["-p", &self.port.to_string()])
+            .args(&self.cli_args)
             .args(args)
             .output()
             .ok()?;
@@ -281,6 +386,87 @@ impl RedisServer {
     }
 }
 
+/// TLS and a password for a test Redis: a CA of its own, one certificate
+/// for 127.0.0.1 that the servers present and clients present back (the
+/// servers require client certificates), and a password.
+pub struct RedisSecurity {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// The CA's certificate (PEM).
+    pub ca: PathBuf,
+    pub password: String,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisSecurity {
+    pub fn new() -> RedisSecurity {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key, _) = tls_certificate(dir.path(), "redis");
+        RedisSecurity {
+            cert,
+            key,
+            ca: dir.path().join("redis-ca.crt"),
+            password: format!(
+                "pw-{}-{}",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .subsec_nanos()
+            ),
+            _dir: dir,
+        }
+    }
+
+    /// A server's arguments: TLS only on `port`, the password.
+    fn server_args(&self, port: u16) -> Vec<String> {
+        let path = |p: &PathBuf| p.display().to_string();
+        vec![
+            "--port".into(),
+            "0".into(),
+            "--tls-port".into(),
+            port.to_string(),
+            "--tls-cert-file".into(),
+            path(&self.cert),
+            "--tls-key-file".into(),
+            path(&self.key),
+            "--tls-ca-cert-file".into(),
+            path(&self.ca),
+            "--tls-auth-clients".into(),
+            "yes".into(),
+            "--requirepass".into(),
+            self.password.clone(),
+        ]
+    }
+
+    /// `redis-cli`'s arguments to reach such a server.
+    fn cli_args(&self) -> Vec<String> {
+        let path = |p: &PathBuf| p.display().to_string();
+        vec![
+            "--tls".into(),
+            "--cacert".into(),
+            path(&self.ca),
+            "--cert".into(),
+            path(&self.cert),
+            "--key".into(),
+            path(&self.key),
+            "-a".into(),
+            self.password.clone(),
+            "--no-auth-warning".into(),
+        ]
+    }
+
+    /// `[store.tls]` with the CA and the client certificate.
+    pub fn store_tls(&self) -> String {
+        format!(
+            "[store.tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
+            self.ca.display(),
+            self.cert.display(),
+            self.key.display()
+        )
+    }
+}
+
 /// A real Redis Cluster on loopback: three masters and a replica of each
 /// (`redis-server --cluster-enabled yes`, joined by `redis-cli --cluster
 /// create`), nothing persisted, failing a dead master over within about a
@@ -294,11 +480,22 @@ impl RedisCluster {
     /// Starts six nodes, creates the cluster and waits until every node
     /// reports `cluster_state:ok`.
     pub async fn start() -> RedisCluster {
+        Self::start_with(None).await
+    }
+
+    /// Like [`RedisCluster::start`], every node over TLS only (client
+    /// certificates required, the cluster bus and replication too) and
+    /// with a password: see [`RedisSecurity`].
+    pub async fn start_secured(security: &RedisSecurity) -> RedisCluster {
+        Self::start_with(Some(security)).await
+    }
+
+    async fn start_with(security: Option<&RedisSecurity>) -> RedisCluster {
         let mut nodes = Vec::new();
         for _ in 0..6 {
             let port = cluster_port();
             let dir = tempfile::tempdir().unwrap();
-            let args: Vec<String> = [
+            let mut args: Vec<String> = [
                 "--save",
                 "",
                 "--appendonly",
@@ -317,11 +514,17 @@ impl RedisCluster {
             .iter()
             .map(|a| a.to_string())
             .collect();
+            if let Some(security) = security {
+                args.extend(security.server_args(port));
+                args.extend(["--tls-cluster", "yes", "--tls-replication", "yes"].map(String::from));
+                args.extend(["--masterauth".into(), security.password.clone()]);
+            }
             let proc = RedisServer::spawn(port, dir.path(), &args).await;
             nodes.push(RedisServer {
                 proc,
                 port,
                 args,
+                cli_args: security.map(RedisSecurity::cli_args).unwrap_or_default(),
                 _dir: dir,
             });
         }
@@ -330,6 +533,7 @@ impl RedisCluster {
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
         let out = std::process::Command::new("redis-cli")
+            .args(&nodes[0].cli_args)
             .args(["--cluster", "create"])
             .args(&addresses)
             .args(["--cluster-replicas", "1", "--cluster-yes"])

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use ::redis::aio::{ConnectionLike, ConnectionManager};
 use ::redis::cluster::{ClusterClient, ClusterClientBuilder};
 use ::redis::cluster_async::ClusterConnection;
-use ::redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
+use ::redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, TlsCertificates, Value};
 
 /// One connection type for every part of the store.
 #[derive(Clone)]
@@ -56,8 +56,11 @@ struct Renewal {
 
 impl Renewed {
     /// Connects to the cluster through `seeds`.
-    pub(super) async fn connect(seeds: &[String]) -> RedisResult<Renewed> {
-        let client = cluster_client(seeds, None)?;
+    pub(super) async fn connect(
+        seeds: &[String],
+        tls: Option<&TlsCertificates>,
+    ) -> RedisResult<Renewed> {
+        let client = cluster_client(seeds, tls, None)?;
         let conn = client.get_async_connection().await?;
         Ok(Renewed {
             client: Arc::new(client),
@@ -190,16 +193,48 @@ impl ConnectionLike for Conn {
 /// Where a store connects.
 #[derive(Debug, Clone)]
 pub enum Target {
-    /// One Redis (`redis://host:port/db`).
-    Single(String),
+    /// One Redis (`redis://host:port/db`, `rediss://` for TLS).
+    Single {
+        url: String,
+        /// For `rediss://`: the CAs to trust instead of the system's, and
+        /// a client certificate; `None`: the system's CAs, no certificate.
+        tls: Option<TlsCertificates>,
+    },
     /// A Redis Cluster: seed nodes, and the number of slot groups.
-    Cluster(Vec<String>, u16),
+    Cluster {
+        seeds: Vec<String>,
+        groups: u16,
+        /// As for [`Target::Single`], for every node of the cluster.
+        tls: Option<TlsCertificates>,
+    },
+}
+
+impl Target {
+    /// One Redis at `url`, with the system's CAs if it is `rediss://`.
+    pub fn single(url: &str) -> Target {
+        Target::Single {
+            url: url.to_owned(),
+            tls: None,
+        }
+    }
+}
+
+/// A client for one Redis at `url`, with `tls`'s certificates if given.
+pub(super) fn single_client(
+    url: &str,
+    tls: Option<&TlsCertificates>,
+) -> RedisResult<::redis::Client> {
+    match tls {
+        Some(tls) => ::redis::Client::build_with_tls(url, tls.clone()),
+        None => ::redis::Client::open(url),
+    }
 }
 
 /// A cluster client on `seeds`; `pushes`: RESP3 with pushes sent there (the
 /// listening connection).
 pub(super) fn cluster_client(
     seeds: &[String],
+    tls: Option<&TlsCertificates>,
     pushes: Option<tokio::sync::mpsc::UnboundedSender<::redis::PushInfo>>,
 ) -> ::redis::RedisResult<::redis::cluster::ClusterClient> {
     let mut builder = ClusterClientBuilder::new(seeds.to_vec())
@@ -207,6 +242,9 @@ pub(super) fn cluster_client(
         .response_timeout(super::RESPONSE_TIMEOUT)
         .retries(8)
         .max_retry_wait(1000);
+    if let Some(tls) = tls {
+        builder = builder.certs(tls.clone());
+    }
     if let Some(pushes) = pushes {
         builder = builder
             .use_protocol(::redis::ProtocolVersion::RESP3)

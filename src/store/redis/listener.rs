@@ -145,12 +145,14 @@ pub(super) async fn listen_loop(
 /// dropped with its last clone.
 pub(super) async fn cluster_listen_loop(
     seeds: Vec<String>,
+    tls: Option<::redis::TlsCertificates>,
     listening: Listening,
     subscribed: oneshot::Sender<()>,
 ) {
     let (pushes, mut heard) = mpsc::unbounded_channel();
     let renewal = Renewal {
         seeds,
+        tls,
         pushes,
         control_channel: listening.names.control(),
     };
@@ -226,6 +228,7 @@ pub(super) async fn cluster_listen_loop(
 /// How a listening connection is built, first and again.
 struct Renewal {
     seeds: Vec<String>,
+    tls: Option<::redis::TlsCertificates>,
     /// Where every connection's pushes go: one stream for the loop,
     /// whichever connection is current.
     pushes: mpsc::UnboundedSender<::redis::PushInfo>,
@@ -235,7 +238,8 @@ struct Renewal {
 impl Renewal {
     /// A new cluster connection, subscribed to the control channel.
     async fn connect(&self) -> ::redis::RedisResult<::redis::cluster_async::ClusterConnection> {
-        let client = super::conn::cluster_client(&self.seeds, Some(self.pushes.clone()))?;
+        let client =
+            super::conn::cluster_client(&self.seeds, self.tls.as_ref(), Some(self.pushes.clone()))?;
         let mut conn = client.get_async_connection().await?;
         conn.subscribe(&self.control_channel).await?;
         Ok(conn)

@@ -50,6 +50,7 @@ use keys::{KeyNamer, Keys};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+pub use tls::certificates as tls_certificates;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -61,6 +62,7 @@ mod leases;
 mod listener;
 mod presence;
 mod scripts;
+mod tls;
 mod writer;
 
 use epochs::Journals;
@@ -182,8 +184,11 @@ async fn subscription_loop(
 }
 
 /// The command connection to one Redis.
-async fn single_connection(url: &str) -> Result<ConnectionManager, StoreError> {
-    let client = ::redis::Client::open(url).map_err(StoreError::failed)?;
+async fn single_connection(
+    url: &str,
+    tls: Option<&::redis::TlsCertificates>,
+) -> Result<ConnectionManager, StoreError> {
+    let client = conn::single_client(url, tls).map_err(StoreError::failed)?;
     // The crate's default 500 ms response timeout fails a pipeline of 64
     // appends or a large XRANGE under load while Redis did the work; a
     // failed acknowledgement costs the run, so wait longer. A Redis that
@@ -207,7 +212,7 @@ impl RedisStore {
         node: &str,
         lease_ttl: std::time::Duration,
     ) -> Result<Arc<RedisStore>, StoreError> {
-        Self::connect_to(&Target::Single(url.to_owned()), prefix, node, lease_ttl).await
+        Self::connect_to(&Target::single(url), prefix, node, lease_ttl).await
     }
 
     /// Like [`RedisStore::connect`], to one Redis or to a Redis Cluster.
@@ -218,13 +223,13 @@ impl RedisStore {
         lease_ttl: std::time::Duration,
     ) -> Result<Arc<RedisStore>, StoreError> {
         let (conn, names) = match target {
-            Target::Single(url) => (
-                Conn::Single(single_connection(url).await?),
+            Target::Single { url, tls } => (
+                Conn::Single(single_connection(url, tls.as_ref()).await?),
                 KeyNamer::single(prefix),
             ),
-            Target::Cluster(seeds, groups) => (
+            Target::Cluster { seeds, groups, tls } => (
                 Conn::Cluster(
-                    conn::Renewed::connect(seeds)
+                    conn::Renewed::connect(seeds, tls.as_ref())
                         .await
                         .map_err(StoreError::failed)?,
                 ),
@@ -291,13 +296,14 @@ impl RedisStore {
             subscriptions: store.subscriptions.clone(),
         };
         match target {
-            Target::Single(url) => {
-                let client = ::redis::Client::open(url.as_str()).map_err(StoreError::failed)?;
+            Target::Single { url, tls } => {
+                let client = conn::single_client(url, tls.as_ref()).map_err(StoreError::failed)?;
                 tokio::spawn(listen_loop(client, listening, subscribed));
             }
-            Target::Cluster(seeds, _) => {
+            Target::Cluster { seeds, tls, .. } => {
                 tokio::spawn(listener::cluster_listen_loop(
                     seeds.clone(),
+                    tls.clone(),
                     listening,
                     subscribed,
                 ));
