@@ -9,10 +9,25 @@
 //! ```sh
 //! cargo bench --bench cold_reads                       # 20 threads × 40 runs (about 1,700 events each)
 //! COLD_THREADS=100 COLD_RUNS=200 cargo bench --bench cold_reads
+//! # issue 30's 1,000 threads × 10,000 events, far past a 256 MiB budget:
+//! COLD_THREADS=1000 COLD_RUNS=1 COLD_EVENTS=10000 COLD_HOT=4MiB COLD_BUDGET=256MiB \
+//!   COLD_READ_THREADS=100 cargo bench --bench cold_reads
 //! ```
+//!
+//! Knobs: `COLD_EVENTS` > 0 fills with the blaster (`benches/support`:
+//! that many small CUSTOM events a run, as fast as the gateway takes them)
+//! instead of the demo agent's conversations; `COLD_HOT` the `hot_bytes`
+//! values to compare (default `1GiB,1KiB`: all in memory, all from the
+//! store); `COLD_BUDGET` the node's `memory_budget` (default 4 GiB);
+//! `COLD_STORES` (default `sqlite,redis`); `COLD_READ_THREADS` how many
+//! threads the rate is measured on (default all). Every thread is also
+//! checked to start at seq 1 when read from `after: 0` (nothing of it was
+//! lost to the budget).
 //!
 //! Under `cargo test` (no `--bench` argument) it does nothing.
 
+#[path = "support/blaster.rs"]
+mod blaster;
 #[path = "../tests/common/mod.rs"]
 mod common;
 
@@ -28,17 +43,26 @@ fn env_or(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-/// Fills `threads` threads with `runs` demo runs each (all threads at
-/// once), and answers each thread's last seq.
-async fn fill(gw: &Gateway, t: &str, threads: usize, runs: usize) -> Vec<(String, u64)> {
+/// Fills `threads` threads with `runs` runs each (all threads at once):
+/// demo conversations, or `events` blaster ticks a run; answers each
+/// thread's last seq.
+async fn fill(
+    gw: &Gateway,
+    t: &str,
+    threads: usize,
+    runs: usize,
+    events: usize,
+) -> Vec<(String, u64)> {
     let mut tasks = Vec::new();
     for i in 0..threads {
-        let (url, t) = (gw.run_url("demo"), t.to_owned());
+        let agent = if events > 0 { "blast" } else { "demo" };
+        let (url, t) = (gw.run_url(agent), t.to_owned());
         tasks.push(tokio::spawn(async move {
             let thread = format!("cold-{i}");
             for r in 0..runs {
-                let (status, body) =
-                    post_run(&url, &t, &input(&thread, &format!("r{r}"), "go")).await;
+                let mut body = input(&thread, &format!("r{r}"), "go");
+                body["forwardedProps"] = json!({"n": events});
+                let (status, body) = post_run(&url, &t, &body).await;
                 assert_eq!(status, 200, "{body}");
             }
             thread
@@ -74,21 +98,52 @@ async fn read_all(gw: &Gateway, t: &str, threads: &[(String, u64)]) -> f64 {
     events as f64 / began.elapsed().as_secs_f64()
 }
 
+/// Checks that every thread, read from `after: 0`, starts at seq 1: none
+/// of its history was lost to the budget, whatever left memory.
+async fn check_first_seqs(gw: &Gateway, t: &str, threads: &[(String, u64)]) {
+    let mut ws = Ws::connect(gw, WsAuth::Header(t)).await.unwrap();
+    for (thread, _) in threads {
+        ws.send(json!({"type": "subscribe", "id": thread, "threadId": thread, "after": 0}))
+            .await;
+        // What the previous thread still had in flight is skipped.
+        let frames = ws
+            .recv_until(|f| f["type"] == "event" && f["threadId"] == thread.as_str())
+            .await;
+        let first = frames.last().and_then(|f| f["seq"].as_u64());
+        assert_eq!(first, Some(1), "{thread} read from its start");
+        ws.send(json!({"type": "unsubscribe", "id": format!("u-{thread}"), "threadId": thread}))
+            .await;
+    }
+}
+
+fn env_list(name: &str, default: &str) -> Vec<String> {
+    std::env::var(name)
+        .unwrap_or_else(|_| default.to_owned())
+        .split(',')
+        .map(str::to_owned)
+        .collect()
+}
+
 fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         println!("cold_reads: skipped outside `cargo bench --bench cold_reads`");
         return;
     }
     let (threads, runs) = (env_or("COLD_THREADS", 20), env_or("COLD_RUNS", 40));
+    let events = env_or("COLD_EVENTS", 0);
+    let read_threads = env_or("COLD_READ_THREADS", threads);
+    let budget = std::env::var("COLD_BUDGET").unwrap_or_else(|_| "4GiB".into());
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap()
         .block_on(async {
             let t = token(json!({"sub": "bench"}));
-            for store in ["sqlite", "redis"] {
+            let upstream = blaster::blaster().await;
+            for store in env_list("COLD_STORES", "sqlite,redis") {
+                let store = store.as_str();
                 let mut rates = Vec::new();
-                for hot in ["1GiB", "1KiB"] {
+                for hot in env_list("COLD_HOT", "1GiB,1KiB") {
                     let redis = match store {
                         "redis" => Some(RedisServer::start().await),
                         _ => None,
@@ -100,29 +155,42 @@ fn main() {
                     let config = format!(
                         "[demo]\nenabled = true\ntoken_delay = \"0s\"\n\
                          [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n\
-                         [threads]\nhot_bytes = \"{hot}\"\nmemory_budget = \"4GiB\"\nmax_events = 1000000\n\
+                         [[agents]]\nid = \"blast\"\nurl = \"http://{upstream}/agent\"\n\
+                         [threads]\nhot_bytes = \"{hot}\"\nmemory_budget = \"{budget}\"\nmax_events = 100000000\n\
                          {store_config}"
                     );
                     let gw = Gateway::start(&config).await;
-                    let filled = fill(&gw, &t, threads, runs).await;
-                    let events: u64 = filled.iter().map(|(_, last)| last).sum();
+                    let began = Instant::now();
+                    let filled = fill(&gw, &t, threads, runs, events).await;
+                    let fill_secs = began.elapsed().as_secs_f64();
+                    let total: u64 = filled.iter().map(|(_, last)| last).sum();
                     let rss = rss_kib(gw.proc.child.id().unwrap());
+                    let read = &filled[..read_threads.min(filled.len())];
                     // Twice: the first read warms the store's cache.
-                    let _ = read_all(&gw, &t, &filled).await;
-                    let rate = read_all(&gw, &t, &filled).await;
+                    let _ = read_all(&gw, &t, read).await;
+                    let rate = read_all(&gw, &t, read).await;
+                    check_first_seqs(&gw, &t, &filled).await;
+                    let rss_after = rss_kib(gw.proc.child.id().unwrap());
                     println!(
-                        "cold_reads {store:6} hot_bytes={hot:4}: {threads} threads, {events} events, \
-                         RSS {:.1} MiB, catch-up {rate:.0} events/s",
-                        rss as f64 / 1024.0
+                        "cold_reads {store:6} hot_bytes={hot:4} budget={budget}: {threads} threads, \
+                         {total} events (filled at {:.0} events/s), RSS {:.1} MiB filled, \
+                         {:.1} MiB after the reads, catch-up {rate:.0} events/s over {} threads, \
+                         every thread read from seq 1",
+                        total as f64 / fill_secs,
+                        rss as f64 / 1024.0,
+                        rss_after as f64 / 1024.0,
+                        read.len()
                     );
                     rates.push(rate);
                     drop(gw);
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                println!(
-                    "cold_reads {store:6}: from the store at {:.2}× the rate from memory",
-                    rates[1] / rates[0]
-                );
+                if let [memory, cold] = rates[..] {
+                    println!(
+                        "cold_reads {store:6}: from the store at {:.2}× the rate from memory",
+                        cold / memory
+                    );
+                }
             }
         });
 }

@@ -31,15 +31,16 @@
 //!
 //! Under `cargo test` (no `--bench` argument) it does nothing.
 
+#[path = "support/blaster.rs"]
+mod blaster;
 #[path = "support/perf.rs"]
 mod perf;
 
+use axum::body::Bytes;
+use blaster::{blaster, now_ns};
+
 use agui_gateway::store::sqlite::SqliteStore;
 use agui_gateway::store::{AppendBatch, JournalStore, ThreadKey, ThreadMeta};
-use axum::Router;
-use axum::body::{Body, Bytes};
-use axum::response::Response;
-use axum::routing::post;
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -48,57 +49,6 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 const SECRET: &str = "load-test-secret-0123456789abcdef0123";
-
-fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-}
-
-/// The blaster: `forwardedProps.n` CUSTOM ticks, `forwardedProps.gapUs` apart.
-async fn blaster() -> std::net::SocketAddr {
-    async fn run(body: Bytes) -> Response {
-        let input: Value = serde_json::from_slice(&body).unwrap();
-        let n = input["forwardedProps"]["n"].as_u64().unwrap_or(10);
-        let gap = Duration::from_micros(input["forwardedProps"]["gapUs"].as_u64().unwrap_or(0));
-        let (thread, run) = (input["threadId"].clone(), input["runId"].clone());
-        let t0 = tokio::time::Instant::now();
-        let stream = futures::stream::unfold(0u64, move |i| {
-            let (thread, run) = (thread.clone(), run.clone());
-            async move {
-                if i > n + 1 {
-                    return None;
-                }
-                if i > 0 && i <= n && !gap.is_zero() {
-                    // An absolute schedule: timer granularity does not add up.
-                    tokio::time::sleep_until(t0 + gap * i as u32).await;
-                }
-                let ev = match i {
-                    0 => json!({"type": "RUN_STARTED", "threadId": thread, "runId": run}),
-                    i if i <= n => {
-                        json!({"type": "CUSTOM", "name": "tick", "value": {"i": i, "t": now_ns()}})
-                    }
-                    _ => json!({"type": "RUN_FINISHED", "threadId": thread, "runId": run}),
-                };
-                Some((
-                    Ok::<_, std::convert::Infallible>(Bytes::from(format!("data: {ev}\n\n"))),
-                    i + 1,
-                ))
-            }
-        });
-        Response::builder()
-            .header("content-type", "text/event-stream")
-            .body(Body::from_stream(stream))
-            .unwrap()
-    }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(
-        async move { axum::serve(listener, Router::new().route("/agent", post(run))).await },
-    );
-    addr
-}
 
 struct Gateway {
     child: tokio::process::Child,
