@@ -53,11 +53,16 @@ async fn fill(
     runs: usize,
     events: usize,
 ) -> Vec<(String, u64)> {
+    // At most 100 threads filled at once: a thousand 10,000-event runs
+    // together outlast the test client's request timeout.
+    let filling = std::sync::Arc::new(tokio::sync::Semaphore::new(100));
     let mut tasks = Vec::new();
     for i in 0..threads {
         let agent = if events > 0 { "blast" } else { "demo" };
         let (url, t) = (gw.run_url(agent), t.to_owned());
+        let filling = filling.clone();
         tasks.push(tokio::spawn(async move {
+            let _turn = filling.acquire_owned().await.unwrap();
             let thread = format!("cold-{i}");
             for r in 0..runs {
                 let mut body = input(&thread, &format!("r{r}"), "go");
