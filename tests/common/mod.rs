@@ -267,43 +267,41 @@ impl RedisServer {
     }
 
     async fn start_with(args: &[&str]) -> RedisServer {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir = tempfile::tempdir().unwrap();
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        let proc = Self::spawn(port, dir.path(), &args).await;
-        RedisServer {
-            proc,
-            port,
-            args,
-            cli_args: Vec::new(),
-            _dir: dir,
-        }
+        Self::start_on_a_free_port(|_| args, None).await
     }
 
     /// Like [`RedisServer::start`], over TLS only (client certificates
     /// required) and with a password: see [`RedisSecurity`].
     pub async fn start_secured(security: &RedisSecurity) -> RedisServer {
+        let start = |port| {
+            let mut args = ["--save", "", "--appendonly", "no"]
+                .map(String::from)
+                .to_vec();
+            args.extend(security.server_args(port));
+            args
+        };
+        Self::start_on_a_free_port(start, Some(security)).await
+    }
+
+    /// Starts a server with the arguments `args` gives for its port.
+    async fn start_on_a_free_port(
+        args: impl FnOnce(u16) -> Vec<String>,
+        security: Option<&RedisSecurity>,
+    ) -> RedisServer {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
         let dir = tempfile::tempdir().unwrap();
-        let mut args: Vec<String> = ["--save", "", "--appendonly", "no"]
-            .iter()
-            .map(|a| a.to_string())
-            .collect();
-        args.extend(security.server_args(port));
+        let args = args(port);
         let proc = Self::spawn(port, dir.path(), &args).await;
         RedisServer {
             proc,
             port,
             args,
-            cli_args: security.cli_args(),
+            cli_args: security.map(RedisSecurity::cli_args).unwrap_or_default(),
             _dir: dir,
         }
     }
@@ -420,40 +418,33 @@ impl RedisSecurity {
 
     /// A server's arguments: TLS only on `port`, the password.
     fn server_args(&self, port: u16) -> Vec<String> {
-        let path = |p: &PathBuf| p.display().to_string();
-        vec![
-            "--port".into(),
-            "0".into(),
-            "--tls-port".into(),
-            port.to_string(),
-            "--tls-cert-file".into(),
-            path(&self.cert),
-            "--tls-key-file".into(),
-            path(&self.key),
-            "--tls-ca-cert-file".into(),
-            path(&self.ca),
-            "--tls-auth-clients".into(),
-            "yes".into(),
-            "--requirepass".into(),
-            self.password.clone(),
-        ]
+        let (cert, key, ca) = self.paths();
+        let port = port.to_string();
+        let args = ["--port", "0", "--tls-port", &port, "--tls-cert-file", &cert];
+        let more = ["--tls-key-file", &key, "--tls-ca-cert-file", &ca];
+        let auth = ["--tls-auth-clients", "yes", "--requirepass", &self.password];
+        [&args[..], &more, &auth]
+            .concat()
+            .into_iter()
+            .map(String::from)
+            .collect()
     }
 
     /// `redis-cli`'s arguments to reach such a server.
     fn cli_args(&self) -> Vec<String> {
+        let (cert, key, ca) = self.paths();
+        let tls = ["--tls", "--cacert", &ca, "--cert", &cert, "--key", &key];
+        let auth = ["-a", &self.password, "--no-auth-warning"];
+        [&tls[..], &auth]
+            .concat()
+            .into_iter()
+            .map(String::from)
+            .collect()
+    }
+
+    fn paths(&self) -> (String, String, String) {
         let path = |p: &PathBuf| p.display().to_string();
-        vec![
-            "--tls".into(),
-            "--cacert".into(),
-            path(&self.ca),
-            "--cert".into(),
-            path(&self.cert),
-            "--key".into(),
-            path(&self.key),
-            "-a".into(),
-            self.password.clone(),
-            "--no-auth-warning".into(),
-        ]
+        (path(&self.cert), path(&self.key), path(&self.ca))
     }
 
     /// `[store.tls]` with the CA and the client certificate.
@@ -1044,7 +1035,17 @@ pub async fn json_of(request: reqwest::RequestBuilder) -> Value {
 
 /// POSTs a run and returns (status, raw body).
 pub async fn post_run(url: &str, token: &str, body: &Value) -> (u16, String) {
-    let resp = http()
+    post_run_on(&http(), url, token, body).await
+}
+
+/// Like [`post_run`], with `client` (e.g. one without the tests' time limit).
+pub async fn post_run_on(
+    client: &reqwest::Client,
+    url: &str,
+    token: &str,
+    body: &Value,
+) -> (u16, String) {
+    let resp = client
         .post(url)
         .bearer_auth(token)
         .json(body)
