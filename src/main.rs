@@ -20,7 +20,7 @@ use std::time::Duration;
 /// features are kept to re-measure. Measured again with RSS under the node
 /// budget as the criterion (docs/benchmarks.md, "Fourth pass: the allocator
 /// under the budget"): every allocator, and glibc with two arenas or fixed
-/// trim and mmap thresholds, ended within a sixth of the others under the
+/// trim and mmap thresholds, ended within a fifth of the others under the
 /// same load — what outgrew the budget was the heap, not the allocator's
 /// retention — so glibc stays, untuned. The library leaves the choice to
 /// the binary, and tests keep the system allocator.
