@@ -56,20 +56,21 @@ async fn fill(
     // At most 100 threads filled at once: a thousand 10,000-event runs
     // at once are not what this measures.
     let filling = std::sync::Arc::new(tokio::sync::Semaphore::new(100));
+    // Without the tests' 20 s limit: a 10,000-event run among a hundred
+    // takes longer on Redis.
+    let client = reqwest::Client::new();
     let mut tasks = Vec::new();
     for i in 0..threads {
         let agent = if events > 0 { "blast" } else { "demo" };
         let (url, t) = (gw.run_url(agent), t.to_owned());
-        let filling = filling.clone();
+        let (filling, client) = (filling.clone(), client.clone());
         tasks.push(tokio::spawn(async move {
             let _turn = filling.acquire_owned().await.unwrap();
             let thread = format!("cold-{i}");
             for r in 0..runs {
                 let mut body = input(&thread, &format!("r{r}"), "go");
                 body["forwardedProps"] = json!({"n": events});
-                // Without the tests' 20 s limit: a 10,000-event run among
-                // a hundred takes longer on Redis.
-                let (status, body) = post_run_on(&reqwest::Client::new(), &url, &t, &body).await;
+                let (status, body) = post_run_on(&client, &url, &t, &body).await;
                 assert_eq!(status, 200, "{body}");
             }
             thread

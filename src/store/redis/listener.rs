@@ -293,8 +293,7 @@ async fn resubscribe(
     while !pending.is_empty() && !controls.is_closed() {
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(std::time::Duration::from_secs(2));
-        let since = *failing_since.get_or_insert_with(std::time::Instant::now);
-        if since.elapsed() >= super::conn::RENEW_AFTER {
+        if failing_since.is_some_and(|since| since.elapsed() >= super::conn::RENEW_AFTER) {
             match renewal.connect().await {
                 Ok(conn) => {
                     tracing::warn!(
@@ -319,6 +318,9 @@ async fn resubscribe(
                 tracing::debug!(channel = %channel, "subscribing again failed (retried): {e}");
                 failed.push(channel);
             }
+        }
+        if !failed.is_empty() {
+            failing_since.get_or_insert_with(std::time::Instant::now);
         }
         pending = failed;
     }
