@@ -613,8 +613,16 @@ async fn writes_a_killed_master_never_replicated_are_found_lost_and_viewers_rese
     again["messages"][0]["id"] = "u-r3".into();
     let (status, body) = post_run(&b.run_url("ok"), &t, &again).await;
     assert_eq!(status, 200, "{body}");
-    for v in &mut viewers {
-        let frames = v.recv_until(is_terminal_frame).await;
+    for (i, v) in viewers.iter_mut().enumerate() {
+        let frames = tokio::time::timeout(WAIT / 2, v.recv_until(is_terminal_frame))
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "viewer {i} never saw r3\nnode a: {}\nnode b: {}",
+                    a.proc.stderr(),
+                    b.proc.stderr()
+                )
+            });
         // Right after the kept run and the note (at `kept + 1`).
         let started = frames
             .iter()

@@ -200,9 +200,12 @@ pub trait JournalStore: Send + Sync + 'static {
     /// or an empty restart: its next write starts one). Without it a
     /// journal restored from an older snapshot would go on under its old
     /// epoch, and a cursor into the lost events would match the new ones
-    /// written at the same seqs. Blocking; a store without epochs: nothing.
-    fn new_history(&self, _key: &ThreadKey) -> Result<(), StoreError> {
-        Ok(())
+    /// written at the same seqs. Only once per loss found: `Ok(false)` when
+    /// the thread was reloaded since its loss was found (a late report of
+    /// one dealt with already: renewing the epoch then would lose the
+    /// reloaded journal). Blocking; a store without epochs: `Ok(true)`, nothing done.
+    fn new_history(&self, _key: &ThreadKey) -> Result<bool, StoreError> {
+        Ok(true)
     }
     /// False once a write has failed: readiness turns false, because runs
     /// can no longer be journaled (and nothing unjournaled is published).

@@ -32,15 +32,21 @@ impl Thread {
         let key = self.key.clone();
         // What the store holds from here is a new history (its epoch too):
         // cursors clients hold of the lost one must not match it.
+        // A report of a loss this copy was reloaded for already: nothing to do.
         let stored = tokio::task::spawn_blocking(move || {
-            if let Err(e) = store.new_history(&key) {
-                tracing::warn!(thread = %key.thread_id, "could not renew the journal's epoch: {e}");
+            match store.new_history(&key) {
+                Ok(false) => return None,
+                Ok(true) => {}
+                Err(e) => {
+                    tracing::warn!(thread = %key.thread_id, "could not renew the journal's epoch: {e}");
+                }
             }
-            store.load(&key)
+            Some(store.load(&key))
         })
         .await;
         match stored {
-            Ok(Ok(stored)) => {
+            Ok(None) => return,
+            Ok(Some(Ok(stored))) => {
                 let mut inner = self.lock();
                 let before = inner.next_seq - 1;
                 // The run active here wrote into the lost history: nothing

@@ -30,13 +30,52 @@ struct Known {
     epoch: Option<String>,
     /// The highest seq this node knows durable.
     last: u64,
+    /// Whole loads of the thread so far: a read or an append sent before
+    /// the latest one was judged against a journal the node has since
+    /// replaced, and its answer says nothing of the journal now.
+    loads: u64,
+    /// The epoch the latest load replaced, if it changed: another node's
+    /// publications under it come late from the lost history.
+    left: Option<String>,
+    /// A loss was found and this node has not reloaded the thread since:
+    /// only then may it start a new history ([`Journals::pending_loss`]).
+    lost: bool,
 }
 
-/// What a node knew of a journal when it sent a read ([`Journals::sent`]).
+/// What a node knew of a journal when it sent a read or an append
+/// ([`Journals::sent`]).
 #[derive(Debug, Clone, Default)]
 pub(super) struct Sent {
     epoch: Option<String>,
     last: u64,
+    loads: u64,
+}
+
+impl Sent {
+    /// The epoch and last seq an append must find (`""` when no epoch is
+    /// known: nothing to check).
+    pub(super) fn expected(&self) -> (&str, u64) {
+        match &self.epoch {
+            Some(epoch) => (epoch, self.last),
+            None => ("", 0),
+        }
+    }
+}
+
+/// Why an answer does not match what this node knows of a journal.
+#[derive(Debug, PartialEq)]
+pub(super) enum Mismatch {
+    /// The store lost history this node saw (why, for the log).
+    Lost(String),
+    /// The answer was to a question asked of a journal this node has since
+    /// reloaded (or is a late publication from the history it left): it
+    /// says nothing of the journal now. Taken for a loss, it started a new
+    /// history of a journal that had just been reloaded, and every node
+    /// reset its viewers and stopped its runs a second time (a cluster test
+    /// caught it: a master killed with writes its replica never had, both
+    /// nodes found the loss, and a late answer to a read sent before the
+    /// reload renewed the reloaded journal's epoch under a run just started).
+    Stale,
 }
 
 /// The journals of the threads this node holds (bounded by them: an entry
@@ -59,19 +98,18 @@ impl Journals {
         self.known.remove(member);
     }
 
-    /// The epoch and last seq an append must find (`""` when none is known:
-    /// nothing to check).
-    pub(super) fn expected(&self, member: &str) -> (String, u64) {
-        self.known
-            .get(member)
-            .and_then(|k| Some((k.epoch.clone()?, k.last)))
-            .unwrap_or_default()
-    }
-
-    /// A whole load: from now on this is what the node knows.
+    /// A whole load: from now on this is what the node knows, and a loss
+    /// found before is dealt with.
     pub(super) fn loaded(&self, member: &str, epoch: Option<String>, last: u64) {
         if let Some(mut k) = self.known.get_mut(member) {
-            *k = Known { epoch, last };
+            let k = &mut *k;
+            if k.epoch != epoch {
+                k.left = k.epoch.take();
+            }
+            k.epoch = epoch;
+            k.last = last;
+            k.loads += 1;
+            k.lost = false;
         }
     }
 
@@ -90,21 +128,23 @@ impl Journals {
         )
     }
 
-    /// What this node knows of `member` now: taken before a read is sent,
-    /// it is what the answer must hold at least ([`Journals::observe`]).
+    /// What this node knows of `member` now: taken before a read or an
+    /// append is sent, it is what the answer must hold at least
+    /// ([`Journals::observe`], [`Journals::refused`]).
     pub(super) fn sent(&self, member: &str) -> Sent {
         self.known
             .get(member)
             .map(|k| Sent {
                 epoch: k.epoch.clone(),
                 last: k.last,
+                loads: k.loads,
             })
             .unwrap_or_default()
     }
 
     /// Checks what the store says of `member` against what this node knows,
-    /// and learns it: `Err` (with why) when the journal is not the one this
-    /// node knew. A read (`sent`: what this node knew when it sent it, see
+    /// and learns it: `Err` when the journal is not the one this node knew.
+    /// A read (`sent`: what this node knew when it sent it, see
     /// [`Journals::sent`]) must carry the epoch known then and not end
     /// before the seq known then. Not what is known now: a publication, an
     /// acknowledgement or another read handled while the read was on its
@@ -115,40 +155,48 @@ impl Journals {
     /// it reported brand-new threads "lost, epoch gone, seen up to seq 0"
     /// at 1,000 concurrent runs on a loaded machine: a read sent before the
     /// run's lease created the journal, handled after another read had
-    /// learned its epoch. A publication's seqs may be older than a read-back
-    /// already learned, so it checks only the epoch known now (`sent` =
-    /// `None`).
+    /// learned its epoch. A read sent before the node's latest reload is
+    /// [`Mismatch::Stale`]. A publication's seqs may be older than a
+    /// read-back already learned, so it checks only the epoch known now
+    /// (`sent` = `None`); one under the epoch the latest reload left is
+    /// stale too. A loss found is pending until the next load.
     pub(super) fn observe(
         &self,
         member: &str,
         epoch: Option<&str>,
         last: u64,
         sent: Option<&Sent>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Mismatch> {
         let Some(mut k) = self.known.get_mut(member) else {
             return Ok(());
         };
         let must = match sent {
+            Some(sent) if sent.loads != k.loads => return Err(Mismatch::Stale),
+            None if epoch.is_some() && epoch == k.left.as_deref() => {
+                return Err(Mismatch::Stale);
+            }
             None => k.epoch.as_deref(),
             // No epoch known when it was sent: the answer may predate the
             // journal, and holds the node to nothing.
             Some(sent) => sent.epoch.as_deref(),
         };
         if let Some(must) = must {
-            if epoch != Some(must) {
-                return Err(format!(
+            let why = if epoch != Some(must) {
+                Some(format!(
                     "its epoch is {} instead of {must} (this node had seen up to seq {})",
                     epoch.unwrap_or("gone"),
                     k.last
-                ));
-            }
-            if let Some(sent) = sent
-                && last < sent.last
-            {
-                return Err(format!(
-                    "it ends at seq {last}, but this node had seen seq {} durable",
-                    sent.last
-                ));
+                ))
+            } else {
+                sent.filter(|sent| last < sent.last).map(|sent| {
+                    format!(
+                        "it ends at seq {last}, but this node had seen seq {} durable",
+                        sent.last
+                    )
+                })
+            };
+            if let Some(why) = why {
+                return Err(Mismatch::Lost(why));
             }
         }
         if k.epoch.is_none() {
@@ -161,9 +209,37 @@ impl Journals {
         Ok(())
     }
 
+    /// An append (sent knowing `sent`) was refused: the store's journal is
+    /// not the one it was written for. A loss, unless the node reloaded the
+    /// thread since the append was sent: then it was written for the
+    /// history the reload left, and refusing it was all there was to do.
+    pub(super) fn refused(&self, member: &str, sent: &Sent) -> Mismatch {
+        match self.known.get(member) {
+            Some(k) if k.loads != sent.loads => Mismatch::Stale,
+            Some(k) => Mismatch::Lost(format!(
+                "(known: {}, seen up to seq {})",
+                k.epoch.as_deref().unwrap_or("none"),
+                k.last
+            )),
+            None => Mismatch::Stale,
+        }
+    }
+
+    /// The epoch of `member`'s journal as this node knew it when it found a
+    /// loss it has not reloaded since (`""`: none known); `None` when no
+    /// loss is pending — a late report of one already dealt with.
+    pub(super) fn pending_loss(&self, member: &str) -> Option<String> {
+        let k = self.known.get(member)?;
+        k.lost.then(|| k.epoch.clone().unwrap_or_default())
+    }
+
     /// Logs (loudly: acknowledged events are gone) that `what` lost history,
-    /// and starts the not-ready window.
-    pub(super) fn lost(&self, what: &str, why: &str) {
+    /// and starts the not-ready window; `member`'s loss is pending until its
+    /// next load ([`Journals::pending_loss`]).
+    pub(super) fn lost(&self, member: Option<&str>, what: &str, why: &str) {
+        if let Some(mut k) = member.and_then(|m| self.known.get_mut(m)) {
+            k.lost = true;
+        }
         tracing::error!(
             "JOURNAL LOST HISTORY: the shared store no longer holds what this node saw of {what}: {why}; \
              reloading it from the store, closing its runs, resetting its viewers"
@@ -310,6 +386,56 @@ return ARGV[1]
 mod tests {
     use super::*;
 
+    fn expected(journals: &Journals, member: &str) -> (String, u64) {
+        let sent = journals.sent(member);
+        let (epoch, last) = sent.expected();
+        (epoch.to_owned(), last)
+    }
+
+    #[test]
+    fn answers_to_what_was_asked_before_a_reload_are_no_second_loss() {
+        let journals = Journals::default();
+        journals.watch("t/a");
+        journals.loaded("t/a", Some("e1".into()), 30);
+        // A read and an append are sent knowing e1 up to seq 30 ...
+        let before = journals.sent("t/a");
+        // ... a loss is found (the store went back to seq 27) ...
+        let after = journals.sent("t/a");
+        assert!(matches!(
+            journals.observe("t/a", Some("e1"), 27, Some(&after)),
+            Err(Mismatch::Lost(_))
+        ));
+        journals.lost(Some("t/a"), "thread a", "a test");
+        assert_eq!(journals.pending_loss("t/a").as_deref(), Some("e1"));
+        // ... and dealt with: a new history (e2), reloaded.
+        journals.loaded("t/a", Some("e2".into()), 28);
+        assert_eq!(journals.pending_loss("t/a"), None, "nothing more to renew");
+        // The read's answer, under e2 or under e1, is stale, not a loss ...
+        for epoch in ["e2", "e1"] {
+            assert_eq!(
+                journals.observe("t/a", Some(epoch), 28, Some(&before)),
+                Err(Mismatch::Stale)
+            );
+        }
+        // ... so is the refusal of the append written for e1 ...
+        assert_eq!(journals.refused("t/a", &before), Mismatch::Stale);
+        // ... and another node's late publication under e1.
+        assert_eq!(
+            journals.observe("t/a", Some("e1"), 30, None),
+            Err(Mismatch::Stale)
+        );
+        assert_eq!(journals.pending_loss("t/a"), None);
+        assert_eq!(expected(&journals, "t/a"), ("e2".into(), 28));
+        // What is sent from now on is judged against e2: a refusal is a loss.
+        let now = journals.sent("t/a");
+        assert!(matches!(journals.refused("t/a", &now), Mismatch::Lost(_)));
+        assert!(journals.observe("t/a", Some("e2"), 29, Some(&now)).is_ok());
+        assert!(matches!(
+            journals.observe("t/a", Some("e3"), 29, None),
+            Err(Mismatch::Lost(_))
+        ));
+    }
+
     #[test]
     fn a_stream_that_no_longer_reaches_back_to_its_base_has_a_gap() {
         let ev = |seqs: &[u64]| -> Vec<(u64, Bytes)> {
@@ -333,25 +459,25 @@ mod tests {
         let journals = Journals::default();
         journals.watch("t/a");
         // Nothing known yet: anything is learned.
-        assert_eq!(journals.expected("t/a"), (String::new(), 0));
+        assert_eq!(expected(&journals, "t/a"), (String::new(), 0));
         assert!(
             journals
                 .observe("t/a", Some("e1"), 5, Some(&Sent::default()))
                 .is_ok()
         );
-        assert_eq!(journals.expected("t/a"), ("e1".into(), 5));
+        assert_eq!(expected(&journals, "t/a"), ("e1".into(), 5));
         // A publication older than what a read-back learned is no loss ...
         assert!(journals.observe("t/a", Some("e1"), 3, None).is_ok());
-        assert_eq!(journals.expected("t/a"), ("e1".into(), 5));
+        assert_eq!(expected(&journals, "t/a"), ("e1".into(), 5));
         // ... nor a read sent when seq 3 was the latest known, answered
         // before seqs 4 and 5 were written, and handled after a publication
         // of 5 ...
         let at3 = Sent {
-            epoch: Some("e1".into()),
             last: 3,
+            ..journals.sent("t/a")
         };
         assert!(journals.observe("t/a", Some("e1"), 3, Some(&at3)).is_ok());
-        assert_eq!(journals.expected("t/a"), ("e1".into(), 5));
+        assert_eq!(expected(&journals, "t/a"), ("e1".into(), 5));
         // ... but a store ending before what was known when the read was
         // sent is (restored from a snapshot),
         let sent = journals.sent("t/a");
@@ -364,12 +490,12 @@ mod tests {
         let sent = journals.sent("t/a");
         assert!(journals.observe("t/a", Some("e2"), 1, Some(&sent)).is_ok());
         assert!(!journals.recently_lost(std::time::Duration::from_secs(60)));
-        journals.lost("thread a", "a test");
+        journals.lost(Some("t/a"), "thread a", "a test");
         assert!(journals.recently_lost(std::time::Duration::from_secs(60)));
         // Threads not held are not tracked (bounded by what the node holds).
         journals.unwatch("t/a");
         assert!(journals.observe("t/a", Some("e3"), 0, Some(&sent)).is_ok());
-        assert_eq!(journals.expected("t/a"), (String::new(), 0));
+        assert_eq!(expected(&journals, "t/a"), (String::new(), 0));
     }
 
     #[test]
@@ -389,7 +515,7 @@ mod tests {
         // ... before the first read's answer (no journal) is handled: no
         // loss, and the epoch stays known.
         assert!(journals.observe("t/new", None, 0, Some(&before)).is_ok());
-        assert_eq!(journals.expected("t/new"), ("e1".into(), 0));
+        assert_eq!(expected(&journals, "t/new"), ("e1".into(), 0));
         assert!(!journals.recently_lost(std::time::Duration::from_secs(60)));
         // A read sent once e1 was known that finds none is a loss.
         let known = journals.sent("t/new");

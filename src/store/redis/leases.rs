@@ -63,6 +63,7 @@ pub(super) async fn heartbeat(
             tokio::spawn(async move {
                 if let Some((before, now)) = check.await {
                     journals.lost(
+                        None,
                         "the whole store",
                         &format!("its identity changed from {before} to {now} (flushed, or restarted empty)"),
                     );

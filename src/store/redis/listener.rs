@@ -38,8 +38,16 @@ impl Listening {
                 // node holds: the store lost it.
                 let member = member_of(&publication.key);
                 let last = publication.events.last().map_or(0, |(seq, _)| *seq);
-                if let Err(why) = self.journals.observe(&member, Some(&epoch), last, None) {
+                let why = match self.journals.observe(&member, Some(&epoch), last, None) {
+                    Ok(()) => None,
+                    // From the history this node's latest reload left:
+                    // what the store kept of it was loaded.
+                    Err(Mismatch::Stale) => return true,
+                    Err(Mismatch::Lost(why)) => Some(why),
+                };
+                if let Some(why) = why {
                     self.journals.lost(
+                        Some(&member),
                         &format!(
                             "thread {:?} of tenant {:?}",
                             publication.key.thread_id, publication.key.tenant

@@ -65,7 +65,7 @@ mod scripts;
 mod tls;
 mod writer;
 
-use epochs::Journals;
+use epochs::{Journals, Mismatch, Sent};
 use leases::{HeldLease, heartbeat};
 use listener::listen_loop;
 use writer::write_loop;
@@ -336,15 +336,21 @@ impl RedisStore {
             .map(|e| String::from_utf8_lossy(e).into_owned());
         let last = meta.as_ref().map_or(0, |m| m.last_seq);
         if check {
-            if let Err(why) =
-                self.journals
-                    .observe(&keys.member, epoch.as_deref(), last, Some(&sent))
+            match self
+                .journals
+                .observe(&keys.member, epoch.as_deref(), last, Some(&sent))
             {
-                self.journals.lost(
-                    &format!("thread {:?} of tenant {:?}", key.thread_id, key.tenant),
-                    &why,
-                );
-                return Err(StoreError::JournalLost);
+                Ok(()) => {}
+                // Sent before the thread's latest reload: asked again.
+                Err(Mismatch::Stale) => return self.read(key, after, check),
+                Err(Mismatch::Lost(why)) => {
+                    self.journals.lost(
+                        Some(&keys.member),
+                        &format!("thread {:?} of tenant {:?}", key.thread_id, key.tenant),
+                        &why,
+                    );
+                    return Err(StoreError::JournalLost);
+                }
             }
         } else {
             self.journals.loaded(&keys.member, epoch.clone(), last);
@@ -373,6 +379,7 @@ impl RedisStore {
                 epoch.as_deref(),
             ))? {
                 self.journals.lost(
+                    Some(&keys.member),
                     &format!("thread {:?} of tenant {:?}", key.thread_id, key.tenant),
                     &format!(
                         "its event stream starts after seq {gap}, not at seq {}",
@@ -453,11 +460,14 @@ impl JournalStore for RedisStore {
         self.journals.cursor_epoch(&self.names.thread(key).member)
     }
 
-    fn new_history(&self, key: &ThreadKey) -> Result<(), StoreError> {
+    fn new_history(&self, key: &ThreadKey) -> Result<bool, StoreError> {
         let keys = self.names.thread(key);
-        let (seen, _) = self.journals.expected(&keys.member);
+        let Some(seen) = self.journals.pending_loss(&keys.member) else {
+            return Ok(false);
+        };
         let mut conn = self.conn.clone();
-        self.block_on(epochs::new_epoch(&mut conn, &keys.meta, &seen))
+        self.block_on(epochs::new_epoch(&mut conn, &keys.meta, &seen))?;
+        Ok(true)
     }
 
     fn append(&self, batch: AppendBatch) -> AppendAck {

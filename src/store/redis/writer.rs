@@ -53,13 +53,13 @@ pub(super) async fn write_loop(
         let parts = by_slot_group(group, &names);
         let sends = parts.iter().map(|part| {
             let mut conn = conn.clone();
-            let pipe = append_pipeline(&script, part, &names, &instance, &journals);
+            let (pipe, sent) = append_pipeline(&script, part, &names, &instance, &journals);
             let script = &script;
-            async move { send(&mut conn, script, &pipe).await }
+            async move { (send(&mut conn, script, &pipe).await, sent) }
         });
         let results = futures::future::join_all(sends).await;
-        for (part, results) in parts.into_iter().zip(results) {
-            settle(part, results, &healthy, &mut failed_runs, &journals);
+        for (part, (results, sent)) in parts.into_iter().zip(results) {
+            settle(part, sent, results, &healthy, &mut failed_runs, &journals);
         }
     }
 }
@@ -102,9 +102,11 @@ async fn send(
     results
 }
 
-/// Answers each batch of a sent pipeline.
+/// Answers each batch of a sent pipeline (`sent`: what the node knew of
+/// each batch's journal when it was sent).
 fn settle(
     group: Vec<(AppendBatch, Ack)>,
+    sent: Vec<Sent>,
     results: ::redis::RedisResult<Vec<(i64, RedisValue, String)>>,
     healthy: &AtomicBool,
     failed_runs: &mut std::collections::HashSet<Arc<str>>,
@@ -113,7 +115,8 @@ fn settle(
     match results {
         Ok(results) => {
             healthy.store(true, Ordering::Release);
-            for ((batch, ack), (ok, answer, epoch)) in group.into_iter().zip(results) {
+            let answers = group.into_iter().zip(sent).zip(results);
+            for (((batch, ack), sent), (ok, answer, epoch)) in answers {
                 let result = match (ok, answer) {
                     (1, RedisValue::Int(first)) => {
                         let last = first as u64 + batch.events.len() as u64 - 1;
@@ -128,11 +131,19 @@ fn settle(
                             }
                             _ => "gone".to_owned(),
                         };
-                        let (known, seen) = journals.expected(&member_of(&batch.key));
-                        journals.lost(
-                            &format!("thread {:?} of tenant {:?}", batch.key.thread_id, batch.key.tenant),
-                            &format!("an append found epoch {stored} (known: {known}, seen up to seq {seen})"),
-                        );
+                        // Written for a history the node has reloaded
+                        // since: refused, and no news.
+                        let member = member_of(&batch.key);
+                        if let Mismatch::Lost(known) = journals.refused(&member, &sent) {
+                            journals.lost(
+                                Some(&member),
+                                &format!(
+                                    "thread {:?} of tenant {:?}",
+                                    batch.key.thread_id, batch.key.tenant
+                                ),
+                                &format!("an append found epoch {stored} {known}"),
+                            );
+                        }
                         Err(StoreError::JournalLost)
                     }
                     (3, RedisValue::BulkString(id)) => Err(StoreError::Duplicate(
@@ -161,15 +172,17 @@ fn settle(
     }
 }
 
-/// One [`APPEND`] invocation per batch, in queue order.
+/// One [`APPEND`] invocation per batch, in queue order, and what the node
+/// knew of each batch's journal (what the script checks it against).
 pub(super) fn append_pipeline(
     script: &Script,
     group: &[(AppendBatch, Ack)],
     names: &KeyNamer,
     instance: &str,
     journals: &Journals,
-) -> ::redis::Pipeline {
+) -> (::redis::Pipeline, Vec<Sent>) {
     let mut pipe = ::redis::pipe();
+    let mut sent = Vec::with_capacity(group.len());
     for (batch, _) in group {
         let keys = names.thread(&batch.key);
         let m = &batch.meta;
@@ -204,15 +217,17 @@ pub(super) fn append_pipeline(
             .arg(batch.fence.as_deref().unwrap_or(""))
             .arg(names.control())
             .arg(batch.idempotency.as_ref().map_or("", |(_, id)| id.as_str()));
-        let (epoch, seen) = journals.expected(&keys.member);
+        let known = journals.sent(&keys.member);
+        let (epoch, seen) = known.expected();
         invocation
             .arg(epoch)
             .arg(seen)
             .arg(uuid::Uuid::new_v4().to_string());
+        sent.push(known);
         for (_, json) in &batch.events {
             invocation.arg(&json[..]);
         }
         pipe.invoke_script(&invocation);
     }
-    pipe
+    (pipe, sent)
 }
