@@ -133,6 +133,7 @@ pub async fn serve(config: Config, policy: Policy) -> Result<(), String> {
         evict_after: config.threads.evict_after,
         max_resident: config.threads.max_resident,
         memory_budget: usize::try_from(config.threads.memory_budget()).unwrap_or(usize::MAX),
+        memory_overhead: usize::try_from(config.threads.memory_overhead).unwrap_or(usize::MAX),
     });
     // On a shared Redis a "running" thread may be a live run of another
     // node: only a node-local store can close what the last process left

@@ -70,7 +70,9 @@ pub struct ThreadLabel {
 
 /// Why memory was given back: `idle` (`threads.evict_after`), `count`
 /// (`threads.max_resident`), `budget` (a whole thread, over
-/// `threads.memory_budget`) or `budget_tail` (old events of a tail).
+/// `threads.memory_budget`), `budget_tail` (old events of a tail) or
+/// `budget_rss` (a check that shed more because the process's resident set
+/// was over `threads.memory_budget + threads.memory_overhead`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EvictionLabel {
     pub reason: &'static str,
@@ -166,6 +168,9 @@ pub struct Metrics {
     /// each scrape: what an operator looks at first when the budget
     /// bites.
     pub thread_resident_bytes: Family<ThreadLabel, Gauge>,
+    /// The process's resident set as the system counts it (set at scrape
+    /// time; Linux): held to `threads.memory_budget + threads.memory_overhead`.
+    pub process_resident_bytes: Gauge,
     /// Threads and tails that left memory, by reason.
     pub evictions: Family<EvictionLabel, Counter>,
     /// Events read back from the store because they had left memory.
@@ -224,6 +229,7 @@ impl Metrics {
             readers_catching_up: Gauge::default(),
             resident_bytes: Family::default(),
             thread_resident_bytes: Family::default(),
+            process_resident_bytes: Gauge::default(),
             evictions: Family::default(),
             cold_reads: Counter::default(),
             journal_wal_bytes: Gauge::default(),
@@ -377,8 +383,13 @@ impl Metrics {
             m.thread_resident_bytes.clone(),
         );
         r.register(
+            "process_resident_bytes",
+            "The process's resident set (held to threads.memory_budget + threads.memory_overhead).",
+            m.process_resident_bytes.clone(),
+        );
+        r.register(
             "evictions",
-            "Threads (idle, count, budget) and old tail events (budget_tail) that left memory.",
+            "Threads (idle, count, budget) and old tail events (budget_tail) that left memory; budget_rss counts checks that shed more for the process's resident set.",
             m.evictions.clone(),
         );
         r.register(

@@ -244,3 +244,70 @@ async fn the_biggest_threads_are_named_with_their_bytes() {
         "four runs hold more than one: {big:?} against {small:?}\n{m}"
     );
 }
+
+/// The budget is also held against the process's resident set: a node
+/// whose RSS is past `memory_budget + memory_overhead` sheds its watched
+/// threads' old events though their count is within the budget (counted as
+/// `budget_rss`), says so when nothing is left to shed, and what left is
+/// read back from the store unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_resident_set_passes_its_ceiling_sheds_within_its_count() {
+    if single_node_only("reads this node's residency") {
+        return;
+    }
+    // A 64 KiB tail holds every event of these runs, and their count stays
+    // far within 1 MiB; a ceiling of 17 MiB is below what any gateway
+    // process holds, so only the resident set can make it shed.
+    let config = "[demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
+        [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n\
+        [threads]\nhot_bytes = \"64KiB\"\nmemory_budget = \"1MiB\"\nmemory_overhead = \"16MiB\"\n";
+    let gw = Gateway::start(config).await;
+    let t = token(json!({"sub": "alice"}));
+    let mut live = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
+    run_on(&gw, &t, "rss", "r1").await;
+    live.send(json!({"type": "subscribe", "id": "s", "threadId": "rss", "after": 0}))
+        .await;
+    for run in ["r2", "r3"] {
+        run_on(&gw, &t, "rss", run).await;
+    }
+    let live_frames: Vec<Value> = live
+        .recv_until(|f| is_terminal_frame(f) && f["event"]["runId"] == "r3")
+        .await
+        .into_iter()
+        .filter(|f| f["type"] == "event")
+        .collect();
+    let last = *seqs(&live_frames).last().unwrap();
+    // Polled: the resident set is looked at every second.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let m = loop {
+        let m = gw.metrics().await;
+        if series(&m, "agui_evictions_total{reason=\"budget_rss\"}") >= 1.0 {
+            break m;
+        }
+        assert!(std::time::Instant::now() < deadline, "nothing shed:\n{m}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert!(
+        series(&m, "agui_evictions_total{reason=\"budget_tail\"}") >= 1.0,
+        "{m}"
+    );
+    assert!(
+        series(&m, "agui_process_resident_bytes") > (16 << 20) as f64,
+        "{m}"
+    );
+    assert_eq!(
+        series(&m, "agui_resident_threads"),
+        1.0,
+        "watched: stays\n{m}"
+    );
+    // Nothing left to shed, and the process still over: said, not hidden.
+    gw.proc.expect_stderr("with nothing left to shed").await;
+    let before = series(&gw.metrics().await, "agui_cold_reads_total");
+    let replayed = replay(&gw, &t, "rss", 0, last).await;
+    assert_eq!(replayed, live_frames, "the same frames, read back");
+    let after = series(&gw.metrics().await, "agui_cold_reads_total");
+    assert!(
+        after > before,
+        "read back from the store: {before} → {after}"
+    );
+}

@@ -46,6 +46,15 @@ pub struct ThreadsConfig {
     #[serde(with = "byte_size::option")]
     #[schemars(with = "Option<byte_size::Text>")]
     pub memory_budget: Option<u64>,
+    /// What the process may hold beside `memory_budget`, as the system
+    /// counts it (its resident set: code, runtime, store caches, connection
+    /// buffers, runs in flight, the allocator's kept pages). While RSS is
+    /// above `memory_budget + memory_overhead`, the threads shed more (old
+    /// events of the biggest tails, then idle threads) until it is not;
+    /// size a container's limit above the two. Default 64 MiB.
+    #[serde(with = "byte_size")]
+    #[schemars(with = "byte_size::Text")]
+    pub memory_overhead: u64,
     /// Who is watching a thread (the subscribe reply's `presence`, the
     /// `presence` frames, `GET /v1/threads/{id}/presence`); off: empty lists.
     pub presence: bool,
@@ -80,6 +89,7 @@ impl Default for ThreadsConfig {
             max_branches: 0,
             hot_bytes: 4 << 20,
             memory_budget: None,
+            memory_overhead: 64 << 20,
             presence: true,
             presence_interval: Duration::from_secs(1),
             presence_hide_roles: Vec::new(),
@@ -104,6 +114,12 @@ impl ThreadsConfig {
         }
         if self.hot_bytes < 1024 {
             bad("threads.hot_bytes".into(), "must be at least 1KiB".into());
+        }
+        if self.memory_overhead < 16 << 20 {
+            bad(
+                "threads.memory_overhead".into(),
+                "must be at least 16MiB (what a gateway process holds before any thread)".into(),
+            );
         }
         if self.memory_budget() < self.hot_bytes {
             bad(

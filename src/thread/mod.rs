@@ -41,6 +41,7 @@ mod journal;
 mod journal_lost;
 mod judged;
 mod load;
+pub mod memory_ceiling;
 pub mod meta;
 mod opening;
 mod packed;

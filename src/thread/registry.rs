@@ -18,6 +18,10 @@ pub struct Residency {
     /// past it idle threads leave (longest idle first), then the biggest
     /// tails give back their oldest events.
     pub memory_budget: usize,
+    /// What the process may hold beside the budget, as the system counts
+    /// it (its resident set): past `memory_budget + memory_overhead` of
+    /// RSS the threads shed more ([`super::memory_ceiling`]).
+    pub memory_overhead: usize,
 }
 
 impl Default for Residency {
@@ -26,6 +30,7 @@ impl Default for Residency {
             evict_after: std::time::Duration::ZERO,
             max_resident: usize::MAX,
             memory_budget: usize::MAX,
+            memory_overhead: usize::MAX,
         }
     }
 }
@@ -37,6 +42,10 @@ pub const THREAD_BYTES: usize = 4 << 10;
 
 /// How often the sweeper compares the node's bytes with its budget.
 const BUDGET_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How often, at most, a node over its memory ceiling with nothing left to
+/// shed says so.
+const RSS_WARNING_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Every thread in use, loaded from the store on demand and evicted when
 /// idle (see [`Residency`]).
@@ -260,10 +269,18 @@ impl Threads {
     /// map's lock, so no second copy can ever be loaded beside it. Returns
     /// how many left.
     pub fn evict_idle(&self) -> usize {
+        self.evict_within(self.residency.memory_budget).0
+    }
+
+    /// [`Threads::evict_idle`] holding the counted bytes to `memory_budget`
+    /// (the budget, or less while the process is over its ceiling, see
+    /// [`super::memory_ceiling`]). Returns how many threads left and whether
+    /// any bytes did.
+    fn evict_within(&self, memory_budget: usize) -> (usize, bool) {
         let Residency {
             evict_after,
             max_resident,
-            memory_budget,
+            ..
         } = self.residency;
         let mut idle: Vec<(ThreadKey, std::time::Instant)> = self
             .map
@@ -299,19 +316,20 @@ impl Threads {
                 drop(thread); // its tail's bytes leave the count now
             }
         }
-        self.shrink_tails(memory_budget);
-        evicted
+        let shrunk = self.shrink_tails(memory_budget);
+        (evicted, evicted > 0 || shrunk)
     }
 
     /// Still over the budget with every idle thread gone: the biggest
     /// threads give back their tails' oldest events and their older runs'
     /// end views (halved, biggest first, until the node is within budget).
     /// Those events stay in the store; readers of them read them there,
-    /// and a view at such a run is rebuilt from them.
-    fn shrink_tails(&self, memory_budget: usize) {
+    /// and a view at such a run is rebuilt from them. True when any left.
+    fn shrink_tails(&self, memory_budget: usize) -> bool {
         if self.total_bytes() <= memory_budget {
-            return;
+            return false;
         }
+        let mut shrunk = false;
         let mut tails: Vec<(usize, Arc<Thread>)> = self
             .map
             .iter()
@@ -325,8 +343,10 @@ impl Threads {
             }
             if thread.shrink() > 0 {
                 evicted_for("budget_tail");
+                shrunk = true;
             }
         }
+        shrunk
     }
 
     /// The `n` resident threads holding the most bytes (tail and fold),
@@ -491,20 +511,47 @@ impl Threads {
             let mut tick = tokio::time::interval(BUDGET_CHECK.min(every));
             tick.tick().await;
             let mut last_sweep = tokio::time::Instant::now();
+            let mut warned: Option<tokio::time::Instant> = None;
             loop {
                 tick.tick().await;
                 let Some(t) = threads.upgrade() else { return };
-                let over_budget = t.total_bytes() > t.residency.memory_budget;
-                if !over_budget && last_sweep.elapsed() < every {
+                let Residency {
+                    memory_budget,
+                    memory_overhead,
+                    ..
+                } = t.residency;
+                let counted = t.total_bytes();
+                let rss = super::memory_ceiling::process_rss();
+                let (limit, rss_over) =
+                    super::memory_ceiling::limit(memory_budget, memory_overhead, counted, rss);
+                if counted <= limit && !rss_over && last_sweep.elapsed() < every {
                     continue;
                 }
                 if last_sweep.elapsed() >= every {
                     last_sweep = tokio::time::Instant::now();
                     t.sweep_idle().await;
                 }
-                let evicted = t.evict_idle();
+                let (evicted, freed) = t.evict_within(limit);
                 if evicted > 0 {
                     tracing::debug!(evicted, resident = t.resident(), "idle threads left memory");
+                }
+                if rss_over && freed {
+                    evicted_for("budget_rss");
+                } else if rss_over && warned.is_none_or(|at| at.elapsed() >= RSS_WARNING_EVERY) {
+                    warned = Some(tokio::time::Instant::now());
+                    tracing::warn!(
+                        rss = rss.unwrap_or(0),
+                        counted,
+                        ceiling = memory_budget.saturating_add(memory_overhead),
+                        "the process holds more than threads.memory_budget + threads.memory_overhead \
+                         with nothing left to shed: what it holds is in use (watched threads' \
+                         conversations, connections, runs in flight); see docs/operations.md, \
+                         \"Sizing by bytes\""
+                    );
+                }
+                // What left goes back to the system, or the resident set
+                // would not show it (and the next check shed more).
+                if evicted > 0 || (rss_over && freed) {
                     let _ = tokio::task::spawn_blocking(release_freed_memory).await;
                 }
             }
