@@ -1186,10 +1186,10 @@ async fn three_people_debug_a_thread_state_at_a_run_rows_as_json_and_a_branch_fr
 /// Regenerate after an approval, from the page, by a second person (on
 /// two nodes with `AGUI_TEST_NODES=2`): a sibling of the approval's run
 /// that carries its answer, seen by both; no "pending interrupts" refusal.
-/// The button is hidden on the answer while its run writes it (100 ms a
-/// token: long enough to see on a loaded machine; at 20 ms a CI run under
-/// load rendered the run only once it had ended), shown on every answer
-/// once the runs ended.
+/// The button is hidden on the answer while its run writes it (the page
+/// records its own changes: polling from outside missed the mark when a
+/// loaded machine let the page handle the whole run at once), shown on
+/// every answer once the runs ended.
 #[tokio::test]
 async fn the_answer_after_an_approval_is_regenerated_from_the_page() {
     let gw = dev_gateway(

@@ -42,12 +42,41 @@ try {
   await ben.click("#threads-refresh");
   await ben.click(`.thread-item[data-thread="${thread}"]`, { timeout: WAIT });
   await ben.waitForSelector(".interrupt .approve", { timeout: WAIT });
-  const assistantHidden = '#conversation .msg[data-role="assistant"][data-regenerable="no"] > .msg-action.regenerate';
-  const hiddenSeen = ben.waitForSelector(assistantHidden, { state: "attached", timeout: FLAG_WAIT }).then(() => true, () => false);
+  // Recorded by the page itself, from here on: an assistant message added
+  // after the approval that was marked not regenerable (its button hidden)
+  // at any moment. Polling from outside missed it when a loaded machine
+  // let the page handle the whole run in one go (the mark lasted less
+  // than a poll); the page's own mutation records see every change.
+  await ben.evaluate(() => {
+    window.hiddenWhileRunning = false;
+    const added = new Set();
+    const hidden = (el) => el.dataset.regenerable === "no" && el.querySelector(":scope > .msg-action.regenerate")?.hidden === true;
+    new MutationObserver((records) => {
+      for (const r of records) {
+        for (const node of r.addedNodes) {
+          if (node.nodeType !== 1) continue;
+          const found = node.matches('.msg[data-role="assistant"]') ? [node] : [...node.querySelectorAll('.msg[data-role="assistant"]')];
+          for (const el of found) {
+            added.add(el);
+            if (hidden(el)) window.hiddenWhileRunning = true;
+          }
+        }
+        if (r.type === "attributes" && added.has(r.target) && (r.oldValue === "no" || hidden(r.target))) {
+          window.hiddenWhileRunning = true;
+        }
+      }
+    }).observe(document.querySelector("#conversation"), {
+      subtree: true,
+      childList: true,
+      attributes: true,
+      attributeOldValue: true,
+      attributeFilter: ["data-regenerable"],
+    });
+  });
   await ben.click(".interrupt .approve");
   await ben.waitForFunction(() => document.querySelector("#run-status").textContent.startsWith("finished"), null, { timeout: WAIT });
   await ben.waitForFunction(() => document.querySelectorAll("#runs .run-item").length === 2, null, { timeout: WAIT });
-  out.hiddenWhileRunning = await hiddenSeen;
+  out.hiddenWhileRunning = await ben.evaluate(() => window.hiddenWhileRunning);
   const flags = (page) => page.$$eval('#conversation .msg[data-role="assistant"]', (m) => m.map((x) => x.dataset.regenerable ?? null));
   await ben.waitForFunction(() => [...document.querySelectorAll('#conversation .msg[data-role="assistant"]')].every((m) => m.dataset.regenerable === "yes"), null, { timeout: FLAG_WAIT }).catch(() => {});
   out.regenerable = { ben: await flags(ben) };
