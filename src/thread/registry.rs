@@ -505,9 +505,10 @@ impl Threads {
     pub fn spawn_sweeper(self: &Arc<Self>, every: std::time::Duration) {
         let threads = Arc::downgrade(self);
         tokio::spawn(async move {
-            // The budget is looked at every second (an atomic read when
-            // within it): a node filling up must not wait for the idle
-            // sweep's period, which can be a minute.
+            // The budget is looked at every second (an atomic read and
+            // one small read of /proc when within it): a node filling up
+            // must not wait for the idle sweep's period, which can be a
+            // minute.
             let mut tick = tokio::time::interval(BUDGET_CHECK.min(every));
             tick.tick().await;
             let mut last_sweep = tokio::time::Instant::now();
