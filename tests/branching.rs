@@ -17,25 +17,23 @@ async fn gateway(py: &PyAgent, extra: &str) -> Gateway {
 }
 
 /// Sends `frame` (with `id` = its runId) and returns the history the agent
-/// reported for that run, after its terminal event; or the refusal.
+/// reported for that run, after its terminal event; or the refusal. The
+/// connection watches the thread after its first run, so a run's events
+/// may come before its ack: both are read as they come.
 async fn run(ws: &mut Ws, mut frame: Value) -> Result<Value, Value> {
-    let id = frame["runId"].as_str().unwrap_or("cmd").to_owned();
-    frame["id"] = id.clone().into();
+    let run_id = frame["runId"].as_str().unwrap_or("cmd").to_owned();
+    frame["id"] = run_id.clone().into();
     ws.send(frame).await;
-    let answer = ws.recv_until(|f| f["id"] == id.as_str()).await;
-    let answer = answer.last().unwrap().clone();
-    if answer["type"] != "ack" {
-        return Err(answer);
-    }
-    let run_id = answer["runId"].as_str().unwrap().to_owned();
-    let frames = ws
-        .recv_until(|f| is_terminal_frame(f) && f["event"]["runId"] == run_id.as_str())
-        .await;
-    let history = frames
+    let frames = ws.answer_and_run(&run_id, &run_id).await?;
+    let started = frames
+        .iter()
+        .position(|f| f["event"]["type"] == "RUN_STARTED" && f["event"]["runId"] == run_id.as_str())
+        .unwrap_or_else(|| panic!("{run_id} started: {frames:#?}"));
+    let history = frames[started..]
         .iter()
         .find(|f| f["event"]["type"] == "CUSTOM" && f["event"]["name"] == "history")
         .map(|f| f["event"]["value"].clone())
-        .expect("the agent reported its history");
+        .unwrap_or_else(|| panic!("the agent reported its history for {run_id}: {frames:#?}"));
     Ok(history)
 }
 

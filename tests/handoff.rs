@@ -635,10 +635,9 @@ async fn the_run_a_handoff_started_can_be_cancelled_and_frees_the_thread() {
                    "messages": [{"id": "u2", "role": "user", "content": "hello"}]}),
     )
     .await;
-    let ack = ws.recv_until(|f| f["id"] == "next").await;
-    assert_eq!(ack.last().unwrap()["type"], "ack", "{ack:?}");
-    ws.recv_until(|f| is_terminal_frame(f) && f["event"]["runId"] == "r3")
-        .await;
+    if let Err(refused) = ws.answer_and_run("next", "r3").await {
+        panic!("the next run is taken at once: {refused}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1281,6 +1281,25 @@ impl Ws {
             }
         }
     }
+
+    /// The frames from a command `id` that starts run `run_id` through its
+    /// answer and that run's terminal event, in arrival order; `Err(answer)`
+    /// when the command was refused. On a thread the connection already
+    /// watches, the run's events — its end too, for a quick run on a loaded
+    /// machine — may come before the ack (docs/protocol.md), so the events
+    /// read while waiting for the ack are kept, not dropped.
+    pub async fn answer_and_run(&mut self, id: &str, run_id: &str) -> Result<Vec<Value>, Value> {
+        let ends = |f: &Value| is_terminal_frame(f) && f["event"]["runId"] == run_id;
+        let mut frames = self.recv_until(|f| f["id"] == id).await;
+        let answer = frames.last().unwrap();
+        if answer["type"] != "ack" {
+            return Err(answer.clone());
+        }
+        if !frames.iter().any(ends) {
+            frames.extend(self.recv_until(ends).await);
+        }
+        Ok(frames)
+    }
 }
 
 /// True for an `event` frame carrying a terminal AG-UI event.
@@ -1348,19 +1367,24 @@ pub async fn back_to_back_runs(
             .send(json!({"type": "run", "id": run, "agent": agent, "threadId": thread,
                          "runId": run, "messages": [{"id": format!("u-{run}"), "role": "user", "content": "again"}]}))
             .await;
-        // The answer, then this run's terminal event on every connection
-        // (the sender's comes after its answer; others may see it first).
-        let frames = conns[sender]
-            .recv_until(|f| f["id"] == run.as_str() || f.get("close").is_some())
-            .await;
-        let answer = frames.last().unwrap().clone();
-        if answer["type"] != "ack" {
-            refused.push(answer);
-            continue;
-        }
+        // The answer and this run's end on the sender (in either order: it
+        // watches the thread), then the end on every other connection.
+        let frames = match conns[sender].answer_and_run(&run, &run).await {
+            Ok(frames) => frames,
+            Err(answer) => {
+                refused.push(answer);
+                continue;
+            }
+        };
+        assert!(
+            frames.last().is_some_and(is_terminal_frame),
+            "{:?}",
+            frames.last()
+        );
         // The next sender last, so it sends the moment it has the end.
         let next = sender_of(i + 1);
-        let order = (0..conns.len()).filter(|c| *c != next).chain([next]);
+        let order = (0..conns.len()).filter(|c| *c != next && *c != sender);
+        let order = order.chain([next].into_iter().filter(|c| *c != sender));
         for c in order {
             let frames = conns[c]
                 .recv_until(|f| is_terminal_frame(f) && f["event"]["runId"] == run.as_str())

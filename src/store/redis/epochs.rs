@@ -159,7 +159,8 @@ impl Journals {
     /// [`Mismatch::Stale`]. A publication's seqs may be older than a
     /// read-back already learned, so it checks only the epoch known now
     /// (`sent` = `None`); one under the epoch the latest reload left is
-    /// stale too. A loss found is pending until the next load.
+    /// stale too. A loss found here is reported to the caller, which marks it
+    /// pending ([`Journals::lost`]) until the thread is loaded again.
     pub(super) fn observe(
         &self,
         member: &str,
