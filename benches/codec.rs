@@ -226,5 +226,119 @@ fn pipeline(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, sse_decode, per_event, scan, pipeline);
+/// The demo agent's journal (`tests/fixtures/journal-text/demo-agent.jsonl`)
+/// cut into chunks at event boundaries, each at most 16 KiB, the way a
+/// thread's tail packs it (`src/thread/packed.rs`).
+fn journal_chunks() -> Vec<Vec<u8>> {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/journal-text/demo-agent.jsonl"
+    ))
+    .unwrap();
+    let mut chunks = vec![Vec::new()];
+    for event in text.lines() {
+        if chunks.last().unwrap().len() + event.len() > 16 << 10 {
+            chunks.push(Vec::new());
+        }
+        chunks
+            .last_mut()
+            .unwrap()
+            .extend_from_slice(event.as_bytes());
+    }
+    chunks
+}
+
+/// The captured framework streams' events end to end, as one chunk: real
+/// agents' ids and text, which repeat less than the demo agent's.
+fn captures_chunk() -> Vec<u8> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/streams/");
+    let mut text = Vec::new();
+    for name in [
+        "pydantic-ai-tool-and-text.sse",
+        "langgraph-legacy-interrupt.sse",
+        "pydantic-ai-approval-interrupt.sse",
+        "langgraph-resumed.sse",
+    ] {
+        let stream = std::fs::read_to_string(format!("{dir}{name}")).unwrap();
+        for data in stream
+            .split("\n\n")
+            .filter_map(|f| f.strip_prefix("data: "))
+        {
+            text.extend_from_slice(data.as_bytes());
+        }
+    }
+    text
+}
+
+type Pack = fn(&[u8]) -> Vec<u8>;
+type Unpack = fn(&[u8], usize) -> Vec<u8>;
+
+/// The compressors compared for a tail's sealed chunks.
+const COMPRESSORS: [(&str, Pack, Unpack); 4] = [
+    (
+        "lz4_flex",
+        |t| lz4_flex::block::compress(t),
+        |z, n| lz4_flex::block::decompress(z, n).unwrap(),
+    ),
+    (
+        "zstd_-1",
+        |t| zstd::bulk::compress(t, -1).unwrap(),
+        |z, n| zstd::bulk::decompress(z, n).unwrap(),
+    ),
+    (
+        "zstd_1",
+        |t| zstd::bulk::compress(t, 1).unwrap(),
+        |z, n| zstd::bulk::decompress(z, n).unwrap(),
+    ),
+    (
+        "zstd_3",
+        |t| zstd::bulk::compress(t, 3).unwrap(),
+        |z, n| zstd::bulk::decompress(z, n).unwrap(),
+    ),
+];
+
+/// Choosing the compressor of a tail's sealed chunks (issue 30, item 3):
+/// LZ4 (`lz4_flex`, what the tail uses) against zstd at three levels, on
+/// the demo agent's journal in 16 KiB chunks and on the framework captures.
+/// Sealing is on the publishing path (once per chunk), unpacking on a
+/// reader of the past's. Criterion reports times; the size ratio of each
+/// is printed once before (`tail_chunk ratio …`).
+fn tail_chunk(c: &mut Criterion) {
+    let inputs = [
+        ("demo_journal", journal_chunks()),
+        ("framework_captures", vec![captures_chunk()]),
+    ];
+    let mut g = c.benchmark_group("tail_chunk");
+    for (input, chunks) in &inputs {
+        let text: usize = chunks.iter().map(Vec::len).sum();
+        g.throughput(Throughput::Bytes(text as u64));
+        for (name, pack, unpack) in COMPRESSORS {
+            let packed: Vec<Vec<u8>> = chunks.iter().map(|c| pack(c)).collect();
+            let size: usize = packed.iter().map(Vec::len).sum();
+            for (z, c) in packed.iter().zip(chunks) {
+                assert_eq!(&unpack(z, c.len()), c, "{name} round-trips");
+            }
+            eprintln!(
+                "tail_chunk ratio {input} {name}: {:.2}x ({text} -> {size} bytes, {} chunks)",
+                text as f64 / size as f64,
+                chunks.len()
+            );
+            g.bench_function(BenchmarkId::new(format!("seal_{name}"), input), |b| {
+                b.iter(|| chunks.iter().map(|c| pack(c).len()).sum::<usize>())
+            });
+            g.bench_function(BenchmarkId::new(format!("unpack_{name}"), input), |b| {
+                b.iter(|| {
+                    packed
+                        .iter()
+                        .zip(chunks)
+                        .map(|(z, c)| unpack(z, c.len()).len())
+                        .sum::<usize>()
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, sse_decode, per_event, scan, pipeline, tail_chunk);
 criterion_main!(benches);

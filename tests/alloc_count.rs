@@ -53,8 +53,9 @@ const MAX_ALLOCS_PER_EVENT: f64 = 17.0;
 
 /// Heap bytes a retained `TEXT_MESSAGE_CONTENT` event (110 bytes of JSON)
 /// may hold in a thread's memory once its run is over, *with the memory
-/// store*: today's 341 plus 5 %. It is the tail's packed copy of the text
-/// (the text and 8 bytes: `src/thread/packed.rs`), the memory store's
+/// store*: today's 259 plus 5 %. It is the tail's packed copy of the text
+/// (compressed once its chunk is sealed, plus 8 bytes of index:
+/// `src/thread/packed.rs`; 341 while it was kept plain), the memory store's
 /// record and the agent's read buffer it keeps the text in (SQLite and
 /// Redis keep theirs out of process, and the buffer is then freed once the
 /// fan-out is done) and the fold's growth (its 51-byte delta appended to
@@ -64,7 +65,7 @@ const MAX_ALLOCS_PER_EVENT: f64 = 17.0;
 /// records at a third of the node (docs/benchmarks.md, "Where the rest
 /// went"); 531 while the tail kept the whole journal entry, 793 while each
 /// entry kept its SSE frame.
-const MAX_RETAINED_BYTES_PER_EVENT: f64 = 358.0;
+const MAX_RETAINED_BYTES_PER_EVENT: f64 = 272.0;
 
 /// The system allocator, counting every allocation (a `realloc` is one:
 /// it may move the block, and growing a buffer is what the guard is about).

@@ -31,10 +31,12 @@ pub struct ThreadsConfig {
     /// Most runs that fork one thread (branches, regenerates, edits); past
     /// it a fork is refused `too_large`. `0`: no cap.
     pub max_branches: usize,
-    /// Bytes of a thread's newest events kept in memory (its hot tail);
-    /// older ones stay in the store and are read from there when a reader
-    /// asks for them (a catch-up, a join from an older cursor, a fork's
-    /// replay). The events of a run still running always stay.
+    /// Bytes of memory a thread's newest events may take (its hot tail;
+    /// full chunks of events are compressed, so it keeps several times as
+    /// much JSON); older ones stay in the store and are read from there
+    /// when a reader asks for them (a catch-up, a join from an older
+    /// cursor, a fork's replay). The events of a run still running always
+    /// stay.
     #[serde(with = "byte_size")]
     #[schemars(with = "byte_size::Text")]
     pub hot_bytes: u64,
