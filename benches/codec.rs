@@ -10,8 +10,9 @@ use bytes::BytesMut;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
 
-/// A realistic stream: the captured framework streams, repeated to ~1 MiB.
-fn sample_stream() -> Vec<u8> {
+/// The captured framework streams (tests/fixtures/streams), one after the
+/// other: what real agents put on the wire.
+fn captures() -> Vec<u8> {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/streams/");
     let mut one = Vec::new();
     for name in [
@@ -22,6 +23,12 @@ fn sample_stream() -> Vec<u8> {
     ] {
         one.extend(std::fs::read(format!("{dir}{name}")).expect("fixtures beside the repo"));
     }
+    one
+}
+
+/// A realistic stream: the captured framework streams, repeated to ~1 MiB.
+fn sample_stream() -> Vec<u8> {
+    let one = captures();
     let mut out = Vec::new();
     while out.len() < 1 << 20 {
         out.extend_from_slice(&one);
@@ -251,21 +258,13 @@ fn journal_chunks() -> Vec<Vec<u8>> {
 /// The captured framework streams' events end to end, as one chunk: real
 /// agents' ids and text, which repeat less than the demo agent's.
 fn captures_chunk() -> Vec<u8> {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/streams/");
+    let streams = String::from_utf8(captures()).unwrap();
     let mut text = Vec::new();
-    for name in [
-        "pydantic-ai-tool-and-text.sse",
-        "langgraph-legacy-interrupt.sse",
-        "pydantic-ai-approval-interrupt.sse",
-        "langgraph-resumed.sse",
-    ] {
-        let stream = std::fs::read_to_string(format!("{dir}{name}")).unwrap();
-        for data in stream
-            .split("\n\n")
-            .filter_map(|f| f.strip_prefix("data: "))
-        {
-            text.extend_from_slice(data.as_bytes());
-        }
+    for data in streams
+        .split("\n\n")
+        .filter_map(|f| f.strip_prefix("data: "))
+    {
+        text.extend_from_slice(data.as_bytes());
     }
     text
 }
