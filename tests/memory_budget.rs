@@ -323,3 +323,128 @@ async fn a_node_whose_resident_set_passes_its_ceiling_sheds_within_its_count() {
         "read back from the store: {before} → {after}"
     );
 }
+
+/// What a watched thread's runs add to its conversation (messages, who
+/// wrote them, run records) is the one part no eviction reaches: over the
+/// budget with its tail gone, the thread puts that history to rest
+/// (compressed) between runs. Nothing a client or an agent reads changes:
+/// a snapshot, the history the next run is sent, a run from an older run
+/// and the run table are what a node that never put it to rest gives for
+/// the same runs (the scripted Python agent reports what it was sent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_threads_history_is_put_to_rest_and_reads_back_the_same() {
+    if single_node_only("reads this node's residency") {
+        return;
+    }
+    let py = PyAgent::start("scripted_agent.py").await;
+    let agent = format!("[[agents]]\nid = \"h\"\nurl = \"{}\"\n", py.url("history"));
+    let small = Gateway::start(&format!("{SMALL}memory_budget = \"1KiB\"\n{agent}")).await;
+    let roomy = Gateway::start(&format!("{SMALL}{agent}")).await;
+    let t = token(json!({"sub": "alice"}));
+    // One connection to each; the small node's keeps the thread watched.
+    let mut on_small = Ws::connect(&small, WsAuth::Header(&t)).await.unwrap();
+    let mut on_roomy = Ws::connect(&roomy, WsAuth::Header(&t)).await.unwrap();
+    for run in ["r1", "r2", "r3"] {
+        turn(&mut on_small, run, None).await;
+        turn(&mut on_roomy, run, None).await;
+    }
+    let rested = wait_until_rested(&small, 0.0).await;
+    let m = small.metrics().await;
+    assert_eq!(
+        series(&m, "agui_resident_threads"),
+        1.0,
+        "watched: stays\n{m}"
+    );
+    let snapshot = |gw: &Gateway| json_of(http().get(gw.url("/v1/threads/rest")).bearer_auth(&t));
+    let (asleep, awake) = (snapshot(&small).await, snapshot(&roomy).await);
+    assert_eq!(
+        asleep["messages"].as_array().map(Vec::len),
+        Some(6),
+        "{asleep}"
+    );
+    assert_eq!(asleep["messages"], awake["messages"]);
+    assert_eq!(asleep["state"], awake["state"]);
+
+    // The next run is sent the whole conversation.
+    wait_until_rested(&small, rested).await;
+    let (asleep, awake) = (
+        turn(&mut on_small, "r4", None).await,
+        turn(&mut on_roomy, "r4", None).await,
+    );
+    assert_eq!(
+        asleep["messages"].as_array().map(Vec::len),
+        Some(7),
+        "{asleep}"
+    );
+    assert_eq!(asleep, awake);
+    // A run from an older run: that run's conversation and the new turn.
+    let rested = wait_until_rested(&small, 0.0).await;
+    wait_until_rested(&small, rested).await;
+    let (asleep, awake) = (
+        turn(&mut on_small, "g1", Some("r1")).await,
+        turn(&mut on_roomy, "g1", Some("r1")).await,
+    );
+    let ids: Vec<&str> = asleep["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["id"].as_str())
+        .collect();
+    assert_eq!(ids, ["u-r1", "a-r1", "u-g1"], "{asleep}");
+    assert_eq!(asleep, awake);
+    let (asleep, awake) = (snapshot(&small).await, snapshot(&roomy).await);
+    assert_eq!(asleep["messages"], awake["messages"]);
+    let runs = |gw: &Gateway| json_of(http().get(gw.url("/v1/threads/rest/runs")).bearer_auth(&t));
+    let strip = |mut v: Value| {
+        for r in v["runs"].as_array_mut().into_iter().flatten() {
+            r.as_object_mut().unwrap().remove("createdAt");
+        }
+        v
+    };
+    let (asleep, awake) = (strip(runs(&small).await), strip(runs(&roomy).await));
+    assert_eq!(asleep["runs"].as_array().map(Vec::len), Some(5), "{asleep}");
+    assert_eq!(asleep, awake);
+}
+
+/// Waits until the node has put histories to rest more than `before`
+/// times; returns how many times it has.
+async fn wait_until_rested(gw: &Gateway, before: f64) -> f64 {
+    // Polled: the budget is looked at every second.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let m = gw.metrics().await;
+        let n = series(&m, "agui_evictions_total{reason=\"budget_history\"}");
+        if n > before {
+            return n;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no history put to rest:\n{m}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// A new turn on thread `rest` with the `history` agent, sent on `ws`
+/// (from run `from`, if given): what the agent says it was sent.
+async fn turn(ws: &mut Ws, run: &str, from: Option<&str>) -> Value {
+    let mut frame = json!({"type": "run", "id": run, "agent": "h", "threadId": "rest",
+        "runId": run, "messages": [{"id": format!("u-{run}"), "role": "user", "content": "tell me"}]});
+    if let Some(from) = from {
+        frame["parentRunId"] = json!(from);
+    }
+    ws.send(frame).await;
+    let frames = ws
+        .answer_and_run(run, run)
+        .await
+        .unwrap_or_else(|refused| panic!("{run} refused: {refused}"));
+    let started = frames
+        .iter()
+        .position(|f| f["event"]["type"] == "RUN_STARTED" && f["event"]["runId"] == run)
+        .unwrap_or_else(|| panic!("{run} started: {frames:#?}"));
+    frames[started..]
+        .iter()
+        .find(|f| f["event"]["type"] == "CUSTOM" && f["event"]["name"] == "history")
+        .map(|f| f["event"]["value"].clone())
+        .unwrap_or_else(|| panic!("the agent reported its history for {run}: {frames:#?}"))
+}
