@@ -70,8 +70,7 @@ pub struct ThreadLabel {
 
 /// Why memory was given back: `idle` (`threads.evict_after`), `count`
 /// (`threads.max_resident`), `budget` (a whole thread, over
-/// `threads.memory_budget`), `budget_tail` (old events of a tail),
-/// `budget_history` (a watched thread's history put to rest) or
+/// `threads.memory_budget`), `budget_tail` (old events of a tail) or
 /// `budget_rss` (a check that shed more because the process's resident set
 /// was over `threads.memory_budget + threads.memory_overhead`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -390,7 +389,7 @@ impl Metrics {
         );
         r.register(
             "evictions",
-            "Threads (idle, count, budget), old tail events (budget_tail) and histories put to rest (budget_history) that left memory; budget_rss counts checks that shed more for the process's resident set.",
+            "Threads (idle, count, budget) and old tail events (budget_tail) that left memory; budget_rss counts checks that shed more for the process's resident set.",
             m.evictions.clone(),
         );
         r.register(

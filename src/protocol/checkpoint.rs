@@ -212,29 +212,13 @@ impl Checkpoint {
 pub(super) struct Pools {
     messages: Vec<Value>,
     message_index: HashMap<usize, usize>,
-    /// Messages indexed before `messages`' first, written elsewhere.
-    skipped: usize,
     states: Vec<Value>,
     state_index: HashMap<*const Value, usize>,
 }
 
 impl Pools {
-    /// Pools whose first messages are `conversation`'s, written elsewhere
-    /// (so only their indices are written here).
-    pub(super) fn beside(conversation: &[Message]) -> Pools {
-        Pools {
-            message_index: conversation
-                .iter()
-                .enumerate()
-                .map(|(i, m)| (m.addr(), i))
-                .collect(),
-            skipped: conversation.len(),
-            ..Pools::default()
-        }
-    }
-
     fn message(&mut self, m: &Message) -> usize {
-        let next = self.skipped + self.messages.len();
+        let next = self.messages.len();
         *self.message_index.entry(m.addr()).or_insert_with(|| {
             self.messages.push(m.to_value());
             next

@@ -13,7 +13,6 @@
 //! Lookups scan from the newest message, so the usual event (one touching the
 //! message being streamed) costs O(1).
 
-use super::at_rest::{AtRest, Rest};
 use super::authorship::{Authors, RunAgent};
 use super::event::{Event, EventType};
 use super::handoff::ActiveAgent;
@@ -49,13 +48,18 @@ pub const MAX_STATE_BYTES: usize = 32 << 20;
 pub struct Fold {
     /// Last seq folded in (0 = nothing yet).
     pub seq: u64,
-    /// What grows with every run (its messages, who wrote them, its run
-    /// records), put to rest while nobody reads it ([`Fold::rest`]).
-    history: AtRest<History>,
+    /// Shared with the checkpoints of the runs that ended with them
+    /// ([`super::lineage`]): changing one copies it first.
+    messages: Vec<Message>,
     state: Value,
     interrupts: Vec<Value>,
     run: Option<RunInfo>,
     state_bytes: SizeEstimate,
+    /// Which run introduced each message and wrote the state (what a
+    /// viewer's snapshot may show depends on it; not part of the snapshot).
+    authors: Authors,
+    /// The thread's runs and head ([`super::lineage`]).
+    runs: RunTable,
     /// The run just started forked from another run than the head: its
     /// next `MESSAGES_SNAPSHOT` restates the whole history and replaces the
     /// messages exactly (no client-only message of the abandoned branch
@@ -64,57 +68,6 @@ pub struct Fold {
     /// Who speaks on the thread and who the turn began with: where its
     /// next plain run goes ([`super::handoff`]).
     agents: ActiveAgent,
-}
-
-/// What of a fold grows with every run, and so what a node short of
-/// memory puts to rest ([`Fold::rest`]) between runs.
-#[derive(Debug, Clone, Default, PartialEq)]
-struct History {
-    /// Shared with the checkpoints of the runs that ended with them
-    /// ([`super::lineage`]): changing one copies it first.
-    messages: Vec<Message>,
-    /// Which run introduced each message and wrote the state (what a
-    /// viewer's snapshot may show depends on it; not part of the snapshot).
-    authors: Authors,
-    /// The thread's runs and head ([`super::lineage`]).
-    runs: RunTable,
-}
-
-/// At rest: the messages as their texts, the authorship and the run
-/// table as a compacted base stores them, the checkpoints' messages as
-/// indices into the conversation where they are its own (the head's end
-/// view is the conversation, so it costs a list of numbers).
-impl Rest for History {
-    fn to_rest(&self) -> Vec<u8> {
-        #[derive(serde::Serialize)]
-        struct Out<'a> {
-            messages: &'a [Message],
-            authors: Value,
-            runs: Value,
-        }
-        serde_json::to_vec(&Out {
-            messages: &self.messages,
-            authors: self.authors.to_json(),
-            runs: self.runs.to_json_beside(&self.messages),
-        })
-        .expect("a history serializes")
-    }
-
-    fn from_rest(bytes: &[u8]) -> History {
-        #[derive(serde::Deserialize)]
-        struct In {
-            messages: Vec<Value>,
-            authors: Value,
-            runs: Value,
-        }
-        let v: In = serde_json::from_slice(bytes).expect("a history at rest reads back");
-        let messages: Vec<Message> = v.messages.iter().map(Message::closed).collect();
-        History {
-            authors: Authors::from_json(&v.authors),
-            runs: RunTable::from_json(&v.runs, &messages),
-            messages,
-        }
-    }
 }
 
 /// An upper estimate of the state's serialized size (exact after a reload
@@ -152,7 +105,7 @@ impl Fold {
 
     /// Messages, in conversation order (AG-UI `Message` objects).
     pub fn messages(&self) -> &[Message] {
-        &self.history.messages
+        &self.messages
     }
 
     /// The shared state.
@@ -177,7 +130,7 @@ impl Fold {
 
     /// The message with this id, if the conversation holds one.
     pub fn message(&self, id: &str) -> Option<&Message> {
-        self.find(id).map(|i| &self.history.messages[i])
+        self.find(id).map(|i| &self.messages[i])
     }
 
     /// True when a message with this id is already in the conversation.
@@ -187,12 +140,12 @@ impl Fold {
 
     /// Which run introduced each message and wrote the state.
     pub fn authors(&self) -> &Authors {
-        &self.history.authors
+        &self.authors
     }
 
     /// The thread's runs and head.
     pub fn runs(&self) -> &RunTable {
-        &self.history.runs
+        &self.runs
     }
 
     /// What this fold holds in memory, estimated (a node's budget counts
@@ -201,53 +154,20 @@ impl Fold {
     /// and checkpoints. O(the conversation): taken once per run's end.
     pub fn approx_bytes(&self) -> usize {
         let value = |v: &Value| json_len(v) * VALUE_BYTES_PER_JSON_BYTE;
-        let history = self.history.held_bytes(|h| {
-            let messages: usize = h
-                .messages
-                .iter()
-                .map(|m| m.approx_bytes(VALUE_BYTES_PER_JSON_BYTE))
-                .sum();
-            messages + h.runs.approx_bytes(value)
-        });
-        history + self.state_bytes.bytes * VALUE_BYTES_PER_JSON_BYTE
-    }
-
-    /// How many messages the conversation holds, if it is awake (never
-    /// wakes it: the budget's count asks this of every thread).
-    pub fn awake_messages(&self) -> Option<usize> {
-        self.history.awake().map(|h| h.messages.len())
-    }
-
-    /// True while the history (messages, authorship, run records) is at
-    /// rest: compressed, rebuilt by the next reader.
-    pub fn is_resting(&self) -> bool {
-        self.history.is_resting()
-    }
-
-    /// Puts the history to rest (a node short of memory, between runs):
-    /// it is kept compressed, and rebuilt by whoever reads or folds into
-    /// it next — nothing anyone reads changes. The older runs' end views
-    /// go first (as [`Fold::shed_checkpoints`]). Not while a message is
-    /// still being written (a run is streaming into it): `false` then.
-    pub fn rest(&mut self) -> bool {
-        if self.history.is_resting() {
-            return true;
-        }
-        if self.history.messages.iter().any(Message::is_open) {
-            return false;
-        }
-        self.history.runs.keep_checkpoints(1);
-        self.history.rest();
-        true
+        let messages: usize = self
+            .messages
+            .iter()
+            .map(|m| m.approx_bytes(VALUE_BYTES_PER_JSON_BYTE))
+            .sum();
+        messages
+            + self.state_bytes.bytes * VALUE_BYTES_PER_JSON_BYTE
+            + self.runs.approx_bytes(value)
     }
 
     /// Gives up the end views of older runs (the head's stays): a node
     /// short of memory (a view at such a run is rebuilt from the journal).
     pub fn shed_checkpoints(&mut self) {
-        if self.history.is_resting() {
-            return; // done when it was put to rest (and waking it costs)
-        }
-        self.history.runs.keep_checkpoints(1);
+        self.runs.keep_checkpoints(1);
     }
 
     /// This fold as a checkpoint (what a run ending now leaves): its
@@ -255,8 +175,8 @@ impl Fold {
     pub fn checkpoint(&self, previous: Option<&Checkpoint>) -> Checkpoint {
         Checkpoint::new(
             self.seq,
-            (&self.history.messages, &self.state, &self.interrupts),
-            &self.history.authors,
+            (&self.messages, &self.state, &self.interrupts),
+            &self.authors,
             previous,
         )
     }
@@ -265,17 +185,14 @@ impl Fold {
     pub fn at_checkpoint(checkpoint: &Checkpoint) -> Fold {
         Fold {
             seq: checkpoint.seq,
-            history: AtRest::new(History {
-                messages: checkpoint.shared_messages(),
-                authors: checkpoint.authors(),
-                runs: RunTable::default(),
-            }),
+            messages: checkpoint.shared_messages(),
             state_bytes: SizeEstimate {
                 bytes: json_len(checkpoint.state()),
                 cap: MAX_STATE_BYTES,
             },
             state: checkpoint.state().clone(),
             interrupts: checkpoint.interrupts.clone(),
+            authors: checkpoint.authors(),
             ..Fold::new()
         }
     }
@@ -291,13 +208,12 @@ impl Fold {
                 .run
                 .as_ref()
                 .is_some_and(|r| r.status == RunStatus::Running);
-        let before = self.history.messages.len();
+        let before = self.messages.len();
         // An agent's own MESSAGES_SNAPSHOT may bring the run's messages
         // under new ids (ag-ui-langgraph restates its checkpoint's).
         let known_ids: Option<std::collections::HashSet<String>> =
             (*kind == EventType::MessagesSnapshot && in_run).then(|| {
-                self.history
-                    .messages
+                self.messages
                     .iter()
                     .filter_map(|m| m.id().map(str::to_owned))
                     .collect()
@@ -319,13 +235,12 @@ impl Fold {
         self.note_authors(event, before, &origin);
         self.note_run(seq, event, before);
         if let Some(known) = known_ids.filter(|_| !restating) {
-            let h = &mut *self.history;
-            for m in &h.messages {
+            for m in &self.messages {
                 if let Some(id) = m.id()
                     && !known.contains(id)
                     && m.role() != "user"
                 {
-                    h.runs.produced(id);
+                    self.runs.produced(id);
                 }
             }
         }
@@ -337,26 +252,26 @@ impl Fold {
         use EventType::*;
         match event.kind() {
             RunStarted => {
-                self.history.runs.started(seq, event);
-                self.restating = self.history.runs.head().is_some_and(|h| h.kind.forks());
+                self.runs.started(seq, event);
+                self.restating = self.runs.head().is_some_and(|h| h.kind.forks());
             }
             RunFinished | RunError => {
                 // What the run wrote is finished: kept as text from here
                 // (before the checkpoint, which shares these very messages).
-                for m in &mut self.history.messages {
+                for m in &mut self.messages {
                     m.close();
                 }
                 let status = self.run.as_ref().map_or(RunStatus::Error, |r| r.status);
-                let checkpoint = self.checkpoint(self.history.runs.base_checkpoint());
-                self.history.runs.ended(seq, event, status, checkpoint);
+                let checkpoint = self.checkpoint(self.runs.base_checkpoint());
+                self.runs.ended(seq, event, status, checkpoint);
             }
             MessagesSnapshot => {}
-            _ if self.history.messages.len() != before => {
+            _ if self.messages.len() != before => {
                 for key in ["messageId", "parentMessageId", "toolCallId"] {
                     if let Some(id) = event.str_field(key)
                         && self.find(id).is_some()
                     {
-                        self.history.runs.produced(id);
+                        self.runs.produced(id);
                         break;
                     }
                 }
@@ -372,20 +287,19 @@ impl Fold {
         let Some(snap) = event.body().get("messages").and_then(Value::as_array) else {
             return;
         };
-        self.history.messages = snap
+        self.messages = snap
             .iter()
             .cloned()
             .map(|m| Message::open(without_null_subagent(m)))
             .collect();
         let base = self
-            .history
             .runs
             .head()
             .and_then(|h| h.parent.as_deref())
-            .and_then(|p| self.history.runs.get(p))
+            .and_then(|p| self.runs.get(p))
             .and_then(|p| p.checkpoint());
         if let Some(base) = base {
-            self.history.authors = base.authors();
+            self.authors = base.authors();
         }
     }
 
@@ -394,21 +308,19 @@ impl Fold {
         use EventType::*;
         match event.kind() {
             RunStarted | MessagesSnapshot => {
-                let h = &mut *self.history;
-                let ids = || h.messages.iter().filter_map(Message::id);
-                h.authors.keep_only(ids(), h.messages.len());
-                h.authors.note_messages(ids(), origin);
+                let ids = || self.messages.iter().filter_map(Message::id);
+                self.authors.keep_only(ids(), self.messages.len());
+                self.authors.note_messages(ids(), origin);
             }
-            StateSnapshot | StateDelta => self.history.authors.note_state(origin),
-            _ if self.history.messages.len() != before => {
+            StateSnapshot | StateDelta => self.authors.note_state(origin),
+            _ if self.messages.len() != before => {
                 // One message was added: the one the event names (a tool
                 // result may be inserted before the tail, so look it up).
                 for key in ["messageId", "parentMessageId", "toolCallId"] {
                     if let Some(id) = event.str_field(key)
                         && let Some(i) = self.find(id)
                     {
-                        let h = &mut *self.history;
-                        h.authors.note_messages(h.messages[i].id(), origin);
+                        self.authors.note_messages(self.messages[i].id(), origin);
                     }
                 }
             }
@@ -426,7 +338,7 @@ impl Fold {
                     (event.str_field("messageId"), event.str_field("delta"))
                     && let Some(i) = self.find(id)
                 {
-                    append_str(self.history.messages[i].make_mut(), "content", delta);
+                    append_str(self.messages[i].make_mut(), "content", delta);
                 }
                 return;
             }
@@ -468,8 +380,7 @@ impl Fold {
                         if let Some(id) = m.get("id").and_then(Value::as_str)
                             && !self.has_message(id)
                         {
-                            self.history
-                                .messages
+                            self.messages
                                 .push(Message::open(without_null_subagent(m.clone())));
                         }
                     }
@@ -510,7 +421,7 @@ impl Fold {
                     m.insert("content".into(), "".into());
                     copy(b, &mut m, "name");
                     copy(b, &mut m, "subagentRunId");
-                    self.history.messages.push(Message::open(Value::Object(m)));
+                    self.messages.push(Message::open(Value::Object(m)));
                 }
             }
             ReasoningMessageStart => {
@@ -521,7 +432,7 @@ impl Fold {
                     m.insert("role".into(), "reasoning".into());
                     m.insert("content".into(), "".into());
                     copy(b, &mut m, "subagentRunId");
-                    self.history.messages.push(Message::open(Value::Object(m)));
+                    self.messages.push(Message::open(Value::Object(m)));
                 }
             }
             ToolCallStart => {
@@ -536,18 +447,18 @@ impl Fold {
                 }
                 let target = s("parentMessageId").unwrap_or(call_id);
                 let mi = match self.find(target) {
-                    Some(i) if self.history.messages[i].role() == "assistant" => i,
+                    Some(i) if self.messages[i].role() == "assistant" => i,
                     _ => {
                         let mut m = Map::new();
                         m.insert("id".into(), target.into());
                         m.insert("role".into(), "assistant".into());
                         copy(b, &mut m, "subagentRunId");
-                        self.history.messages.push(Message::open(Value::Object(m)));
-                        self.history.messages.len() - 1
+                        self.messages.push(Message::open(Value::Object(m)));
+                        self.messages.len() - 1
                     }
                 };
                 let call = json!({"id": call_id, "type": "function", "function": {"name": name, "arguments": ""}});
-                match field_mut(self.history.messages[mi].make_mut(), "toolCalls") {
+                match field_mut(self.messages[mi].make_mut(), "toolCalls") {
                     Some(Value::Array(calls)) => calls.push(call),
                     Some(other) => *other = json!([call]),
                     None => {}
@@ -569,16 +480,12 @@ impl Fold {
                 match self.find_tool_call(call_id) {
                     Some((owner, _)) => {
                         let mut at = owner + 1;
-                        while at < self.history.messages.len()
-                            && self.history.messages[at].role() == "tool"
-                        {
+                        while at < self.messages.len() && self.messages[at].role() == "tool" {
                             at += 1;
                         }
-                        self.history
-                            .messages
-                            .insert(at, Message::open(Value::Object(m)));
+                        self.messages.insert(at, Message::open(Value::Object(m)));
                     }
-                    None => self.history.messages.push(Message::open(Value::Object(m))),
+                    None => self.messages.push(Message::open(Value::Object(m))),
                 }
             }
             StateSnapshot => {
@@ -613,23 +520,21 @@ impl Fold {
                 );
                 copy(b, &mut m, "subagentRunId");
                 match self.find(id) {
-                    Some(i) if self.history.messages[i].role() != "activity" => {}
-                    Some(i) if replace => {
-                        self.history.messages[i] = Message::open(Value::Object(m))
-                    }
+                    Some(i) if self.messages[i].role() != "activity" => {}
+                    Some(i) if replace => self.messages[i] = Message::open(Value::Object(m)),
                     Some(_) => {}
-                    None => self.history.messages.push(Message::open(Value::Object(m))),
+                    None => self.messages.push(Message::open(Value::Object(m))),
                 }
             }
             ActivityDelta => {
                 if let Some(id) = s("messageId")
                     && let Some(i) = self.find(id)
-                    && self.history.messages[i].role() == "activity"
+                    && self.messages[i].role() == "activity"
                     && let Some(ops) = b
                         .get("patch")
                         .cloned()
                         .and_then(|p| serde_json::from_value::<json_patch::Patch>(p).ok())
-                    && let Some(content) = field_mut(self.history.messages[i].make_mut(), "content")
+                    && let Some(content) = field_mut(self.messages[i].make_mut(), "content")
                 {
                     let _ = json_patch::patch(content, &ops);
                 }
@@ -643,8 +548,7 @@ impl Fold {
                     self.find_tool_call(entity)
                         .and_then(|(mi, ci)| self.tool_call_mut(mi, ci))
                 } else {
-                    self.find(entity)
-                        .map(|i| self.history.messages[i].make_mut())
+                    self.find(entity).map(|i| self.messages[i].make_mut())
                 };
                 if let Some(Value::Object(target)) = target {
                     store_encrypted(target, value, kind);
@@ -724,8 +628,7 @@ impl Fold {
 
     /// Tool call `ci` of message `mi` (indices from [`Fold::find_tool_call`]).
     fn tool_call_mut(&mut self, mi: usize, ci: usize) -> Option<&mut Value> {
-        self.history
-            .messages
+        self.messages
             .get_mut(mi)?
             .make_mut()
             .get_mut("toolCalls")?
@@ -744,30 +647,22 @@ impl Fold {
     }
 
     fn find(&self, id: &str) -> Option<usize> {
-        self.history
-            .messages
-            .iter()
-            .rposition(|m| m.id() == Some(id))
+        self.messages.iter().rposition(|m| m.id() == Some(id))
     }
 
     fn find_tool_call(&self, call_id: &str) -> Option<(usize, usize)> {
-        self.history
-            .messages
-            .iter()
-            .enumerate()
-            .rev()
-            .find_map(|(mi, m)| {
-                // A closed message is parsed only if its text names the call.
-                if !m.may_have_tool_calls() || !m.json_mentions(call_id) {
-                    return None;
-                }
-                m.value()
-                    .get("toolCalls")
-                    .and_then(Value::as_array)?
-                    .iter()
-                    .position(|c| c.get("id").and_then(Value::as_str) == Some(call_id))
-                    .map(|ci| (mi, ci))
-            })
+        self.messages.iter().enumerate().rev().find_map(|(mi, m)| {
+            // A closed message is parsed only if its text names the call.
+            if !m.may_have_tool_calls() || !m.json_mentions(call_id) {
+                return None;
+            }
+            m.value()
+                .get("toolCalls")
+                .and_then(Value::as_array)?
+                .iter()
+                .position(|c| c.get("id").and_then(Value::as_str) == Some(call_id))
+                .map(|ci| (mi, ci))
+        })
     }
 
     fn merge_snapshot(&mut self, snap: &[Value]) {
@@ -779,7 +674,7 @@ impl Fold {
             .collect();
         let has_role = |role: &str| snap.iter().any(|m| m["role"] == role);
         let (snap_activity, snap_reasoning) = (has_role("activity"), has_role("reasoning"));
-        let kept: Vec<Message> = std::mem::take(&mut self.history.messages)
+        let kept: Vec<Message> = std::mem::take(&mut self.messages)
             .into_iter()
             .filter_map(|m| {
                 let id = m.id()?.to_owned();
@@ -799,10 +694,10 @@ impl Fold {
             .iter()
             .filter_map(|m| m.id().map(str::to_owned))
             .collect();
-        self.history.messages = kept;
+        self.messages = kept;
         for m in snap {
             if id_of(&m).is_some_and(|id| !present.contains(&id)) {
-                self.history.messages.push(Message::open(m));
+                self.messages.push(Message::open(m));
             }
         }
     }
@@ -813,13 +708,7 @@ impl Fold {
         m.insert("seq".into(), self.seq.into());
         m.insert(
             "messages".into(),
-            Value::Array(
-                self.history
-                    .messages
-                    .iter()
-                    .map(Message::to_value)
-                    .collect(),
-            ),
+            Value::Array(self.messages.iter().map(Message::to_value).collect()),
         );
         m.insert("state".into(), self.state.clone());
         m.insert("interrupts".into(), Value::Array(self.interrupts.clone()));
@@ -832,8 +721,8 @@ impl Fold {
     /// fold knows beyond the snapshot (which run introduced each message).
     pub fn to_stored_json(&self) -> Map<String, Value> {
         let mut m = self.to_json();
-        m.insert("authors".into(), self.history.authors.to_json());
-        m.insert("runs".into(), self.history.runs.to_json());
+        m.insert("authors".into(), self.authors.to_json());
+        m.insert("runs".into(), self.runs.to_json());
         m.insert("agents".into(), self.agents.to_json());
         if self.restating {
             m.insert("restating".into(), true.into());
@@ -852,13 +741,13 @@ impl Fold {
         let write = |ser: &mut serde_json::Serializer<&mut Vec<u8>>| -> serde_json::Result<()> {
             let mut m = ser.serialize_map(None)?;
             m.serialize_entry("seq", &self.seq)?;
-            m.serialize_entry("messages", &self.history.messages)?;
+            m.serialize_entry("messages", &self.messages)?;
             m.serialize_entry("state", &self.state)?;
             m.serialize_entry("interrupts", &self.interrupts)?;
             m.serialize_entry("activeAgent", &self.agents.active)?;
             m.serialize_entry("activeAgentBy", &self.agents.by)?;
-            m.serialize_entry("authors", &self.history.authors.to_json())?;
-            m.serialize_entry("runs", &self.history.runs.to_json())?;
+            m.serialize_entry("authors", &self.authors.to_json())?;
+            m.serialize_entry("runs", &self.runs.to_json())?;
             m.serialize_entry("agents", &self.agents.to_json())?;
             if self.restating {
                 m.serialize_entry("restating", &true)?;
@@ -877,28 +766,22 @@ impl Fold {
     /// form may carry `authors`; without it (an older base) every
     /// message's origin is unknown (its visibility fails closed).
     pub fn from_json(v: &Value, run: Option<RunInfo>) -> Fold {
-        let messages: Vec<Message> = v
-            .get("messages")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .map(Message::closed)
-            .collect();
         Fold {
-            history: AtRest::new(History {
-                authors: v.get("authors").map(Authors::from_json).unwrap_or_default(),
-                runs: v
-                    .get("runs")
-                    .map(|r| RunTable::from_json(r, &[]))
-                    .unwrap_or_default(),
-                messages,
-            }),
+            authors: v.get("authors").map(Authors::from_json).unwrap_or_default(),
+            runs: v.get("runs").map(RunTable::from_json).unwrap_or_default(),
             restating: v.get("restating") == Some(&Value::Bool(true)),
             agents: v
                 .get("agents")
                 .map(ActiveAgent::from_json)
                 .unwrap_or_default(),
             seq: v.get("seq").and_then(Value::as_u64).unwrap_or(0),
+            messages: v
+                .get("messages")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(Message::closed)
+                .collect(),
             state_bytes: SizeEstimate {
                 bytes: v.get("state").map(json_len).unwrap_or(2),
                 cap: MAX_STATE_BYTES,
@@ -1350,77 +1233,8 @@ mod tests {
         let stored = f.runs().to_json();
         assert_eq!(stored["messages"].as_array().unwrap().len(), 10);
         assert_eq!(
-            crate::protocol::lineage::RunTable::from_json(&stored, &[]),
+            crate::protocol::lineage::RunTable::from_json(&stored),
             *f.runs()
-        );
-    }
-
-    /// A history put to rest after every event (as a node short of
-    /// memory would between runs) folds on to the same fold, snapshot,
-    /// authorship and run records as one never put to rest; at rest it
-    /// holds a fraction of its bytes, and awake again its head's end view
-    /// shares the conversation's messages as before.
-    #[test]
-    fn a_history_at_rest_folds_on_as_if_it_never_left() {
-        let mut events = Vec::new();
-        for r in 0..12 {
-            let parent = match r {
-                0 => Value::Null,
-                7 => json!("r5"), // a regenerate: a fork from an older run
-                _ => json!(format!("r{}", r - 1)),
-            };
-            let kind = if r == 7 { "regenerate" } else { "continue" };
-            events.push(json!({"type": "RUN_STARTED", "threadId": "t", "runId": format!("r{r}"),
-                "agui-gateway": {"agent": if r % 3 == 0 { "b" } else { "a" }, "kind": kind, "parentRunId": parent},
-                "input": {"messages": [{"id": format!("u{r}"), "role": "user", "content": format!("question {r}")}]}}));
-            if r == 7 {
-                events.push(json!({"type": "MESSAGES_SNAPSHOT", "messages": [
-                    {"id": "u0", "role": "user", "content": "question 0"},
-                    {"id": "u7", "role": "user", "content": "question 7"}]}));
-            }
-            events.push(json!({"type": "TOOL_CALL_START", "toolCallId": format!("c{r}"), "toolCallName": "search", "parentMessageId": format!("a{r}")}));
-            events.push(json!({"type": "TOOL_CALL_ARGS", "toolCallId": format!("c{r}"), "delta": "{\"q\":1}"}));
-            events.push(json!({"type": "TOOL_CALL_RESULT", "messageId": format!("t{r}"), "toolCallId": format!("c{r}"), "content": "found"}));
-            events.push(json!({"type": "TEXT_MESSAGE_START", "messageId": format!("b{r}"), "role": "assistant"}));
-            events.push(json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": format!("b{r}"), "delta": format!("answer {r} ").repeat(20)}));
-            events.push(json!({"type": "TEXT_MESSAGE_END", "messageId": format!("b{r}")}));
-            events.push(json!({"type": "STATE_DELTA", "delta": [{"op": "add", "path": format!("/k{r}"), "value": r}]}));
-            events.push(json!({"type": "RUN_FINISHED", "threadId": "t", "runId": format!("r{r}")}));
-        }
-        let mut awake = Fold::new();
-        let mut rested = Fold::new();
-        let mut times_rested = 0;
-        for (i, e) in events.iter().enumerate() {
-            let e = Event::build(e.clone());
-            let a = awake.apply(i as u64 + 1, &e);
-            let b = rested.apply(i as u64 + 1, &e);
-            assert_eq!(a, b, "event {i}: its run");
-            if rested.rest() {
-                assert!(rested.is_resting());
-                times_rested += 1;
-            }
-        }
-        assert!(
-            times_rested >= 12,
-            "rested between the runs: {times_rested}"
-        );
-        let before = awake.approx_bytes();
-        assert!(rested.is_resting());
-        assert!(
-            rested.approx_bytes() * 3 < before,
-            "at rest {} bytes, awake {before}",
-            rested.approx_bytes()
-        );
-        assert_eq!(rested.awake_messages(), None, "counting does not wake it");
-        assert_eq!(rested.to_json(), awake.to_json());
-        assert_eq!(rested.authors(), awake.authors());
-        assert_eq!(rested, awake);
-        let head = rested.runs().head().unwrap().checkpoint().unwrap().clone();
-        assert!(
-            head.messages()
-                .zip(rested.messages())
-                .all(|(c, m)| Message::ptr_eq(c, m)),
-            "the head's end view shares the conversation awake again"
         );
     }
 

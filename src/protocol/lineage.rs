@@ -566,15 +566,7 @@ impl RunTable {
     /// The stored form (part of a compacted base): the runs, and each
     /// distinct message and state of their checkpoints once.
     pub fn to_json(&self) -> Value {
-        self.to_json_beside(&[])
-    }
-
-    /// [`RunTable::to_json`] beside `conversation`, written with it: a
-    /// checkpoint's message that is one of `conversation`'s is written as
-    /// its index there, not again ([`RunTable::from_json`] reads it back
-    /// against the same list, sharing the messages again).
-    pub fn to_json_beside(&self, conversation: &[Message]) -> Value {
-        let mut pools = Pools::beside(conversation);
+        let mut pools = Pools::default();
         // Only the newest checkpoints are stored: each costs a list as long
         // as the conversation at every compaction, and an older run's end
         // is rebuilt from the journal while it holds that run's events.
@@ -593,15 +585,10 @@ impl RunTable {
         })
     }
 
-    /// Reads [`RunTable::to_json`]'s form (an older base has none: empty),
-    /// or [`RunTable::to_json_beside`]'s with the same `conversation`.
-    pub fn from_json(v: &Value, conversation: &[Message]) -> RunTable {
+    /// Reads [`RunTable::to_json`]'s form (an older base has none: empty).
+    pub fn from_json(v: &Value) -> RunTable {
         let pool = |k: &str| v.get(k).and_then(Value::as_array).into_iter().flatten();
-        let messages: Vec<Message> = conversation
-            .iter()
-            .cloned()
-            .chain(pool("messages").map(Message::closed))
-            .collect();
+        let messages: Vec<Message> = pool("messages").map(Message::closed).collect();
         let states: Vec<Arc<Value>> = pool("states").map(|s| Arc::new(s.clone())).collect();
         let mut table = RunTable {
             started: v.get("started").and_then(Value::as_u64).unwrap_or(0),

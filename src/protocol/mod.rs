@@ -12,7 +12,6 @@
 //! [`url_host`] reads a URL only in the form every HTTP client reads alike;
 //! [`version`] is the AG-UI version the gateway declares.
 
-pub mod at_rest;
 pub mod authorship;
 pub mod checkpoint;
 pub mod chunks;

@@ -317,37 +317,7 @@ impl Threads {
             }
         }
         let shrunk = self.shrink_tails(memory_budget);
-        let rested = self.rest_histories(memory_budget);
-        (evicted, evicted > 0 || shrunk || rested)
-    }
-
-    /// Still over the budget with every idle thread gone and every tail
-    /// halved: what is left grows with the watched threads' runs (their
-    /// messages, authorship and run records), which no eviction reaches.
-    /// The longest-quiet threads put theirs to rest (compressed, rebuilt
-    /// by the next reader: a run's start, a snapshot), until the node is
-    /// within budget. True when any did.
-    fn rest_histories(&self, memory_budget: usize) -> bool {
-        if self.total_bytes() <= memory_budget {
-            return false;
-        }
-        let mut quiet: Vec<(std::time::Instant, Arc<Thread>)> = self
-            .map
-            .iter()
-            .filter_map(|t| Some((t.value().restable_since()?, t.value().clone())))
-            .collect();
-        quiet.sort_by_key(|(since, _)| *since);
-        let mut rested = false;
-        for (_, thread) in quiet {
-            if self.total_bytes() <= memory_budget {
-                break;
-            }
-            if thread.rest_fold() {
-                evicted_for("budget_history");
-                rested = true;
-            }
-        }
-        rested
+        (evicted, evicted > 0 || shrunk)
     }
 
     /// Still over the budget with every idle thread gone: the biggest

@@ -246,9 +246,7 @@ impl Thread {
     /// O(1) a message, and the count lags the truth by at most an eighth.
     /// `force`: after a load or a shed, whatever the growth.
     pub(super) fn recount_fold(&self, inner: &mut Inner, force: bool) {
-        // A history at rest counts as no messages: the first estimate
-        // once it is awake again is taken whatever the growth.
-        let messages = inner.fold.awake_messages().unwrap_or(0);
+        let messages = inner.fold.messages().len();
         if !force && inner.journal.estimate_holds(messages) {
             return;
         }
@@ -280,41 +278,6 @@ impl Thread {
         self.recount_fold(&mut inner, true);
         freed += before.saturating_sub(inner.journal.fold_bytes());
         freed
-    }
-
-    /// When this thread was last active, if its history may be put to
-    /// rest now: no run streaming into it, nothing being published.
-    pub(super) fn restable_since(&self) -> Option<std::time::Instant> {
-        let inner = self.lock();
-        let quiet = !inner.fold.is_resting()
-            && inner
-                .fold
-                .run()
-                .is_none_or(|r| r.status != RunStatus::Running)
-            && inner.inflight == 0
-            && inner.arrived.is_empty()
-            && !inner.recovering;
-        quiet.then_some(inner.last_event)
-    }
-
-    /// Puts the fold's history to rest (the node is still over its budget
-    /// with every idle thread gone and every tail halved): see
-    /// [`Fold::rest`]. True when it was awake and rests now. (A history a
-    /// reader woke is not counted awake until the next run's end, so the
-    /// count may not move: the memory it held is freed all the same.)
-    pub(super) fn rest_fold(&self) -> bool {
-        let mut inner = self.lock();
-        if inner.fold.is_resting()
-            || inner
-                .fold
-                .run()
-                .is_some_and(|r| r.status == RunStatus::Running)
-            || !inner.fold.rest()
-        {
-            return false;
-        }
-        self.recount_fold(&mut inner, true);
-        true
     }
 
     /// Published entries in `(after, until)` that left memory, read back
