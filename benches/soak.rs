@@ -11,7 +11,8 @@
 //! viewers (`SOAK_VIEWERS` per thread, default 10) follow it, each dropping
 //! its connection every few hundred frames and resuming with `after = N`
 //! (`tests/common/soak.rs`; `tests/soak.rs` is the CI-sized version).
-//! `SOAK_THREADS` (default 20), `SOAK_MAX_WAL` (`store.max_wal_bytes`;
+//! `SOAK_THREADS` (default 20), `SOAK_PAUSE_MS` (a pause after each run,
+//! per thread: a user reading; default 0), `SOAK_MAX_WAL` (`store.max_wal_bytes`;
 //! unset: the default) and `AGUI_TEST_GATEWAY_BIN` (another gateway binary,
 //! e.g. an older build to compare with) shape it. It prints one line per
 //! sample and a summary; docs/benchmarks.md has the numbers.
@@ -42,6 +43,7 @@ fn main() {
         viewers_per_thread: env_or("SOAK_VIEWERS", 10) as usize,
         duration: Duration::from_secs(env_or("SOAK_SECS", 600)),
         sample_every: Duration::from_secs(env_or("SOAK_SAMPLE_SECS", 15)),
+        pause: Duration::from_millis(env_or("SOAK_PAUSE_MS", 0)),
     };
     let store_extra = std::env::var("SOAK_MAX_WAL")
         .map(|v| format!("max_wal_bytes = {v}"))

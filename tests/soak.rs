@@ -50,6 +50,7 @@ async fn the_wal_and_memory_stop_growing_under_steady_load() {
         viewers_per_thread: 4,
         duration: Duration::from_secs(75),
         sample_every: Duration::from_secs(3),
+        pause: Duration::ZERO,
     };
     let report = soak(&gw, &db, &load).await;
     let s = &report.samples;

@@ -20,6 +20,9 @@ pub struct Load {
     pub viewers_per_thread: usize,
     pub duration: Duration,
     pub sample_every: Duration,
+    /// How long each thread's runner waits after a run's end before the
+    /// next (a user reading the answer); zero: back to back.
+    pub pause: Duration,
 }
 
 /// One sample.
@@ -122,6 +125,7 @@ pub async fn soak(gw: &Gateway, db: &Path, load: &Load) -> Report {
         let (stopped, runs) = (stop.clone(), runs.clone());
         let th = thread.clone();
         let base = gw.url("");
+        let pause = load.pause;
         tasks.push(tokio::spawn(async move {
             let stop = stopped;
             let mut n = 0u64;
@@ -163,6 +167,9 @@ pub async fn soak(gw: &Gateway, db: &Path, load: &Load) -> Report {
                     seen.push(f);
                 }
                 runs.fetch_add(1, Ordering::Relaxed);
+                if !pause.is_zero() {
+                    tokio::time::sleep(pause).await;
+                }
             }
         }));
         for v in 0..load.viewers_per_thread {
