@@ -177,6 +177,9 @@ pub struct Metrics {
     pub cold_reads: Counter,
     /// Size of the SQLite journal's WAL file, after the latest commit.
     pub journal_wal_bytes: Gauge,
+    /// Resets of the SQLite journal's log by its writer: the background
+    /// checkpoint fell behind, and appends waited for the reset's fsync.
+    pub journal_wal_resets: Counter,
 }
 
 fn seconds_buckets() -> Histogram {
@@ -233,6 +236,7 @@ impl Metrics {
             evictions: Family::default(),
             cold_reads: Counter::default(),
             journal_wal_bytes: Gauge::default(),
+            journal_wal_resets: Counter::default(),
             registry: Registry::default(),
         };
         m.reload_success.set(1);
@@ -406,6 +410,11 @@ impl Metrics {
             "journal_wal_bytes",
             "Size of the SQLite journal's write-ahead log file (bounded by store.max_wal_bytes).",
             m.journal_wal_bytes.clone(),
+        );
+        r.register(
+            "journal_wal_resets",
+            "Resets of the SQLite journal's log by its writer, appends waiting meanwhile (the background checkpoint fell behind; normally 0).",
+            m.journal_wal_resets.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -64,6 +64,9 @@ pub struct SqliteStore {
     reader: std::sync::Arc<Mutex<Connection>>,
     /// Cleared by the writer when a commit fails, set when one succeeds.
     healthy: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Resets of the log by the writer ([`Writer::bound_wal`]).
+    #[cfg_attr(not(test), allow(dead_code))]
+    writer_resets: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// The default of `store.max_wal_bytes`: past it the writer resets the WAL.
@@ -216,6 +219,7 @@ impl SqliteStore {
         let (checkpoint_tx, checkpoint_rx) = mpsc::sync_channel::<()>(1);
         let checkpointing = std::sync::Arc::new(Mutex::new(()));
         let healthy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let writer_resets = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let writer = Writer {
             conn: write,
             requests: rx,
@@ -230,6 +234,8 @@ impl SqliteStore {
                 next_try: std::time::Instant::now(),
                 frames,
                 frame_bytes: page_size + WAL_FRAME_HEADER,
+                requested_at: 0,
+                resets: writer_resets.clone(),
             },
             probe_backoff: PROBE_FIRST,
             readers: reader.clone(),
@@ -268,6 +274,7 @@ impl SqliteStore {
             closing,
             reader,
             healthy,
+            writer_resets,
         })
     }
 }
@@ -330,6 +337,10 @@ struct Wal {
     frames: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// One frame: a page and its header.
     frame_bytes: u64,
+    /// The log in use when a background checkpoint was last asked for.
+    requested_at: u64,
+    /// Resets done by the writer itself.
+    resets: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Gives the WAL file its full size (`max_bytes`) and its blocks, so a
@@ -452,16 +463,38 @@ impl Writer {
                 }
             }
             self.since_checkpoint += events;
-            if self.since_checkpoint >= CHECKPOINT_EVERY {
-                self.since_checkpoint = 0;
-                let _ = self.checkpoint.try_send(());
-            }
+            self.request_checkpoint();
             self.bound_wal();
         }
     }
 
     fn healthy(&self) -> bool {
         self.healthy.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Asks the checkpoint thread for a passive checkpoint every
+    /// [`CHECKPOINT_EVERY`] events, or sooner once the log in use grew by a
+    /// quarter of its bound since the last request. By bytes too because
+    /// commits of one small event each (a paced run) write several pages
+    /// apiece: counted by events alone, the log reached its bound first and
+    /// the writer reset it itself, with an fsync of a few milliseconds in
+    /// front of every append then waiting (docs/benchmarks.md, "The tail of
+    /// a paced run"). Checkpointed in the background instead, the log is
+    /// copied back while appends go on, and SQLite restarts it from its
+    /// start at the next commit, in place and without an fsync.
+    fn request_checkpoint(&mut self) {
+        let in_use = self.wal.in_use();
+        if in_use < self.wal.requested_at {
+            // Restarted since the last request.
+            self.wal.requested_at = 0;
+        }
+        let grew = in_use - self.wal.requested_at >= self.wal.max_bytes / 4;
+        if (self.since_checkpoint >= CHECKPOINT_EVERY || grew)
+            && self.checkpoint.try_send(()).is_ok()
+        {
+            self.since_checkpoint = 0;
+            self.wal.requested_at = in_use;
+        }
     }
 
     fn set_healthy(&mut self, healthy: bool) {
@@ -535,6 +568,10 @@ impl Writer {
                 let file = std::fs::metadata(&self.wal.path).map_or(0, |m| m.len());
                 tracing::debug!(in_use = size, file, "journal WAL reset");
                 crate::metrics::metrics().journal_wal_bytes.set(0);
+                crate::metrics::metrics().journal_wal_resets.inc();
+                self.wal
+                    .resets
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 return;
             }
             Ok(_) => "a reader held an old snapshot, or a checkpoint was running".to_owned(),
@@ -1348,6 +1385,47 @@ mod tests {
                 .events
                 .len(),
             2000
+        );
+    }
+
+    /// A paced run commits one small event at a time, several pages each:
+    /// the background checkpoint keeps the log under its bound, so the
+    /// writer never has to reset it itself (with an fsync every append
+    /// waited for). Asked for by events alone, it came too late: 1,500
+    /// commits are far fewer than `CHECKPOINT_EVERY` events, yet their
+    /// pages fill the 1 MiB log many times over.
+    #[tokio::test]
+    async fn a_paced_journal_is_checkpointed_in_the_background_not_reset_by_its_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.db");
+        let bound = 1 << 20;
+        let s = SqliteStore::open_bounded(&path, "normal", 64, bound).unwrap();
+        let k = ThreadKey::new("t", "paced");
+        let wal = dir.path().join("j.db-wal");
+        // The WAL header's salts change whenever the log starts over.
+        let salts = || std::fs::read(&wal).unwrap()[16..24].to_vec();
+        let (commits, mut restarts, mut salts_before) = (1500u64, 0, Vec::new());
+        for seq in 1..=commits {
+            s.append(batch(&k, seq, 1, "running"))
+                .await
+                .unwrap()
+                .unwrap();
+            let now = salts();
+            restarts += usize::from(!salts_before.is_empty() && now != salts_before);
+            salts_before = now;
+            // The load's shape: about one event a millisecond.
+            tokio::time::sleep(std::time::Duration::from_micros(500)).await;
+        }
+        assert!(restarts >= 10, "the log started over {restarts} times");
+        let resets = s.writer_resets.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            resets <= 2,
+            "the writer reset the log {resets} times (the background checkpoint fell behind)"
+        );
+        assert_eq!(
+            s.load(&k).unwrap().unwrap().events.len() as u64,
+            commits,
+            "every event is kept"
         );
     }
 
