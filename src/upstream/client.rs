@@ -171,7 +171,17 @@ async fn attempts(
     let mut backoff = pool.retry_backoff;
     let mut last: Failure = None;
     let mut note = None;
+    // Ours until the agent's first event, for the next backend should this
+    // one fail before it; dropped then ([`Run::forward_decoded`]). It is the
+    // whole conversation, and a run streams for seconds to minutes: held to
+    // the run's end, every busy thread kept a second copy of its history
+    // (docs/benchmarks.md, "The run's body, held to its end").
+    let mut body = Some(body);
     for attempt in 1..=pool.attempts {
+        // None only once an event arrived, and then no attempt follows.
+        let Some(this_body) = body.clone() else {
+            return last;
+        };
         let granted = tokio::select! {
             _ = tx.closed() => return None,
             g = pool.acquire(run, &tried) => g,
@@ -201,6 +211,7 @@ async fn attempts(
                 let mut sent = Run {
                     agent,
                     backend,
+                    body: &mut body,
                     slot: &mut granted.slot,
                     note: note.take(),
                     tx,
@@ -213,9 +224,7 @@ async fn attempts(
                     finished: None,
                     seen_any: false,
                 };
-                let result = sent
-                    .drive(body.clone(), extra.clone(), total_deadline)
-                    .await;
+                let result = sent.drive(this_body, extra.clone(), total_deadline).await;
                 // An unsent note goes with the run to the next backend.
                 note = sent.note.take();
                 (result, sent.seen_any)
@@ -226,7 +235,7 @@ async fn attempts(
                     backend,
                     &mut granted.slot,
                     &mut note,
-                    &body,
+                    &this_body,
                     extra.clone(),
                     total_deadline,
                     tx,
@@ -284,6 +293,9 @@ fn moved_note() -> Event {
 struct Run<'a> {
     agent: &'a Agent,
     backend: &'a Backend,
+    /// The run's body as [`attempts`] keeps it for another backend: let go
+    /// at the first event, after which no other backend is tried.
+    body: &'a mut Option<Bytes>,
     /// The run's hold on `backend`, told of the first event.
     slot: &'a mut Slot,
     /// A note to send right after the agent's first event (see [`moved_note`]).
@@ -490,6 +502,7 @@ impl Run<'_> {
         for frame in frames.drain(..) {
             if !std::mem::replace(&mut self.seen_any, true) {
                 self.slot.first_event();
+                *self.body = None;
             }
             if self.finished.is_some() {
                 // The run has closed: only a late RUN_ERROR is admitted.
@@ -596,5 +609,90 @@ async fn read_excerpt(response: reqwest::Response, deadline: Instant) -> String 
         "(empty body)".into()
     } else {
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::routing::post;
+    use std::sync::{Arc, Mutex};
+    use tokio::sync::oneshot;
+
+    /// A body that says when its last copy is gone.
+    struct Watched(Vec<u8>, Option<oneshot::Sender<()>>);
+
+    impl AsRef<[u8]> for Watched {
+        fn as_ref(&self) -> &[u8] {
+            &self.0
+        }
+    }
+
+    impl Drop for Watched {
+        fn drop(&mut self) {
+            if let Some(tx) = self.1.take() {
+                let _ = tx.send(());
+            }
+        }
+    }
+
+    /// The run's body (the whole conversation) is let go at the agent's
+    /// first event, not held until the run ends: no backend is tried after
+    /// it, and a busy thread's runs would otherwise each keep a second copy
+    /// of its history for as long as they stream.
+    #[tokio::test]
+    async fn the_runs_body_is_let_go_at_the_first_event() {
+        // The agent streams what the test hands it, one SSE frame each.
+        let (frames_tx, frames_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let frames_rx = Arc::new(Mutex::new(Some(frames_rx)));
+        let app = axum::Router::new().route(
+            "/",
+            post(move |_body: axum::body::Bytes| {
+                let rx = frames_rx.lock().unwrap().take().expect("one run");
+                async move {
+                    let frames = futures::stream::unfold(rx, |mut rx| async move {
+                        let frame = rx.recv().await?;
+                        Some((
+                            Ok::<_, std::convert::Infallible>(format!("data: {frame}\n\n")),
+                            rx,
+                        ))
+                    });
+                    axum::response::Response::builder()
+                        .header("content-type", "text/event-stream")
+                        .body(Body::from_stream(frames))
+                        .unwrap()
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let cfg: crate::config::AgentConfig =
+            toml::from_str(&format!("id = \"a\"\nurl = \"http://{addr}/\"")).unwrap();
+        let agent = Arc::new(Agent::from_config(&cfg, None).unwrap());
+
+        let (dropped_tx, mut dropped) = oneshot::channel();
+        let input = br#"{"threadId":"t","runId":"r","messages":[],"state":{}}"#.to_vec();
+        let body = Bytes::from_owner(Watched(input, Some(dropped_tx)));
+        let mut run = RunStream::start(agent, body, reqwest::header::HeaderMap::new());
+        frames_tx
+            .send(r#"{"type":"RUN_STARTED","threadId":"t","runId":"r"}"#.into())
+            .unwrap();
+        let first = run.next_batch(16).await.expect("the first event");
+        assert_eq!(*first[0].kind(), EventType::RunStarted);
+        // The run is still streaming: its body is gone all the same.
+        tokio::time::timeout(std::time::Duration::from_secs(10), &mut dropped)
+            .await
+            .expect("the body was held past the first event")
+            .unwrap();
+        frames_tx
+            .send(r#"{"type":"RUN_FINISHED","threadId":"t","runId":"r"}"#.into())
+            .unwrap();
+        let mut last = None;
+        while let Some(batch) = run.next_batch(16).await {
+            last = batch.last().map(|e| e.kind().clone());
+        }
+        assert_eq!(last, Some(EventType::RunFinished));
     }
 }
