@@ -30,6 +30,7 @@
 /// iterates over them covers a new point as soon as it is listed here.
 pub const POINTS: &[&str] = &[
     "run.lease_granted",
+    "run.lease_held",
     "run.start_journaled",
     "run.batch_enqueued",
     "run.batch_stored",

@@ -930,10 +930,19 @@ async fn concurrent_runs_on_many_threads_give_one_gapless_journal_on_every_node(
 
     // Every viewer until its thread's four runs ended and three metas came.
     let mut seen: Vec<Vec<Vec<(u64, String)>>> = vec![Vec::new(); THREADS];
-    for (i, ws) in &mut viewers {
+    for (v, (i, ws)) in viewers.iter_mut().enumerate() {
         let (mut ends, mut metas, mut frames) = (0, 0, Vec::new());
         while ends < 4 || metas < 3 {
-            let f = ws.recv().await;
+            let Ok(f) = tokio::time::timeout(WAIT, ws.recv_frame()).await else {
+                // What the stuck viewer had, and what the nodes said.
+                let logs: Vec<String> = nodes.iter().map(|n| n.proc.stderr()).collect();
+                panic!(
+                    "viewer of thread {i} on node {}: {ends} runs ended and {metas} metas after {:?}\nnode logs:\n{}",
+                    v % 3,
+                    journal(&frames),
+                    logs.join("\n---\n")
+                );
+            };
             assert!(f.get("close").is_none(), "viewer closed: {f}");
             ends += usize::from(is_terminal_frame(&f));
             metas += usize::from(f["event"]["type"] == "META");

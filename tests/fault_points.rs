@@ -821,3 +821,73 @@ async fn a_randomized_kill_drill_keeps_every_invariant() {
         check_journal(&journal_at(&base, &t, thread).await);
     }
 }
+
+/// A run sent with `strategy: "enqueue"` to a node while another node's run
+/// holds the thread: the store answers "held", and before this node queues
+/// the request, the holder's run ends and its end reaches this node's copy.
+/// The queued run then waited for an end it had already seen — forever
+/// (found as a rare hang of `cluster.rs`'s many-threads test). The node is
+/// stalled at exactly that step while the other run ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_queued_behind_a_run_that_ended_meanwhile_starts() {
+    const STALL: Duration = Duration::from_secs(3);
+    let redis = RedisServer::start().await;
+    let mut py = PyAgent::start("scripted_agent.py").await;
+    let config = config("", &py, None)
+        + &format!(
+            "[[agents]]\nid = \"gated\"\nurl = \"{}\"\ntimeouts = {{ idle = \"1h\" }}\n\
+             [[agents]]\nid = \"queued\"\nurl = \"{}\"\nallow_strategy_override = true\n",
+            py.url("gated"),
+            py.url("ok")
+        );
+    let a = redis_node(&redis, "a", &config, "").await;
+    let b = redis_node(
+        &redis,
+        "b",
+        &config,
+        &format!("run.lease_held=1*return(stall:{})", STALL.as_millis()),
+    )
+    .await;
+    let t = token(json!({"sub": "alice"}));
+    let url = a.run_url("gated");
+    let first = {
+        let t = t.clone();
+        tokio::spawn(async move { post_run(&url, &t, &body("behind", "r1", "go")).await })
+    };
+    py.proc.expect_line_containing("GATED r1").await;
+
+    let mut ws = Ws::connect(&b, WsAuth::Header(&t)).await.unwrap();
+    ws.send(
+        json!({"type": "run", "id": "r2", "agent": "queued", "threadId": "behind",
+                   "runId": "r2", "strategy": "enqueue",
+                   "messages": [{"id": "u-r2", "role": "user", "content": "next"}]}),
+    )
+    .await;
+    b.proc
+        .expect_stderr(&format!(
+            "fault point run.lease_held: stall:{}",
+            STALL.as_millis()
+        ))
+        .await;
+    let stalled_at = std::time::Instant::now();
+    // The holder ends while node b has the store's answer but has not
+    // queued the request yet.
+    http().post(py.url("release")).send().await.unwrap();
+    let (status, out) = first.await.unwrap();
+    assert_eq!(status, 200, "{out}");
+    assert!(
+        stalled_at.elapsed() < STALL,
+        "the first run must end inside the stall for this test to mean anything"
+    );
+    let frames = ws
+        .answer_and_run("r2", "r2")
+        .await
+        .unwrap_or_else(|refused| panic!("r2 refused: {refused}"));
+    assert_eq!(
+        frames.last().unwrap()["event"]["type"],
+        "RUN_FINISHED",
+        "{frames:#?}"
+    );
+    let journal = journal_at(&b.base, &t, "behind").await;
+    check_journal(&journal);
+}

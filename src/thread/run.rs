@@ -178,6 +178,12 @@ impl Thread {
                     (&self.creator(), Some(&req.agent.id)),
                 )
                 .await;
+            if matches!(acquired, Ok(Acquired::Held { .. })) {
+                // Between the store's answer and this copy's lock: the
+                // holder's run may end here, its end arriving before the
+                // request is queued (see the `Strategy::Enqueue` arm).
+                crate::fault::point("run.lease_held").await;
+            }
             // What to do once the lock is released (nothing awaits under it).
             let then: Retry = {
                 let mut inner = self.lock();
@@ -215,7 +221,16 @@ impl Thread {
                             }
                             Strategy::Enqueue => {
                                 self.queue(&mut inner, req, false);
-                                return Ok(Started::Queued(inner.runs.queue.len()));
+                                let queued = inner.runs.queue.len();
+                                // Asked again at once, not only when the
+                                // holder's end arrives: it may have arrived
+                                // while the store's answer was on its way,
+                                // and a queued run waiting for an end
+                                // already seen waited forever. Still held,
+                                // it waits as every queued run does (the
+                                // end, or a retry every `QUEUED_RETRY`).
+                                self.start_queued(&mut inner);
+                                return Ok(Started::Queued(queued));
                             }
                             Strategy::Interrupt => {
                                 self.queue(&mut inner, req, true);
@@ -241,8 +256,11 @@ impl Thread {
             };
             match then {
                 Retry::CancelElsewhere(run_id) => {
-                    // Queued first; it starts when that run's end arrives.
+                    // Queued first; it starts when that run's end arrives —
+                    // or now, should the end have arrived already (see the
+                    // `Strategy::Enqueue` arm).
                     self.cancel_elsewhere(&run_id).await?;
+                    self.start_queued(&mut self.lock());
                     return Ok(Started::Queued(1));
                 }
                 Retry::ReadBack(stale) => {
