@@ -29,7 +29,7 @@ const LEASE_TTL: Duration = Duration::from_secs(2);
 /// The scripted agent's scenarios, and the handoff agents, as agents of a
 /// node on `store` TOML (empty: SQLite in the node's own directory).
 fn config(store: &str, py: &PyAgent, handoff: Option<&PyAgent>) -> String {
-    let mut agents: String = ["ok", "stall", "call-tool"]
+    let mut agents: String = ["ok", "stall", "call-tool", "gated"]
         .iter()
         .map(|s| {
             format!(
@@ -370,11 +370,7 @@ async fn a_run_ending_while_the_sweeper_looks_is_left_as_it_ended() {
     const STALL: Duration = Duration::from_secs(6);
     let redis = RedisServer::start().await;
     let mut py = PyAgent::start("scripted_agent.py").await;
-    let config = config("", &py, None)
-        + &format!(
-            "[[agents]]\nid = \"gated\"\nurl = \"{}\"\ntimeouts = {{ idle = \"1h\" }}\n",
-            py.url("gated")
-        );
+    let config = config("", &py, None);
     let faults = format!(
         "sweeper.listed=1*return(stall:{});sweeper.pass=return(stall:1)",
         STALL.as_millis()
@@ -835,9 +831,7 @@ async fn a_run_queued_behind_a_run_that_ended_meanwhile_starts() {
     let mut py = PyAgent::start("scripted_agent.py").await;
     let config = config("", &py, None)
         + &format!(
-            "[[agents]]\nid = \"gated\"\nurl = \"{}\"\ntimeouts = {{ idle = \"1h\" }}\n\
-             [[agents]]\nid = \"queued\"\nurl = \"{}\"\nallow_strategy_override = true\n",
-            py.url("gated"),
+            "[[agents]]\nid = \"queued\"\nurl = \"{}\"\nallow_strategy_override = true\n",
             py.url("ok")
         );
     let a = redis_node(&redis, "a", &config, "").await;

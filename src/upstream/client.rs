@@ -175,7 +175,8 @@ async fn attempts(
     // one fail before it; dropped then ([`Run::forward_decoded`]). It is the
     // whole conversation, and a run streams for seconds to minutes: held to
     // the run's end, every busy thread kept a second copy of its history
-    // (docs/benchmarks.md, "The run's body, held to its end").
+    // (docs/benchmarks.md, "The run's body, held to its end"). An A2A
+    // attempt still holds it (and its parsed input) for its whole run.
     let mut body = Some(body);
     for attempt in 1..=pool.attempts {
         // None only once an event arrived, and then no attempt follows.
