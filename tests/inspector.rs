@@ -47,7 +47,10 @@ async fn page_script(script: &str, args: &[&str]) -> Value {
             String::from_utf8_lossy(&out.stderr)
         )
     });
-    assert!(seen.get("failure").is_none(), "{seen:#}");
+    if let Some(failure) = seen.get("failure") {
+        // The script's own failure first: CI's summary shows one line.
+        panic!("{script} failed: {failure}\nthe page saw: {seen:#}");
+    }
     seen
 }
 

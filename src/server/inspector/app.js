@@ -384,6 +384,8 @@ function newThreadView(id, box = '#conversation') {
     // The run tree as last read (null before): which messages the gateway
     // would regenerate (see `cannotRegenerate`).
     runTree: null,
+    // The head's run status as last set ('running', 'finished', …).
+    runStatus: null,
 
     snapshot(frame) {
       if (frame.reset) notice(`Reset: the journal no longer holds what followed seq ${this.lastSeq ?? 0}; showing the snapshot at seq ${frame.seq}.`, 'gap');
@@ -433,6 +435,7 @@ function newThreadView(id, box = '#conversation') {
       pill.textContent = runId ? `${status} · ${runId}` : status;
       $('#cancel-run').hidden = status !== 'running';
       this.runId = runId;
+      this.runStatus = status;
     },
 
     resetConversation() {
@@ -610,7 +613,13 @@ function newThreadView(id, box = '#conversation') {
       const button = message?.node.querySelector(':scope > .msg-action.regenerate');
       const tree = this.runTree ?? app.thread?.runTree;
       if (!button || !tree) return;
-      const why = cannotRegenerate(tree, id, this.questionBefore(id));
+      // A message no run of the tree claims yet, while a run is running,
+      // is that run's: the tree read at its RUN_STARTED may predate it
+      // (a loaded page or gateway), and its question's run would pass.
+      const claimed = tree.some((r) => (r.outputMessageIds || []).includes(id));
+      const why = !claimed && this.runStatus === 'running'
+        ? 'its run is still running'
+        : cannotRegenerate(tree, id, this.questionBefore(id));
       button.hidden = Boolean(why);
       button.title = why ? `cannot regenerate: ${why}` : 'answer this again (a sibling run)';
       message.node.dataset.regenerable = why ? 'no' : 'yes';
