@@ -176,7 +176,8 @@ async fn attempts(
     // whole conversation, and a run streams for seconds to minutes: held to
     // the run's end, every busy thread kept a second copy of its history
     // (docs/benchmarks.md, "The run's body, held to its end"). An A2A
-    // attempt still holds it (and its parsed input) for its whole run.
+    // attempt lets it go at the first event too, and its parsed input
+    // once the request is sent.
     let mut body = Some(body);
     for attempt in 1..=pool.attempts {
         // None only once an event arrived, and then no attempt follows.
@@ -236,7 +237,8 @@ async fn attempts(
                     backend,
                     &mut granted.slot,
                     &mut note,
-                    &this_body,
+                    &mut body,
+                    this_body,
                     extra.clone(),
                     total_deadline,
                     tx,
@@ -644,11 +646,65 @@ mod tests {
     /// of its history for as long as they stream.
     #[tokio::test]
     async fn the_runs_body_is_let_go_at_the_first_event() {
+        body_let_go_at_the_first_event(
+            "",
+            axum::Router::new(),
+            "/",
+            [
+                r#"{"type":"RUN_STARTED","threadId":"t","runId":"r"}"#,
+                r#"{"type":"RUN_FINISHED","threadId":"t","runId":"r"}"#,
+            ],
+        )
+        .await;
+    }
+
+    /// The same for an A2A agent (a loopback one: its card, and a
+    /// streamed task), whose attempt held the body to the run's end.
+    #[tokio::test]
+    async fn an_a2a_runs_body_is_let_go_at_the_first_event() {
+        let app = axum::Router::new().route(
+            &format!("/{}", super::super::a2a::card::WELL_KNOWN),
+            axum::routing::get(|req: axum::extract::Request| async move {
+                let host = req.headers()["host"].to_str().unwrap().to_owned();
+                axum::Json(
+                    serde_json::json!({"name": "a", "capabilities": {"streaming": true},
+                    "supportedInterfaces": [{"url": format!("http://{host}/rpc"),
+                        "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]}),
+                )
+            }),
+        );
+        let answer = |result: serde_json::Value| {
+            serde_json::json!({"jsonrpc": "2.0", "id": "r", "result": result}).to_string()
+        };
+        body_let_go_at_the_first_event(
+            "protocol = \"a2a\"\n",
+            app,
+            "/rpc",
+            [
+                answer(serde_json::json!({"task": {"id": "k", "contextId": "t",
+                    "status": {"state": "TASK_STATE_WORKING"}}})),
+                answer(serde_json::json!({"statusUpdate": {"taskId": "k",
+                    "status": {"state": "TASK_STATE_COMPLETED"}}})),
+            ],
+        )
+        .await;
+    }
+
+    /// Runs a body that says when it is dropped against an agent at
+    /// `rpc` of `app` that streams `frames` (one SSE frame each, the
+    /// second only once the body was let go), and checks that the run is
+    /// whole: it starts, and its last event is `RUN_FINISHED`.
+    async fn body_let_go_at_the_first_event(
+        agent_toml: &str,
+        app: axum::Router,
+        rpc: &str,
+        [first_frame, last_frame]: [impl Into<String>; 2],
+    ) {
         // The agent streams what the test hands it, one SSE frame each.
         let (frames_tx, frames_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let frames_rx = Arc::new(Mutex::new(Some(frames_rx)));
-        let app = axum::Router::new().route(
-            "/",
+        let app = app.route(
+            rpc,
             post(move |_body: axum::body::Bytes| {
                 let rx = frames_rx.lock().unwrap().take().expect("one run");
                 async move {
@@ -669,17 +725,17 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await });
-        let cfg: crate::config::AgentConfig =
-            toml::from_str(&format!("id = \"a\"\nurl = \"http://{addr}/\"")).unwrap();
+        let cfg: crate::config::AgentConfig = toml::from_str(&format!(
+            "id = \"a\"\nurl = \"http://{addr}/\"\n{agent_toml}"
+        ))
+        .unwrap();
         let agent = Arc::new(Agent::from_config(&cfg, None).unwrap());
 
         let (dropped_tx, mut dropped) = oneshot::channel();
-        let input = br#"{"threadId":"t","runId":"r","messages":[],"state":{}}"#.to_vec();
+        let input = br#"{"threadId":"t","runId":"r","messages":[{"id":"u","role":"user","content":"hi"}],"state":{}}"#.to_vec();
         let body = Bytes::from_owner(Watched(input, Some(dropped_tx)));
         let mut run = RunStream::start(agent, body, reqwest::header::HeaderMap::new());
-        frames_tx
-            .send(r#"{"type":"RUN_STARTED","threadId":"t","runId":"r"}"#.into())
-            .unwrap();
+        frames_tx.send(first_frame.into()).unwrap();
         let first = run.next_batch(16).await.expect("the first event");
         assert_eq!(*first[0].kind(), EventType::RunStarted);
         // The run is still streaming: its body is gone all the same.
@@ -687,9 +743,7 @@ mod tests {
             .await
             .expect("the body was held past the first event")
             .unwrap();
-        frames_tx
-            .send(r#"{"type":"RUN_FINISHED","threadId":"t","runId":"r"}"#.into())
-            .unwrap();
+        frames_tx.send(last_frame.into()).unwrap();
         let mut last = None;
         while let Some(batch) = run.next_batch(16).await {
             last = batch.last().map(|e| e.kind().clone());

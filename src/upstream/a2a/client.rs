@@ -44,7 +44,8 @@ pub(in crate::upstream) async fn drive(
     backend: &Backend,
     slot: &mut Slot,
     note: &mut Option<Event>,
-    body: &Bytes,
+    kept: &mut Option<Bytes>,
+    body: Bytes,
     extra: HeaderMap,
     total_deadline: Instant,
     tx: &mpsc::Sender<Handed>,
@@ -54,6 +55,7 @@ pub(in crate::upstream) async fn drive(
         backend,
         slot,
         note,
+        kept,
         tx,
         seen_any: false,
         cancel: None,
@@ -67,6 +69,10 @@ struct Attempt<'a> {
     backend: &'a Backend,
     slot: &'a mut Slot,
     note: &'a mut Option<Event>,
+    /// The run's body as the attempts keep it for the next backend: let go
+    /// at the agent's first event, as an AG-UI attempt does (it is the
+    /// whole conversation, and an A2A task may stream for minutes).
+    kept: &'a mut Option<Bytes>,
     tx: &'a mpsc::Sender<Handed>,
     seen_any: bool,
     /// Cancels the agent's task if the attempt is dropped before it ended.
@@ -76,14 +82,17 @@ struct Attempt<'a> {
 impl Attempt<'_> {
     async fn run(
         &mut self,
-        body: &Bytes,
+        body: Bytes,
         extra: HeaderMap,
         total_deadline: Instant,
     ) -> Result<(), Failure> {
         let t = &self.agent.timeouts;
         let first_deadline = (Instant::now() + t.first_event).min(total_deadline);
-        let input = RunAgentInput::from_json(body)
+        // Only the new input goes out (`request`): the parsed history and
+        // this copy of the body are dropped before the task streams.
+        let input = RunAgentInput::from_json(&body)
             .map_err(|e| fail(UpstreamCode::ProtocolViolation, format!("run input: {e}")))?;
+        drop(body);
         let card = tokio::select! {
             _ = self.tx.closed() => return Err(None),
             c = timeout_at(first_deadline, self.card()) => match c {
@@ -93,7 +102,10 @@ impl Attempt<'_> {
             }
         };
         let mut mapper = Mapper::new(&input.thread_id, &input.run_id);
-        let message = match request(&input) {
+        let ask = request(&input);
+        let run_id = input.run_id.clone();
+        drop(input);
+        let message = match ask {
             Ask::Send(m) => m,
             Ask::Cancel(tasks) => return self.cancel_only(&card, &tasks, &mut mapper).await,
         };
@@ -102,7 +114,7 @@ impl Attempt<'_> {
         } else {
             "SendMessage"
         };
-        let rpc = json!({"jsonrpc": "2.0", "id": input.run_id, "method": method,
+        let rpc = json!({"jsonrpc": "2.0", "id": run_id, "method": method,
             "params": {"message": message}});
         // A blocking send answers once the task ended or paused: its first
         // (and only) answer may take as long as the whole run.
@@ -321,6 +333,7 @@ impl Attempt<'_> {
         }
         if !std::mem::replace(&mut self.seen_any, true) {
             self.slot.first_event();
+            *self.kept = None;
             if let Some(n) = self.note.take() {
                 out.insert(1, n);
             }
@@ -345,6 +358,7 @@ impl Attempt<'_> {
         mapper.finish_plain(&mut out);
         self.seen_any = true;
         self.slot.first_event();
+        *self.kept = None;
         self.tx.send(out).await.map_err(|_| None)
     }
 }
