@@ -4,7 +4,9 @@
 //! queued up while the previous transaction was committing (up to
 //! `max_batch_events`) and writes them in one transaction, so throughput is
 //! not one commit per event and there is no artificial delay when the load is
-//! light. Appends are acknowledged after the commit; the thread layer shows
+//! light. When nothing is queued, a small append commits on its caller's
+//! thread instead, so a lone event waits for no other thread to wake
+//! ([`SqliteStore::append`] says why and when). Appends are acknowledged after the commit; the thread layer shows
 //! events to viewers only then. Each thread's events of one group commit are
 //! one row ([`batch_row`]), so the table's B-tree work is paid per batch, not
 //! per event; a read from a seq inside a row skips the row's earlier events,
@@ -51,10 +53,38 @@ mod migration;
 
 type Ack = oneshot::Sender<Result<u64, StoreError>>;
 
+/// The most event bytes a batch committed on its appender's thread holds
+/// (see `SqliteStore::append`); a compaction's base (up to megabytes)
+/// always goes to the writer thread, so an async worker is never held
+/// for long.
+const INLINE_MAX_BYTES: usize = 64 << 10;
+
+/// What the writer thread is asked to do.
+// Unboxed: a batch is what goes through the queue, and boxing it would add
+// an allocation to each for the sake of the rare housekeeping nudge.
+#[allow(clippy::large_enum_variant)]
+enum Request {
+    /// Write a batch (in a group commit with whatever else queued).
+    Batch(AppendBatch, Ack),
+    /// Look after the log and compacted rows: an append committed on its
+    /// caller's thread left that to the writer ([`SqliteStore::append`]).
+    Housekeeping,
+}
+
 /// A [`JournalStore`] in one SQLite file.
 pub struct SqliteStore {
     /// `None` once closed ([`JournalStore::close`]).
-    writer: Mutex<Option<mpsc::Sender<(AppendBatch, Ack)>>>,
+    writer: Mutex<Option<mpsc::Sender<Request>>>,
+    /// The write connection and its bookkeeping: the writer thread's, and
+    /// an appender's while the writer has nothing queued (see `append`).
+    core: std::sync::Arc<Mutex<Writer>>,
+    /// Batches sent to the writer thread and not yet written: an append
+    /// commits on its own thread only when this is zero, so it can never
+    /// pass a batch queued before it.
+    queued: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// Whether an append may commit on its caller's thread: not with
+    /// `synchronous = "full"`, whose commits each wait for an fsync.
+    inline: bool,
     /// The writer thread, joined by `close`.
     writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Set by `close`: the writer's end is then expected, not an alarm.
@@ -215,16 +245,17 @@ impl SqliteStore {
         let checkpointer = open(path, synchronous)?;
         // Compactions a crash interrupted before their rows were deleted.
         let leftovers = compacted_threads(&write)?;
-        let (tx, rx) = mpsc::channel::<(AppendBatch, Ack)>();
+        let (tx, rx) = mpsc::channel::<Request>();
         let (checkpoint_tx, checkpoint_rx) = mpsc::sync_channel::<()>(1);
         let checkpointing = std::sync::Arc::new(Mutex::new(()));
         let healthy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
         let writer_resets = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let writer = Writer {
             conn: write,
-            requests: rx,
-            max_batch_events,
             healthy: healthy.clone(),
+            collecting: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(
+                !leftovers.is_empty(),
+            )),
             garbage: leftovers.into(),
             checkpoint: checkpoint_tx,
             since_checkpoint: 0,
@@ -241,6 +272,21 @@ impl SqliteStore {
             readers: reader.clone(),
             checkpointing: checkpointing.clone(),
         };
+        let core = std::sync::Arc::new(Mutex::new(writer));
+        let queued = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let thread = {
+            let w = core
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            WriterThread {
+                requests: rx,
+                core: core.clone(),
+                queued: queued.clone(),
+                max_batch_events,
+                healthy: w.healthy.clone(),
+                collecting: w.collecting.clone(),
+            }
+        };
         let closing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let alive = WriterAlive(healthy.clone(), closing.clone());
         let writer_thread = std::thread::Builder::new()
@@ -249,7 +295,7 @@ impl SqliteStore {
                 // However the thread ends (a panic included), readiness
                 // turns false: nothing can be journaled any more.
                 let _alive = alive;
-                writer.run()
+                thread.run()
             })
             .map_err(err)?;
         std::thread::Builder::new()
@@ -270,6 +316,10 @@ impl SqliteStore {
             .map_err(err)?;
         Ok(SqliteStore {
             writer: Mutex::new(Some(tx)),
+            core,
+            queued,
+            inline: !synchronous.eq_ignore_ascii_case("full")
+                && !synchronous.eq_ignore_ascii_case("extra"),
             writer_thread: Mutex::new(Some(writer_thread)),
             closing,
             reader,
@@ -306,14 +356,28 @@ const CHECKPOINT_EVERY: usize = 4096;
 const DELETE_CHUNK: i64 = 2048;
 
 /// The writer thread: group commits first, housekeeping when idle.
+struct WriterThread {
+    requests: mpsc::Receiver<Request>,
+    core: std::sync::Arc<Mutex<Writer>>,
+    /// See [`SqliteStore::queued`]: lowered once a group is written.
+    queued: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    max_batch_events: usize,
+    /// The writer's `healthy` and `collecting`.
+    healthy: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    collecting: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// The write connection and what goes with it, used by the writer thread
+/// and, while that has nothing queued, by an append on its own thread.
 struct Writer {
     conn: Connection,
-    requests: mpsc::Receiver<(AppendBatch, Ack)>,
-    max_batch_events: usize,
     /// Cleared when a commit fails.
     healthy: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Compacted threads whose events up to the base are still to delete.
     garbage: std::collections::VecDeque<(ThreadKey, u64)>,
+    /// Whether `garbage` holds anything (read by the writer thread without
+    /// the lock).
+    collecting: std::sync::Arc<std::sync::atomic::AtomicBool>,
     checkpoint: mpsc::SyncSender<()>,
     since_checkpoint: usize,
     wal: Wal,
@@ -401,21 +465,32 @@ const RESET_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 const PROBE_FIRST: std::time::Duration = std::time::Duration::from_millis(250);
 const PROBE_MAX: std::time::Duration = std::time::Duration::from_secs(5);
 
-impl Writer {
-    fn run(mut self) {
+impl WriterThread {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Writer> {
+        self.core
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn run(self) {
         loop {
-            let first = if !self.healthy() {
+            // Read without the lock: an append tries it without waiting,
+            // and a glance here must not send it to the queue.
+            let healthy = self.healthy.load(std::sync::atomic::Ordering::Acquire);
+            let idle_work = self.collecting.load(std::sync::atomic::Ordering::Acquire);
+            let first = if !healthy {
                 // Failing: probe now and then, so readiness comes back once
                 // writes work again even if nothing else is written.
-                match self.requests.recv_timeout(self.probe_backoff) {
+                let backoff = self.lock().probe_backoff;
+                match self.requests.recv_timeout(backoff) {
                     Ok(r) => r,
                     Err(mpsc::RecvTimeoutError::Timeout) => {
-                        self.probe();
+                        self.lock().probe();
                         continue;
                     }
                     Err(mpsc::RecvTimeoutError::Disconnected) => return,
                 }
-            } else if self.garbage.is_empty() {
+            } else if !idle_work {
                 match self.requests.recv() {
                     Ok(r) => r,
                     Err(_) => return,
@@ -424,48 +499,81 @@ impl Writer {
                 match self.requests.try_recv() {
                     Ok(r) => r,
                     Err(mpsc::TryRecvError::Empty) => {
-                        self.collect_garbage();
-                        self.bound_wal();
+                        let mut w = self.lock();
+                        w.collect_garbage();
+                        w.bound_wal();
                         continue;
                     }
                     Err(mpsc::TryRecvError::Disconnected) => return,
                 }
             };
-            let mut group = vec![first];
-            let mut events = group[0].0.events.len();
-            while events < self.max_batch_events {
-                match self.requests.try_recv() {
-                    Ok(next) => {
-                        events += next.0.events.len();
-                        group.push(next);
-                    }
-                    Err(_) => break,
+            let mut group = Vec::new();
+            let mut events = 0;
+            let mut next = Some(first);
+            while let Some(request) = next.take() {
+                if let Request::Batch(batch, ack) = request {
+                    events += batch.events.len();
+                    group.push((batch, ack));
+                }
+                if events < self.max_batch_events {
+                    next = self.requests.try_recv().ok();
                 }
             }
-            match write_group(&mut self.conn, &group) {
-                Ok(results) => {
-                    self.set_healthy(true);
-                    for ((batch, ack), result) in group.into_iter().zip(results) {
-                        if result.is_ok()
-                            && let Some((base, _)) = batch.compact
-                        {
-                            self.garbage.push_back((batch.key, base));
-                        }
-                        let _ = ack.send(result);
-                    }
-                }
-                Err(e) => {
-                    tracing::error!("journal write failed: {e}");
-                    self.set_healthy(false);
-                    for (_, ack) in group {
-                        let _ = ack.send(Err(e.clone()));
-                    }
-                }
+            let mut w = self.lock();
+            if !group.is_empty() {
+                let n = group.len();
+                w.commit(group);
+                // Under the lock: an append that finds nothing queued
+                // commits after these.
+                self.queued
+                    .fetch_sub(n, std::sync::atomic::Ordering::AcqRel);
             }
-            self.since_checkpoint += events;
-            self.request_checkpoint();
-            self.bound_wal();
+            w.bound_wal();
         }
+    }
+}
+
+impl Writer {
+    /// Writes `group` in one transaction and answers each batch.
+    fn commit(&mut self, group: Vec<(AppendBatch, Ack)>) {
+        let events: usize = group.iter().map(|(b, _)| b.events.len()).sum();
+        match write_group(&mut self.conn, &group) {
+            Ok(results) => {
+                self.set_healthy(true);
+                for ((batch, ack), result) in group.into_iter().zip(results) {
+                    if result.is_ok()
+                        && let Some((base, _)) = batch.compact
+                    {
+                        self.garbage.push_back((batch.key, base));
+                        self.collecting
+                            .store(true, std::sync::atomic::Ordering::Release);
+                    }
+                    let _ = ack.send(result);
+                }
+            }
+            Err(e) => {
+                tracing::error!("journal write failed: {e}");
+                self.set_healthy(false);
+                for (_, ack) in group {
+                    let _ = ack.send(Err(e.clone()));
+                }
+            }
+        }
+        self.since_checkpoint += events;
+        self.request_checkpoint();
+    }
+
+    /// Whether the writer thread has work after a commit made elsewhere:
+    /// the log past its bound, compacted rows to delete, or a failing
+    /// journal to probe.
+    fn wants_housekeeping(&self) -> bool {
+        !self.garbage.is_empty() || self.wal_full() || !self.healthy()
+    }
+
+    /// The log in use passed its bound: the writer thread resets it before
+    /// the next commit ([`Writer::bound_wal`]).
+    fn wal_full(&self) -> bool {
+        self.wal.in_use() > self.wal.max_bytes
     }
 
     fn healthy(&self) -> bool {
@@ -525,14 +633,20 @@ impl Writer {
         }
     }
 
-    /// Resets the WAL when the log in use passed its bound, and reports its
-    /// size. Runs between group commits, on the writer's own connection, so
-    /// no commit lands during the checkpoint and it can copy every frame.
-    fn bound_wal(&mut self) {
+    /// Sets the log's size gauge; returns it.
+    fn report_wal(&self) -> u64 {
         let size = self.wal.in_use();
         crate::metrics::metrics()
             .journal_wal_bytes
             .set(size.min(i64::MAX as u64) as i64);
+        size
+    }
+
+    /// Resets the WAL when the log in use passed its bound, and reports its
+    /// size. Runs between group commits, on the writer's own connection, so
+    /// no commit lands during the checkpoint and it can copy every frame.
+    fn bound_wal(&mut self) {
+        let size = self.report_wal();
         if size <= self.wal.max_bytes || std::time::Instant::now() < self.wal.next_try {
             return;
         }
@@ -600,10 +714,16 @@ impl Writer {
         let Some((key, base)) = self.garbage.pop_front() else {
             return;
         };
+        self.collecting.store(
+            !self.garbage.is_empty(),
+            std::sync::atomic::Ordering::Release,
+        );
         match collect_one_step(&mut self.conn, &key, base) {
             Ok(Some(deleted)) => {
                 self.since_checkpoint += deleted;
                 self.garbage.push_back((key, base));
+                self.collecting
+                    .store(true, std::sync::atomic::Ordering::Release);
             }
             Ok(None) => {} // done with this thread
             Err(e) => tracing::warn!("journal compaction delete failed (retried at restart): {e}"),
@@ -847,16 +967,54 @@ fn meta_from_row(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<ThreadM
 }
 
 impl JournalStore for SqliteStore {
+    /// Commits a small batch on the caller's thread when the writer has
+    /// nothing queued (and the write connection is free): a paced run's single events then
+    /// wait for no other thread, where a trip to the writer thread and back
+    /// was two wake-ups of a sleeping thread (on a small VM, of a halted
+    /// CPU) per event — most of what the SQLite journal added to a paced
+    /// run's p99 over the memory store (docs/benchmarks.md, "The tail of a
+    /// paced run"). The commit is one short transaction (no fsync with
+    /// `synchronous = "normal"`; never taken with `"full"`); the log's
+    /// reset and the deletion of compacted rows stay on the writer thread.
+    /// Otherwise the batch queues for the writer's next group commit.
     fn append(&self, batch: AppendBatch) -> AppendAck {
+        use std::sync::atomic::Ordering;
         let (tx, rx) = oneshot::channel();
-        let writer = self
+        let Some(writer) = self
             .writer
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let refused = match writer.as_ref() {
-            Some(writer) => writer.send((batch, tx)).err().map(|e| e.0.1),
-            None => Some(tx),
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+        else {
+            let _ = tx.send(Err(StoreError::failed("journal writer stopped")));
+            self.healthy.store(false, Ordering::Release);
+            return rx;
         };
+        let small = batch.compact.is_none()
+            && batch.events.iter().map(|(_, e)| e.len()).sum::<usize>() <= INLINE_MAX_BYTES;
+        if self.inline && small && self.queued.load(Ordering::Acquire) == 0 && self.healthy() {
+            // A writer busy (or gone: poisoned) means the queue.
+            if let Ok(mut core) = self.core.try_lock()
+                && self.queued.load(Ordering::Acquire) == 0
+                && !core.wal_full()
+            {
+                core.commit(vec![(batch, tx)]);
+                if core.wants_housekeeping() {
+                    let _ = writer.send(Request::Housekeeping);
+                } else {
+                    core.report_wal();
+                }
+                return rx;
+            }
+        }
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        let refused = writer.send(Request::Batch(batch, tx)).err().map(|e| {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            match e.0 {
+                Request::Batch(_, ack) => ack,
+                Request::Housekeeping => unreachable!("a batch was sent"),
+            }
+        });
         if let Some(ack) = refused {
             let _ = ack.send(Err(StoreError::failed("journal writer stopped")));
             self.healthy
@@ -1487,6 +1645,68 @@ mod tests {
         }
         let ack = s.append(batch(&ThreadKey::new("t", "th"), 1, 1, "running"));
         assert!(ack.await.unwrap().is_err(), "nothing can be written");
+    }
+
+    /// A small batch appended while the writer has nothing queued is
+    /// committed before `append` returns: no trip to the writer thread and
+    /// back (two wake-ups per event of a paced run).
+    #[tokio::test]
+    async fn an_idle_journal_commits_a_small_batch_on_the_appenders_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SqliteStore::open(&dir.path().join("j.db"), "normal", 1024).unwrap();
+        let k = ThreadKey::new("t", "x");
+        for from in 1..=20 {
+            let mut ack = s.append(batch(&k, from, 1, "running"));
+            assert_eq!(ack.try_recv().expect("acknowledged at once"), Ok(from));
+        }
+        assert_eq!(s.load(&k).unwrap().unwrap().events.len(), 20);
+        // With an fsync per commit, the writer's group commits instead.
+        let full = SqliteStore::open(&dir.path().join("f.db"), "full", 1024).unwrap();
+        assert!(!full.inline);
+    }
+
+    /// Appends committed on their own threads and batches queued for the
+    /// writer (big ones, and whatever arrives while it is busy) interleave
+    /// without one ever passing another of its thread: every batch of
+    /// several journals, appended back to back without waiting, is
+    /// accepted in order.
+    #[tokio::test]
+    async fn appends_on_their_own_threads_never_pass_queued_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let s =
+            std::sync::Arc::new(SqliteStore::open(&dir.path().join("j.db"), "normal", 64).unwrap());
+        let appenders: Vec<_> = (0..4)
+            .map(|t| {
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    let k = ThreadKey::new("t", format!("x{t}"));
+                    let mut acks = Vec::new();
+                    let mut seq = 1;
+                    for i in 0..400u64 {
+                        // Now and then a batch past the inline bound.
+                        let mut b = batch(&k, seq, 1 + i % 3, "running");
+                        if i % 50 == t {
+                            b.events[0].1 = Bytes::from(format!(
+                                "{{\"type\":\"CUSTOM\",\"pad\":\"{}\"}}",
+                                "p".repeat(INLINE_MAX_BYTES)
+                            ));
+                        }
+                        seq += b.events.len() as u64;
+                        acks.push(s.append(b));
+                    }
+                    (k, seq - 1, acks)
+                })
+            })
+            .collect();
+        for appender in appenders {
+            let (k, last, acks) = appender.join().unwrap();
+            for ack in acks {
+                ack.await.unwrap().expect("accepted in order");
+            }
+            let stored = s.load(&k).unwrap().unwrap();
+            assert_eq!(stored.events.len() as u64, last);
+            assert!(stored.events.iter().zip(1..).all(|((seq, _), n)| *seq == n));
+        }
     }
 
     #[tokio::test]
