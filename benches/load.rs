@@ -402,6 +402,52 @@ async fn catch_up(gw: &Gateway, events: u64) -> Duration {
     t0.elapsed()
 }
 
+/// A paced run's journal: one single-event append every `every`, each
+/// awaited; the time from `append` to its acknowledgement (p50, p99, max,
+/// in ms). What the journal adds to each event of a paced run (issue 30
+/// item 5), without the network or the gateway's other hops.
+async fn journal_paced(events: usize, every: Duration) -> (f64, f64, f64) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("j.db"), "normal", 4096).unwrap();
+    let event = Bytes::from_static(
+        br#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"token ","timestamp":1764380000000}"#,
+    );
+    let key = ThreadKey::new("bench", "paced");
+    let mut took = Vec::with_capacity(events);
+    let mut next = tokio::time::Instant::now();
+    for seq in 1..=events as u64 {
+        next += every;
+        tokio::time::sleep_until(next).await;
+        let meta = ThreadMeta {
+            creator: "u".into(),
+            agent: None,
+            status: "running".into(),
+            created_ms: 0,
+            updated_ms: seq,
+            last_seq: seq,
+        };
+        let t0 = Instant::now();
+        store
+            .append(AppendBatch {
+                key: key.clone(),
+                meta,
+                events: vec![(seq, event.clone())],
+                compact: None,
+                fence: None,
+                run_boundary: false,
+                idempotency: None,
+                closes_failed_run: false,
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        took.push(t0.elapsed().as_secs_f64() * 1e3);
+    }
+    took.sort_by(f64::total_cmp);
+    let at = |q: f64| took[((took.len() as f64 * q) as usize).min(took.len() - 1)];
+    (at(0.5), at(0.99), took[took.len() - 1])
+}
+
 async fn journal_appends(tasks: usize, batches_per_task: usize, batch: usize) -> f64 {
     let dir = tempfile::tempdir().unwrap();
     let store =
@@ -847,6 +893,8 @@ fn main() {
             let rate = journal_appends(tasks, per, batch).await;
             println!("  {tasks:>3} concurrent appenders, {batch:>2} event(s) per append: {rate:>10.0} events/s");
         }
+        let (p50, p99, max) = journal_paced(5000, Duration::from_millis(1)).await;
+        println!("  paced, one event a millisecond, append to acknowledgement: p50 {p50:.3} ms, p99 {p99:.3} ms, max {max:.3} ms");
         }
         let upstream = blaster().await;
         if only == "cluster" {
