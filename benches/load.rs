@@ -402,6 +402,29 @@ async fn catch_up(gw: &Gateway, events: u64) -> Duration {
     t0.elapsed()
 }
 
+/// A batch of a running run's events for `key`, as the journal bench
+/// appends them.
+fn run_batch(key: &ThreadKey, events: Vec<(u64, Bytes)>) -> AppendBatch {
+    let last_seq = events.last().map_or(0, |(seq, _)| *seq);
+    AppendBatch {
+        key: key.clone(),
+        meta: ThreadMeta {
+            creator: "u".into(),
+            agent: None,
+            status: "running".into(),
+            created_ms: 0,
+            updated_ms: last_seq,
+            last_seq,
+        },
+        events,
+        compact: None,
+        fence: None,
+        run_boundary: false,
+        idempotency: None,
+        closes_failed_run: false,
+    }
+}
+
 /// A paced run's journal: one single-event append every `every`, each
 /// awaited; the time from `append` to its acknowledgement (p50, p99, max,
 /// in ms). What the journal adds to each event of a paced run (issue 30
@@ -418,26 +441,9 @@ async fn journal_paced(events: usize, every: Duration) -> (f64, f64, f64) {
     for seq in 1..=events as u64 {
         next += every;
         tokio::time::sleep_until(next).await;
-        let meta = ThreadMeta {
-            creator: "u".into(),
-            agent: None,
-            status: "running".into(),
-            created_ms: 0,
-            updated_ms: seq,
-            last_seq: seq,
-        };
         let t0 = Instant::now();
         store
-            .append(AppendBatch {
-                key: key.clone(),
-                meta,
-                events: vec![(seq, event.clone())],
-                compact: None,
-                fence: None,
-                run_boundary: false,
-                idempotency: None,
-                closes_failed_run: false,
-            })
+            .append(run_batch(&key, vec![(seq, event.clone())]))
             .await
             .unwrap()
             .unwrap();
@@ -463,28 +469,11 @@ async fn journal_appends(tasks: usize, batches_per_task: usize, batch: usize) ->
                 let key = ThreadKey::new("bench", format!("t{t}"));
                 for b in 0..batches_per_task {
                     let first = (b * batch) as u64 + 1;
-                    let meta = ThreadMeta {
-                        creator: "u".into(),
-                        agent: None,
-                        status: "running".into(),
-                        created_ms: 0,
-                        updated_ms: 0,
-                        last_seq: first + batch as u64 - 1,
-                    };
                     let events = (0..batch as u64)
                         .map(|i| (first + i, event.clone()))
                         .collect();
                     store
-                        .append(AppendBatch {
-                            key: key.clone(),
-                            meta,
-                            events,
-                            compact: None,
-                            fence: None,
-                            run_boundary: false,
-                            idempotency: None,
-                            closes_failed_run: false,
-                        })
+                        .append(run_batch(&key, events))
                         .await
                         .unwrap()
                         .unwrap();
