@@ -49,6 +49,15 @@ fn config(store: &str, py: &PyAgent, handoff: Option<&PyAgent>) -> String {
     format!("{store}{agents}")
 }
 
+/// Waits until `node` stalls at fault point `point` (configured as
+/// `stall:<stall>`); returns when it was seen stalling.
+async fn stalled(node: &Gateway, point: &str, stall: Duration) -> std::time::Instant {
+    node.proc
+        .expect_stderr(&format!("fault point {point}: stall:{}", stall.as_millis()))
+        .await;
+    std::time::Instant::now()
+}
+
 async fn redis_node(redis: &RedisServer, name: &str, config: &str, faults: &str) -> Gateway {
     let store = redis.store_config(name) + &format!("lease_ttl = \"{}s\"\n", LEASE_TTL.as_secs());
     Gateway::start_with_env(&format!("{store}{config}"), &[("FAILPOINTS", faults)]).await
@@ -381,13 +390,7 @@ async fn a_run_ending_while_the_sweeper_looks_is_left_as_it_ended() {
     let run = tokio::spawn(async move { post_run(&url, &t, &body("looked-at", "r1", "go")).await });
     // The run is open (its lease held) when the sweeper lists it.
     py.proc.expect_line_containing("GATED r1").await;
-    a.proc
-        .expect_stderr(&format!(
-            "fault point sweeper.listed: stall:{}",
-            STALL.as_millis()
-        ))
-        .await;
-    let stalled_at = std::time::Instant::now();
+    let stalled_at = stalled(&a, "sweeper.listed", STALL).await;
     let passes = a.proc.stderr().matches("fault point sweeper.pass").count();
     // It ends while the sweeper waits between its two reads.
     http().post(py.url("release")).send().await.unwrap();
@@ -857,13 +860,7 @@ async fn a_run_queued_behind_a_run_that_ended_meanwhile_starts() {
                    "messages": [{"id": "u-r2", "role": "user", "content": "next"}]}),
     )
     .await;
-    b.proc
-        .expect_stderr(&format!(
-            "fault point run.lease_held: stall:{}",
-            STALL.as_millis()
-        ))
-        .await;
-    let stalled_at = std::time::Instant::now();
+    let stalled_at = stalled(&b, "run.lease_held", STALL).await;
     // The holder ends while node b has the store's answer but has not
     // queued the request yet.
     http().post(py.url("release")).send().await.unwrap();
