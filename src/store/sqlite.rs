@@ -534,10 +534,45 @@ impl WriterThread {
 }
 
 impl Writer {
-    /// Writes `group` in one transaction and answers each batch.
+    /// Writes `group` in one transaction and answers each batch (a write
+    /// lock another connection holds is waited for, up to
+    /// [`BUSY_TIMEOUT`]).
     fn commit(&mut self, group: Vec<(AppendBatch, Ack)>) {
+        let written = begin_write(&mut self.conn).and_then(|tx| write_group(tx, &group));
+        self.settle(group, written);
+    }
+
+    /// Commits one batch on the caller's thread if the write lock is free
+    /// now; else gives it back, to queue for the writer thread, which
+    /// waits for the lock. The caller is an async worker: waiting out
+    /// another process's transaction there would hold up every task on
+    /// it, for up to [`BUSY_TIMEOUT`].
+    fn commit_now(&mut self, batch: AppendBatch, ack: Ack) -> Result<(), (AppendBatch, Ack)> {
+        let mut group = vec![(batch, ack)];
+        let _ = self.conn.busy_timeout(std::time::Duration::ZERO);
+        let written = match begin_write(&mut self.conn) {
+            Ok(tx) => {
+                let _ = tx.busy_timeout(BUSY_TIMEOUT);
+                Some(write_group(tx, &group))
+            }
+            Err(_) => None,
+        };
+        let Some(written) = written else {
+            let _ = self.conn.busy_timeout(BUSY_TIMEOUT);
+            return Err(group.pop().expect("the one batch"));
+        };
+        self.settle(group, written);
+        Ok(())
+    }
+
+    /// Answers each batch of a group with what writing it gave.
+    fn settle(
+        &mut self,
+        group: Vec<(AppendBatch, Ack)>,
+        written: Result<Vec<Result<u64, StoreError>>, StoreError>,
+    ) {
         let events: usize = group.iter().map(|(b, _)| b.events.len()).sum();
-        match write_group(&mut self.conn, &group) {
+        match written {
             Ok(results) => {
                 self.set_healthy(true);
                 for ((batch, ack), result) in group.into_iter().zip(results) {
@@ -811,11 +846,21 @@ fn compacted_threads(conn: &Connection) -> Result<Vec<(ThreadKey, u64)>, StoreEr
 /// [`batch_row::MAX_ROW_BYTES`]): the B-tree insert and index entry are paid
 /// per thread and group commit, not per event. `Err` (nothing written) when
 /// the database itself failed.
+/// Opens a group's transaction holding the write lock from its start
+/// (`BEGIN IMMEDIATE`): the group reads each thread's last seq before it
+/// writes, and a deferred transaction that has read cannot wait for a lock
+/// another connection holds — SQLite refuses its first write at once
+/// ("database is locked"), which failed the batch and the journal's
+/// readiness whenever another process wrote to the file.
+fn begin_write(conn: &mut Connection) -> Result<rusqlite::Transaction<'_>, StoreError> {
+    conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(err)
+}
+
 fn write_group(
-    conn: &mut Connection,
+    tx: rusqlite::Transaction<'_>,
     group: &[(AppendBatch, Ack)],
 ) -> Result<Vec<Result<u64, StoreError>>, StoreError> {
-    let tx = conn.transaction().map_err(err)?;
     let mut results = Vec::with_capacity(group.len());
     {
         let mut insert = tx.prepare_cached(INSERT_ROW).map_err(err)?;
@@ -977,9 +1022,9 @@ impl JournalStore for SqliteStore {
     /// `synchronous = "normal"`; never taken with `"full"`); the log's
     /// reset and the deletion of compacted rows stay on the writer thread.
     /// Otherwise the batch queues for the writer's next group commit.
-    fn append(&self, batch: AppendBatch) -> AppendAck {
+    fn append(&self, mut batch: AppendBatch) -> AppendAck {
         use std::sync::atomic::Ordering;
-        let (tx, rx) = oneshot::channel();
+        let (mut tx, rx) = oneshot::channel();
         let Some(writer) = self
             .writer
             .lock()
@@ -998,13 +1043,18 @@ impl JournalStore for SqliteStore {
                 && self.queued.load(Ordering::Acquire) == 0
                 && !core.wal_full()
             {
-                core.commit(vec![(batch, tx)]);
-                if core.wants_housekeeping() {
-                    let _ = writer.send(Request::Housekeeping);
-                } else {
-                    core.report_wal();
+                match core.commit_now(batch, tx) {
+                    Ok(()) => {
+                        if core.wants_housekeeping() {
+                            let _ = writer.send(Request::Housekeeping);
+                        } else {
+                            core.report_wal();
+                        }
+                        return rx;
+                    }
+                    // Another process holds the write lock: the writer waits for it.
+                    Err(back) => (batch, tx) = back,
                 }
-                return rx;
             }
         }
         self.queued.fetch_add(1, Ordering::AcqRel);
@@ -1706,6 +1756,44 @@ mod tests {
             let stored = s.load(&k).unwrap().unwrap();
             assert_eq!(stored.events.len() as u64, last);
             assert!(stored.events.iter().zip(1..).all(|((seq, _), n)| *seq == n));
+        }
+    }
+
+    /// Another process holding the database's write lock (a backup, an
+    /// `sqlite3` shell left in a transaction) never holds up the appender's
+    /// own thread, an async worker: the batch goes to the writer thread,
+    /// which waits for the lock, and is committed once it is free. (The
+    /// appender's commit waited out the busy timeout on the worker and then
+    /// failed the batch and the journal's readiness, and so did the
+    /// writer's: its transaction read before it wrote, and SQLite refuses
+    /// such a transaction's write at once instead of waiting.) With
+    /// `synchronous = "full"` every batch goes to the writer.
+    #[tokio::test]
+    async fn a_journal_locked_by_another_process_queues_for_the_writer() {
+        for synchronous in ["normal", "full"] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("j.db");
+            let s = SqliteStore::open(&path, synchronous, 1024).unwrap();
+            let k = ThreadKey::new("t", "x");
+            assert_eq!(s.append(batch(&k, 1, 1, "running")).await.unwrap(), Ok(1));
+            let other = Connection::open(&path).unwrap();
+            other.execute_batch("BEGIN IMMEDIATE").unwrap();
+            let mut ack = s.append(batch(&k, 2, 1, "running"));
+            // Returned with the lock still held elsewhere: nothing decided yet.
+            let early = ack.try_recv();
+            assert!(
+                matches!(early, Err(oneshot::error::TryRecvError::Empty)),
+                "{synchronous}: the append was decided while another process held the lock: {early:?}"
+            );
+            // The other process writes too (a table of its own).
+            other
+                .execute_batch(
+                    "CREATE TABLE IF NOT EXISTS notes (n); INSERT INTO notes VALUES (1); COMMIT",
+                )
+                .unwrap();
+            assert_eq!(ack.await.unwrap(), Ok(2), "{synchronous}");
+            assert!(s.healthy(), "{synchronous}");
+            assert_eq!(s.load(&k).unwrap().unwrap().events.len(), 2);
         }
     }
 
