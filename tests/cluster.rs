@@ -235,6 +235,61 @@ async fn one_run_per_thread_across_nodes_and_cancel_from_any_node() {
     assert_eq!(end.last().unwrap()["event"]["outcome"]["type"], "cancelled");
 }
 
+/// The `interrupt` strategy across nodes: a run sent to node A while the
+/// thread's run streams on node B cancels B's run (its agent is
+/// disconnected, its end journaled `cancelled`) and starts on A once that
+/// end is in the journal — never beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupting_run_on_one_node_cancels_the_run_on_another_then_starts() {
+    let redis = RedisServer::start().await;
+    let mut py = PyAgent::start("scripted_agent.py").await;
+    let a = scenario_node(&redis, "a", &py).await;
+    let b = scenario_node(&redis, "b", &py).await;
+    let t = token(json!({"sub": "alice"}));
+
+    let mut on_b = run_until(&b, &t, ("stall", "pre", "r1"), "TEXT_MESSAGE_START").await;
+    let mut on_a = Ws::connect(&a, WsAuth::Header(&t)).await.unwrap();
+    let mut pre_empt = run_frame("ok", "pre", "r2");
+    pre_empt["strategy"] = "interrupt".into();
+    on_a.send(pre_empt).await;
+    let ack = answer(&mut on_a, "r2").await;
+    assert_eq!(ack["type"], "ack", "{ack}");
+    assert_eq!(ack["queued"], 1, "{ack}");
+    py.proc.expect_line("DISCONNECTED stall").await;
+    let end = on_b.recv_until(is_terminal_frame).await;
+    assert_eq!(end.last().unwrap()["event"]["outcome"]["type"], "cancelled");
+
+    // The journal, read back through either node: r1 ends, then r2 runs.
+    for gw in [&a, &b] {
+        let mut full = subscribe(gw, &t, "pre", 0).await;
+        let mut frames = full.recv_until(is_terminal_frame).await;
+        frames.extend(full.recv_until(is_terminal_frame).await);
+        let runs: Vec<(String, String)> = frames
+            .iter()
+            .filter(|f| {
+                matches!(
+                    f["event"]["type"].as_str(),
+                    Some("RUN_STARTED" | "RUN_FINISHED" | "RUN_ERROR")
+                )
+            })
+            .map(|f| {
+                let e = &f["event"];
+                let what = e["outcome"]["type"].as_str().unwrap_or("started");
+                (e["runId"].as_str().unwrap().to_owned(), what.to_owned())
+            })
+            .collect();
+        let expect = [
+            ("r1", "started"),
+            ("r1", "cancelled"),
+            ("r2", "started"),
+            ("r2", "success"),
+        ];
+        assert_eq!(runs, expect.map(|(r, w)| (r.to_owned(), w.to_owned())));
+        let seqs: Vec<u64> = journal(&frames).iter().map(|(s, _)| *s).collect();
+        assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resume_is_taken_once_across_nodes_and_meta_from_anywhere_joins_the_journal() {
     let redis = RedisServer::start().await;
