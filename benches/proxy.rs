@@ -5,7 +5,10 @@
 //!
 //! ```sh
 //! cargo bench --bench proxy                          # everything, ~4 minutes
-//! PROXY_ONLY=throughput cargo bench --bench proxy    # or latency | rss | idle | concurrent
+//! PROXY_ONLY=throughput cargo bench --bench proxy    # or latency | paired | rss | idle | concurrent
+//! PROXY_ONLY=paired cargo bench --bench proxy        # the paced run through the gateway and
+//!                  # direct at the same time, PROXY_PAIRED_ROUNDS rounds (default 7);
+//!                  # with `throughput` too, after the big runs
 //! PROXY_ONLY=concurrent PROXY_CONCURRENT=200x1000 cargo bench --bench proxy
 //!                  # many runs at once: RUNSxEVENTS (default 200x1000)
 //! PROXY_STORES=memory cargo bench --bench proxy      # sqlite,memory (default) | sqlite | memory
@@ -940,6 +943,91 @@ async fn latency(target: &Target, label: &str, kind: &'static str) -> Latency {
     l
 }
 
+/// Rounds of the paired latency measurement (`PROXY_PAIRED_ROUNDS`).
+fn paired_rounds() -> usize {
+    std::env::var("PROXY_PAIRED_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(7)
+}
+
+/// The CPU time the host took from this VM (`steal` in `/proc/stat`), and
+/// all CPU time, in ticks: their differences over a round give its share.
+fn steal_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let cpu: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    (cpu.get(7).copied().unwrap_or(0), cpu.iter().sum())
+}
+
+/// One round of [`paired`]: p50 and p99 of each path, and the VM's steal.
+struct PairedRound {
+    direct: (f64, f64),
+    gateway: (f64, f64),
+    steal: f64,
+}
+
+/// The paced run through the gateway and straight to the agent at the same
+/// time, in rounds: both see the same moments of the machine (a VM whose
+/// host takes its CPU now and then, another job's burst), which two runs
+/// one after the other do not. What the gateway adds is then the
+/// difference within each round; the median over the rounds is reported.
+async fn paired(
+    direct: &Target,
+    target: &Target,
+    label: &str,
+    kind: &'static str,
+) -> Vec<PairedRound> {
+    let client = client_of(kind);
+    for t in [direct, target] {
+        consume(&client, t, &fresh("warm"), 10, 0)
+            .await
+            .unwrap_or_else(|e| panic!("{}: warm-up: {e}", t.label));
+    }
+    let mut rounds = Vec::new();
+    for _ in 0..paired_rounds() {
+        tokio::time::sleep(SETTLE).await;
+        let (steal0, all0) = steal_ticks();
+        let (td, tg) = (fresh("paced"), fresh("paced"));
+        let (d, g) = tokio::join!(
+            consume(&client, direct, &td, PACED_EVENTS, 1000),
+            consume(&client, target, &tg, PACED_EVENTS, 1000)
+        );
+        let (steal1, all1) = steal_ticks();
+        let figures = |seen: Result<Seen, String>, t: &Target| {
+            let mut lat = seen
+                .unwrap_or_else(|e| panic!("{}: paced run: {e}", t.label))
+                .latencies;
+            lat.sort_unstable();
+            (percentile_ms(&lat, 0.5), percentile_ms(&lat, 0.99))
+        };
+        let r = PairedRound {
+            direct: figures(d, direct),
+            gateway: figures(g, target),
+            steal: (steal1 - steal0) as f64 / (all1 - all0).max(1) as f64,
+        };
+        eprintln!(
+            "  {}{label} ({kind} consumer), paired: direct p50 {:.3} p99 {:.3} ms, gateway p50 {:.3} \
+             p99 {:.3} ms, added p99 {:+.3} ms, steal {:.1} %",
+            target.label,
+            r.direct.0,
+            r.direct.1,
+            r.gateway.0,
+            r.gateway.1,
+            r.gateway.1 - r.direct.1,
+            r.steal * 100.0
+        );
+        rounds.push(r);
+    }
+    rounds
+}
+
 /// Many runs at once (`PROXY_CONCURRENT`, `RUNSxEVENTS`, default 200x1000).
 fn concurrent_shape() -> (usize, u64) {
     let v = std::env::var("PROXY_CONCURRENT").unwrap_or_else(|_| "200x1000".into());
@@ -1196,6 +1284,7 @@ fn main() {
         let mut flats = Vec::new();
         let mut latencies = Vec::new();
         let mut rss_rows = Vec::new();
+        let mut pairs = Vec::new();
         if want("latency") {
             for kind in CONSUMERS {
                 latencies.push(latency(&direct, "", kind).await);
@@ -1205,7 +1294,7 @@ fn main() {
             flats.push(flat(&direct, None).await);
         }
         for &store in &stores {
-            if !want("latency") && !want("throughput") {
+            if !want("latency") && !want("throughput") && !want("paired") {
                 break;
             }
             let gw = gateway(agent, store, "").await;
@@ -1230,6 +1319,17 @@ fn main() {
             if want("latency") && want("throughput") {
                 for kind in CONSUMERS {
                     latencies.push(latency(&target, ", after the runs above", kind).await);
+                }
+            }
+            if want("paired") {
+                let when = if want("throughput") {
+                    ", after the runs above"
+                } else {
+                    ", fresh"
+                };
+                for kind in CONSUMERS {
+                    let rounds = paired(&direct, &target, when, kind).await;
+                    pairs.push((format!("{}{when}", target.label), kind, rounds));
                 }
             }
         }
@@ -1258,6 +1358,7 @@ fn main() {
             None
         };
         report(&flats, &latencies, &rss, idle);
+        report_paired(&pairs);
         report_concurrent(&many, runs, events);
         if !rss_rows.is_empty() {
             println!("\n### Gateway RSS of the throughput runs\n");
@@ -1405,6 +1506,42 @@ fn report(flats: &[Flat], latencies: &[Latency], rss: &[(String, u64)], idle: Op
             "| 10,000 sockets | {per:.0} bytes RSS each (gateway RSS {:.1} MB) | target ≤ 8 KiB {} |",
             total as f64 * 1024.0 / 1e6,
             check(per <= 8192.0)
+        );
+    }
+}
+
+/// The paired rounds ([`paired`]): per path, the median over the rounds of
+/// each figure, and of the added p99 its range too.
+fn report_paired(pairs: &[(String, &'static str, Vec<PairedRound>)]) {
+    if pairs.is_empty() {
+        return;
+    }
+    println!(
+        "\n### Latency at 1,000 events/s, gateway and direct at the same time ({} rounds of {PACED_EVENTS} events; medians)\n",
+        paired_rounds()
+    );
+    println!(
+        "| path | consumer | direct p50 / p99 | gateway p50 / p99 | added p50 | added p99 (min–max) | steal | target ≤ +0.3 ms p99 |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for (label, kind, rounds) in pairs {
+        let m = |f: &dyn Fn(&PairedRound) -> f64| median(&rounds.iter().map(f).collect::<Vec<_>>());
+        let added: Vec<f64> = rounds.iter().map(|r| r.gateway.1 - r.direct.1).collect();
+        let (lo, hi) = added
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), a| {
+                (lo.min(*a), hi.max(*a))
+            });
+        let a99 = median(&added);
+        println!(
+            "| {label} | {kind} | {:.3} / {:.3} ms | {:.3} / {:.3} ms | {:+.3} ms | {a99:+.3} ms ({lo:+.3} – {hi:+.3}) | {:.1} % | {} |",
+            m(&|r| r.direct.0),
+            m(&|r| r.direct.1),
+            m(&|r| r.gateway.0),
+            m(&|r| r.gateway.1),
+            m(&|r| r.gateway.0 - r.direct.0),
+            m(&|r| r.steal) * 100.0,
+            check(a99 <= 0.3)
         );
     }
 }

@@ -180,6 +180,9 @@ pub struct Metrics {
     /// Resets of the SQLite journal's log by its writer: the background
     /// checkpoint fell behind, and appends waited for the reset's fsync.
     pub journal_wal_resets: Counter,
+    /// Restarts of the SQLite journal's log by the background checkpoint
+    /// (the normal way the log is kept within its bound).
+    pub journal_wal_restarts: Counter,
 }
 
 fn seconds_buckets() -> Histogram {
@@ -237,6 +240,7 @@ impl Metrics {
             cold_reads: Counter::default(),
             journal_wal_bytes: Gauge::default(),
             journal_wal_resets: Counter::default(),
+            journal_wal_restarts: Counter::default(),
             registry: Registry::default(),
         };
         m.reload_success.set(1);
@@ -415,6 +419,11 @@ impl Metrics {
             "journal_wal_resets",
             "Resets of the SQLite journal's log by its writer, appends waiting meanwhile (the background checkpoint fell behind; normally 0).",
             m.journal_wal_resets.clone(),
+        );
+        r.register(
+            "journal_wal_restarts",
+            "Restarts of the SQLite journal's log by the background checkpoint, right after a passive pass (how the log normally stays within store.max_wal_bytes).",
+            m.journal_wal_restarts.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -263,7 +263,7 @@ impl SqliteStore {
                 path: wal_path.into(),
                 max_bytes: max_wal_bytes,
                 next_try: std::time::Instant::now(),
-                frames,
+                frames: frames.clone(),
                 frame_bytes: page_size + WAL_FRAME_HEADER,
                 requested_at: 0,
                 resets: writer_resets.clone(),
@@ -298,19 +298,21 @@ impl SqliteStore {
                 thread.run()
             })
             .map_err(err)?;
+        let background = BackgroundCheckpoint {
+            conn: checkpointer,
+            frames: frames.clone(),
+            frame_bytes: page_size + WAL_FRAME_HEADER,
+            max_bytes: max_wal_bytes,
+        };
+        let turn = checkpointing.clone();
         std::thread::Builder::new()
             .name("journal-checkpoint".into())
             .spawn(move || {
                 while checkpoint_rx.recv().is_ok() {
-                    let _turn = checkpointing
+                    let _turn = turn
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    // PASSIVE: copies what it can without blocking the writer.
-                    if let Err(e) =
-                        checkpointer.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
-                    {
-                        tracing::warn!("journal checkpoint failed: {e}");
-                    }
+                    background.run();
                 }
             })
             .map_err(err)?;
@@ -453,6 +455,72 @@ impl Wal {
     /// length across resets).
     fn in_use(&self) -> u64 {
         self.frames.load(std::sync::atomic::Ordering::Relaxed) * self.frame_bytes
+    }
+}
+
+/// The journal's checkpoints off the commit path, on a connection and
+/// thread of their own, asked for by the writer as the log grows
+/// ([`Writer::request_checkpoint`]).
+struct BackgroundCheckpoint {
+    conn: Connection,
+    /// The log's frames (the writer's WAL hook counts them).
+    frames: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    frame_bytes: u64,
+    max_bytes: u64,
+}
+
+/// How long the background `RESTART` waits for the write lock and for
+/// readers: appends wait as long, so it gives up early (the next request
+/// tries again, and the writer's own reset is the fallback).
+const RESTART_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
+
+impl BackgroundCheckpoint {
+    /// A `PASSIVE` checkpoint (copies what it can without blocking the
+    /// writer), then, with the log past half its bound, a `RESTART` that
+    /// finishes the job while the little written meanwhile is all there is
+    /// to copy and sync.
+    ///
+    /// Why both: under a steady stream of commits (a paced run, one commit a
+    /// millisecond) a passive checkpoint never catches up — by the time it
+    /// has synced what it copied, new frames are in the log — and SQLite
+    /// starts the log over only once every frame is copied. So the log
+    /// reached its bound every few seconds and the writer reset it itself,
+    /// its fsync of tens of megabytes (13–24 ms here) in front of every
+    /// append then waiting: the paced run's p99 (docs/benchmarks.md, "The
+    /// tail of a paced run"). Right after a passive pass the restart syncs
+    /// only a few milliseconds' worth of log, and holds the write lock for
+    /// about as long.
+    fn run(&self) {
+        if let Err(e) = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+        {
+            tracing::warn!("journal checkpoint failed: {e}");
+            return;
+        }
+        let in_use = self.frames.load(std::sync::atomic::Ordering::Relaxed) * self.frame_bytes;
+        if in_use < self.max_bytes / 2 {
+            return;
+        }
+        let _ = self.conn.busy_timeout(RESTART_WAIT);
+        let done = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(RESTART)", [], |row| {
+                row.get::<_, i64>(0)
+            });
+        let _ = self.conn.busy_timeout(BUSY_TIMEOUT);
+        match done {
+            Ok(0) => {
+                // The next commit writes the log from its start.
+                self.frames.store(0, std::sync::atomic::Ordering::Relaxed);
+                crate::metrics::metrics().journal_wal_restarts.inc();
+            }
+            Ok(_) => tracing::debug!(
+                in_use,
+                "journal log not restarted: a reader or writer was busy"
+            ),
+            Err(e) => tracing::debug!(in_use, "journal log not restarted: {e}"),
+        }
     }
 }
 
@@ -1639,6 +1707,39 @@ mod tests {
             commits,
             "every event is kept"
         );
+    }
+
+    /// Commits back to back, with no pause for a passive checkpoint to
+    /// catch up in (a steady stream on a busy disk, where each pass takes
+    /// longer than the commits it copies): the background checkpoint still
+    /// keeps the log within its bound, restarting it itself, so the
+    /// writer's reset (its fsync in front of every append) stays the rare
+    /// fallback. Before, the writer reset the log every time.
+    #[tokio::test]
+    async fn a_journal_written_without_a_pause_is_restarted_in_the_background() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.db");
+        let s = SqliteStore::open_bounded(&path, "normal", 64, 1 << 20).unwrap();
+        let k = ThreadKey::new("t", "steady");
+        let wal = dir.path().join("j.db-wal");
+        let salts = || std::fs::read(&wal).unwrap()[16..24].to_vec();
+        let (commits, mut restarts, mut salts_before) = (3000u64, 0, Vec::new());
+        for seq in 1..=commits {
+            s.append(batch(&k, seq, 1, "running"))
+                .await
+                .unwrap()
+                .unwrap();
+            let now = salts();
+            restarts += usize::from(!salts_before.is_empty() && now != salts_before);
+            salts_before = now;
+        }
+        let resets = s.writer_resets.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(restarts >= 10, "the log started over {restarts} times");
+        assert!(
+            resets * 4 <= restarts as u64,
+            "the writer reset the log {resets} times of {restarts}"
+        );
+        assert_eq!(s.load(&k).unwrap().unwrap().events.len() as u64, commits);
     }
 
     /// The log is reset in place: the file has its full size from the
