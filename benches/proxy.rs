@@ -969,23 +969,93 @@ fn steal_ticks() -> (u64, u64) {
 /// One round of [`paired`]: p50 and p99 of each path, and the VM's steal.
 struct PairedRound {
     direct: (f64, f64),
+    /// Through HAProxy, when it is on this machine.
+    haproxy: Option<(f64, f64)>,
     gateway: (f64, f64),
     steal: f64,
 }
 
-/// The paced run through the gateway and straight to the agent at the same
-/// time, in rounds: both see the same moments of the machine (a VM whose
-/// host takes its CPU now and then, another job's burst), which two runs
-/// one after the other do not. What the gateway adds is then the
-/// difference within each round; the median over the rounds is reported.
+/// HAProxy in HTTP mode in front of the agent: the reference proxy of the
+/// paired rounds. Any proxy adds two socket hops (two wake-ups of a
+/// sleeping thread) to every event, and on a small VM those alone can
+/// cost more than a target of a few tenths of a millisecond; a proxy
+/// operators trust, measured in the same moments, says how much of the
+/// gateway's figure is the hops and how much is the gateway.
+struct HaProxy {
+    target: Target,
+    _child: tokio::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+async fn start_haproxy(agent: std::net::SocketAddr) -> Option<HaProxy> {
+    let bin = ["/usr/sbin/haproxy", "/usr/bin/haproxy"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .ok()?
+        .local_addr()
+        .ok()?
+        .port();
+    let dir = tempfile::tempdir().ok()?;
+    let cfg = dir.path().join("haproxy.cfg");
+    std::fs::write(
+        &cfg,
+        format!(
+            "global\n  nbthread 2\ndefaults\n  mode http\n  option http-no-delay\n  \
+             timeout connect 5s\n  timeout client 60s\n  timeout server 60s\n\
+             frontend bench\n  bind 127.0.0.1:{port}\n  default_backend agent\n\
+             backend agent\n  server a {agent}\n"
+        ),
+    )
+    .ok()?;
+    let child = tokio::process::Command::new(bin)
+        .arg("-db")
+        .arg("-f")
+        .arg(&cfg)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .ok()?;
+    let addr = format!("127.0.0.1:{port}");
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(&addr).await.is_ok() {
+            return Some(HaProxy {
+                target: Target {
+                    label: "haproxy".into(),
+                    addr,
+                    path: "/agent".into(),
+                    bearer: None,
+                    pid: None,
+                },
+                _child: child,
+                _dir: dir,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    None
+}
+
+/// The paced run through the gateway, through HAProxy and straight to
+/// the agent at the same time, in rounds: all see the same moments of the
+/// machine (a VM whose host takes its CPU now and then, another job's
+/// burst), which runs one after the other do not. What the gateway adds
+/// is then the difference within each round; the median over the rounds
+/// is reported.
 async fn paired(
     direct: &Target,
+    haproxy: Option<&Target>,
     target: &Target,
     label: &str,
     kind: &'static str,
 ) -> Vec<PairedRound> {
     let client = client_of(kind);
-    for t in [direct, target] {
+    let paths: Vec<&Target> = [Some(direct), haproxy, Some(target)]
+        .into_iter()
+        .flatten()
+        .collect();
+    for t in &paths {
         consume(&client, t, &fresh("warm"), 10, 0)
             .await
             .unwrap_or_else(|e| panic!("{}: warm-up: {e}", t.label));
@@ -993,27 +1063,39 @@ async fn paired(
     let mut rounds = Vec::new();
     for _ in 0..paired_rounds() {
         tokio::time::sleep(SETTLE).await;
+        let threads: Vec<String> = paths.iter().map(|_| fresh("paced")).collect();
         let (steal0, all0) = steal_ticks();
-        let (td, tg) = (fresh("paced"), fresh("paced"));
-        let (d, g) = tokio::join!(
-            consume(&client, direct, &td, PACED_EVENTS, 1000),
-            consume(&client, target, &tg, PACED_EVENTS, 1000)
-        );
+        let seen = futures::future::join_all(
+            paths
+                .iter()
+                .zip(&threads)
+                .map(|(t, thread)| consume(&client, t, thread, PACED_EVENTS, 1000)),
+        )
+        .await;
         let (steal1, all1) = steal_ticks();
-        let figures = |seen: Result<Seen, String>, t: &Target| {
-            let mut lat = seen
-                .unwrap_or_else(|e| panic!("{}: paced run: {e}", t.label))
-                .latencies;
-            lat.sort_unstable();
-            (percentile_ms(&lat, 0.5), percentile_ms(&lat, 0.99))
-        };
+        let mut figures: Vec<(f64, f64)> = seen
+            .into_iter()
+            .zip(&paths)
+            .map(|(seen, t)| {
+                let mut lat = seen
+                    .unwrap_or_else(|e| panic!("{}: paced run: {e}", t.label))
+                    .latencies;
+                lat.sort_unstable();
+                (percentile_ms(&lat, 0.5), percentile_ms(&lat, 0.99))
+            })
+            .collect();
         let r = PairedRound {
-            direct: figures(d, direct),
-            gateway: figures(g, target),
+            gateway: figures.pop().expect("the gateway's"),
+            haproxy: haproxy.and_then(|_| figures.pop()),
+            direct: figures.pop().expect("direct"),
             steal: (steal1 - steal0) as f64 / (all1 - all0).max(1) as f64,
         };
+        let h = r
+            .haproxy
+            .map(|h| format!(", haproxy p50 {:.3} p99 {:.3} ms", h.0, h.1))
+            .unwrap_or_default();
         eprintln!(
-            "  {}{label} ({kind} consumer), paired: direct p50 {:.3} p99 {:.3} ms, gateway p50 {:.3} \
+            "  {}{label} ({kind} consumer), paired: direct p50 {:.3} p99 {:.3} ms{h}, gateway p50 {:.3} \
              p99 {:.3} ms, added p99 {:+.3} ms, steal {:.1} %",
             target.label,
             r.direct.0,
@@ -1285,6 +1367,15 @@ fn main() {
         let mut latencies = Vec::new();
         let mut rss_rows = Vec::new();
         let mut pairs = Vec::new();
+        let haproxy = if want("paired") {
+            let h = start_haproxy(agent).await;
+            if h.is_none() {
+                eprintln!("paired: no HAProxy on this machine, measured without it");
+            }
+            h
+        } else {
+            None
+        };
         if want("latency") {
             for kind in CONSUMERS {
                 latencies.push(latency(&direct, "", kind).await);
@@ -1328,7 +1419,8 @@ fn main() {
                     ", fresh"
                 };
                 for kind in CONSUMERS {
-                    let rounds = paired(&direct, &target, when, kind).await;
+                    let haproxy = haproxy.as_ref().map(|h| &h.target);
+                    let rounds = paired(&direct, haproxy, &target, when, kind).await;
                     pairs.push((format!("{}{when}", target.label), kind, rounds));
                 }
             }
@@ -1517,13 +1609,13 @@ fn report_paired(pairs: &[(String, &'static str, Vec<PairedRound>)]) {
         return;
     }
     println!(
-        "\n### Latency at 1,000 events/s, gateway and direct at the same time ({} rounds of {PACED_EVENTS} events; medians)\n",
+        "\n### Latency at 1,000 events/s, all paths at the same time ({} rounds of {PACED_EVENTS} events; medians)\n",
         paired_rounds()
     );
     println!(
-        "| path | consumer | direct p50 / p99 | gateway p50 / p99 | added p50 | added p99 (min–max) | steal | target ≤ +0.3 ms p99 |"
+        "| path | consumer | direct p50 / p99 | HAProxy p50 / p99 | gateway p50 / p99 | added p50 | added p99 (min–max) | HAProxy's added p99 | gateway − HAProxy, p99 | steal | target ≤ +0.3 ms p99 |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for (label, kind, rounds) in pairs {
         let m = |f: &dyn Fn(&PairedRound) -> f64| median(&rounds.iter().map(f).collect::<Vec<_>>());
         let added: Vec<f64> = rounds.iter().map(|r| r.gateway.1 - r.direct.1).collect();
@@ -1533,8 +1625,21 @@ fn report_paired(pairs: &[(String, &'static str, Vec<PairedRound>)]) {
                 (lo.min(*a), hi.max(*a))
             });
         let a99 = median(&added);
+        let with_haproxy = rounds.iter().all(|r| r.haproxy.is_some());
+        let h = |f: &dyn Fn(&PairedRound, (f64, f64)) -> f64| {
+            m(&|r| f(r, r.haproxy.unwrap_or_default()))
+        };
+        let (hap, hap_added, over_hap) = if with_haproxy {
+            (
+                format!("{:.3} / {:.3} ms", h(&|_, x| x.0), h(&|_, x| x.1)),
+                format!("{:+.3} ms", h(&|r, x| x.1 - r.direct.1)),
+                format!("{:+.3} ms", h(&|r, x| r.gateway.1 - x.1)),
+            )
+        } else {
+            ("—".into(), "—".into(), "—".into())
+        };
         println!(
-            "| {label} | {kind} | {:.3} / {:.3} ms | {:.3} / {:.3} ms | {:+.3} ms | {a99:+.3} ms ({lo:+.3} – {hi:+.3}) | {:.1} % | {} |",
+            "| {label} | {kind} | {:.3} / {:.3} ms | {hap} | {:.3} / {:.3} ms | {:+.3} ms | {a99:+.3} ms ({lo:+.3} – {hi:+.3}) | {hap_added} | {over_hap} | {:.1} % | {} |",
             m(&|r| r.direct.0),
             m(&|r| r.direct.1),
             m(&|r| r.gateway.0),
