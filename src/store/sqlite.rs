@@ -611,11 +611,11 @@ impl Writer {
     }
 
     /// Commits one batch on the caller's thread if the write lock is free
-    /// now; else gives it back, to queue for the writer thread, which
+    /// now (`None`); else gives it back, to queue for the writer thread, which
     /// waits for the lock. The caller is an async worker: waiting out
     /// another process's transaction there would hold up every task on
     /// it, for up to [`BUSY_TIMEOUT`].
-    fn commit_now(&mut self, batch: AppendBatch, ack: Ack) -> Result<(), (AppendBatch, Ack)> {
+    fn commit_now(&mut self, batch: AppendBatch, ack: Ack) -> Option<(AppendBatch, Ack)> {
         let mut group = vec![(batch, ack)];
         let _ = self.conn.busy_timeout(std::time::Duration::ZERO);
         let written = match begin_write(&mut self.conn) {
@@ -627,10 +627,10 @@ impl Writer {
         };
         let Some(written) = written else {
             let _ = self.conn.busy_timeout(BUSY_TIMEOUT);
-            return Err(group.pop().expect("the one batch"));
+            return group.pop();
         };
         self.settle(group, written);
-        Ok(())
+        None
     }
 
     /// Answers each batch of a group with what writing it gave.
@@ -1112,7 +1112,7 @@ impl JournalStore for SqliteStore {
                 && !core.wal_full()
             {
                 match core.commit_now(batch, tx) {
-                    Ok(()) => {
+                    None => {
                         if core.wants_housekeeping() {
                             let _ = writer.send(Request::Housekeeping);
                         } else {
@@ -1121,7 +1121,7 @@ impl JournalStore for SqliteStore {
                         return rx;
                     }
                     // Another process holds the write lock: the writer waits for it.
-                    Err(back) => (batch, tx) = back,
+                    Some(back) => (batch, tx) = back,
                 }
             }
         }
