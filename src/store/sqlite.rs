@@ -300,6 +300,7 @@ impl SqliteStore {
             .map_err(err)?;
         let background = BackgroundCheckpoint {
             conn: checkpointer,
+            readers: reader.clone(),
             frames: frames.clone(),
             frame_bytes: page_size + WAL_FRAME_HEADER,
             max_bytes: max_wal_bytes,
@@ -463,6 +464,9 @@ impl Wal {
 /// ([`Writer::request_checkpoint`]).
 struct BackgroundCheckpoint {
     conn: Connection,
+    /// The store's read connection, quiet during a restart (as for the
+    /// writer's reset, [`Writer::bound_wal`]).
+    readers: std::sync::Arc<Mutex<Connection>>,
     /// The log's frames (the writer's WAL hook counts them).
     frames: std::sync::Arc<std::sync::atomic::AtomicU64>,
     frame_bytes: u64,
@@ -502,6 +506,14 @@ impl BackgroundCheckpoint {
         if in_use < self.max_bytes / 2 {
             return;
         }
+        // This process's reads wait for the restart (a few milliseconds):
+        // one reading a big page of history meanwhile would hold an old
+        // snapshot, and the restart would wait for it with appends held.
+        // Waited for here, before the restart takes the write lock.
+        let _quiet = self
+            .readers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let _ = self.conn.busy_timeout(RESTART_WAIT);
         let done = self
             .conn
@@ -937,8 +949,16 @@ fn write_group(
                 "INSERT INTO threads (tenant, thread, creator, agent, status, created_ms, updated_ms, last_seq)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
                  ON CONFLICT (tenant, thread) DO UPDATE SET
-                   agent = excluded.agent, status = excluded.status,
-                   updated_ms = excluded.updated_ms, last_seq = excluded.last_seq",
+                   agent = excluded.agent, status = excluded.status, last_seq = excluded.last_seq",
+            )
+            .map_err(err)?;
+        // Its own statement, a no-op when the stamp did not move: an update
+        // that names the column rewrites its index entry even when the
+        // value is the same (a page more in the log per commit).
+        let mut stamp = tx
+            .prepare_cached(
+                "UPDATE threads SET updated_ms = ?3
+                 WHERE tenant = ?1 AND thread = ?2 AND updated_ms IS NOT ?3",
             )
             .map_err(err)?;
         let mut stored_last = tx
@@ -993,7 +1013,7 @@ fn write_group(
             if let Some((base_seq, snapshot)) = &b.compact {
                 // The base moves now; the old rows are deleted later, off
                 // the commit path (loads never read below the base).
-                upsert_meta(&mut upsert, b)?;
+                upsert_meta((&mut stamp, &mut upsert), b)?;
                 tx.execute(
                     "UPDATE threads SET base_seq = ?3 WHERE tenant = ?1 AND thread = ?2",
                     params![t, th, *base_seq as i64],
@@ -1013,7 +1033,7 @@ fn write_group(
                 insert_row(&mut insert, key, &g.row)?;
             }
             if let Some(b) = g.meta {
-                upsert_meta(&mut upsert, b)?;
+                upsert_meta((&mut stamp, &mut upsert), b)?;
             }
         }
     }
@@ -1044,23 +1064,32 @@ fn insert_row(
         .map_err(err)
 }
 
+/// Stores a batch's thread metadata: its `updated_ms` (`stamp`, written
+/// only when it moved) and the rest (`upsert`).
 fn upsert_meta(
-    stmt: &mut rusqlite::CachedStatement<'_>,
+    (stamp, upsert): (
+        &mut rusqlite::CachedStatement<'_>,
+        &mut rusqlite::CachedStatement<'_>,
+    ),
     b: &AppendBatch,
 ) -> Result<(), StoreError> {
     let m = &b.meta;
-    stmt.execute(params![
-        b.key.tenant,
-        b.key.thread_id,
-        m.creator,
-        m.agent,
-        m.status,
-        m.created_ms as i64,
-        m.updated_ms as i64,
-        m.last_seq as i64
-    ])
-    .map(|_| ())
-    .map_err(err)
+    stamp
+        .execute(params![b.key.tenant, b.key.thread_id, m.updated_ms as i64])
+        .map_err(err)?;
+    upsert
+        .execute(params![
+            b.key.tenant,
+            b.key.thread_id,
+            m.creator,
+            m.agent,
+            m.status,
+            m.created_ms as i64,
+            m.updated_ms as i64,
+            m.last_seq as i64
+        ])
+        .map(|_| ())
+        .map_err(err)
 }
 
 /// Column `at` of `row`, a blob, borrowed from SQLite's buffer.
@@ -1707,6 +1736,57 @@ mod tests {
             commits,
             "every event is kept"
         );
+    }
+
+    /// A commit of one small event writes three pages to the log (its
+    /// batch's row and index entry, the thread's row) while the thread's
+    /// `updated_ms` stays put; four when it moves (its index entry too).
+    /// The thread layer moves it at most once a second
+    /// (`thread::journal::updated_stamp`): it was a page more per event.
+    #[tokio::test]
+    async fn a_commit_leaves_the_update_index_alone_while_the_stamp_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SqliteStore::open(&dir.path().join("j.db"), "normal", 64).unwrap();
+        let k = ThreadKey::new("t", "x");
+        // Other threads, so the index is more than the one page.
+        for t in 0..200 {
+            let other = ThreadKey::new("t", format!("o{t:03}"));
+            s.append(batch(&other, 1, 1, "idle"))
+                .await
+                .unwrap()
+                .unwrap();
+        }
+        let frames = || {
+            let core = s.core.lock().unwrap();
+            core.wal.frames.load(std::sync::atomic::Ordering::Relaxed)
+        };
+        let commit = |seq: u64, updated_ms: u64| {
+            let mut b = batch(&k, seq, 1, "running");
+            b.meta.updated_ms = updated_ms;
+            s.append(b)
+        };
+        commit(1, 5).await.unwrap().unwrap();
+        let (n, before) = (50, frames());
+        for seq in 2..2 + n {
+            commit(seq, 5).await.unwrap().unwrap();
+        }
+        let per_commit = (frames() - before) as f64 / n as f64;
+        assert!(
+            per_commit <= 3.2,
+            "{per_commit} pages a commit, the stamp unchanged"
+        );
+        let before = frames();
+        for seq in 2 + n..2 + 2 * n {
+            commit(seq, seq * 1000).await.unwrap().unwrap();
+        }
+        let per_commit = (frames() - before) as f64 / n as f64;
+        assert!(
+            per_commit >= 3.8,
+            "{per_commit} pages a commit, the stamp moving"
+        );
+        let listed = s.list("t").unwrap();
+        assert_eq!(listed[0].0, k, "the newest stamp first");
+        assert_eq!(listed[0].1.updated_ms, (1 + 2 * n) * 1000);
     }
 
     /// Commits back to back, with no pause for a passive checkpoint to
