@@ -1702,15 +1702,33 @@ mod tests {
     /// pages fill the 1 MiB log many times over.
     #[tokio::test]
     async fn a_paced_journal_is_checkpointed_in_the_background_not_reset_by_its_writer() {
+        // The load's shape: about one event a millisecond.
+        let pause = std::time::Duration::from_micros(500);
+        let (restarts, resets) = single_event_commits(1500, Some(pause)).await;
+        // Before, every start over was the writer's reset (24 of 24 here);
+        // on a loaded machine the checkpoint thread may fall behind now and
+        // then, and the writer's reset is its fallback.
+        assert!(
+            resets * 4 <= restarts as u64,
+            "the writer reset the log {resets} times of {restarts} (the background checkpoint fell behind)"
+        );
+    }
+
+    /// `commits` single-event commits against a 1 MiB log, each awaited
+    /// (then `pause`): how often the log started over (the WAL header's
+    /// salts change each time) and how often the writer did it itself.
+    /// Every event must be kept.
+    async fn single_event_commits(
+        commits: u64,
+        pause: Option<std::time::Duration>,
+    ) -> (usize, u64) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("j.db");
-        let bound = 1 << 20;
-        let s = SqliteStore::open_bounded(&path, "normal", 64, bound).unwrap();
+        let s = SqliteStore::open_bounded(&path, "normal", 64, 1 << 20).unwrap();
         let k = ThreadKey::new("t", "paced");
         let wal = dir.path().join("j.db-wal");
-        // The WAL header's salts change whenever the log starts over.
         let salts = || std::fs::read(&wal).unwrap()[16..24].to_vec();
-        let (commits, mut restarts, mut salts_before) = (1500u64, 0, Vec::new());
+        let (mut restarts, mut salts_before) = (0, Vec::new());
         for seq in 1..=commits {
             s.append(batch(&k, seq, 1, "running"))
                 .await
@@ -1719,23 +1737,18 @@ mod tests {
             let now = salts();
             restarts += usize::from(!salts_before.is_empty() && now != salts_before);
             salts_before = now;
-            // The load's shape: about one event a millisecond.
-            tokio::time::sleep(std::time::Duration::from_micros(500)).await;
+            if let Some(pause) = pause {
+                tokio::time::sleep(pause).await;
+            }
         }
         assert!(restarts >= 10, "the log started over {restarts} times");
-        let resets = s.writer_resets.load(std::sync::atomic::Ordering::Relaxed);
-        // Before, every start over was the writer's reset (24 of 24 here);
-        // on a loaded machine the checkpoint thread may fall behind now and
-        // then, and the writer's reset is its fallback.
-        assert!(
-            resets * 4 <= restarts as u64,
-            "the writer reset the log {resets} times of {restarts} (the background checkpoint fell behind)"
-        );
         assert_eq!(
             s.load(&k).unwrap().unwrap().events.len() as u64,
             commits,
             "every event is kept"
         );
+        let resets = s.writer_resets.load(std::sync::atomic::Ordering::Relaxed);
+        (restarts, resets)
     }
 
     /// A commit of one small event writes three pages to the log (its
@@ -1797,29 +1810,11 @@ mod tests {
     /// fallback. Before, the writer reset the log every time.
     #[tokio::test]
     async fn a_journal_written_without_a_pause_is_restarted_in_the_background() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("j.db");
-        let s = SqliteStore::open_bounded(&path, "normal", 64, 1 << 20).unwrap();
-        let k = ThreadKey::new("t", "steady");
-        let wal = dir.path().join("j.db-wal");
-        let salts = || std::fs::read(&wal).unwrap()[16..24].to_vec();
-        let (commits, mut restarts, mut salts_before) = (3000u64, 0, Vec::new());
-        for seq in 1..=commits {
-            s.append(batch(&k, seq, 1, "running"))
-                .await
-                .unwrap()
-                .unwrap();
-            let now = salts();
-            restarts += usize::from(!salts_before.is_empty() && now != salts_before);
-            salts_before = now;
-        }
-        let resets = s.writer_resets.load(std::sync::atomic::Ordering::Relaxed);
-        assert!(restarts >= 10, "the log started over {restarts} times");
+        let (restarts, resets) = single_event_commits(3000, None).await;
         assert!(
             resets * 4 <= restarts as u64,
             "the writer reset the log {resets} times of {restarts}"
         );
-        assert_eq!(s.load(&k).unwrap().unwrap().events.len() as u64, commits);
     }
 
     /// The log is reset in place: the file has its full size from the
