@@ -919,13 +919,6 @@ fn compacted_threads(conn: &Connection) -> Result<Vec<(ThreadKey, u64)>, StoreEr
     .map_err(err)
 }
 
-/// Writes a group of batches in one transaction. A batch that does not
-/// continue its thread's stored journal is refused alone
-/// ([`StoreError::SeqConflict`]); the rest commit together, each thread's
-/// accepted events as one row (more when they pass
-/// [`batch_row::MAX_ROW_BYTES`]): the B-tree insert and index entry are paid
-/// per thread and group commit, not per event. `Err` (nothing written) when
-/// the database itself failed.
 /// Opens a group's transaction holding the write lock from its start
 /// (`BEGIN IMMEDIATE`): the group reads each thread's last seq before it
 /// writes, and a deferred transaction that has read cannot wait for a lock
@@ -937,6 +930,13 @@ fn begin_write(conn: &mut Connection) -> Result<rusqlite::Transaction<'_>, Store
         .map_err(err)
 }
 
+/// Writes a group of batches in `tx` ([`begin_write`]) and commits it. A
+/// batch that does not continue its thread's stored journal is refused
+/// alone ([`StoreError::SeqConflict`]); the rest commit together, each
+/// thread's accepted events as one row (more when they pass
+/// [`batch_row::MAX_ROW_BYTES`]): the B-tree insert and index entry are paid
+/// per thread and group commit, not per event. `Err` (nothing written) when
+/// the database itself failed.
 fn write_group(
     tx: rusqlite::Transaction<'_>,
     group: &[(AppendBatch, Ack)],
