@@ -506,34 +506,47 @@ impl BackgroundCheckpoint {
         if in_use < self.max_bytes / 2 {
             return;
         }
-        // This process's reads wait for the restart (a few milliseconds):
-        // one reading a big page of history meanwhile would hold an old
-        // snapshot, and the restart would wait for it with appends held.
-        // Waited for here, before the restart takes the write lock.
-        let _quiet = self
-            .readers
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let _ = self.conn.busy_timeout(RESTART_WAIT);
-        let done = self
-            .conn
-            .query_row("PRAGMA wal_checkpoint(RESTART)", [], |row| {
-                row.get::<_, i64>(0)
-            });
-        let _ = self.conn.busy_timeout(BUSY_TIMEOUT);
-        match done {
-            Ok(0) => {
-                // The next commit writes the log from its start.
-                self.frames.store(0, std::sync::atomic::Ordering::Relaxed);
+        match restart_log(&self.conn, &self.readers, &self.frames, RESTART_WAIT) {
+            Ok(true) => {
                 crate::metrics::metrics().journal_wal_restarts.inc();
             }
-            Ok(_) => tracing::debug!(
+            Ok(false) => tracing::debug!(
                 in_use,
                 "journal log not restarted: a reader or writer was busy"
             ),
             Err(e) => tracing::debug!(in_use, "journal log not restarted: {e}"),
         }
     }
+}
+
+/// A `RESTART` checkpoint on `conn`, for the background checkpoint and
+/// the writer's reset alike. This process's reads (`readers`) wait
+/// meanwhile: one reading a big page of history would hold an old snapshot
+/// and the restart would wait for it with appends held (taken before the
+/// restart takes the write lock). Other processes' readers and writers get
+/// `wait`. `Ok(true)`: every frame is copied, and the next commit writes
+/// the log from its start (its frame count is set to 0 now); `Ok(false)`:
+/// a reader or another checkpoint was in the way.
+fn restart_log(
+    conn: &Connection,
+    readers: &Mutex<Connection>,
+    frames: &std::sync::atomic::AtomicU64,
+    wait: std::time::Duration,
+) -> rusqlite::Result<bool> {
+    let _quiet = readers
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _ = conn.busy_timeout(wait);
+    // (busy, frames in the log, frames checkpointed).
+    let busy = conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |row| {
+        row.get::<_, i64>(0)
+    });
+    let _ = conn.busy_timeout(BUSY_TIMEOUT);
+    let restarted = busy? == 0;
+    if restarted {
+        frames.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+    Ok(restarted)
 }
 
 /// How long a `RESTART` checkpoint waits for readers of older snapshots
@@ -773,27 +786,10 @@ impl Writer {
             .checkpointing
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let _quiet = self
-            .readers
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let _ = self.conn.busy_timeout(RESET_WAIT);
         let began = std::time::Instant::now();
-        // (busy, frames in the log, frames checkpointed); busy = 1 when a
-        // reader of another process kept an older snapshot past the wait, or
-        // at once when another process was checkpointing.
-        let done = self
-            .conn
-            .query_row("PRAGMA wal_checkpoint(RESTART)", [], |row| {
-                row.get::<_, i64>(0)
-            });
-        let _ = self.conn.busy_timeout(BUSY_TIMEOUT);
+        let done = restart_log(&self.conn, &self.readers, &self.wal.frames, RESET_WAIT);
         let refused = match done {
-            Ok(0) => {
-                // The next commit writes the log from its start.
-                self.wal
-                    .frames
-                    .store(0, std::sync::atomic::Ordering::Relaxed);
+            Ok(true) => {
                 let file = std::fs::metadata(&self.wal.path).map_or(0, |m| m.len());
                 tracing::debug!(in_use = size, file, "journal WAL reset");
                 crate::metrics::metrics().journal_wal_bytes.set(0);
@@ -803,7 +799,7 @@ impl Writer {
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 return;
             }
-            Ok(_) => "a reader held an old snapshot, or a checkpoint was running".to_owned(),
+            Ok(false) => "a reader held an old snapshot, or a checkpoint was running".to_owned(),
             Err(e) => e.to_string(),
         };
         if began.elapsed() < RESET_WAIT / 2 {
