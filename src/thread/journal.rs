@@ -178,7 +178,11 @@ impl Thread {
         if meta.status != "running" && inner.runs.handed_over(open) {
             meta.status = "running".into();
         }
-        meta.updated_ms = updated_stamp(inner.meta.updated_ms, meta.status != inner.meta.status);
+        meta.updated_ms = updated_stamp(
+            now_millis(),
+            inner.meta.updated_ms,
+            meta.status != inner.meta.status,
+        );
         meta.last_seq = inner.next_assign - 1;
         if inner.meta.status != meta.status {
             inner.meta.status = meta.status.clone();
@@ -568,7 +572,7 @@ impl Thread {
 /// a long run's time.
 fn touched(inner: &mut Inner) {
     inner.last_event = std::time::Instant::now();
-    inner.meta.updated_ms = updated_stamp(inner.meta.updated_ms, false);
+    inner.meta.updated_ms = updated_stamp(now_millis(), inner.meta.updated_ms, false);
 }
 
 /// A thread's `updated_ms` (what listings sort by) as a batch leaves it:
@@ -578,8 +582,7 @@ fn touched(inner: &mut Inner) {
 /// with every event was a quarter of what each commit wrote to the log
 /// (four pages for a 150-byte event), all of it copied and synced again by
 /// the checkpoints, on the same cores as the live path.
-fn updated_stamp(previous: u64, status_changed: bool) -> u64 {
-    let now = now_millis();
+fn updated_stamp(now: u64, previous: u64, status_changed: bool) -> u64 {
     if status_changed || now >= previous.saturating_add(1000) || now < previous {
         now
     } else {
@@ -593,16 +596,26 @@ mod tests {
 
     #[test]
     fn the_update_stamp_moves_at_a_status_change_or_once_a_second() {
-        let now = now_millis();
-        let recent = now - 300;
+        let now = 1_000_000;
         assert_eq!(
-            updated_stamp(recent, false),
-            recent,
+            updated_stamp(now, now - 300, false),
+            now - 300,
             "within the second: kept"
         );
-        assert!(updated_stamp(recent, true) >= now, "a status change: now");
-        assert!(updated_stamp(now - 5_000, false) >= now, "a second on: now");
-        // A clock that went back is followed.
-        assert!(updated_stamp(now + 60_000, false) <= now_millis());
+        assert_eq!(
+            updated_stamp(now, now - 300, true),
+            now,
+            "a status change: now"
+        );
+        assert_eq!(
+            updated_stamp(now, now - 1_000, false),
+            now,
+            "a second on: now"
+        );
+        assert_eq!(
+            updated_stamp(now, now + 60_000, false),
+            now,
+            "a clock that went back is followed"
+        );
     }
 }
