@@ -268,7 +268,7 @@ impl RedisServer {
 
     async fn start_with(args: &[&str]) -> RedisServer {
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        Self::start_on_a_free_port(|_| args, None).await
+        Self::start_on_a_free_port(|_| args.clone(), None).await
     }
 
     /// Like [`RedisServer::start`], over TLS only (client certificates
@@ -286,36 +286,82 @@ impl RedisServer {
 
     /// Starts a server with the arguments `args` gives for its port.
     async fn start_on_a_free_port(
-        args: impl FnOnce(u16) -> Vec<String>,
+        args: impl Fn(u16) -> Vec<String>,
         security: Option<&RedisSecurity>,
     ) -> RedisServer {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir = tempfile::tempdir().unwrap();
-        let args = args(port);
-        let proc = Self::spawn(port, dir.path(), &args).await;
-        RedisServer {
-            proc,
-            port,
-            args,
-            cli_args: security.map(RedisSecurity::cli_args).unwrap_or_default(),
-            _dir: dir,
-        }
+        let any_port = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        };
+        let cli_args = security.map(RedisSecurity::cli_args).unwrap_or_default();
+        Self::spawn_on_a_free_port(any_port, args, cli_args).await
     }
 
+    /// Starts `redis-server` on `port`, panicking with what it printed if
+    /// it exits before accepting connections.
     async fn spawn(port: u16, dir: &Path, args: &[String]) -> Proc {
+        Self::try_spawn(port, dir, args)
+            .await
+            .unwrap_or_else(|printed| panic!("redis-server exited on port {port}:\n{printed}"))
+    }
+
+    /// Starts `redis-server` on `port`; what it printed if it exited before
+    /// accepting connections. A port found free may be taken again before
+    /// Redis binds it (by another test's server or an outgoing connection's
+    /// local port, and for a cluster node the bus port too), so callers
+    /// that chose the port retry on another one.
+    async fn try_spawn(port: u16, dir: &Path, args: &[String]) -> Result<Proc, String> {
         let mut cmd = Command::new("redis-server");
         cmd.args(["--bind", "127.0.0.1", "--port", &port.to_string()])
             .args(args)
             .arg("--dir")
             .arg(dir);
         let mut proc = Proc::spawn(cmd);
-        proc.expect_line_containing("Ready to accept connections")
-            .await;
-        proc
+        let mut printed = String::new();
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            match tokio::time::timeout_at(deadline, proc.lines.recv()).await {
+                Ok(Some(line)) if line.contains("Ready to accept connections") => return Ok(proc),
+                Ok(Some(line)) => {
+                    printed.push_str(&line);
+                    printed.push('\n');
+                }
+                Ok(None) => return Err(format!("{printed}{}", proc.stderr())),
+                Err(_) => panic!("redis-server not ready within {WAIT:?}:\n{printed}"),
+            }
+        }
+    }
+
+    /// Starts a server on a port chosen by `port`, trying another port (and
+    /// a fresh directory: a cluster node has written its `nodes.conf`) when
+    /// the chosen one was taken before Redis bound it.
+    async fn spawn_on_a_free_port(
+        port: impl Fn() -> u16,
+        args: impl Fn(u16) -> Vec<String>,
+        cli_args: Vec<String>,
+    ) -> RedisServer {
+        let mut failures = Vec::new();
+        for _ in 0..5 {
+            let port = port();
+            let args = args(port);
+            let dir = tempfile::tempdir().unwrap();
+            match Self::try_spawn(port, dir.path(), &args).await {
+                Ok(proc) => {
+                    return RedisServer {
+                        proc,
+                        port,
+                        args,
+                        cli_args,
+                        _dir: dir,
+                    };
+                }
+                Err(printed) => failures.push(format!("port {port}:\n{printed}")),
+            }
+        }
+        panic!("redis-server did not start:\n{}", failures.join("\n"))
     }
 
     /// Everything Redis holds, as bytes (an uncompressed snapshot).
@@ -482,10 +528,7 @@ impl RedisCluster {
     }
 
     async fn start_with(security: Option<&RedisSecurity>) -> RedisCluster {
-        let mut nodes = Vec::new();
-        for _ in 0..6 {
-            let port = cluster_port();
-            let dir = tempfile::tempdir().unwrap();
+        let args = |port| {
             let mut args: Vec<String> = [
                 "--save",
                 "",
@@ -510,14 +553,14 @@ impl RedisCluster {
                 args.extend(["--tls-cluster", "yes", "--tls-replication", "yes"].map(String::from));
                 args.extend(["--masterauth".into(), security.password.clone()]);
             }
-            let proc = RedisServer::spawn(port, dir.path(), &args).await;
-            nodes.push(RedisServer {
-                proc,
-                port,
-                args,
-                cli_args: security.map(RedisSecurity::cli_args).unwrap_or_default(),
-                _dir: dir,
-            });
+            args
+        };
+        let cli_args = security.map(RedisSecurity::cli_args).unwrap_or_default();
+        let mut nodes = Vec::new();
+        for _ in 0..6 {
+            nodes.push(
+                RedisServer::spawn_on_a_free_port(cluster_port, args, cli_args.clone()).await,
+            );
         }
         let addresses: Vec<String> = nodes
             .iter()
