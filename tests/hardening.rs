@@ -1127,3 +1127,42 @@ async fn a_run_refused_by_policy_creates_no_thread_and_no_subscription() {
     a.send(json!({"type": "ping", "id": "p"})).await;
     assert_eq!(a.recv().await["type"], "pong", "a was never subscribed");
 }
+
+#[tokio::test]
+async fn a_state_delta_the_patch_library_cannot_undo_leaves_the_thread_working() {
+    // A `move` that fails after an `add` of its source: `json_patch::patch`
+    // panicked undoing it, inside the thread's fold.
+    let (_py, gw) = scripted_gateway("").await;
+    let t = token(json!({}));
+    let bad = json!([
+        {"type": "STATE_SNAPSHOT", "snapshot": {"k": 1}},
+        {"type": "STATE_DELTA", "delta": [
+            {"op": "add", "path": "/-", "value": 1},
+            {"op": "add", "path": "/~0", "value": [null, 2]},
+            {"op": "move", "from": "/~0", "path": "/x/y"}]},
+    ]);
+    let body = scripted_input("undo", "r1", "hi", bad);
+    let (status, stream) = post_run(&gw.run_url("events"), &t, &body).await;
+    assert_eq!(status, 200);
+    let events = sse_events(&stream);
+    assert_eq!(
+        events.last().unwrap()["type"],
+        "RUN_FINISHED",
+        "the run ends as the agent ended it: {stream}"
+    );
+    assert!(
+        events.iter().any(|e| e["type"] == "STATE_DELTA"),
+        "the delta is forwarded as the agent sent it"
+    );
+    let (_, snapshot) = get_json(&gw.url("/v1/threads/undo"), &t).await;
+    assert_eq!(
+        snapshot["state"],
+        json!({"k": 1}),
+        "a failing delta changes nothing"
+    );
+    // The thread takes its next run.
+    let body = scripted_input("undo", "r2", "more", text_events("a2", "second"));
+    assert_eq!(post_run(&gw.run_url("events"), &t, &body).await.0, 200);
+    let (_, snapshot) = get_json(&gw.url("/v1/threads/undo"), &t).await;
+    assert_eq!(snapshot["messages"].as_array().unwrap().len(), 3);
+}

@@ -536,7 +536,7 @@ impl Fold {
                         .and_then(|p| serde_json::from_value::<json_patch::Patch>(p).ok())
                     && let Some(content) = field_mut(self.messages[i].make_mut(), "content")
                 {
-                    let _ = json_patch::patch(content, &ops);
+                    super::json_patch_atomic::apply(content, &ops);
                 }
             }
             ReasoningEncryptedValue => {
@@ -578,7 +578,7 @@ impl Fold {
             if !self.fits(&self.state, self.state_bytes.bytes, growth) {
                 return;
             }
-            if json_patch::patch(&mut self.state, &ops).is_ok() {
+            if super::json_patch_atomic::apply(&mut self.state, &ops) {
                 self.state_bytes.bytes += growth;
             }
             return;
@@ -598,7 +598,7 @@ impl Fold {
                 return;
             }
             size += growth;
-            if json_patch::patch(&mut work, &[op]).is_err() {
+            if !super::json_patch_atomic::apply(&mut work, &json_patch::Patch(vec![op])) {
                 return;
             }
         }
@@ -906,6 +906,27 @@ mod tests {
         );
         assert_eq!(f.run().unwrap().status, RunStatus::Finished);
         assert_eq!(f.seq, 12);
+    }
+
+    #[test]
+    fn a_delta_whose_move_fails_after_an_add_leaves_state_alone() {
+        // `json_patch::patch` panics undoing it (found by the fuzz target).
+        let f = fold(&[
+            json!({"type":"STATE_SNAPSHOT","snapshot":{"k":1}}),
+            json!({"type":"STATE_DELTA","delta":[
+                {"op":"add","path":"/-","value":1},
+                {"op":"add","path":"/~0","value":[null,2]},
+                {"op":"move","from":"/~0","path":"/x/y"}]}),
+            json!({"type":"ACTIVITY_SNAPSHOT","messageId":"act","activityType":"a","content":{"n":1}}),
+            json!({"type":"ACTIVITY_DELTA","messageId":"act","activityType":"a","patch":[
+                {"op":"add","path":"/~0","value":2},
+                {"op":"move","from":"/~0","path":"/x/y"}]}),
+        ]);
+        assert_eq!(*f.state(), json!({"k": 1}));
+        assert_eq!(
+            f.message("act").unwrap().value()["content"],
+            json!({"n": 1})
+        );
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub mod hooks;
 pub mod input;
 pub mod interrupts;
 pub mod join;
+pub mod json_patch_atomic;
 pub mod lineage;
 pub mod message;
 pub mod open;

@@ -438,7 +438,7 @@ impl UiStream {
                     b.get("patch")
                         .cloned()
                         .and_then(|p| serde_json::from_value::<json_patch::Patch>(p).ok()),
-                ) && json_patch::patch(content, &ops).is_ok()
+                ) && crate::protocol::json_patch_atomic::apply(content, &ops)
                 {
                     out.push(json!({"type": "data-activity", "id": id,
                         "data": {"activityType": b.get("activityType"), "content": content}}));
@@ -573,7 +573,7 @@ impl UiStream {
             .and_then(|d| serde_json::from_value::<json_patch::Patch>(d).ok())
             .and_then(|ops| {
                 let mut next = self.state.clone();
-                json_patch::patch(&mut next, &ops).ok().map(|_| next)
+                crate::protocol::json_patch_atomic::apply(&mut next, &ops).then_some(next)
             });
         match patched {
             Some(next) => {
