@@ -68,6 +68,26 @@ pub struct Fold {
     /// Who speaks on the thread and who the turn began with: where its
     /// next plain run goes ([`super::handoff`]).
     agents: ActiveAgent,
+    /// How finished messages are packed into sealed pages.
+    pages: PageSize,
+}
+
+/// The text a sealed page is filled to ([`super::sealed::PAGE_TEXT`]
+/// unless a test or fuzz target makes pages tiny, to seal at every run).
+/// Not part of the fold's value: a fold reads the same however it packs.
+#[derive(Debug, Clone, Copy)]
+struct PageSize(usize);
+
+impl Default for PageSize {
+    fn default() -> Self {
+        PageSize(super::sealed::PAGE_TEXT)
+    }
+}
+
+impl PartialEq for PageSize {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// An upper estimate of the state's serialized size (exact after a reload
@@ -261,6 +281,7 @@ impl Fold {
                 for m in &mut self.messages {
                     m.close();
                 }
+                self.seal_pages();
                 let status = self.run.as_ref().map_or(RunStatus::Error, |r| r.status);
                 let checkpoint = self.checkpoint(self.runs.base_checkpoint());
                 self.runs.ended(seq, event, status, checkpoint);
@@ -620,6 +641,14 @@ impl Fold {
         self
     }
 
+    /// The text a sealed page is filled to (see [`super::sealed`]);
+    /// `usize::MAX` never seals. For tests and fuzz targets comparing the
+    /// two: what a fold reads never depends on it.
+    pub fn with_page_text(mut self, bytes: usize) -> Fold {
+        self.pages = PageSize(bytes);
+        self
+    }
+
     fn set_status(&mut self, status: RunStatus) {
         if let Some(run) = &mut self.run {
             run.status = status;
@@ -646,6 +675,41 @@ impl Fold {
         f.as_object_mut()
     }
 
+    /// Packs the oldest finished messages not on a page yet into sealed
+    /// pages ([`super::sealed`]) once there are two pages' worth of them:
+    /// the newest page's worth stays as it is (what a late tool result or
+    /// an agent's restatement most likely touches). Runs at a run's end,
+    /// before its checkpoint, so the checkpoint shares the pages.
+    fn seal_pages(&mut self) {
+        let PageSize(page_text) = self.pages;
+        let from = self
+            .messages
+            .iter()
+            .position(|m| !m.is_sealed())
+            .unwrap_or(self.messages.len());
+        loop {
+            let waiting: usize = self.messages[from..]
+                .iter()
+                .filter(|m| m.sealable())
+                .map(Message::json_len)
+                .sum();
+            if waiting < page_text.saturating_mul(2) {
+                return;
+            }
+            let mut filled = 0;
+            let page: Vec<&mut Message> = self.messages[from..]
+                .iter_mut()
+                .filter(|m| m.sealable())
+                .take_while(|m| {
+                    let room = filled < page_text;
+                    filled += m.json_len();
+                    room
+                })
+                .collect();
+            Message::seal(page);
+        }
+    }
+
     fn find(&self, id: &str) -> Option<usize> {
         self.messages.iter().rposition(|m| m.id() == Some(id))
     }
@@ -653,7 +717,7 @@ impl Fold {
     fn find_tool_call(&self, call_id: &str) -> Option<(usize, usize)> {
         self.messages.iter().enumerate().rev().find_map(|(mi, m)| {
             // A closed message is parsed only if its text names the call.
-            if !m.may_have_tool_calls() || !m.json_mentions(call_id) {
+            if !m.may_name_tool_call(call_id) {
                 return None;
             }
             m.value()
@@ -766,7 +830,7 @@ impl Fold {
     /// form may carry `authors`; without it (an older base) every
     /// message's origin is unknown (its visibility fails closed).
     pub fn from_json(v: &Value, run: Option<RunInfo>) -> Fold {
-        Fold {
+        let mut fold = Fold {
             authors: v.get("authors").map(Authors::from_json).unwrap_or_default(),
             runs: v.get("runs").map(RunTable::from_json).unwrap_or_default(),
             restating: v.get("restating") == Some(&Value::Bool(true)),
@@ -793,7 +857,10 @@ impl Fold {
                 .cloned()
                 .unwrap_or_default(),
             run,
-        }
+            pages: PageSize::default(),
+        };
+        fold.seal_pages();
+        fold
     }
 }
 
@@ -906,6 +973,85 @@ mod tests {
         );
         assert_eq!(f.run().unwrap().status, RunStatus::Finished);
         assert_eq!(f.seq, 12);
+    }
+
+    /// One demo-like run `i`: a user message, an assistant message with a
+    /// tool call, its result and an answer.
+    fn demo_run(i: usize) -> Vec<Value> {
+        let r = format!("r{i}");
+        let text = format!("run {i} answers the same question as the run before it did");
+        vec![
+            json!({"type":"RUN_STARTED","threadId":"t","runId":r,"input":{"messages":[{"id":format!("u{i}"),"role":"user","content":format!("question {i}")}]}}),
+            json!({"type":"TEXT_MESSAGE_START","messageId":format!("a{i}"),"role":"assistant"}),
+            json!({"type":"TEXT_MESSAGE_CONTENT","messageId":format!("a{i}"),"delta":text}),
+            json!({"type":"TOOL_CALL_START","toolCallId":format!("c{i}"),"toolCallName":"lookup","parentMessageId":format!("a{i}")}),
+            json!({"type":"TOOL_CALL_ARGS","toolCallId":format!("c{i}"),"delta":"{\"q\":1}"}),
+            json!({"type":"TOOL_CALL_RESULT","messageId":format!("t{i}"),"toolCallId":format!("c{i}"),"content":"ok"}),
+            json!({"type":"TEXT_MESSAGE_START","messageId":format!("b{i}"),"role":"assistant"}),
+            json!({"type":"TEXT_MESSAGE_CONTENT","messageId":format!("b{i}"),"delta":text}),
+            json!({"type":"RUN_FINISHED","threadId":"t","runId":r}),
+        ]
+    }
+
+    #[test]
+    fn a_long_conversation_is_sealed_into_pages_and_reads_as_before() {
+        let mut events: Vec<Value> = (0..400).flat_map(demo_run).collect();
+        // Late events touching a message long sealed: args appended to an
+        // old call, a result for it, a delta to an old answer.
+        events.push(json!({"type":"RUN_STARTED","threadId":"t","runId":"late"}));
+        events.push(json!({"type":"TOOL_CALL_ARGS","toolCallId":"c3","delta":" "}));
+        events.push(json!({"type":"TOOL_CALL_RESULT","messageId":"t3b","toolCallId":"c3","content":"again"}));
+        events.push(json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"b5","delta":"!"}));
+        events.push(json!({"type":"RUN_FINISHED","threadId":"t","runId":"late"}));
+        let mut sealed = Fold::new();
+        let mut plain = Fold::new().with_page_text(usize::MAX);
+        for (i, e) in events.iter().enumerate() {
+            let e = Event::build(e.clone());
+            assert_eq!(
+                sealed.apply(i as u64 + 1, &e),
+                plain.apply(i as u64 + 1, &e)
+            );
+        }
+        let on_pages = sealed.messages().iter().filter(|m| m.is_sealed()).count();
+        assert!(
+            on_pages > 1000,
+            "{on_pages} of {} sealed",
+            sealed.messages().len()
+        );
+        assert_eq!(plain.messages().iter().filter(|m| m.is_sealed()).count(), 0);
+        assert_eq!(sealed, plain);
+        assert_eq!(sealed.to_json(), plain.to_json());
+        // The late events landed where they would have.
+        let at = |f: &Fold, id: &str| f.messages().iter().position(|m| m.id() == Some(id));
+        assert_eq!(at(&sealed, "t3b"), Some(at(&sealed, "t3").unwrap() + 1));
+        assert_eq!(
+            sealed.message("b5").unwrap().value()["content"]
+                .as_str()
+                .unwrap()
+                .chars()
+                .last(),
+            Some('!')
+        );
+        assert!(
+            sealed.message("a3").unwrap().value()["toolCalls"][0]["function"]["arguments"]
+                .as_str()
+                .unwrap()
+                .ends_with(' ')
+        );
+        // Packed, the conversation holds well under its text.
+        let text: usize = sealed.messages().iter().map(Message::json_len).sum();
+        let held: usize = sealed
+            .messages()
+            .iter()
+            .map(|m| m.approx_bytes(VALUE_BYTES_PER_JSON_BYTE))
+            .sum();
+        assert!(held < text, "{held} bytes held for {text} of text");
+        // A checkpoint shares the pages, and a fold at it reads the same.
+        let at_end = Fold::at_checkpoint(sealed.runs().get("r399").unwrap().checkpoint().unwrap());
+        let plain_end =
+            Fold::at_checkpoint(plain.runs().get("r399").unwrap().checkpoint().unwrap());
+        assert_eq!(at_end.messages(), plain_end.messages());
+        assert!(at_end.messages().iter().any(Message::is_sealed));
     }
 
     #[test]

@@ -12,12 +12,18 @@
 //! header, in two allocations that never change size (so they leave no
 //! holes behind as the trees did).
 //!
+//! A third form comes later: once a conversation has piled up two pages'
+//! worth of finished messages, the fold packs the oldest into a sealed page
+//! ([`super::sealed`]), where many share one compressed text; the message
+//! is then the page and its place on it, and reads the same.
+//!
 //! A closed message is read back by parsing it ([`Message::value`]): the
 //! readers are a snapshot, a run's start and a branch, each already
 //! O(the conversation); the hot path (a delta appended to the message being
 //! streamed) touches only open messages. Id and role, which lookups scan
 //! for, are kept as ranges of the text so finding a message parses nothing.
 
+use super::sealed::{Page, Sealing};
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -35,6 +41,9 @@ enum Form {
     Open(Arc<Value>),
     /// Finished: its compact JSON.
     Closed(Arc<Closed>),
+    /// Finished and packed with others: message `.1` of a sealed page
+    /// ([`super::sealed`]).
+    Sealed(Arc<Page>, u32),
 }
 
 struct Closed {
@@ -115,11 +124,49 @@ impl Message {
         matches!(self.0, Form::Open(_))
     }
 
+    /// True when it is on a sealed page.
+    pub fn is_sealed(&self) -> bool {
+        matches!(self.0, Form::Sealed(..))
+    }
+
+    /// A finished message not on a page yet, short enough for one: what
+    /// [`Message::seal`] takes.
+    pub fn sealable(&self) -> bool {
+        matches!(&self.0, Form::Closed(c) if c.json.get().len() <= super::sealed::MAX_SEALED_MESSAGE)
+    }
+
+    /// Packs `messages` (each [`Message::sealable`]) into one sealed page
+    /// ([`super::sealed`]): each becomes its place on it.
+    pub fn seal(mut messages: Vec<&mut Message>) {
+        let page = Arc::new(Page::seal(messages.iter().map(|m| match &m.0 {
+            Form::Closed(c) => Sealing {
+                json: c.json.get(),
+                id: c.id.get(c.json.get()),
+                role: c.role.get(c.json.get()).unwrap_or_default(),
+                has_tool_calls: c.has_tool_calls,
+            },
+            _ => unreachable!("only finished messages are sealed"),
+        })));
+        for (i, m) in messages.iter_mut().enumerate() {
+            **m = Message(Form::Sealed(page.clone(), i as u32));
+        }
+    }
+
+    /// Its JSON text, when finished (`None` while open).
+    fn text(&self) -> Option<super::sealed::SealedText<'_>> {
+        match &self.0 {
+            Form::Open(_) => None,
+            Form::Closed(c) => Some(super::sealed::SealedText::Plain(c.json.get())),
+            Form::Sealed(p, i) => Some(p.json(*i)),
+        }
+    }
+
     /// Its `id`.
     pub fn id(&self) -> Option<&str> {
         match &self.0 {
             Form::Open(v) => v.get("id").and_then(Value::as_str),
             Form::Closed(c) => c.id.get(c.json.get()),
+            Form::Sealed(p, i) => p.id(*i),
         }
     }
 
@@ -128,6 +175,7 @@ impl Message {
         match &self.0 {
             Form::Open(v) => v.get("role").and_then(Value::as_str),
             Form::Closed(c) => c.role.get(c.json.get()),
+            Form::Sealed(p, i) => Some(p.role(*i)),
         }
         .unwrap_or_default()
     }
@@ -137,6 +185,16 @@ impl Message {
         match &self.0 {
             Form::Open(v) => v.get("toolCalls").is_some(),
             Form::Closed(c) => c.has_tool_calls,
+            Form::Sealed(p, i) => p.has_tool_calls(*i),
+        }
+    }
+
+    /// Whether it may name tool call `id` in its `toolCalls` (false means
+    /// it does not; a sealed one answers without unpacking its page).
+    pub fn may_name_tool_call(&self, id: &str) -> bool {
+        match &self.0 {
+            Form::Sealed(p, i) => p.has_tool_calls(*i) && p.may_name_tool_call(id),
+            _ => self.may_have_tool_calls() && self.json_mentions(id),
         }
     }
 
@@ -144,23 +202,21 @@ impl Message {
     /// searched without parsing; an open one, or a needle JSON writes with
     /// escapes, answers true: look at its value).
     pub fn json_mentions(&self, needle: &str) -> bool {
-        match &self.0 {
-            Form::Open(_) => true,
-            Form::Closed(c) => {
-                let plain =
-                    serde_json::to_string(needle).is_ok_and(|q| q.len() == needle.len() + 2);
-                !plain || c.json.get().contains(needle)
-            }
-        }
+        let Some(text) = self.text() else {
+            return true;
+        };
+        let plain = serde_json::to_string(needle).is_ok_and(|q| q.len() == needle.len() + 2);
+        !plain || text.contains(needle)
     }
 
     /// The message as a value: borrowed when open, parsed when closed.
     pub fn value(&self) -> Cow<'_, Value> {
-        match &self.0 {
-            Form::Open(v) => Cow::Borrowed(&**v),
-            Form::Closed(c) => {
-                Cow::Owned(serde_json::from_str(c.json.get()).expect("a closed message parses"))
+        match (&self.0, self.text()) {
+            (Form::Open(v), _) => Cow::Borrowed(&**v),
+            (_, Some(text)) => {
+                Cow::Owned(serde_json::from_str(&text).expect("a closed message parses"))
             }
+            (_, None) => unreachable!("only an open message has no text"),
         }
     }
 
@@ -171,13 +227,13 @@ impl Message {
 
     /// The message to change (opened again if closed, copied if shared).
     pub fn make_mut(&mut self) -> &mut Value {
-        if let Form::Closed(c) = &self.0 {
-            let v = serde_json::from_str(c.json.get()).expect("a closed message parses");
+        if let Some(text) = self.text() {
+            let v = serde_json::from_str(&text).expect("a closed message parses");
             self.0 = Form::Open(Arc::new(v));
         }
         match &mut self.0 {
             Form::Open(v) => Arc::make_mut(v),
-            Form::Closed(_) => unreachable!("opened above"),
+            Form::Closed(_) | Form::Sealed(..) => unreachable!("opened above"),
         }
     }
 
@@ -186,6 +242,7 @@ impl Message {
         match (&a.0, &b.0) {
             (Form::Open(x), Form::Open(y)) => Arc::ptr_eq(x, y),
             (Form::Closed(x), Form::Closed(y)) => Arc::ptr_eq(x, y),
+            (Form::Sealed(x, i), Form::Sealed(y, j)) => Arc::ptr_eq(x, y) && i == j,
             _ => false,
         }
     }
@@ -195,6 +252,9 @@ impl Message {
         match &self.0 {
             Form::Open(v) => Arc::as_ptr(v) as usize,
             Form::Closed(c) => Arc::as_ptr(c) as usize,
+            // Addresses use the low 48 bits; the index tells a page's
+            // messages apart.
+            Form::Sealed(p, i) => Arc::as_ptr(p) as usize ^ ((*i as usize + 1) << 48),
         }
     }
 
@@ -204,16 +264,20 @@ impl Message {
         match &self.0 {
             Form::Open(v) => serde_json::to_vec(&**v).map_or(0, |b| b.len()),
             Form::Closed(c) => c.json.get().len(),
+            Form::Sealed(p, i) => p.json_len(*i),
         }
     }
 
-    /// What it holds in memory, about: a closed one its text and header, an
-    /// open one `value_factor` times its text (a tree's cost).
+    /// What it holds in memory, about: a closed one its text and header, a
+    /// sealed one its share of its page, an open one `value_factor` times
+    /// its text (a tree's cost).
     pub fn approx_bytes(&self, value_factor: usize) -> usize {
         const HEADER: usize = std::mem::size_of::<Closed>() + 16;
         match &self.0 {
             Form::Open(_) => self.json_len() * value_factor,
             Form::Closed(c) => c.json.get().len() + HEADER,
+            // Its share of the page (which its neighbours share too).
+            Form::Sealed(p, _) => p.heap_bytes() / p.len().max(1) + std::mem::size_of::<Message>(),
         }
     }
 }
@@ -223,6 +287,9 @@ impl Serialize for Message {
         match &self.0 {
             Form::Open(v) => v.serialize(s),
             Form::Closed(c) => c.json.serialize(s),
+            Form::Sealed(p, i) => RawValue::from_string(p.json(*i).to_owned())
+                .expect("a sealed message is JSON")
+                .serialize(s),
         }
     }
 }
@@ -233,8 +300,8 @@ impl PartialEq for Message {
         if Message::ptr_eq(self, o) {
             return true;
         }
-        match (&self.0, &o.0) {
-            (Form::Closed(a), Form::Closed(b)) if a.json.get() == b.json.get() => true,
+        match (self.text(), o.text()) {
+            (Some(a), Some(b)) if *a == *b => true,
             _ => *self.value() == *o.value(),
         }
     }
@@ -245,10 +312,11 @@ impl PartialEq for Message {
 /// parses only when the texts differ (keys in another order).
 impl PartialEq<Value> for Message {
     fn eq(&self, o: &Value) -> bool {
-        match &self.0 {
-            Form::Open(v) => **v == *o,
-            Form::Closed(c) => {
-                serde_json::to_string(o).is_ok_and(|t| t == c.json.get()) || *self.value() == *o
+        match (&self.0, self.text()) {
+            (Form::Open(v), _) => **v == *o,
+            (_, text) => {
+                text.is_some_and(|text| serde_json::to_string(o).is_ok_and(|t| t == *text))
+                    || *self.value() == *o
             }
         }
     }
@@ -259,6 +327,7 @@ impl std::fmt::Debug for Message {
         match &self.0 {
             Form::Open(v) => write!(f, "Open({v})"),
             Form::Closed(c) => write!(f, "Closed({})", c.json.get()),
+            Form::Sealed(p, i) => write!(f, "Sealed({})", &*p.json(*i)),
         }
     }
 }

@@ -27,6 +27,7 @@ pub mod json_patch_atomic;
 pub mod lineage;
 pub mod message;
 pub mod open;
+pub mod sealed;
 pub mod sse;
 pub mod url_host;
 pub mod verify;

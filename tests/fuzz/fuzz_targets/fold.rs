@@ -14,7 +14,9 @@
 //! JSON object with a string `id` (the fold's own lookups rely on it), that
 //! `seq` is the last one applied, that `to_stored_json`/`from_json` round-trips, and
 //! that a fold restored from its JSON form halfway through (as a thread
-//! reloaded from a stored snapshot is) ends where the uninterrupted one ends.
+//! reloaded from a stored snapshot is) ends where the uninterrupted one ends,
+//! and that a fold packing its finished messages into sealed pages at every
+//! run's end reads the same as one that never packs them.
 
 #![no_main]
 
@@ -27,6 +29,10 @@ use serde_json::{Map, Value, json};
 /// The state cap the fold is held to here: small, so inputs that grow the
 /// state (RFC 6902 `copy` doubles it) reach it in microseconds, not seconds.
 const STATE_CAP: usize = 64 * 1024;
+
+/// The text a sealed page holds here: tiny, so every run's end seals what
+/// the run finished (the gateway's pages hold 16 KiB).
+const SEALED_PAGE: usize = 32;
 
 fuzz_target!(|data: &[u8]| {
     let events = if data.first() == Some(&b'{') {
@@ -46,6 +52,9 @@ fuzz_target!(|data: &[u8]| {
     };
 
     let mut fold = Fold::new().with_state_cap(STATE_CAP);
+    let mut sealed = Fold::new()
+        .with_state_cap(STATE_CAP)
+        .with_page_text(SEALED_PAGE);
     let mut restored = None;
     for (i, e) in events.iter().enumerate() {
         if i == events.len() / 2 {
@@ -55,6 +64,7 @@ fuzz_target!(|data: &[u8]| {
             );
         }
         fold.apply(i as u64 + 1, e);
+        sealed.apply(i as u64 + 1, e);
         if let Some(r) = &mut restored {
             r.apply(i as u64 + 1, e);
         }
@@ -71,6 +81,9 @@ fuzz_target!(|data: &[u8]| {
     if let Some(r) = restored {
         assert_eq!(r, fold, "restored halfway, then folded the rest");
     }
+    assert_eq!(sealed, fold, "sealed pages read as the messages they hold");
+    let snapshot = |f: &Fold| serde_json::to_value(f.messages()).unwrap();
+    assert_eq!(snapshot(&sealed), snapshot(&fold), "sealed messages serialize as before");
 });
 
 /// Event types the fold looks at, plus two it ignores.

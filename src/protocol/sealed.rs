@@ -1,0 +1,369 @@
+//! A sealed page: finished messages of one conversation packed together,
+//! their text compressed as one block.
+//!
+//! Why: a watched thread's conversation stays in memory for as long as
+//! anyone watches (a snapshot and every run's input need it), and it grows
+//! with every run. Kept one by one as text ([`super::message`]), a finished
+//! message cost its text plus about 100 bytes of headers and two
+//! allocations; the demo agent's 138-byte messages cost 242 bytes each. A
+//! conversation repeats its field names, roles and ids from message to
+//! message, so many of them compress well together where one alone does
+//! not. Once a run has ended, the fold ([`super::fold`]) packs its oldest
+//! finished messages into pages of about [`PAGE_TEXT`] bytes of text: ids
+//! and roles stay plain (lookups scan them without unpacking anything), the
+//! text is one LZ4 block, and a message is the page and its index in it.
+//!
+//! A page never changes. Changing a message on one (a late tool result's
+//! delta, an agent restating it differently) opens a copy of it, as for any
+//! finished message; the page lives while any message still points at it.
+//!
+//! Reading a message's text unpacks its page. The readers of finished
+//! messages (a snapshot, a run's input, a branch) walk the conversation in
+//! order, so the last page unpacked on each OS thread is kept
+//! ([`unpacked`]): a walk unpacks each page once. What that holds is one
+//! page's text per thread, at most [`PAGE_TEXT`] plus one message (messages
+//! longer than [`MAX_SEALED_MESSAGE`] stay on their own).
+
+use serde_json::Value;
+use std::cell::RefCell;
+use std::hash::{Hash, Hasher};
+use std::ops::Range;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Text a page is filled to before it is sealed: large enough that LZ4
+/// finds the repetitions between messages, small enough that a reader of one
+/// message unpacks little more than it needs.
+pub const PAGE_TEXT: usize = 16 << 10;
+
+/// Longest message packed into a page; a longer one stays on its own (its
+/// text alone is what a reader would unpack).
+pub const MAX_SEALED_MESSAGE: usize = 8 << 10;
+
+/// A string of the page's `strings`: `start..start+len`, or absent.
+#[derive(Clone, Copy)]
+struct Str {
+    start: u32,
+    len: u32,
+}
+
+const ABSENT: Str = Str {
+    start: u32::MAX,
+    len: 0,
+};
+
+/// One message of a page.
+struct Entry {
+    /// Where its JSON ends in the page's text (it starts where the one
+    /// before ends).
+    end: u32,
+    id: Str,
+    role: Str,
+    has_tool_calls: bool,
+}
+
+enum Text {
+    Plain(Box<str>),
+    Lz4 { block: Box<[u8]>, len: usize },
+}
+
+/// A sealed page of finished messages (see the module's docs).
+pub struct Page {
+    /// Tells pages apart in the per-thread cache of unpacked text (an
+    /// address could be reused by a later page).
+    serial: u64,
+    text: Text,
+    entries: Box<[Entry]>,
+    /// Ids and roles, unescaped, each role once.
+    strings: Box<str>,
+    /// Hashes of the tool call ids its messages' `toolCalls` name, sorted:
+    /// a tool call's lookup passes a page that does not name it without
+    /// unpacking it.
+    tool_calls: Box<[u64]>,
+}
+
+/// What a sealed message needs of the message it was: its compact JSON,
+/// id, role and whether it carries tool calls.
+pub struct Sealing<'a> {
+    pub json: &'a str,
+    pub id: Option<&'a str>,
+    pub role: &'a str,
+    pub has_tool_calls: bool,
+}
+
+static SERIALS: AtomicU64 = AtomicU64::new(1);
+
+impl Page {
+    /// A page of these messages, in this order (at most `u32::MAX` bytes
+    /// of text; the fold seals far less at a time).
+    pub fn seal<'a>(messages: impl IntoIterator<Item = Sealing<'a>>) -> Page {
+        let mut text = String::new();
+        let mut strings = String::new();
+        let mut roles: Vec<(Str, &str)> = Vec::new();
+        let mut entries = Vec::new();
+        let mut tool_calls = Vec::new();
+        let push = |strings: &mut String, s: &str| {
+            let start = strings.len() as u32;
+            strings.push_str(s);
+            Str {
+                start,
+                len: s.len() as u32,
+            }
+        };
+        for m in messages {
+            text.push_str(m.json);
+            let id = m.id.map_or(ABSENT, |id| push(&mut strings, id));
+            let role = match roles.iter().find(|(_, r)| *r == m.role) {
+                Some((at, _)) => *at,
+                None => {
+                    let at = push(&mut strings, m.role);
+                    roles.push((at, m.role));
+                    at
+                }
+            };
+            if m.has_tool_calls {
+                tool_calls.extend(tool_call_ids(m.json).map(|id| hash(&id)));
+            }
+            entries.push(Entry {
+                end: text.len() as u32,
+                id,
+                role,
+                has_tool_calls: m.has_tool_calls,
+            });
+        }
+        tool_calls.sort_unstable();
+        tool_calls.dedup();
+        let block = lz4_flex::block::compress(text.as_bytes());
+        let text = if block.len() <= text.len() - text.len() / 8 {
+            Text::Lz4 {
+                block: block.into_boxed_slice(),
+                len: text.len(),
+            }
+        } else {
+            Text::Plain(text.into_boxed_str())
+        };
+        Page {
+            serial: SERIALS.fetch_add(1, Ordering::Relaxed),
+            text,
+            entries: entries.into_boxed_slice(),
+            strings: strings.into_boxed_str(),
+            tool_calls: tool_calls.into_boxed_slice(),
+        }
+    }
+
+    /// Messages on the page.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    fn str(&self, s: Str) -> Option<&str> {
+        (s.start != u32::MAX).then(|| &self.strings[s.start as usize..(s.start + s.len) as usize])
+    }
+
+    /// Message `i`'s id.
+    pub fn id(&self, i: u32) -> Option<&str> {
+        self.str(self.entries[i as usize].id)
+    }
+
+    /// Message `i`'s role.
+    pub fn role(&self, i: u32) -> &str {
+        self.str(self.entries[i as usize].role).unwrap_or_default()
+    }
+
+    /// Whether message `i` carries tool calls.
+    pub fn has_tool_calls(&self, i: u32) -> bool {
+        self.entries[i as usize].has_tool_calls
+    }
+
+    /// False when no message on the page names tool call `id` in its
+    /// `toolCalls` (true: one may).
+    pub fn may_name_tool_call(&self, id: &str) -> bool {
+        self.tool_calls.binary_search(&hash(id)).is_ok()
+    }
+
+    fn range(&self, i: u32) -> Range<usize> {
+        let start = match i {
+            0 => 0,
+            _ => self.entries[i as usize - 1].end as usize,
+        };
+        start..self.entries[i as usize].end as usize
+    }
+
+    /// Bytes of message `i`'s JSON.
+    pub fn json_len(&self, i: u32) -> usize {
+        self.range(i).len()
+    }
+
+    /// Message `i`'s JSON.
+    pub fn json(&self, i: u32) -> SealedText<'_> {
+        let range = self.range(i);
+        match &self.text {
+            Text::Plain(t) => SealedText::Plain(&t[range]),
+            Text::Lz4 { block, len } => {
+                SealedText::Unpacked(unpacked(self.serial, block, *len), range)
+            }
+        }
+    }
+
+    /// What the page holds in memory, about (its allocations and their
+    /// headers).
+    pub fn heap_bytes(&self) -> usize {
+        let text = match &self.text {
+            Text::Plain(t) => t.len(),
+            Text::Lz4 { block, .. } => block.len(),
+        };
+        std::mem::size_of::<Page>()
+            + 16
+            + text
+            + self.entries.len() * std::mem::size_of::<Entry>()
+            + self.strings.len()
+            + self.tool_calls.len() * 8
+            + 4 * 16
+    }
+}
+
+/// A sealed message's JSON: borrowed from a plain page, or a range of the
+/// text unpacked on this thread.
+pub enum SealedText<'a> {
+    Plain(&'a str),
+    Unpacked(Rc<str>, Range<usize>),
+}
+
+impl std::ops::Deref for SealedText<'_> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        match self {
+            SealedText::Plain(s) => s,
+            SealedText::Unpacked(all, range) => &all[range.clone()],
+        }
+    }
+}
+
+thread_local! {
+    /// The page last unpacked on this thread, by serial.
+    static LAST: RefCell<Option<(u64, Rc<str>)>> = const { RefCell::new(None) };
+}
+
+/// Page `serial`'s text, unpacked (once per page a walk reads in order).
+fn unpacked(serial: u64, block: &[u8], len: usize) -> Rc<str> {
+    LAST.with(|last| {
+        if let Some((at, text)) = &*last.borrow()
+            && *at == serial
+        {
+            return text.clone();
+        }
+        let bytes = lz4_flex::block::decompress(block, len)
+            .expect("a sealed page unpacks (it was packed in this process)");
+        let text: Rc<str> = String::from_utf8(bytes)
+            .expect("a sealed page's text is the JSON it was given")
+            .into();
+        *last.borrow_mut() = Some((serial, text.clone()));
+        text
+    })
+}
+
+fn hash(s: &str) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    s.hash(&mut h);
+    h.finish()
+}
+
+/// The ids a message's `toolCalls` name.
+fn tool_call_ids(json: &str) -> impl Iterator<Item = String> {
+    let v: Value = serde_json::from_str(json).unwrap_or(Value::Null);
+    let calls = match v.get("toolCalls") {
+        Some(Value::Array(calls)) => calls.clone(),
+        _ => Vec::new(),
+    };
+    calls
+        .into_iter()
+        .filter_map(|c| c.get("id")?.as_str().map(str::to_owned))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sealing(json: &str) -> (String, Option<String>, String, bool) {
+        let v: Value = serde_json::from_str(json).unwrap();
+        (
+            json.to_owned(),
+            v.get("id").and_then(Value::as_str).map(str::to_owned),
+            v.get("role")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            v.get("toolCalls").is_some(),
+        )
+    }
+
+    fn page(jsons: &[&str]) -> Page {
+        let parts: Vec<_> = jsons.iter().map(|j| sealing(j)).collect();
+        Page::seal(parts.iter().map(|(json, id, role, calls)| Sealing {
+            json,
+            id: id.as_deref(),
+            role,
+            has_tool_calls: *calls,
+        }))
+    }
+
+    #[test]
+    fn a_page_reads_back_each_message_as_it_was_given() {
+        let mut jsons = Vec::new();
+        for i in 0..200 {
+            jsons.push(format!(
+                r#"{{"id":"m{i}","role":"assistant","content":"the answer to question {i} is the same as before","toolCalls":[{{"id":"call-{i}","type":"function","function":{{"name":"f","arguments":"{{}}"}}}}]}}"#
+            ));
+            jsons.push(format!(
+                r#"{{"id":"t{i}","role":"tool","toolCallId":"call-{i}","content":"ok"}}"#
+            ));
+        }
+        jsons.push(r#"{"role":"us\u00e9r","content":"no id"}"#.to_owned());
+        let refs: Vec<&str> = jsons.iter().map(String::as_str).collect();
+        let p = page(&refs);
+        assert!(matches!(p.text, Text::Lz4 { .. }), "repetitive text packs");
+        assert_eq!(p.len(), jsons.len());
+        for (i, json) in jsons.iter().enumerate() {
+            let i = i as u32;
+            assert_eq!(&*p.json(i), json.as_str());
+            assert_eq!(p.json_len(i), json.len());
+        }
+        assert_eq!(p.id(0), Some("m0"));
+        assert_eq!(p.role(0), "assistant");
+        assert_eq!(p.id(3), Some("t1"));
+        assert_eq!(p.role(3), "tool");
+        assert!(p.has_tool_calls(0) && !p.has_tool_calls(1));
+        let last = jsons.len() as u32 - 1;
+        assert_eq!(p.id(last), None);
+        assert_eq!(p.role(last), "us\u{e9}r");
+        assert!(p.may_name_tool_call("call-7"));
+        assert!(!p.may_name_tool_call("call-900"));
+        let text: usize = jsons.iter().map(String::len).sum();
+        assert!(
+            p.heap_bytes() < text / 2,
+            "{} bytes held for {text} of text",
+            p.heap_bytes()
+        );
+    }
+
+    #[test]
+    fn text_that_does_not_pack_stays_plain_and_reads_the_same() {
+        let p = page(&[r#"{"id":"a","role":"user","content":"x"}"#]);
+        assert!(matches!(p.text, Text::Plain(_)));
+        assert_eq!(&*p.json(0), r#"{"id":"a","role":"user","content":"x"}"#);
+    }
+
+    #[test]
+    fn two_pages_read_in_turn_on_one_thread_each_read_their_own() {
+        let a = page(&[&format!(r#"{{"id":"a","content":"{}"}}"#, "a".repeat(500))]);
+        let b = page(&[&format!(r#"{{"id":"b","content":"{}"}}"#, "b".repeat(500))]);
+        for _ in 0..3 {
+            assert!(a.json(0).contains("aaaa") && !a.json(0).contains("bbbb"));
+            assert!(b.json(0).contains("bbbb") && !b.json(0).contains("aaaa"));
+        }
+    }
+}
