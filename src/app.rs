@@ -116,6 +116,9 @@ pub async fn serve(config: Config, policy: Policy) -> Result<(), String> {
             (redis.clone(), redis.clone(), redis.clone(), Some(redis))
         }
     };
+    crate::protocol::sealed::set_page_text(
+        usize::try_from(config.threads.sealed_page_bytes).unwrap_or(usize::MAX),
+    );
     let threads = Threads::new(
         store,
         ThreadSettings {

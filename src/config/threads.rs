@@ -57,6 +57,15 @@ pub struct ThreadsConfig {
     #[serde(with = "byte_size")]
     #[schemars(with = "byte_size::Text")]
     pub memory_overhead: u64,
+    /// Text a sealed page of a conversation's finished messages holds
+    /// (`src/protocol/sealed.rs`): a conversation with two pages' worth of
+    /// finished messages not on a page packs the oldest into one, about a
+    /// third to a fifth of their size. Smaller pages seal sooner and unpack
+    /// faster, larger ones pack better. At least 1 byte (every run's end
+    /// seals what is finished: for tests); `1TiB` never seals.
+    #[serde(with = "byte_size")]
+    #[schemars(with = "byte_size::Text")]
+    pub sealed_page_bytes: u64,
     /// Who is watching a thread (the subscribe reply's `presence`, the
     /// `presence` frames, `GET /v1/threads/{id}/presence`); off: empty lists.
     pub presence: bool,
@@ -92,6 +101,7 @@ impl Default for ThreadsConfig {
             hot_bytes: 4 << 20,
             memory_budget: None,
             memory_overhead: 64 << 20,
+            sealed_page_bytes: crate::protocol::sealed::PAGE_TEXT as u64,
             presence: true,
             presence_interval: Duration::from_secs(1),
             presence_hide_roles: Vec::new(),
@@ -117,6 +127,12 @@ impl ThreadsConfig {
         if self.hot_bytes < 1024 {
             bad("threads.hot_bytes".into(), "must be at least 1KiB".into());
         }
+        if self.sealed_page_bytes == 0 {
+            bad(
+                "threads.sealed_page_bytes".into(),
+                "must be at least 1 byte".into(),
+            );
+        }
         if self.memory_overhead < 16 << 20 {
             bad(
                 "threads.memory_overhead".into(),
@@ -132,5 +148,36 @@ impl ThreadsConfig {
                 ),
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problems(c: &ThreadsConfig) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        c.check(&mut |k, m| out.push((k, m)));
+        out
+    }
+
+    #[test]
+    fn a_sealed_page_holds_at_least_a_byte() {
+        let mut c = ThreadsConfig {
+            memory_budget: Some(64 << 20),
+            ..Default::default()
+        };
+        assert!(problems(&c).is_empty(), "{:?}", problems(&c));
+        assert_eq!(c.sealed_page_bytes, 16 << 10);
+        c.sealed_page_bytes = 0;
+        assert_eq!(
+            problems(&c),
+            [(
+                "threads.sealed_page_bytes".to_owned(),
+                "must be at least 1 byte".to_owned()
+            )]
+        );
+        c.sealed_page_bytes = 1;
+        assert!(problems(&c).is_empty());
     }
 }

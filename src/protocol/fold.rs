@@ -72,15 +72,15 @@ pub struct Fold {
     pages: PageSize,
 }
 
-/// The text a sealed page is filled to ([`super::sealed::PAGE_TEXT`]
-/// unless a test or fuzz target makes pages tiny, to seal at every run).
+/// The text a sealed page is filled to (the process's
+/// [`super::sealed::page_text`] unless a test or fuzz target sets another).
 /// Not part of the fold's value: a fold reads the same however it packs.
 #[derive(Debug, Clone, Copy)]
 struct PageSize(usize);
 
 impl Default for PageSize {
     fn default() -> Self {
-        PageSize(super::sealed::PAGE_TEXT)
+        PageSize(super::sealed::page_text())
     }
 }
 

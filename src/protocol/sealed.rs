@@ -29,12 +29,29 @@ use std::cell::RefCell;
 use std::hash::{Hash, Hasher};
 use std::ops::Range;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-/// Text a page is filled to before it is sealed: large enough that LZ4
-/// finds the repetitions between messages, small enough that a reader of one
-/// message unpacks little more than it needs.
+/// Text a page is filled to before it is sealed, by default: large enough
+/// that LZ4 finds the repetitions between messages, small enough that a
+/// reader of one message unpacks little more than it needs.
 pub const PAGE_TEXT: usize = 16 << 10;
+
+/// The page text this process's folds use (`threads.sealed_page_bytes`).
+/// Process-wide rather than passed to every fold: a fold is made in many
+/// places (a thread's load, a branch's replay, a view at a run's end) and
+/// its pages never change what it reads, only what it holds.
+static PAGE_TEXT_NOW: AtomicUsize = AtomicUsize::new(PAGE_TEXT);
+
+/// Sets the page text folds made from now on use (at start-up, from
+/// `threads.sealed_page_bytes`).
+pub fn set_page_text(bytes: usize) {
+    PAGE_TEXT_NOW.store(bytes.max(1), Ordering::Relaxed);
+}
+
+/// The page text folds use (see [`set_page_text`]).
+pub fn page_text() -> usize {
+    PAGE_TEXT_NOW.load(Ordering::Relaxed)
+}
 
 /// Longest message packed into a page; a longer one stays on its own (its
 /// text alone is what a reader would unpack).
