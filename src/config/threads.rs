@@ -62,7 +62,8 @@ pub struct ThreadsConfig {
     /// finished messages not on a page packs the oldest into one, about a
     /// third to a fifth of their size. Smaller pages seal sooner and unpack
     /// faster, larger ones pack better. At least 1 byte (every run's end
-    /// seals what is finished: for tests); `1TiB` never seals.
+    /// seals what is finished: for tests); `1TiB` never seals. A page
+    /// holds at most 64 MiB of text, whatever this says.
     #[serde(with = "byte_size")]
     #[schemars(with = "byte_size::Text")]
     pub sealed_page_bytes: u64,

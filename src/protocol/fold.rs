@@ -682,6 +682,7 @@ impl Fold {
     /// before its checkpoint, so the checkpoint shares the pages.
     fn seal_pages(&mut self) {
         let PageSize(page_text) = self.pages;
+        let page_cap = page_text.min(super::sealed::MAX_PAGE_TEXT);
         let from = self
             .messages
             .iter()
@@ -701,7 +702,7 @@ impl Fold {
                 .iter_mut()
                 .filter(|m| m.sealable())
                 .take_while(|m| {
-                    let room = filled < page_text;
+                    let room = filled < page_cap;
                     filled += m.json_len();
                     room
                 })

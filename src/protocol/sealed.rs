@@ -53,6 +53,10 @@ pub fn page_text() -> usize {
     PAGE_TEXT_NOW.load(Ordering::Relaxed)
 }
 
+/// Most text one page takes, whatever the setting: its offsets are 32-bit,
+/// and packing it happens at a run's end, in the thread's lock.
+pub const MAX_PAGE_TEXT: usize = 64 << 20;
+
 /// Longest message packed into a page; a longer one stays on its own (its
 /// text alone is what a reader would unpack).
 pub const MAX_SEALED_MESSAGE: usize = 8 << 10;
