@@ -42,6 +42,7 @@ pub const POINTS: &[&str] = &[
     "run.abandoned_leased",
     "sweeper.pass",
     "sweeper.listed",
+    "sweeper.not_orphaned",
     "sweeper.orphan_leased",
     "sweeper.orphan_closed",
     "compaction.serialized",

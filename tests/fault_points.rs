@@ -419,6 +419,59 @@ async fn a_run_ending_while_the_sweeper_looks_is_left_as_it_ended() {
     );
 }
 
+/// CI, 2026-11-29: a run sent right after the previous run's end was
+/// refused `conflict` ("the thread is being closed after a stopped gateway
+/// node"). A sweeper had listed the thread while that run ended (two
+/// reads, see the test above), took the closer's lease, found nothing to
+/// close and gave it back — and the run asked for the thread in that
+/// moment. A run now waits for a sweeper's lease (up to a lease's life).
+/// The sweeper is stalled holding it here, past the run's request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_sent_while_a_sweeper_finds_nothing_to_close_waits_for_it() {
+    const LISTED: Duration = Duration::from_secs(6);
+    const HELD: Duration = Duration::from_millis(1500);
+    let redis = RedisServer::start().await;
+    let mut py = PyAgent::start("scripted_agent.py").await;
+    let config = config("", &py, None);
+    let faults = format!(
+        "sweeper.listed=1*return(stall:{});sweeper.not_orphaned=1*return(stall:{});\
+         sweeper.pass=return(stall:1)",
+        LISTED.as_millis(),
+        HELD.as_millis()
+    );
+    let a = redis_node(&redis, "a", &config, &faults).await;
+    let t = token(json!({"sub": "alice"}));
+    let url = a.run_url("gated");
+    let run = tokio::spawn(async move { post_run(&url, &t, &body("swept", "r1", "go")).await });
+    py.proc.expect_line_containing("GATED r1").await;
+    stalled(&a, "sweeper.listed", LISTED).await;
+    // The run ends while the sweeper waits between its two reads: it then
+    // takes the closer's lease on a thread with nothing open, and holds it.
+    http().post(py.url("release")).send().await.unwrap();
+    let (status, out) = run.await.unwrap();
+    assert_eq!(status, 200, "{out}");
+    let held_at = stalled(&a, "sweeper.not_orphaned", HELD).await;
+    let t = token(json!({"sub": "alice"}));
+    assert!(
+        held_at.elapsed() < HELD / 2,
+        "the run must be asked for inside the sweeper's hold for this test to mean anything"
+    );
+    let (status, out) = post_run(&a.run_url("ok"), &t, &body("swept", "r2", "again")).await;
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(
+        sse_events(&out).last().unwrap()["type"],
+        "RUN_FINISHED",
+        "{out}"
+    );
+    let journal = journal_at(&a.base, &t, "swept").await;
+    let ended = check_journal(&journal);
+    let runs: Vec<(&str, &str)> = ended
+        .iter()
+        .map(|(r, e)| (r.as_str(), e["type"].as_str().unwrap()))
+        .collect();
+    assert_eq!(runs, [("r1", "RUN_FINISHED"), ("r2", "RUN_FINISHED")]);
+}
+
 /// Item 2: a WebSocket requester whose node froze past its lease before
 /// the agent's first event is told how its run ended (nothing of the run
 /// was journaled, so no closer ever will).

@@ -214,6 +214,9 @@ impl Threads {
             // and closing it anyway would journal a failed handoff after a
             // run that finished.
             Ok(Acquired::Granted(lease)) => {
+                // Held for this moment only; a run asking meanwhile waits
+                // for it (see `Thread::start_run`).
+                crate::fault::point("sweeper.not_orphaned").await;
                 self.leases.release(key, &lease);
                 return;
             }

@@ -131,6 +131,13 @@ impl RunSlot {
 /// The run id a sweeper's lease names (it closes a stopped node's run).
 pub(super) const CLOSER: &str = "gateway-closer";
 
+/// How often a run that found a sweeper's lease on its thread asks again.
+/// A sweeper holds the lease for a store round trip when the thread it
+/// listed turns out not to be abandoned (its run ended between the
+/// sweeper's two reads), and for one append when it closes a stopped
+/// node's run: either way briefly, and never past a lease's life.
+const CLOSER_RETRY: std::time::Duration = std::time::Duration::from_millis(25);
+
 /// What [`Thread::start_run`] does before asking for the lease again.
 enum Retry {
     /// Cancel this run on the node running it (the interrupt strategy).
@@ -139,6 +146,9 @@ enum Retry {
     ReadBack(RunRequest),
     /// A stopped node's run was found open: close it under this lease.
     CloseAbandoned(RunRequest, Lease),
+    /// A sweeper holds the thread (closing what a stopped node left, or
+    /// finding nothing to close): ask again once it is done.
+    AfterCloser(RunRequest),
 }
 
 /// How [`Thread::admit`] took a request.
@@ -163,7 +173,13 @@ impl Thread {
         mut req: RunRequest,
         strategy: Strategy,
     ) -> Result<Started, RunRefused> {
-        for _ in 0..3 {
+        // Waiting for a sweeper is not one of the three tries: it is not
+        // the thread changing under the run, and it ends within a lease's
+        // life (a sweeper that died holding it lets it lapse).
+        let closer_deadline = tokio::time::Instant::now() + self.leases.patience();
+        let mut tries = 0;
+        while tries < 3 {
+            tries += 1;
             let (seen, reserved) = match self.admit(req, strategy)? {
                 Admitted::Queued(n) => return Ok(Started::Queued(n)),
                 Admitted::Reserved(seen, reserved) => (seen, *reserved),
@@ -209,6 +225,12 @@ impl Thread {
                     Ok(Acquired::Held { run_id }) => {
                         self.unreserve(&mut inner, &req);
                         match strategy {
+                            Strategy::Reject
+                                if run_id == CLOSER
+                                    && tokio::time::Instant::now() < closer_deadline =>
+                            {
+                                Retry::AfterCloser(req)
+                            }
                             Strategy::Reject if run_id == CLOSER => {
                                 return Err(RunRefused::Conflict(
                                     "the thread is being closed after a stopped gateway node; retry".into(),
@@ -270,6 +292,13 @@ impl Thread {
                 Retry::CloseAbandoned(again, lease) => {
                     req = again;
                     self.close_under(&lease).await;
+                }
+                Retry::AfterCloser(again) => {
+                    req = again;
+                    tries -= 1;
+                    tokio::time::sleep(CLOSER_RETRY).await;
+                    // A sweeper that closed a run appended its end.
+                    self.read_back().await;
                 }
             }
         }
