@@ -179,7 +179,6 @@ impl Thread {
         let closer_deadline = tokio::time::Instant::now() + self.leases.patience();
         let mut tries = 0;
         while tries < 3 {
-            tries += 1;
             let (seen, reserved) = match self.admit(req, strategy)? {
                 Admitted::Queued(n) => return Ok(Started::Queued(n)),
                 Admitted::Reserved(seen, reserved) => (seen, *reserved),
@@ -286,16 +285,17 @@ impl Thread {
                     return Ok(Started::Queued(1));
                 }
                 Retry::ReadBack(stale) => {
+                    tries += 1;
                     req = stale;
                     self.read_back().await;
                 }
                 Retry::CloseAbandoned(again, lease) => {
+                    tries += 1;
                     req = again;
                     self.close_under(&lease).await;
                 }
                 Retry::AfterCloser(again) => {
                     req = again;
-                    tries -= 1;
                     tokio::time::sleep(CLOSER_RETRY).await;
                     // A sweeper that closed a run appended its end.
                     self.read_back().await;
