@@ -14,9 +14,11 @@
 //! from the events alone, with no side table to keep in step.
 
 use super::Event;
+use super::sealed::Page;
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The field of a journaled `RUN_STARTED` that names the run's agent.
 pub const GATEWAY_FIELD: &str = "agui-gateway";
@@ -71,20 +73,95 @@ impl RunAgent {
 /// Which run introduced each folded message, and which runs wrote the
 /// state: a snapshot shows a viewer each message as the rules of its own
 /// run's agent allow.
-#[derive(Debug, Clone, Default, PartialEq)]
+///
+/// Why two places: a map from id to origin cost about 90 bytes a message,
+/// as much as the message itself once it is on a sealed page
+/// ([`super::sealed`]). So when the fold seals messages it moves their
+/// origins onto the page with them ([`Authors::seal`]) and keeps the page
+/// here; the map holds only the messages not on a page. A lookup tries the
+/// map, then the pages, newest first — starting where the last lookup
+/// found a message, since the readers (a snapshot, a run's input, a
+/// checkpoint) ask in conversation order, so a walk costs one step a
+/// message.
+#[derive(Debug, Default)]
 pub struct Authors {
-    /// Message id → the run that introduced it.
+    /// Message id → the run that introduced it (messages not on a page).
     messages: HashMap<String, RunAgent>,
+    /// Pages whose messages' origins are theirs, oldest first.
+    pages: Vec<Arc<Page>>,
+    /// Where the next lookup likely is: page << 32 | message on it.
+    hint: AtomicU64,
     /// Every distinct origin of a state change (the state is one value
     /// shared by all runs, so it is hidden if any of its writers' rules hide it).
     state: Vec<RunAgent>,
+}
+
+impl Clone for Authors {
+    fn clone(&self) -> Authors {
+        Authors {
+            messages: self.messages.clone(),
+            pages: self.pages.clone(),
+            hint: AtomicU64::new(self.hint.load(Ordering::Relaxed)),
+            state: self.state.clone(),
+        }
+    }
+}
+
+/// Equal when they attribute the same ids the same way (wherever each
+/// keeps them) and name the same writers of the state.
+impl PartialEq for Authors {
+    fn eq(&self, o: &Authors) -> bool {
+        self.state == o.state && self.all() == o.all()
+    }
 }
 
 impl Authors {
     /// The run that introduced message `id` (unknown if none is recorded).
     pub fn of_message(&self, id: Option<&str>) -> &RunAgent {
         static UNKNOWN: RunAgent = RunAgent::Unknown;
-        id.and_then(|id| self.messages.get(id)).unwrap_or(&UNKNOWN)
+        let Some(id) = id else { return &UNKNOWN };
+        self.messages
+            .get(id)
+            .or_else(|| self.on_pages(id))
+            .unwrap_or(&UNKNOWN)
+    }
+
+    /// The origin a page keeps for message `id`: the message after the
+    /// last one found first, then every page newest first.
+    fn on_pages(&self, id: &str) -> Option<&RunAgent> {
+        let hint = self.hint.load(Ordering::Relaxed);
+        let (p, i) = ((hint >> 32) as usize, hint as u32);
+        let found = match self.pages.get(p) {
+            Some(page) if (i as usize) < page.len() && page.id(i) == Some(id) => Some((p, i)),
+            _ => self
+                .pages
+                .iter()
+                .enumerate()
+                .rev()
+                .find_map(|(p, page)| Some((p, page.position(id)?))),
+        };
+        let (p, i) = found?;
+        let page = &self.pages[p];
+        let next = match i as usize + 1 {
+            n if n < page.len() => ((p as u64) << 32) | n as u64,
+            _ => (p as u64 + 1) << 32,
+        };
+        self.hint.store(next, Ordering::Relaxed);
+        Some(page.origin(i))
+    }
+
+    /// Every attributed id and its origin (pages first, the map over them).
+    fn all(&self) -> HashMap<&str, &RunAgent> {
+        let mut all = HashMap::new();
+        for page in &self.pages {
+            for i in 0..page.len() as u32 {
+                if let Some(id) = page.id(i) {
+                    all.insert(id, page.origin(i));
+                }
+            }
+        }
+        all.extend(self.messages.iter().map(|(id, o)| (id.as_str(), o)));
+        all
     }
 
     /// Authors from their parts: message id → origin, and the state's origins.
@@ -95,12 +172,17 @@ impl Authors {
         Authors {
             messages: messages.into_iter().collect(),
             state,
+            ..Authors::default()
         }
     }
 
     /// The origins of the state.
     pub fn of_state(&self) -> &[RunAgent] {
         &self.state
+    }
+
+    fn attributed(&self, id: &str) -> bool {
+        self.messages.contains_key(id) || self.on_pages(id).is_some()
     }
 
     /// Records `origin` for every message in `messages` not attributed yet.
@@ -110,20 +192,62 @@ impl Authors {
         origin: &RunAgent,
     ) {
         for id in ids {
-            if !self.messages.contains_key(id) {
+            if !self.attributed(id) {
                 self.messages.insert(id.to_owned(), origin.clone());
             }
         }
     }
 
-    /// Forgets messages the conversation (`ids`, `len` of them) no longer
-    /// holds (after an agent's `MESSAGES_SNAPSHOT`), so the map stays as
-    /// large as the conversation.
-    pub(super) fn keep_only<'a>(&mut self, ids: impl IntoIterator<Item = &'a str>, len: usize) {
-        if self.messages.len() > len {
-            let present: std::collections::HashSet<&str> = ids.into_iter().collect();
-            self.messages.retain(|id, _| present.contains(id.as_str()));
+    /// The origin of a message about to be sealed (taken out of the map:
+    /// the page keeps it from now on).
+    pub(super) fn take_for_page(&mut self, id: Option<&str>) -> RunAgent {
+        let Some(id) = id else {
+            return RunAgent::Unknown;
+        };
+        match self.messages.remove(id) {
+            Some(origin) => origin,
+            None => self.on_pages(id).cloned().unwrap_or_default(),
         }
+    }
+
+    /// Keeps `page` (just sealed with origins from [`Authors::take_for_page`])
+    /// as where its messages' origins are.
+    pub(super) fn seal(&mut self, page: Arc<Page>) {
+        self.pages.push(page);
+        // A map read back whole (a reloaded base) has just given most of
+        // its entries to pages; its table would otherwise stay that large.
+        if self.messages.capacity() > 4 * self.messages.len() + 64 {
+            self.messages.shrink_to_fit();
+        }
+    }
+
+    /// Forgets messages the conversation (`ids`, `len` of them) no longer
+    /// holds (after an agent's `MESSAGES_SNAPSHOT`), so what is kept stays
+    /// as large as the conversation. A page with a message gone is let go,
+    /// the origins of those of its messages still present moved back to
+    /// the map.
+    pub(super) fn keep_only<'a>(&mut self, ids: impl IntoIterator<Item = &'a str>, len: usize) {
+        let on_pages: usize = self.pages.iter().map(|p| p.len()).sum();
+        if self.messages.len() + on_pages <= len {
+            return;
+        }
+        let present: std::collections::HashSet<&str> = ids.into_iter().collect();
+        self.messages.retain(|id, _| present.contains(id.as_str()));
+        let (kept, gone): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.pages).into_iter().partition(|p| {
+                (0..p.len() as u32).all(|i| p.id(i).is_none_or(|id| present.contains(id)))
+            });
+        self.pages = kept;
+        for page in gone {
+            for i in 0..page.len() as u32 {
+                if let Some(id) = page.id(i).filter(|id| present.contains(id))
+                    && !self.attributed(id)
+                {
+                    self.messages.insert(id.to_owned(), page.origin(i).clone());
+                }
+            }
+        }
+        self.hint.store(0, Ordering::Relaxed);
     }
 
     /// Records that a run of `origin` changed the state.
@@ -136,9 +260,9 @@ impl Authors {
     /// The stored form (part of a compacted base, never of a snapshot).
     pub fn to_json(&self) -> Value {
         let messages: Map<String, Value> = self
-            .messages
-            .iter()
-            .map(|(id, a)| (id.clone(), a.to_json()))
+            .all()
+            .into_iter()
+            .map(|(id, a)| (id.to_owned(), a.to_json()))
             .collect();
         let state: Vec<Value> = self.state.iter().map(RunAgent::to_json).collect();
         json!({ "messages": messages, "state": state })
@@ -146,22 +270,25 @@ impl Authors {
 
     /// Reads [`Authors::to_json`]'s form; anything missing is unknown.
     pub fn from_json(v: &Value) -> Authors {
-        Authors {
-            messages: v
-                .get("messages")
+        Authors::from_parts(
+            v.get("messages")
                 .and_then(Value::as_object)
                 .into_iter()
                 .flatten()
-                .map(|(id, a)| (id.clone(), RunAgent::from_json(a)))
-                .collect(),
-            state: v
-                .get("state")
+                .map(|(id, a)| (id.clone(), RunAgent::from_json(a))),
+            v.get("state")
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
                 .map(RunAgent::from_json)
                 .collect(),
-        }
+        )
+    }
+
+    /// What it holds in memory, about (the pages are counted with the
+    /// messages on them).
+    pub fn approx_bytes(&self) -> usize {
+        self.messages.len() * 96 + self.pages.len() * 8 + self.state.len() * 16
     }
 }
 

@@ -59,6 +59,30 @@ impl Conversation {
         self.parts().into_iter().flatten()
     }
 
+    /// The conversation of `entries`, sharing `previous`'s when that is
+    /// where it starts (as [`Conversation::after`]; a base read back).
+    fn after_entries(
+        previous: Option<&Arc<Conversation>>,
+        entries: Vec<(Message, RunAgent)>,
+    ) -> Conversation {
+        let shared = previous.filter(|p| {
+            p.links < MAX_CHAIN
+                && p.len <= entries.len()
+                && p.iter()
+                    .zip(&entries)
+                    .all(|((m, o), (n, q))| Message::ptr_eq(m, n) && o == q)
+        });
+        match shared {
+            Some(p) => Conversation {
+                before: Some(p.clone()),
+                len: entries.len(),
+                own: entries.into_iter().skip(p.len).collect(),
+                links: p.links + 1,
+            },
+            None => Conversation::flat(entries),
+        }
+    }
+
     /// The conversation of `messages`, sharing `previous`'s when that is
     /// where it starts (the very same message values, by the same runs).
     fn after(
@@ -256,11 +280,14 @@ impl Pools {
     }
 }
 
-/// Reads [`Pools::checkpoint`]'s form against the pools read back.
+/// Reads [`Pools::checkpoint`]'s form against the pools read back, sharing
+/// the conversation of `previous` (the checkpoint read just before it)
+/// where it starts the same, as when it was made.
 pub(super) fn checkpoint_from_json(
     v: &Value,
     messages: &[Message],
     states: &[Arc<Value>],
+    previous: Option<&Checkpoint>,
 ) -> Option<Checkpoint> {
     let origins = |k: &str| -> Vec<RunAgent> {
         v.get(k)
@@ -281,7 +308,8 @@ pub(super) fn checkpoint_from_json(
     message_origins.resize(picked.len(), RunAgent::Unknown);
     Some(Checkpoint {
         seq: v.get("seq")?.as_u64()?,
-        conversation: Arc::new(Conversation::flat(
+        conversation: Arc::new(Conversation::after_entries(
+            previous.map(|p| &p.conversation),
             picked.into_iter().zip(message_origins).collect(),
         )),
         state: states.get(v.get("state")?.as_u64()? as usize)?.clone(),

@@ -181,6 +181,7 @@ impl Fold {
             .sum();
         messages
             + self.state_bytes.bytes * VALUE_BYTES_PER_JSON_BYTE
+            + self.authors.approx_bytes()
             + self.runs.approx_bytes(value)
     }
 
@@ -698,7 +699,8 @@ impl Fold {
                 return;
             }
             let mut filled = 0;
-            let page: Vec<&mut Message> = self.messages[from..]
+            let authors = &mut self.authors;
+            let page: Vec<(&mut Message, RunAgent)> = self.messages[from..]
                 .iter_mut()
                 .filter(|m| m.sealable())
                 .take_while(|m| {
@@ -706,8 +708,14 @@ impl Fold {
                     filled += m.json_len();
                     room
                 })
+                .map(|m| {
+                    let origin = authors.take_for_page(m.id());
+                    (m, origin)
+                })
                 .collect();
-            Message::seal(page);
+            let page = Message::seal(page);
+            self.runs.share_inputs(&page);
+            self.authors.seal(page);
         }
     }
 
@@ -833,7 +841,7 @@ impl Fold {
     pub fn from_json(v: &Value, run: Option<RunInfo>) -> Fold {
         let mut fold = Fold {
             authors: v.get("authors").map(Authors::from_json).unwrap_or_default(),
-            runs: v.get("runs").map(RunTable::from_json).unwrap_or_default(),
+            runs: RunTable::default(),
             restating: v.get("restating") == Some(&Value::Bool(true)),
             agents: v
                 .get("agents")
@@ -861,6 +869,10 @@ impl Fold {
             pages: PageSize::default(),
         };
         fold.seal_pages();
+        // After sealing, so the run records share the sealed messages.
+        if let Some(runs) = v.get("runs") {
+            fold.runs = RunTable::from_json_sharing(runs, &fold.messages);
+        }
         fold
     }
 }
@@ -938,6 +950,7 @@ fn without_null_subagent(mut m: Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::authorship::GATEWAY_FIELD;
 
     fn fold(events: &[Value]) -> Fold {
         let mut f = Fold::new();
@@ -1053,6 +1066,87 @@ mod tests {
             Fold::at_checkpoint(plain.runs().get("r399").unwrap().checkpoint().unwrap());
         assert_eq!(at_end.messages(), plain_end.messages());
         assert!(at_end.messages().iter().any(Message::is_sealed));
+    }
+
+    #[test]
+    fn sealed_messages_keep_their_origins_on_their_pages() {
+        // Runs of two agents in turn, then an agent's snapshot that drops
+        // an old message, and a later run bringing a message under its id
+        // again: each message's origin reads as a fold that never seals says.
+        let mut events = Vec::new();
+        for i in 0..300 {
+            let mut run = demo_run(i);
+            let agent = if i % 3 == 0 { "full" } else { "echo" };
+            run[0][GATEWAY_FIELD] = json!({"agent": agent});
+            events.extend(run);
+        }
+        let snapshot: Vec<Value> = fold(&events)
+            .messages()
+            .iter()
+            .filter(|m| m.id() != Some("u7"))
+            .map(Message::to_value)
+            .collect();
+        events.push(json!({"type":"RUN_STARTED","threadId":"t","runId":"s","agui-gateway":{"agent":"full"}}));
+        events.push(json!({"type":"MESSAGES_SNAPSHOT","messages":snapshot}));
+        events.push(json!({"type":"RUN_FINISHED","threadId":"t","runId":"s"}));
+        events.push(json!({"type":"RUN_STARTED","threadId":"t","runId":"back","agui-gateway":{"agent":"full"},
+            "input":{"messages":[{"id":"u7","role":"user","content":"again"}]}}));
+        events.push(json!({"type":"RUN_FINISHED","threadId":"t","runId":"back"}));
+        let mut sealed = Fold::new().with_page_text(512);
+        let mut plain = Fold::new().with_page_text(usize::MAX);
+        let mut sealed_mid = None;
+        for (i, e) in events.iter().enumerate() {
+            let e = Event::build(e.clone());
+            assert_eq!(
+                sealed.apply(i as u64 + 1, &e),
+                plain.apply(i as u64 + 1, &e)
+            );
+            if i == 300 * 9 - 1 {
+                sealed_mid = Some(sealed.clone());
+            }
+        }
+        assert_eq!(sealed, plain);
+        let sealed_mid = sealed_mid.unwrap();
+        assert!(
+            sealed_mid
+                .messages()
+                .iter()
+                .filter(|m| m.is_sealed())
+                .count()
+                > 1000
+        );
+        for m in sealed.messages() {
+            let id = m.id();
+            assert_eq!(
+                sealed.authors().of_message(id),
+                plain.authors().of_message(id),
+                "{id:?}"
+            );
+        }
+        // u7 was echo's, left the conversation, and came back with a run of full's.
+        assert_eq!(
+            sealed.authors().of_message(Some("u7")),
+            &RunAgent::Agent("full".into())
+        );
+        assert_eq!(
+            sealed.authors().of_message(Some("a3")),
+            &RunAgent::Agent("full".into())
+        );
+        assert_eq!(
+            sealed.authors().of_message(Some("a4")),
+            &RunAgent::Agent("echo".into())
+        );
+        assert_eq!(sealed.authors().to_json(), plain.authors().to_json());
+        // The map keeps only what is not on a page.
+        assert!(
+            sealed_mid.authors().approx_bytes() * 20 < plain.authors().approx_bytes(),
+            "{} against {}",
+            sealed_mid.authors().approx_bytes(),
+            plain.authors().approx_bytes()
+        );
+        // A stored base reads back the same origins.
+        let back = Fold::from_json(&Value::Object(sealed_mid.to_stored_json()), None);
+        assert_eq!(back.authors(), sealed_mid.authors());
     }
 
     #[test]

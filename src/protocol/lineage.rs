@@ -260,6 +260,8 @@ impl RunRecord {
         v: &Value,
         messages: &[Message],
         states: &[Arc<Value>],
+        read: &impl Fn(&Value) -> Message,
+        previous: Option<&Checkpoint>,
     ) -> Option<RunRecord> {
         let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
         let status = match v.get("status").and_then(Value::as_str)? {
@@ -287,7 +289,7 @@ impl RunRecord {
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
-                .map(Message::closed)
+                .map(read)
                 .collect(),
             output_ids: v
                 .get("outputMessageIds")
@@ -298,7 +300,7 @@ impl RunRecord {
                 .collect(),
             checkpoint: v
                 .get("checkpoint")
-                .and_then(|c| checkpoint_from_json(c, messages, states))
+                .and_then(|c| checkpoint_from_json(c, messages, states, previous))
                 .map(Arc::new),
         })
     }
@@ -552,6 +554,25 @@ impl RunTable {
             .sum()
     }
 
+    /// Points the runs' copies of their input messages at `page` where it
+    /// holds the same message (see [`Message::share_page`]): a run record
+    /// keeps what its input brought, which the fold holds too, and once
+    /// the fold has sealed it the record's own copy would be the only
+    /// full-size text left of it. Only records with a copy not on a page
+    /// yet are looked at (after a while, the newest few).
+    pub(super) fn share_inputs(&mut self, page: &Arc<super::sealed::Page>) {
+        for id in self.order.iter().rev() {
+            let Some(run) = self.runs.get_mut(id) else {
+                continue;
+            };
+            for m in &mut run.input {
+                if !m.is_sealed() {
+                    m.share_page(page);
+                }
+            }
+        }
+    }
+
     /// Drops the oldest runs past the run bound, then the oldest
     /// checkpoints past theirs (never the head's).
     fn evict(&mut self) {
@@ -587,20 +608,51 @@ impl RunTable {
 
     /// Reads [`RunTable::to_json`]'s form (an older base has none: empty).
     pub fn from_json(v: &Value) -> RunTable {
+        RunTable::from_json_sharing(v, &[])
+    }
+
+    /// [`RunTable::from_json`], its messages (the checkpoints' and the
+    /// runs' inputs) shared with `conversation` (the reloaded fold's)
+    /// where it holds the same message: read back apart, each checkpoint's
+    /// message was a second copy of the conversation's, and a reloaded
+    /// thread held two and a half times a live one.
+    pub fn from_json_sharing(v: &Value, conversation: &[Message]) -> RunTable {
+        let by_id: HashMap<&str, &Message> = conversation
+            .iter()
+            .filter_map(|m| Some((m.id()?, m)))
+            .collect();
+        let read = |v: &Value| -> Message {
+            match v
+                .get("id")
+                .and_then(Value::as_str)
+                .and_then(|id| by_id.get(id))
+            {
+                Some(m) if **m == *v => (*m).clone(),
+                _ => Message::closed(v),
+            }
+        };
         let pool = |k: &str| v.get(k).and_then(Value::as_array).into_iter().flatten();
-        let messages: Vec<Message> = pool("messages").map(Message::closed).collect();
+        let messages: Vec<Message> = pool("messages").map(read).collect();
         let states: Vec<Arc<Value>> = pool("states").map(|s| Arc::new(s.clone())).collect();
         let mut table = RunTable {
             started: v.get("started").and_then(Value::as_u64).unwrap_or(0),
             ..RunTable::default()
         };
-        for run in v
+        let mut previous: Option<Arc<Checkpoint>> = None;
+        let stored = v
             .get("runs")
             .and_then(Value::as_array)
             .into_iter()
-            .flatten()
-            .filter_map(|r| RunRecord::from_stored_json(r, &messages, &states))
-        {
+            .flatten();
+        for r in stored {
+            let Some(run) =
+                RunRecord::from_stored_json(r, &messages, &states, &read, previous.as_deref())
+            else {
+                continue;
+            };
+            if let Some(c) = &run.checkpoint {
+                previous = Some(c.clone());
+            }
             table.order.push_back(run.run_id.clone());
             table.runs.insert(run.run_id.clone(), run);
         }

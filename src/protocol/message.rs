@@ -23,6 +23,7 @@
 //! streamed) touches only open messages. Id and role, which lookups scan
 //! for, are kept as ranges of the text so finding a message parses nothing.
 
+use super::authorship::RunAgent;
 use super::sealed::{Page, Sealing};
 use serde::{Serialize, Serializer};
 use serde_json::Value;
@@ -135,20 +136,43 @@ impl Message {
         matches!(&self.0, Form::Closed(c) if c.json.get().len() <= super::sealed::MAX_SEALED_MESSAGE)
     }
 
-    /// Packs `messages` (each [`Message::sealable`]) into one sealed page
-    /// ([`super::sealed`]): each becomes its place on it.
-    pub fn seal(mut messages: Vec<&mut Message>) {
-        let page = Arc::new(Page::seal(messages.iter().map(|m| match &m.0 {
-            Form::Closed(c) => Sealing {
-                json: c.json.get(),
-                id: c.id.get(c.json.get()),
-                role: c.role.get(c.json.get()).unwrap_or_default(),
-                has_tool_calls: c.has_tool_calls,
+    /// Packs `messages` (each [`Message::sealable`], with the run that
+    /// introduced it) into one sealed page ([`super::sealed`]): each
+    /// becomes its place on it. Answers the page.
+    pub fn seal(mut messages: Vec<(&mut Message, RunAgent)>) -> Arc<Page> {
+        let page = Arc::new(Page::seal(messages.iter_mut().map(
+            |(m, origin)| match &m.0 {
+                Form::Closed(c) => Sealing {
+                    json: c.json.get(),
+                    id: c.id.get(c.json.get()),
+                    role: c.role.get(c.json.get()).unwrap_or_default(),
+                    has_tool_calls: c.has_tool_calls,
+                    origin: std::mem::take(origin),
+                },
+                _ => unreachable!("only finished messages are sealed"),
             },
-            _ => unreachable!("only finished messages are sealed"),
-        })));
-        for (i, m) in messages.iter_mut().enumerate() {
+        )));
+        for (i, (m, _)) in messages.iter_mut().enumerate() {
             **m = Message(Form::Sealed(page.clone(), i as u32));
+        }
+        page
+    }
+
+    /// Becomes the same message on `page` when the page holds one with its
+    /// id and the very same text (a run record's copy of an input message
+    /// the fold has just sealed): one text kept instead of two. Answers
+    /// whether it did.
+    pub fn share_page(&mut self, page: &Arc<Page>) -> bool {
+        let Form::Closed(c) = &self.0 else {
+            return false;
+        };
+        let at = c.id.get(c.json.get()).and_then(|id| page.position(id));
+        match at {
+            Some(i) if *page.json(i) == *c.json.get() => {
+                self.0 = Form::Sealed(page.clone(), i);
+                true
+            }
+            _ => false,
         }
     }
 

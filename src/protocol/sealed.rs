@@ -24,6 +24,7 @@
 //! page's text per thread, at most [`PAGE_TEXT`] plus one message (messages
 //! longer than [`MAX_SEALED_MESSAGE`] stay on their own).
 
+use super::authorship::RunAgent;
 use serde_json::Value;
 use std::cell::RefCell;
 use std::hash::{Hash, Hasher};
@@ -80,6 +81,8 @@ struct Entry {
     end: u32,
     id: Str,
     role: Str,
+    /// Its place in the page's `origins`.
+    origin: u16,
     has_tool_calls: bool,
 }
 
@@ -101,16 +104,29 @@ pub struct Page {
     /// a tool call's lookup passes a page that does not name it without
     /// unpacking it.
     tool_calls: Box<[u64]>,
+    /// The runs that introduced its messages, each once (a conversation's
+    /// messages come from a handful of agents): who may see a message is
+    /// decided by its origin, and keeping it here rather than in a map
+    /// keyed by id ([`super::authorship::Authors`]) costs two bytes a
+    /// message instead of about ninety.
+    origins: Box<[RunAgent]>,
 }
 
 /// What a sealed message needs of the message it was: its compact JSON,
-/// id, role and whether it carries tool calls.
+/// id, role, whether it carries tool calls, and the run that introduced it.
 pub struct Sealing<'a> {
     pub json: &'a str,
     pub id: Option<&'a str>,
     pub role: &'a str,
     pub has_tool_calls: bool,
+    pub origin: RunAgent,
 }
+
+/// Most distinct origins one page tells apart; a message of any further
+/// one is recorded as of an unknown run (every agent's rules apply to it:
+/// it can only be hidden more, never leak). Origins are agents an operator
+/// configured, so no page comes near it.
+const MAX_ORIGINS: usize = u16::MAX as usize;
 
 static SERIALS: AtomicU64 = AtomicU64::new(1);
 
@@ -123,6 +139,7 @@ impl Page {
         let mut roles: Vec<(Str, &str)> = Vec::new();
         let mut entries = Vec::new();
         let mut tool_calls = Vec::new();
+        let mut origins: Vec<RunAgent> = Vec::new();
         let push = |strings: &mut String, s: &str| {
             let start = strings.len() as u32;
             strings.push_str(s);
@@ -145,10 +162,26 @@ impl Page {
             if m.has_tool_calls {
                 tool_calls.extend(tool_call_ids(m.json).map(|id| hash(&id)));
             }
+            let origin = match origins.iter().position(|o| *o == m.origin) {
+                Some(at) => at,
+                None if origins.len() < MAX_ORIGINS => {
+                    origins.push(m.origin);
+                    origins.len() - 1
+                }
+                None => match origins.iter().position(|o| *o == RunAgent::Unknown) {
+                    Some(at) => at,
+                    None => {
+                        // The last place goes to "unknown" (see MAX_ORIGINS).
+                        origins[MAX_ORIGINS - 1] = RunAgent::Unknown;
+                        MAX_ORIGINS - 1
+                    }
+                },
+            };
             entries.push(Entry {
                 end: text.len() as u32,
                 id,
                 role,
+                origin: origin as u16,
                 has_tool_calls: m.has_tool_calls,
             });
         }
@@ -169,6 +202,7 @@ impl Page {
             entries: entries.into_boxed_slice(),
             strings: strings.into_boxed_str(),
             tool_calls: tool_calls.into_boxed_slice(),
+            origins: origins.into_boxed_slice(),
         }
     }
 
@@ -193,6 +227,18 @@ impl Page {
     /// Message `i`'s role.
     pub fn role(&self, i: u32) -> &str {
         self.str(self.entries[i as usize].role).unwrap_or_default()
+    }
+
+    /// The run that introduced message `i`.
+    pub fn origin(&self, i: u32) -> &RunAgent {
+        &self.origins[self.entries[i as usize].origin as usize]
+    }
+
+    /// The newest message on the page with this id.
+    pub fn position(&self, id: &str) -> Option<u32> {
+        (0..self.entries.len() as u32)
+            .rev()
+            .find(|i| self.id(*i) == Some(id))
     }
 
     /// Whether message `i` carries tool calls.
@@ -243,7 +289,14 @@ impl Page {
             + self.entries.len() * std::mem::size_of::<Entry>()
             + self.strings.len()
             + self.tool_calls.len() * 8
-            + 4 * 16
+            + self.origins.len() * std::mem::size_of::<RunAgent>()
+            + 5 * 16
+    }
+}
+
+impl std::fmt::Debug for Page {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Page#{}({} messages)", self.serial, self.len())
     }
 }
 
@@ -329,6 +382,10 @@ mod tests {
             id: id.as_deref(),
             role,
             has_tool_calls: *calls,
+            origin: match id.as_deref() {
+                Some(id) if id.starts_with('t') => RunAgent::Agent("tools".into()),
+                _ => RunAgent::Unknown,
+            },
         }))
     }
 
@@ -361,6 +418,11 @@ mod tests {
         let last = jsons.len() as u32 - 1;
         assert_eq!(p.id(last), None);
         assert_eq!(p.role(last), "us\u{e9}r");
+        assert_eq!(p.origin(0), &RunAgent::Unknown);
+        assert_eq!(p.origin(3), &RunAgent::Agent("tools".into()));
+        assert_eq!(p.origins.len(), 2, "each origin is kept once");
+        assert_eq!(p.position("t1"), Some(3));
+        assert_eq!(p.position("nope"), None);
         assert!(p.may_name_tool_call("call-7"));
         assert!(!p.may_name_tool_call("call-900"));
         let text: usize = jsons.iter().map(String::len).sum();
