@@ -87,8 +87,13 @@ impl RunAgent {
 pub struct Authors {
     /// Message id → the run that introduced it (messages not on a page).
     messages: HashMap<String, RunAgent>,
-    /// Pages whose messages' origins are theirs, oldest first.
+    /// Pages whose messages' origins are theirs, oldest first. An id is
+    /// attributed in one place only: the map or the pages (where several
+    /// messages with the same id all carry its one origin).
     pages: Vec<Arc<Page>>,
+    /// Distinct ids the pages attribute: with the map's, what a fold that
+    /// never seals would hold in its map (when to forget is decided on it).
+    on_pages: usize,
     /// Where the next lookup likely is: page << 32 | message on it.
     hint: AtomicU64,
     /// Every distinct origin of a state change (the state is one value
@@ -101,6 +106,7 @@ impl Clone for Authors {
         Authors {
             messages: self.messages.clone(),
             pages: self.pages.clone(),
+            on_pages: self.on_pages,
             hint: AtomicU64::new(self.hint.load(Ordering::Relaxed)),
             state: self.state.clone(),
         }
@@ -132,13 +138,19 @@ impl Authors {
         let hint = self.hint.load(Ordering::Relaxed);
         let (p, i) = ((hint >> 32) as usize, hint as u32);
         let found = match self.pages.get(p) {
-            Some(page) if (i as usize) < page.len() && page.id(i) == Some(id) => Some((p, i)),
+            Some(page)
+                if (i as usize) < page.len()
+                    && page.id(i) == Some(id)
+                    && page.origin(i).is_some() =>
+            {
+                Some((p, i))
+            }
             _ => self
                 .pages
                 .iter()
                 .enumerate()
                 .rev()
-                .find_map(|(p, page)| Some((p, page.position(id)?))),
+                .find_map(|(p, page)| Some((p, page.attributed_position(id)?))),
         };
         let (p, i) = found?;
         let page = &self.pages[p];
@@ -147,7 +159,7 @@ impl Authors {
             _ => (p as u64 + 1) << 32,
         };
         self.hint.store(next, Ordering::Relaxed);
-        Some(page.origin(i))
+        page.origin(i)
     }
 
     /// Every attributed id and its origin (pages first, the map over them).
@@ -155,8 +167,8 @@ impl Authors {
         let mut all = HashMap::new();
         for page in &self.pages {
             for i in 0..page.len() as u32 {
-                if let Some(id) = page.id(i) {
-                    all.insert(id, page.origin(i));
+                if let (Some(id), Some(origin)) = (page.id(i), page.origin(i)) {
+                    all.insert(id, origin);
                 }
             }
         }
@@ -198,15 +210,16 @@ impl Authors {
         }
     }
 
-    /// The origin of a message about to be sealed (taken out of the map:
-    /// the page keeps it from now on).
-    pub(super) fn take_for_page(&mut self, id: Option<&str>) -> RunAgent {
-        let Some(id) = id else {
-            return RunAgent::Unknown;
-        };
+    /// The origin of a message about to be sealed, if one is recorded
+    /// (taken out of the map: the page keeps it from now on).
+    pub(super) fn take_for_page(&mut self, id: Option<&str>) -> Option<RunAgent> {
+        let id = id?;
         match self.messages.remove(id) {
-            Some(origin) => origin,
-            None => self.on_pages(id).cloned().unwrap_or_default(),
+            Some(origin) => {
+                self.on_pages += 1;
+                Some(origin)
+            }
+            None => self.on_pages(id).cloned(),
         }
     }
 
@@ -227,27 +240,29 @@ impl Authors {
     /// the origins of those of its messages still present moved back to
     /// the map.
     pub(super) fn keep_only<'a>(&mut self, ids: impl IntoIterator<Item = &'a str>, len: usize) {
-        let on_pages: usize = self.pages.iter().map(|p| p.len()).sum();
-        if self.messages.len() + on_pages <= len {
+        if self.messages.len() + self.on_pages <= len {
             return;
         }
         let present: std::collections::HashSet<&str> = ids.into_iter().collect();
         self.messages.retain(|id, _| present.contains(id.as_str()));
-        let (kept, gone): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut self.pages).into_iter().partition(|p| {
-                (0..p.len() as u32).all(|i| p.id(i).is_none_or(|id| present.contains(id)))
-            });
+        let (kept, gone): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pages)
+            .into_iter()
+            .partition(|p| attributed(p).all(|id| present.contains(id)));
         self.pages = kept;
+        self.hint.store(0, Ordering::Relaxed);
         for page in gone {
             for i in 0..page.len() as u32 {
-                if let Some(id) = page.id(i).filter(|id| present.contains(id))
+                if let (Some(id), Some(origin)) = (page.id(i), page.origin(i))
+                    && present.contains(id)
                     && !self.attributed(id)
                 {
-                    self.messages.insert(id.to_owned(), page.origin(i).clone());
+                    self.messages.insert(id.to_owned(), origin.clone());
                 }
             }
         }
-        self.hint.store(0, Ordering::Relaxed);
+        let on_pages: std::collections::HashSet<&str> =
+            self.pages.iter().flat_map(|p| attributed(p)).collect();
+        self.on_pages = on_pages.len();
     }
 
     /// Records that a run of `origin` changed the state.
@@ -290,6 +305,11 @@ impl Authors {
     pub fn approx_bytes(&self) -> usize {
         self.messages.len() * 96 + self.pages.len() * 8 + self.state.len() * 16
     }
+}
+
+/// The ids of `page`'s messages with a recorded origin.
+fn attributed(page: &Page) -> impl Iterator<Item = &str> {
+    (0..page.len() as u32).filter_map(move |i| page.id(i).filter(|_| page.origin(i).is_some()))
 }
 
 #[cfg(test)]

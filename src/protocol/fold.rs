@@ -700,7 +700,7 @@ impl Fold {
             }
             let mut filled = 0;
             let authors = &mut self.authors;
-            let page: Vec<(&mut Message, RunAgent)> = self.messages[from..]
+            let page: Vec<(&mut Message, Option<RunAgent>)> = self.messages[from..]
                 .iter_mut()
                 .filter(|m| m.sealable())
                 .take_while(|m| {
@@ -1147,6 +1147,50 @@ mod tests {
         // A stored base reads back the same origins.
         let back = Fold::from_json(&Value::Object(sealed_mid.to_stored_json()), None);
         assert_eq!(back.authors(), sealed_mid.authors());
+    }
+
+    #[test]
+    fn sealed_duplicate_ids_do_not_make_origins_forgotten_early() {
+        // Three tool results under one id (an agent may send that), then a
+        // snapshot without "x": a fold that never seals keeps x's origin
+        // (its map holds no more ids than the conversation has messages),
+        // so one that seals must too, counting ids and not page entries
+        // (found by the `fold` fuzz target).
+        let a = json!({"agent": "a"});
+        let events = [
+            json!({"type":"RUN_STARTED","threadId":"t","runId":"r1","agui-gateway":a,
+                "input":{"messages":[{"id":"u","role":"user","content":"q"}]}}),
+            json!({"type":"TOOL_CALL_RESULT","messageId":"c","toolCallId":"k","content":"1"}),
+            json!({"type":"TOOL_CALL_RESULT","messageId":"c","toolCallId":"k","content":"2"}),
+            json!({"type":"TOOL_CALL_RESULT","messageId":"c","toolCallId":"k","content":"3"}),
+            json!({"type":"TOOL_CALL_RESULT","messageId":"x","toolCallId":"k","content":"4"}),
+            json!({"type":"RUN_FINISHED","threadId":"t","runId":"r1"}),
+            json!({"type":"RUN_STARTED","threadId":"t","runId":"r2","agui-gateway":a}),
+            json!({"type":"MESSAGES_SNAPSHOT","messages":[
+                {"id":"u","role":"user","content":"q"},
+                {"id":"c","role":"tool","toolCallId":"k","content":"1"}]}),
+            json!({"type":"RUN_FINISHED","threadId":"t","runId":"r2"}),
+            json!({"type":"RUN_STARTED","threadId":"t","runId":"r3","agui-gateway":{"agent":"b"},
+                "input":{"messages":[{"id":"x","role":"user","content":"again"}]}}),
+            json!({"type":"RUN_FINISHED","threadId":"t","runId":"r3"}),
+        ];
+        let mut sealed = Fold::new().with_page_text(1);
+        let mut plain = Fold::new().with_page_text(usize::MAX);
+        for (i, e) in events.iter().enumerate() {
+            let e = Event::build(e.clone());
+            sealed.apply(i as u64 + 1, &e);
+            plain.apply(i as u64 + 1, &e);
+        }
+        assert!(sealed.messages().iter().any(Message::is_sealed));
+        assert_eq!(
+            plain.authors().of_message(Some("x")),
+            &RunAgent::Agent("a".into())
+        );
+        assert_eq!(
+            sealed.authors().of_message(Some("x")),
+            &RunAgent::Agent("a".into())
+        );
+        assert_eq!(sealed, plain);
     }
 
     #[test]

@@ -137,9 +137,9 @@ impl Message {
     }
 
     /// Packs `messages` (each [`Message::sealable`], with the run that
-    /// introduced it) into one sealed page ([`super::sealed`]): each
+    /// introduced it, if one is recorded) into one sealed page ([`super::sealed`]): each
     /// becomes its place on it. Answers the page.
-    pub fn seal(mut messages: Vec<(&mut Message, RunAgent)>) -> Arc<Page> {
+    pub fn seal(mut messages: Vec<(&mut Message, Option<RunAgent>)>) -> Arc<Page> {
         let page = Arc::new(Page::seal(messages.iter_mut().map(
             |(m, origin)| match &m.0 {
                 Form::Closed(c) => Sealing {

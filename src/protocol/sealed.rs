@@ -81,7 +81,7 @@ struct Entry {
     end: u32,
     id: Str,
     role: Str,
-    /// Its place in the page's `origins`.
+    /// Its place in the page's `origins` ([`NO_ORIGIN`]: none recorded).
     origin: u16,
     has_tool_calls: bool,
 }
@@ -119,14 +119,19 @@ pub struct Sealing<'a> {
     pub id: Option<&'a str>,
     pub role: &'a str,
     pub has_tool_calls: bool,
-    pub origin: RunAgent,
+    /// `None` when no run is recorded as having introduced it (a fold
+    /// notes one later, in its map).
+    pub origin: Option<RunAgent>,
 }
+
+/// An entry's `origin` when none is recorded.
+const NO_ORIGIN: u16 = u16::MAX;
 
 /// Most distinct origins one page tells apart; a message of any further
 /// one is recorded as of an unknown run (every agent's rules apply to it:
 /// it can only be hidden more, never leak). Origins are agents an operator
 /// configured, so no page comes near it.
-const MAX_ORIGINS: usize = u16::MAX as usize;
+const MAX_ORIGINS: usize = NO_ORIGIN as usize;
 
 static SERIALS: AtomicU64 = AtomicU64::new(1);
 
@@ -162,19 +167,22 @@ impl Page {
             if m.has_tool_calls {
                 tool_calls.extend(tool_call_ids(m.json).map(|id| hash(&id)));
             }
-            let origin = match origins.iter().position(|o| *o == m.origin) {
-                Some(at) => at,
-                None if origins.len() < MAX_ORIGINS => {
-                    origins.push(m.origin);
-                    origins.len() - 1
-                }
-                None => match origins.iter().position(|o| *o == RunAgent::Unknown) {
+            let origin = match m.origin {
+                None => NO_ORIGIN as usize,
+                Some(origin) => match origins.iter().position(|o| *o == origin) {
                     Some(at) => at,
-                    None => {
-                        // The last place goes to "unknown" (see MAX_ORIGINS).
-                        origins[MAX_ORIGINS - 1] = RunAgent::Unknown;
-                        MAX_ORIGINS - 1
+                    None if origins.len() < MAX_ORIGINS => {
+                        origins.push(origin);
+                        origins.len() - 1
                     }
+                    None => match origins.iter().position(|o| *o == RunAgent::Unknown) {
+                        Some(at) => at,
+                        None => {
+                            // The last place goes to "unknown" (see MAX_ORIGINS).
+                            origins[MAX_ORIGINS - 1] = RunAgent::Unknown;
+                            MAX_ORIGINS - 1
+                        }
+                    },
                 },
             };
             entries.push(Entry {
@@ -229,9 +237,9 @@ impl Page {
         self.str(self.entries[i as usize].role).unwrap_or_default()
     }
 
-    /// The run that introduced message `i`.
-    pub fn origin(&self, i: u32) -> &RunAgent {
-        &self.origins[self.entries[i as usize].origin as usize]
+    /// The run that introduced message `i`, if one was recorded.
+    pub fn origin(&self, i: u32) -> Option<&RunAgent> {
+        self.origins.get(self.entries[i as usize].origin as usize)
     }
 
     /// The newest message on the page with this id.
@@ -239,6 +247,13 @@ impl Page {
         (0..self.entries.len() as u32)
             .rev()
             .find(|i| self.id(*i) == Some(id))
+    }
+
+    /// The newest message on the page with this id and a recorded origin.
+    pub fn attributed_position(&self, id: &str) -> Option<u32> {
+        (0..self.entries.len() as u32)
+            .rev()
+            .find(|i| self.id(*i) == Some(id) && self.origin(*i).is_some())
     }
 
     /// Whether message `i` carries tool calls.
@@ -383,8 +398,9 @@ mod tests {
             role,
             has_tool_calls: *calls,
             origin: match id.as_deref() {
-                Some(id) if id.starts_with('t') => RunAgent::Agent("tools".into()),
-                _ => RunAgent::Unknown,
+                Some(id) if id.starts_with('t') => Some(RunAgent::Agent("tools".into())),
+                Some(id) if id.starts_with("m1") => None,
+                _ => Some(RunAgent::Unknown),
             },
         }))
     }
@@ -418,9 +434,12 @@ mod tests {
         let last = jsons.len() as u32 - 1;
         assert_eq!(p.id(last), None);
         assert_eq!(p.role(last), "us\u{e9}r");
-        assert_eq!(p.origin(0), &RunAgent::Unknown);
-        assert_eq!(p.origin(3), &RunAgent::Agent("tools".into()));
+        assert_eq!(p.origin(0), Some(&RunAgent::Unknown));
+        assert_eq!(p.origin(3), Some(&RunAgent::Agent("tools".into())));
+        assert_eq!(p.origin(2), None, "m1: none recorded");
         assert_eq!(p.origins.len(), 2, "each origin is kept once");
+        assert_eq!(p.position("m1"), Some(2));
+        assert_eq!(p.attributed_position("m1"), None);
         assert_eq!(p.position("t1"), Some(3));
         assert_eq!(p.position("nope"), None);
         assert!(p.may_name_tool_call("call-7"));
