@@ -558,8 +558,8 @@ impl RunTable {
     /// holds the same message (see [`Message::share_page`]): a run record
     /// keeps what its input brought, which the fold holds too, and once
     /// the fold has sealed it the record's own copy would be the only
-    /// full-size text left of it. Only records with a copy not on a page
-    /// yet are looked at (after a while, the newest few).
+    /// full-size text left of it. Only copies not on a page yet are
+    /// compared (after a while, those of the newest few runs).
     pub(super) fn share_inputs(&mut self, page: &Arc<super::sealed::Page>) {
         for id in self.order.iter().rev() {
             let Some(run) = self.runs.get_mut(id) else {
@@ -615,7 +615,7 @@ impl RunTable {
     /// runs' inputs) shared with `conversation` (the reloaded fold's)
     /// where it holds the same message: read back apart, each checkpoint's
     /// message was a second copy of the conversation's, and a reloaded
-    /// thread held two and a half times a live one.
+    /// thread held about twice what it held live (`tests/fold_memory.rs`).
     pub fn from_json_sharing(v: &Value, conversation: &[Message]) -> RunTable {
         let by_id: HashMap<&str, &Message> = conversation
             .iter()

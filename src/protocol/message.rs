@@ -137,8 +137,8 @@ impl Message {
     }
 
     /// Packs `messages` (each [`Message::sealable`], with the run that
-    /// introduced it, if one is recorded) into one sealed page ([`super::sealed`]): each
-    /// becomes its place on it. Answers the page.
+    /// introduced it, if one is recorded) into one sealed page
+    /// ([`super::sealed`]): each becomes its place on it. Answers the page.
     pub fn seal(mut messages: Vec<(&mut Message, Option<RunAgent>)>) -> Arc<Page> {
         let page = Arc::new(Page::seal(messages.iter_mut().map(
             |(m, origin)| match &m.0 {

@@ -11,7 +11,9 @@
 //! not. Once a run has ended, the fold ([`super::fold`]) packs its oldest
 //! finished messages into pages of about [`PAGE_TEXT`] bytes of text: ids
 //! and roles stay plain (lookups scan them without unpacking anything), the
-//! text is one LZ4 block, and a message is the page and its index in it.
+//! text is one LZ4 block, the page keeps who introduced each message
+//! ([`super::authorship::Authors`] looks there for sealed ones), and a
+//! message is the page and its index in it.
 //!
 //! A page never changes. Changing a message on one (a late tool result's
 //! delta, an agent restating it differently) opens a copy of it, as for any
