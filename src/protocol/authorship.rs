@@ -94,6 +94,9 @@ pub struct Authors {
     /// Distinct ids the pages attribute: with the map's, what a fold that
     /// never seals would hold in its map (when to forget is decided on it).
     on_pages: usize,
+    /// Attributed messages on the pages, an id as often as it appears: past
+    /// twice `on_pages`, older pages repeat what newer ones say.
+    page_entries: usize,
     /// Where the next lookup likely is: page << 32 | message on it.
     hint: AtomicU64,
     /// Every distinct origin of a state change (the state is one value
@@ -107,6 +110,7 @@ impl Clone for Authors {
             messages: self.messages.clone(),
             pages: self.pages.clone(),
             on_pages: self.on_pages,
+            page_entries: self.page_entries,
             hint: AtomicU64::new(self.hint.load(Ordering::Relaxed)),
             state: self.state.clone(),
         }
@@ -226,7 +230,11 @@ impl Authors {
     /// Keeps `page` (just sealed with origins from [`Authors::take_for_page`])
     /// as where its messages' origins are.
     pub(super) fn seal(&mut self, page: Arc<Page>) {
+        self.page_entries += attributed(&page).count();
         self.pages.push(page);
+        if self.page_entries > 2 * self.on_pages + 64 {
+            self.drop_superseded();
+        }
         // A map read back whole (a reloaded base) has just given most of
         // its entries to pages; its table would otherwise stay that large.
         if self.messages.capacity() > 4 * self.messages.len() + 64 {
@@ -263,6 +271,33 @@ impl Authors {
         let on_pages: std::collections::HashSet<&str> =
             self.pages.iter().flat_map(|p| attributed(p)).collect();
         self.on_pages = on_pages.len();
+        self.page_entries = self.pages.iter().map(|p| attributed(p).count()).sum();
+    }
+
+    /// Lets go of the pages every attributed id of which a newer page
+    /// attributes too. An agent that restates the conversation changed
+    /// (every run, some do) has every message sealed again on new pages
+    /// under the same ids; the old pages would otherwise be kept here for
+    /// good, the whole conversation once more each time. A lookup finds
+    /// the newer page first, so nothing it answers changes.
+    fn drop_superseded(&mut self) {
+        let mut seen = std::collections::HashSet::new();
+        let mut keep = vec![false; self.pages.len()];
+        for (i, page) in self.pages.iter().enumerate().rev() {
+            for id in attributed(page) {
+                keep[i] |= seen.insert(id);
+            }
+        }
+        let mut keep = keep.into_iter();
+        self.pages.retain(|_| keep.next().unwrap_or(true));
+        self.page_entries = self.pages.iter().map(|p| attributed(p).count()).sum();
+        self.hint.store(0, Ordering::Relaxed);
+    }
+
+    /// Pages it keeps (tests: that restated conversations do not pile up).
+    #[cfg(test)]
+    pub(super) fn pages_held(&self) -> usize {
+        self.pages.len()
     }
 
     /// Records that a run of `origin` changed the state.

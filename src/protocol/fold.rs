@@ -1194,6 +1194,49 @@ mod tests {
     }
 
     #[test]
+    fn a_conversation_restated_changed_every_run_does_not_pile_up_pages() {
+        // An agent that restates the whole conversation, changed, at every
+        // run's end: every message is sealed again under its id. What the
+        // fold keeps for origins must stay as large as the conversation.
+        let restated = |run: usize| -> Vec<Value> {
+            let messages: Vec<Value> = (0..40)
+                .map(|i| {
+                    json!({"id": format!("m{i}"), "role": "assistant",
+                    "content": format!("message {i} as run {run} tells it")})
+                })
+                .collect();
+            vec![
+                json!({"type":"RUN_STARTED","threadId":"t","runId":format!("r{run}"),
+                    "agui-gateway":{"agent":"a"}}),
+                json!({"type":"MESSAGES_SNAPSHOT","messages":messages}),
+                json!({"type":"RUN_FINISHED","threadId":"t","runId":format!("r{run}")}),
+            ]
+        };
+        let mut sealed = Fold::new().with_page_text(256);
+        let mut plain = Fold::new().with_page_text(usize::MAX);
+        let mut seq = 0;
+        let mut held_at_100 = 0;
+        for run in 0..300 {
+            for e in restated(run) {
+                seq += 1;
+                let e = Event::build(e);
+                sealed.apply(seq, &e);
+                plain.apply(seq, &e);
+            }
+            if run == 100 {
+                held_at_100 = sealed.authors().pages_held();
+            }
+        }
+        assert_eq!(sealed, plain);
+        let held = sealed.authors().pages_held();
+        assert!(held_at_100 > 0);
+        assert!(
+            held <= held_at_100 + 2,
+            "{held} pages held after 300 runs, {held_at_100} after 100"
+        );
+    }
+
+    #[test]
     fn a_delta_whose_move_fails_after_an_add_leaves_state_alone() {
         // `json_patch::patch` panics undoing it (found by the fuzz target).
         let f = fold(&[
