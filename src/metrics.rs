@@ -140,6 +140,9 @@ pub struct Metrics {
     pub backend_first_event: Family<BackendLabels, Histogram>,
     /// Runs sent to another backend after a failure before the first event.
     pub upstream_retries: Family<AgentLabel, Counter>,
+    /// Requests sent again on a new connection after the kept-alive one
+    /// closed under them before any answer (`upstream::keep_alive`).
+    pub upstream_resends: Family<AgentLabel, Counter>,
     /// Events received from agents.
     pub events_in: Family<AgentLabel, Counter>,
     /// Events sent to clients.
@@ -221,6 +224,7 @@ impl Metrics {
             backend_in_flight: Family::default(),
             backend_first_event: Family::new_with_constructor(seconds_buckets),
             upstream_retries: Family::default(),
+            upstream_resends: Family::default(),
             events_in: Family::default(),
             events_out: Family::default(),
             journal_append: latency_buckets(),
@@ -324,6 +328,11 @@ impl Metrics {
             "upstream_retries",
             "Runs retried on another backend after a failure before the first event.",
             m.upstream_retries.clone(),
+        );
+        r.register(
+            "upstream_resends",
+            "Requests sent again on a new connection after the kept-alive one closed under them before any answer.",
+            m.upstream_resends.clone(),
         );
         r.register(
             "events_in",

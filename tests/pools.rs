@@ -126,6 +126,13 @@ async fn run_all(
         .await
 }
 
+/// Fails naming every run that did not finish, with its error code.
+#[track_caller]
+fn assert_all_finished(outcomes: &HashMap<String, Outcome>) {
+    let failed: Vec<_> = outcomes.iter().filter(|(_, o)| o.is_err()).collect();
+    assert!(failed.is_empty(), "runs that did not finish: {failed:?}");
+}
+
 /// A run id on a thread of its own, per `i`.
 fn fresh(prefix: &str, n: usize) -> Vec<(String, String)> {
     (0..n)
@@ -166,7 +173,7 @@ async fn weights_hold_over_a_thousand_runs_and_each_reaches_one_backend_once() {
 
     let runs = fresh("w", 1000);
     let outcomes = run_all(&gw, runs.clone(), 8, None).await;
-    assert!(outcomes.values().all(Result::is_ok), "every run finished");
+    assert_all_finished(&outcomes);
 
     let seen = receipts(&r.iter().collect::<Vec<_>>());
     assert_eq!(seen.len(), 1000, "every run reached a backend");
@@ -198,7 +205,7 @@ async fn a_500_before_the_first_event_is_retried_elsewhere_and_after_an_event_is
     ];
     let gw = Gateway::start(&pool_agent(&backends, "eject_after = 1000")).await;
     let outcomes = run_all(&gw, fresh("b", 30), 1, None).await;
-    assert!(outcomes.values().all(Result::is_ok), "{outcomes:?}");
+    assert_all_finished(&outcomes);
     let failed = r[0].runs();
     assert_eq!(
         failed.len(),
@@ -346,7 +353,7 @@ async fn an_ejected_backend_comes_back_through_the_half_open_run() {
     // Two failures in a row eject the flaky replica: runs still succeed
     // (retried), and then stop reaching it.
     let outcomes = run_all(&gw, fresh("e", 4), 1, None).await;
-    assert!(outcomes.values().all(Result::is_ok));
+    assert_all_finished(&outcomes);
     assert_eq!(r[0].runs().len(), 2, "tried twice, then ejected");
     let listing = pool_listing(&gw).await;
     assert_eq!(listing["backends"][0]["health"], "ejected", "{listing}");
@@ -363,7 +370,7 @@ async fn an_ejected_backend_comes_back_through_the_half_open_run() {
     }
     let before = r[0].runs().len();
     let outcomes = run_all(&gw, fresh("h", 4), 1, None).await;
-    assert!(outcomes.values().all(Result::is_ok));
+    assert_all_finished(&outcomes);
     assert!(r[0].runs().len() > before, "the probe reached it");
     let listing = pool_listing(&gw).await;
     assert_eq!(listing["backends"][0]["health"], "healthy", "{listing}");
@@ -376,7 +383,7 @@ async fn least_in_flight_sends_fewer_runs_to_a_slower_backend() {
     let backends = vec![(r[0].url("slow"), 1), (r[1].url("ok"), 1)];
     let gw = Gateway::start(&pool_agent(&backends, "balance = \"least-in-flight\"")).await;
     let outcomes = run_all(&gw, fresh("l", 60), 4, None).await;
-    assert!(outcomes.values().all(Result::is_ok));
+    assert_all_finished(&outcomes);
     let (slow, fast) = (r[0].runs().len(), r[1].runs().len());
     eprintln!("slow replica {slow} runs, fast replica {fast}");
     assert_eq!(slow + fast, 60);
@@ -414,7 +421,7 @@ async fn a_capped_backend_makes_runs_wait_then_unavailable() {
     ))
     .await;
     let outcomes = run_all(&gw2, fresh("d", 4), 4, None).await;
-    assert!(outcomes.values().all(Result::is_ok), "{outcomes:?}");
+    assert_all_finished(&outcomes);
 }
 
 /// Rewrites the gateway's config with `edit` and waits for its reload.
@@ -467,7 +474,7 @@ async fn affinity_holds_over_100_runs_and_a_removal_moves_only_that_backends_thr
         let batch = round(&format!("r{n}"), 0..20);
         runs.extend(batch.iter().map(|(_, id)| id.clone()));
         let outcomes = run_all(&gw, batch, 5, None).await;
-        assert!(outcomes.values().all(Result::is_ok), "{outcomes:?}");
+        assert_all_finished(&outcomes);
     }
     let before = homes(&r, &runs);
     assert_eq!(before.len(), 20);
@@ -488,7 +495,7 @@ async fn affinity_holds_over_100_runs_and_a_removal_moves_only_that_backends_thr
     let batch = round("after-removal", 0..20);
     let after_ids: HashSet<String> = batch.iter().map(|(_, id)| id.clone()).collect();
     let outcomes = run_all(&gw, batch, 5, None).await;
-    assert!(outcomes.values().all(Result::is_ok));
+    assert_all_finished(&outcomes);
     let after = homes(&r, &after_ids);
     let mut moved = 0;
     for (thread, now) in &after {
@@ -572,7 +579,7 @@ async fn a_reload_that_adds_a_backend_leaves_a_running_run_alone() {
     // New runs reach the new backend: replica 0 is still at its cap, since
     // the reload carried its count over.
     let outcomes = run_all(&gw, fresh("n", 3), 1, None).await;
-    assert!(outcomes.values().all(Result::is_ok));
+    assert_all_finished(&outcomes);
     assert_eq!(r[1].runs(), ["n-r0", "n-r1", "n-r2"]);
 
     http().post(r[0].url("release")).send().await.unwrap();
@@ -636,7 +643,7 @@ async fn a_tenant_rule_and_a_sticky_canary_choose_the_backend_group() {
     // Everyone else: a quarter of the threads on the canary, the same
     // threads run after run, and none on the tenant's deployment.
     let outcomes = run_all(&gw, fresh("c1", 200), 8, None).await;
-    assert!(outcomes.values().all(Result::is_ok));
+    assert_all_finished(&outcomes);
     let canary_threads: HashSet<String> = r[2].received().into_iter().map(|(_, t)| t).collect();
     let share = canary_threads.len() as f64 / 200.0;
     eprintln!("canary share {:.1} % (want 25 %)", share * 100.0);
@@ -650,7 +657,7 @@ async fn a_tenant_rule_and_a_sticky_canary_choose_the_backend_group() {
         .map(|i| (format!("c1-t{i}"), format!("c1-again-{i}")))
         .collect();
     let outcomes = run_all(&gw, again, 8, None).await;
-    assert!(outcomes.values().all(Result::is_ok));
+    assert_all_finished(&outcomes);
     let second: HashSet<String> = r[2]
         .received()
         .into_iter()
@@ -793,13 +800,13 @@ async fn an_active_probe_ejects_and_readmits_a_backend_no_run_was_sent_to() {
     assert_eq!(listing["backends"][0]["runs"], 0, "no run was its test");
     // Ejected: runs go to the other replica.
     let outcomes = run_all(&gw, fresh("p", 4), 1, None).await;
-    assert!(outcomes.values().all(Result::is_ok));
+    assert_all_finished(&outcomes);
     assert!(r[0].runs().is_empty());
     // Healed: a passing probe readmits it long before its hour is up.
     http().post(r[0].url("heal")).send().await.unwrap();
     await_health(&gw, 0, "healthy").await;
     let outcomes = run_all(&gw, fresh("q", 4), 1, None).await;
-    assert!(outcomes.values().all(Result::is_ok));
+    assert_all_finished(&outcomes);
     assert_eq!(r[0].runs().len(), 2, "weighted: back to half the runs");
 }
 

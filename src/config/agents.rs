@@ -217,6 +217,12 @@ pub struct Timeouts {
     #[serde(with = "duration")]
     #[schemars(with = "duration::Text")]
     pub total: Duration,
+    /// How long a connection to the agent is kept idle for the next run.
+    /// Below the agent server's own (uvicorn and Node: 5 s), so the
+    /// gateway lets go of it first (see `upstream::keep_alive`).
+    #[serde(with = "duration")]
+    #[schemars(with = "duration::Text")]
+    pub keep_alive: Duration,
 }
 
 impl Default for Timeouts {
@@ -226,6 +232,8 @@ impl Default for Timeouts {
             first_event: Duration::from_secs(60),
             idle: Duration::from_secs(120),
             total: Duration::from_secs(1800),
+            // Below the 5 s after which uvicorn and Node close theirs.
+            keep_alive: Duration::from_secs(4),
         }
     }
 }

@@ -331,16 +331,22 @@ impl Run<'_> {
         let started = Instant::now();
         let first_deadline = (started + t.first_event).min(total_deadline);
 
-        let request = self
-            .agent
-            .http
-            .post(self.backend.url.clone())
-            .headers(self.backend.headers.clone())
-            .headers(extra)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header(reqwest::header::ACCEPT, "text/event-stream")
-            .body(body)
-            .send();
+        // The closure owns the body: it goes with the request future once
+        // an answer came (see [`Run::body`]), not at the end of `drive`.
+        let backend = self.backend;
+        let request = super::keep_alive::send(
+            &self.agent.id,
+            &self.agent.http,
+            &self.agent.http_fresh,
+            move |http| {
+                http.post(backend.url.clone())
+                    .headers(backend.headers.clone())
+                    .headers(extra.clone())
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .header(reqwest::header::ACCEPT, "text/event-stream")
+                    .body(body.clone())
+            },
+        );
         let response = tokio::select! {
             _ = self.tx.closed() => return Err(None),
             r = timeout_at(first_deadline, request) => match r {
@@ -749,5 +755,165 @@ mod tests {
             last = batch.last().map(|e| e.kind().clone());
         }
         assert_eq!(last, Some(EventType::RunFinished));
+    }
+
+    /// A raw HTTP/1.1 agent on loopback that answers every request with a
+    /// whole run, kept alive, except what `close` says to drop unanswered:
+    /// called with (the request's number on its connection, from 0), it
+    /// closes the connection right after reading the request, as a server
+    /// does whose idle keep-alive timer fired as the request arrived.
+    async fn keep_alive_agent(close: fn(usize) -> bool) -> KeepAliveAgent {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let requests = Arc::new(AtomicUsize::new(0));
+        let connections = Arc::new(AtomicUsize::new(0));
+        let (let_go_tx, let_go) = tokio::sync::watch::channel(0);
+        let (req, conns) = (requests.clone(), connections.clone());
+        tokio::spawn(async move {
+            loop {
+                let (socket, _) = listener.accept().await.unwrap();
+                conns.fetch_add(1, SeqCst);
+                let (req, let_go_tx) = (req.clone(), let_go_tx.clone());
+                tokio::spawn(async move {
+                    let mut socket = BufReader::new(socket);
+                    for n in 0.. {
+                        let mut length = 0;
+                        loop {
+                            let mut line = String::new();
+                            if socket.read_line(&mut line).await.unwrap_or(0) == 0 {
+                                // The gateway closed it.
+                                let_go_tx.send_modify(|n| *n += 1);
+                                return;
+                            }
+                            if let Some(v) =
+                                line.to_ascii_lowercase().strip_prefix("content-length:")
+                            {
+                                length = v.trim().parse().unwrap();
+                            }
+                            if line == "\r\n" {
+                                break;
+                            }
+                        }
+                        let mut body = vec![0; length];
+                        socket.read_exact(&mut body).await.unwrap();
+                        req.fetch_add(1, SeqCst);
+                        if close(n) {
+                            return;
+                        }
+                        let events = "data: {\"type\":\"RUN_STARTED\",\"threadId\":\"t\",\"runId\":\"r\"}\n\n\
+                                      data: {\"type\":\"RUN_FINISHED\",\"threadId\":\"t\",\"runId\":\"r\"}\n\n";
+                        let head = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n",
+                            events.len()
+                        );
+                        let out = socket.get_mut();
+                        out.write_all(head.as_bytes()).await.unwrap();
+                        out.write_all(events.as_bytes()).await.unwrap();
+                    }
+                });
+            }
+        });
+        KeepAliveAgent {
+            url: format!("http://{addr}/"),
+            requests,
+            connections,
+            let_go,
+        }
+    }
+
+    struct KeepAliveAgent {
+        url: String,
+        /// Requests read.
+        requests: Arc<std::sync::atomic::AtomicUsize>,
+        /// Connections accepted.
+        connections: Arc<std::sync::atomic::AtomicUsize>,
+        /// Connections the gateway closed.
+        let_go: tokio::sync::watch::Receiver<usize>,
+    }
+
+    /// Every event of one run of `agent`, to its end.
+    async fn one_run(agent: &Arc<Agent>) -> Vec<Event> {
+        let input = r#"{"threadId":"t","runId":"r","messages":[],"state":{}}"#;
+        let mut run = RunStream::start(
+            agent.clone(),
+            Bytes::from_static(input.as_bytes()),
+            reqwest::header::HeaderMap::new(),
+        );
+        let mut events = Vec::new();
+        while let Some(batch) = run.next_batch(16).await {
+            events.extend(batch);
+        }
+        events
+    }
+
+    fn agent_at(url: &str, more_toml: &str) -> Arc<Agent> {
+        let cfg: crate::config::AgentConfig =
+            toml::from_str(&format!("id = \"a\"\nurl = \"{url}\"\n{more_toml}")).unwrap();
+        Arc::new(Agent::from_config(&cfg, None).unwrap())
+    }
+
+    /// An agent server closes a connection it kept alive once it has been
+    /// idle for its own timeout (uvicorn and Node: 5 s), and a run sent on
+    /// it at that moment meets a closed connection before any answer. The
+    /// agent never read that request as a request: the run is sent again,
+    /// once, over a new connection, rather than ended `upstream_unavailable`
+    /// (which a pool test met under load, with one backend in its group).
+    #[tokio::test]
+    async fn a_run_that_meets_a_kept_alive_connection_closing_is_sent_again_on_a_new_one() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let server = keep_alive_agent(|n| n == 1).await;
+        let agent = agent_at(&server.url, "");
+        for _ in 0..2 {
+            let events = one_run(&agent).await;
+            assert_eq!(
+                events.last().map(|e| e.kind().clone()),
+                Some(EventType::RunFinished),
+                "{events:?}"
+            );
+        }
+        // The second run: read on the kept-alive connection and dropped
+        // there, then sent once more on a second connection.
+        assert_eq!(server.requests.load(SeqCst), 3);
+        assert_eq!(server.connections.load(SeqCst), 2);
+    }
+
+    /// The resend is once per attempt: an agent that drops every request
+    /// it reads, on fresh connections too, ends the run
+    /// `upstream_unavailable` after two sends, not a loop of them.
+    #[tokio::test]
+    async fn an_agent_that_drops_every_request_is_sent_a_run_at_most_twice() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let server = keep_alive_agent(|_| true).await;
+        let agent = agent_at(&server.url, "");
+        let events = one_run(&agent).await;
+        let last = events.last().expect("a terminal event");
+        assert_eq!(*last.kind(), EventType::RunError);
+        assert_eq!(
+            last.get("code").and_then(serde_json::Value::as_str),
+            Some("upstream_unavailable"),
+            "{events:?}"
+        );
+        assert_eq!(server.requests.load(SeqCst), 2);
+    }
+
+    /// An idle connection is let go after `timeouts.keep_alive`, before the
+    /// agent's server would close it under a request (module
+    /// `keep_alive`): the agent sees the gateway close it, no earlier.
+    #[tokio::test]
+    async fn an_idle_connection_is_let_go_after_keep_alive() {
+        let mut server = keep_alive_agent(|_| false).await;
+        let agent = agent_at(&server.url, "[timeouts]\nkeep_alive = \"300ms\"\n");
+        let ran = std::time::Instant::now();
+        one_run(&agent).await;
+        tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            server.let_go.wait_for(|n| *n == 1),
+        )
+        .await
+        .expect("the idle connection was kept past keep_alive")
+        .unwrap();
+        assert!(ran.elapsed() >= std::time::Duration::from_millis(300));
     }
 }

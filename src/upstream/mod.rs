@@ -2,7 +2,8 @@
 //! it may run on ([`pool`]: [`backend`], [`balancer`], [`affinity`],
 //! [`health`], [`probe`]) and the HTTP client that POSTs `RunAgentInput`, reads its SSE
 //! back and fails over before the first event ([`client`], with what an
-//! attempt yields in [`attempt`]); an agent that
+//! attempt yields in [`attempt`], over connections kept alive between runs,
+//! [`keep_alive`]); an agent that
 //! speaks A2A instead is reached through [`a2a`], chosen by the agent's
 //! `protocol` where a run attempt starts.
 
@@ -13,6 +14,7 @@ pub mod backend;
 pub mod balancer;
 pub mod client;
 pub mod health;
+pub mod keep_alive;
 pub mod pool;
 pub mod probe;
 pub mod routing;

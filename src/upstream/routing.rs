@@ -38,6 +38,10 @@ pub struct Agent {
     /// Where the agent declares its own AG-UI capabilities, if anywhere.
     pub capabilities_url: Option<reqwest::Url>,
     pub http: reqwest::Client,
+    /// `http`'s twin that keeps no idle connection: a request that met a
+    /// kept-alive connection closing is sent again with it
+    /// ([`super::keep_alive`]).
+    pub http_fresh: reqwest::Client,
     /// What the agent speaks (`ag-ui` or `a2a`).
     pub protocol: crate::config::AgentProtocol,
     /// An A2A agent's cards, one per backend (empty for AG-UI agents).
@@ -112,12 +116,9 @@ impl Agent {
         }
         let shared = previous.map(|p| p.pool.shared.clone()).unwrap_or_default();
         let mut pool = Pool::new(&cfg.pool, cfg.affinity(), backends, shared);
-        let http = reqwest::Client::builder()
-            .connect_timeout(cfg.timeouts.connect)
-            .pool_idle_timeout(std::time::Duration::from_secs(90))
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| format!("agent {}: HTTP client: {e}", cfg.id))?;
+        let (http, http_fresh) =
+            super::keep_alive::clients(cfg.timeouts.connect, cfg.timeouts.keep_alive)
+                .map_err(|e| format!("agent {}: HTTP client: {e}", cfg.id))?;
         if let Some(probe) = &cfg.pool.probe {
             let mut targets = Vec::new();
             for b in &pool.backends {
@@ -150,6 +151,7 @@ impl Agent {
                 .transpose()
                 .map_err(|e| format!("agent {}: capabilities_url {e}", cfg.id))?,
             http,
+            http_fresh,
             protocol: cfg.protocol,
             cards: Default::default(),
         }))

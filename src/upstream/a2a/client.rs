@@ -20,6 +20,7 @@ use crate::protocol::sse::{SseDecoder, SseFrame};
 use crate::upstream::Agent;
 use crate::upstream::attempt::{Failure, Handed, UpstreamCode, describe, fail, feed_read};
 use crate::upstream::backend::{Backend, Slot};
+use crate::upstream::keep_alive;
 use bytes::Bytes;
 use futures::StreamExt;
 use reqwest::header::{HeaderMap, HeaderValue};
@@ -171,19 +172,26 @@ impl Attempt<'_> {
         extra: HeaderMap,
         first_deadline: Instant,
     ) -> Result<reqwest::Response, Failure> {
-        let request = self
-            .agent
-            .http
-            .post(card.rpc_url.clone())
-            .headers(self.backend.headers.clone())
-            .headers(extra)
-            .header(VERSION_HEADER, HeaderValue::from_static(VERSION))
-            .header(
-                reqwest::header::ACCEPT,
-                "text/event-stream, application/json",
-            )
-            .json(rpc)
-            .send();
+        // Serialized once: a resend ([`keep_alive`]) sends the same bytes.
+        let rpc = Bytes::from(serde_json::to_vec(rpc).expect("a JSON value serializes"));
+        let (url, headers) = (&card.rpc_url, &self.backend.headers);
+        let request = keep_alive::send(
+            &self.agent.id,
+            &self.agent.http,
+            &self.agent.http_fresh,
+            move |http| {
+                http.post(url.clone())
+                    .headers(headers.clone())
+                    .headers(extra.clone())
+                    .header(VERSION_HEADER, HeaderValue::from_static(VERSION))
+                    .header(
+                        reqwest::header::ACCEPT,
+                        "text/event-stream, application/json",
+                    )
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(rpc.clone())
+            },
+        );
         let response = tokio::select! {
             _ = self.tx.closed() => return Err(None),
             r = timeout_at(first_deadline, request) => match r {
