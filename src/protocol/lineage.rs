@@ -28,10 +28,12 @@ use super::authorship::{GATEWAY_FIELD, RunAgent};
 pub use super::checkpoint::Checkpoint;
 use super::checkpoint::{Pools, checkpoint_from_json};
 use super::event::{Event, EventType};
+use super::id_list::IdList;
 use super::message::Message;
+use super::run_list::RunList;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Where the thread's latest run stands.
@@ -189,7 +191,7 @@ pub struct RunRecord {
     /// regenerate or an edit.
     pub input: Vec<Message>,
     /// Ids of the messages it produced.
-    pub output_ids: Vec<String>,
+    pub output_ids: IdList,
     checkpoint: Option<Arc<Checkpoint>>,
 }
 
@@ -221,6 +223,26 @@ impl PartialEq for RunRecord {
 }
 
 impl RunRecord {
+    /// A finished run of that id and nothing else (unit tests).
+    #[cfg(test)]
+    pub(super) fn for_tests(run_id: &str) -> RunRecord {
+        RunRecord {
+            run_id: run_id.to_owned(),
+            parent: None,
+            kind: RunKind::Continue,
+            agent: RunAgent::Unknown,
+            started_by: None,
+            status: RunStatus::Finished,
+            outcome: None,
+            started_seq: 0,
+            ended_seq: None,
+            created_at: None,
+            input: Vec::new(),
+            output_ids: IdList::default(),
+            checkpoint: None,
+        }
+    }
+
     pub fn input_ids(&self) -> impl Iterator<Item = &str> {
         self.input.iter().filter_map(Message::id)
     }
@@ -296,7 +318,7 @@ impl RunRecord {
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
-                .filter_map(|id| id.as_str().map(str::to_owned))
+                .filter_map(Value::as_str)
                 .collect(),
             checkpoint: v
                 .get("checkpoint")
@@ -320,8 +342,7 @@ pub const STORED_CHECKPOINTS: usize = 4;
 /// A thread's runs, oldest first, and its head.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RunTable {
-    order: VecDeque<String>,
-    runs: HashMap<String, RunRecord>,
+    runs: RunList,
     /// Runs ever started on the thread (the per-thread cap counts them).
     started: u64,
 }
@@ -329,7 +350,7 @@ pub struct RunTable {
 impl RunTable {
     /// The head: the newest run started.
     pub fn head(&self) -> Option<&RunRecord> {
-        self.order.back().and_then(|id| self.runs.get(id))
+        self.runs.back()
     }
 
     pub fn get(&self, run_id: &str) -> Option<&RunRecord> {
@@ -337,25 +358,27 @@ impl RunTable {
     }
 
     pub fn len(&self) -> usize {
-        self.order.len()
+        self.runs.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.order.is_empty()
+        self.runs.is_empty()
     }
 
     /// Runs, oldest first.
     /// The run journal seq `seq` belongs to (started at or before it and
     /// not ended before it), while the table remembers it.
     pub fn at_seq(&self, seq: u64) -> Option<&RunRecord> {
-        let started = |id: &String| self.runs.get(id).is_some_and(|r| r.started_seq <= seq);
-        let i = self.order.partition_point(started).checked_sub(1)?;
-        let run = self.runs.get(self.order.get(i)?)?;
+        let i = self
+            .runs
+            .partition_point(|r| r.started_seq <= seq)
+            .checked_sub(1)?;
+        let run = self.runs.at(i)?;
         run.ended_seq.is_none_or(|end| seq <= end).then_some(run)
     }
 
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = &RunRecord> {
-        self.order.iter().filter_map(|id| self.runs.get(id))
+        self.runs.iter()
     }
 
     /// Runs whose base is not the run started just before them (a count
@@ -366,9 +389,7 @@ impl RunTable {
 
     /// The run that produced message `id` (the newest one, if several did).
     pub fn producer_of(&self, id: &str) -> Option<&RunRecord> {
-        self.iter()
-            .rev()
-            .find(|r| r.output_ids.iter().any(|o| o == id))
+        self.iter().rev().find(|r| r.output_ids.contains(id))
     }
 
     /// The run whose input brought message `id` (the newest one).
@@ -382,7 +403,7 @@ impl RunTable {
         let mut path = Vec::new();
         let mut at = self.runs.get(run_id);
         while let Some(run) = at {
-            if path.len() > self.order.len() {
+            if path.len() > self.runs.len() {
                 break; // a cycle can only come from a hand-made journal
             }
             path.push(run);
@@ -451,14 +472,11 @@ impl RunTable {
                 };
                 own.iter().map(Message::closed).collect()
             },
-            output_ids: Vec::new(),
+            output_ids: IdList::default(),
             checkpoint: None,
         };
         self.started += 1;
-        if self.runs.insert(run_id.clone(), record).is_some() {
-            self.order.retain(|id| *id != run_id);
-        }
-        self.order.push_back(run_id);
+        self.runs.push_back(record);
         self.evict();
     }
 
@@ -466,9 +484,9 @@ impl RunTable {
     pub(super) fn produced(&mut self, id: &str) {
         if let Some(head) = self.head_mut()
             && head.status == RunStatus::Running
-            && !head.output_ids.iter().any(|o| o == id)
+            && !head.output_ids.contains(id)
         {
-            head.output_ids.push(id.to_owned());
+            head.output_ids.push(id);
         }
     }
 
@@ -498,12 +516,12 @@ impl RunTable {
                 .to_owned(),
         });
         head.checkpoint = Some(Arc::new(checkpoint));
+        head.output_ids.shrink_to_fit();
         self.evict();
     }
 
     fn head_mut(&mut self) -> Option<&mut RunRecord> {
-        let id = self.order.back()?;
-        self.runs.get_mut(id)
+        self.runs.back_mut()
     }
 
     /// The checkpoint a run ending now shares what it can with: its base's
@@ -523,10 +541,8 @@ impl RunTable {
     /// is rebuilt from the journal when asked for.
     pub fn keep_checkpoints(&mut self, n: usize) {
         let mut kept = 0;
-        for id in self.order.iter().rev() {
-            if let Some(run) = self.runs.get_mut(id)
-                && run.checkpoint.is_some()
-            {
+        for run in self.runs.iter_mut().rev() {
+            if run.checkpoint.is_some() {
                 kept += 1;
                 if kept > n.max(1) {
                     run.checkpoint = None;
@@ -539,19 +555,26 @@ impl RunTable {
     /// and each checkpoint (a pointer and an origin per message: the
     /// messages themselves are the fold's, shared).
     pub fn approx_bytes(&self, value_bytes: impl Fn(&Value) -> usize) -> usize {
-        const RECORD: usize = 256;
-        self.runs
-            .values()
+        let text = |s: &Option<String>| s.as_ref().map_or(0, String::capacity);
+        let records: usize = self
+            .runs
+            .iter()
             .map(|r| {
                 let input: usize = r.input.iter().map(|m| m.approx_bytes(1)).sum();
-                let ids: usize = r.output_ids.iter().map(|i| i.len() + 24).sum();
                 let checkpoint = r
                     .checkpoint
                     .as_ref()
                     .map_or(0, |c| c.own_bytes(&value_bytes));
-                RECORD + r.run_id.len() + input + ids + checkpoint
+                r.run_id.capacity()
+                    + text(&r.parent)
+                    + text(&r.started_by)
+                    + text(&r.outcome)
+                    + input
+                    + r.output_ids.heap_bytes()
+                    + checkpoint
             })
-            .sum()
+            .sum();
+        self.runs.index_bytes() + records
     }
 
     /// Points the runs' copies of their input messages at `page` where it
@@ -561,10 +584,7 @@ impl RunTable {
     /// full-size text left of it. Only copies not on a page yet are
     /// compared (after a while, those of the newest few runs).
     pub(super) fn share_inputs(&mut self, page: &Arc<super::sealed::Page>) {
-        for id in self.order.iter().rev() {
-            let Some(run) = self.runs.get_mut(id) else {
-                continue;
-            };
+        for run in self.runs.iter_mut().rev() {
             for m in &mut run.input {
                 if !m.is_sealed() {
                     m.share_page(page);
@@ -576,10 +596,8 @@ impl RunTable {
     /// Drops the oldest runs past the run bound, then the oldest
     /// checkpoints past theirs (never the head's).
     fn evict(&mut self) {
-        while self.order.len() > RUNS_KEPT {
-            if let Some(id) = self.order.pop_front() {
-                self.runs.remove(&id);
-            }
+        while self.runs.len() > RUNS_KEPT {
+            self.runs.pop_front();
         }
         self.keep_checkpoints(CHECKPOINTS_KEPT);
     }
@@ -653,10 +671,9 @@ impl RunTable {
             if let Some(c) = &run.checkpoint {
                 previous = Some(c.clone());
             }
-            table.order.push_back(run.run_id.clone());
-            table.runs.insert(run.run_id.clone(), run);
+            table.runs.push_back(run);
         }
-        table.started = table.started.max(table.order.len() as u64);
+        table.started = table.started.max(table.runs.len() as u64);
         table
     }
 }
