@@ -124,7 +124,8 @@ impl RunList {
         }
     }
 
-    /// Heap bytes of the places (the records are counted by their owner).
+    /// Heap bytes of the list itself: the places and the records' slots
+    /// (what a record points at, its ids and input, its owner counts).
     pub fn index_bytes(&self) -> usize {
         self.places.capacity() * (std::mem::size_of::<u64>() + 1)
             + self.records.capacity() * std::mem::size_of::<RunRecord>()
