@@ -360,8 +360,16 @@ async fn a_run_survives_its_masters_failover(how: Failover) {
         );
     }
     http().post(py.url("release")).send().await.unwrap();
-    let ran = journal(&runner.recv_until(is_terminal_frame).await);
-    assert_eq!(ran.last().unwrap().1, "RUN_FINISHED", "{how:?}: {ran:?}");
+    let end = runner.recv_until(is_terminal_frame).await;
+    let ran = journal(&end);
+    assert_eq!(
+        ran.last().unwrap().1,
+        "RUN_FINISHED",
+        "{how:?}: {ran:?}, ending {}\nnode a: {}\nnode b: {}",
+        end.last().unwrap(),
+        a.proc.stderr(),
+        b.proc.stderr()
+    );
 
     let mut seen = Vec::new();
     for viewer in [&mut on_a, &mut on_b] {
