@@ -119,6 +119,7 @@ pub async fn serve(config: Config, policy: Policy) -> Result<(), String> {
     crate::protocol::sealed::set_page_text(
         usize::try_from(config.threads.sealed_page_bytes).unwrap_or(usize::MAX),
     );
+    install_spill_file(&config.threads)?;
     let threads = Threads::new(
         store,
         ThreadSettings {
@@ -298,4 +299,28 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+/// Opens the spill file of sealed pages (`threads.spill_bytes` in
+/// `threads.spill_dir`). A directory the operator named must work; the
+/// system's temporary directory failing only costs the spilling (said in
+/// the log).
+fn install_spill_file(threads: &crate::config::ThreadsConfig) -> Result<(), String> {
+    if threads.spill_bytes == 0 {
+        return Ok(());
+    }
+    let dir = threads.spill_dir.clone().unwrap_or_else(std::env::temp_dir);
+    match crate::store::page_file::PageFile::create(&dir, threads.spill_bytes) {
+        Ok(file) => {
+            crate::protocol::page_spill::install(Box::new(file));
+            Ok(())
+        }
+        Err(e) if threads.spill_dir.is_some() => {
+            Err(format!("threads.spill_dir {}: {e}", dir.display()))
+        }
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "no spill file for sealed pages: they stay in memory");
+            Ok(())
+        }
+    }
 }

@@ -72,7 +72,8 @@ pub struct ThreadLabel {
 /// (`threads.max_resident`), `budget` (a whole thread, over
 /// `threads.memory_budget`), `budget_tail` (old events of a tail) or
 /// `budget_rss` (a check that shed more because the process's resident set
-/// was over `threads.memory_budget + threads.memory_overhead`).
+/// was over `threads.memory_budget + threads.memory_overhead`) or
+/// `budget_spill` (a check that moved sealed pages to the spill file).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EvictionLabel {
     pub reason: &'static str,
@@ -174,6 +175,9 @@ pub struct Metrics {
     /// The process's resident set as the system counts it (set at scrape
     /// time; Linux): held to `threads.memory_budget + threads.memory_overhead`.
     pub process_resident_bytes: Gauge,
+    /// Bytes of sealed pages' packed text in the spill file (set at scrape
+    /// time; `threads.spill_bytes` bounds it).
+    pub spilled_page_bytes: Gauge,
     /// Threads and tails that left memory, by reason.
     pub evictions: Family<EvictionLabel, Counter>,
     /// Events read back from the store because they had left memory.
@@ -240,6 +244,7 @@ impl Metrics {
             resident_bytes: Family::default(),
             thread_resident_bytes: Family::default(),
             process_resident_bytes: Gauge::default(),
+            spilled_page_bytes: Gauge::default(),
             evictions: Family::default(),
             cold_reads: Counter::default(),
             journal_wal_bytes: Gauge::default(),
@@ -405,8 +410,13 @@ impl Metrics {
             m.process_resident_bytes.clone(),
         );
         r.register(
+            "spilled_page_bytes",
+            "Bytes of sealed pages' packed text moved to the spill file (bounded by threads.spill_bytes).",
+            m.spilled_page_bytes.clone(),
+        );
+        r.register(
             "evictions",
-            "Threads (idle, count, budget) and old tail events (budget_tail) that left memory; budget_rss counts checks that shed more for the process's resident set.",
+            "Threads (idle, count, budget) and old tail events (budget_tail) that left memory; budget_rss counts checks that shed more for the process's resident set; budget_spill checks that moved sealed pages to the spill file.",
             m.evictions.clone(),
         );
         r.register(

@@ -323,3 +323,84 @@ async fn a_node_whose_resident_set_passes_its_ceiling_sheds_within_its_count() {
         "read back from the store: {before} → {after}"
     );
 }
+
+/// The last thing a node over its ceiling sheds: the sealed pages of its
+/// watched conversations leave memory for the spill file
+/// (`threads.spill_bytes`), and the conversation reads the same — its
+/// snapshot, and a run started on it after (which reads every page for its
+/// input and seals new ones).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_conversation_over_the_ceiling_leaves_memory_for_the_spill_file() {
+    if single_node_only("reads this node's residency") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // Pages of 1 KiB of text (a few runs' messages each: a page of one
+    // short message would not pack, and only packed text is spilled); a
+    // ceiling of 17 MiB is below what any gateway process holds.
+    let config = format!(
+        "[demo]\nenabled = true\ntoken_delay = \"1ms\"\n\
+        [[agents]]\nid = \"demo\"\nurl = \"demo:\"\n\
+        [threads]\nhot_bytes = \"64KiB\"\nmemory_budget = \"1MiB\"\nmemory_overhead = \"16MiB\"\n\
+        sealed_page_bytes = \"1KiB\"\nspill_bytes = \"1MiB\"\nspill_dir = {:?}\n",
+        dir.path().display().to_string()
+    );
+    let gw = Gateway::start(&config).await;
+    let t = token(json!({"sub": "alice"}));
+    // Each run brings a new user message: the conversation grows.
+    let turn = |i: usize| {
+        let t = &t;
+        let gw = &gw;
+        async move {
+            let mut body = input("spill", &format!("r{i}"), &format!("question {i}"));
+            body["messages"][0]["id"] = json!(format!("u{i}"));
+            let (status, body) = post_run(&gw.run_url("demo"), t, &body).await;
+            assert_eq!(status, 200, "{body}");
+            assert!(body.contains("RUN_FINISHED"), "{body}");
+        }
+    };
+    let mut live = Ws::connect(&gw, WsAuth::Header(&t)).await.unwrap();
+    turn(1).await;
+    live.send(json!({"type": "subscribe", "id": "s", "threadId": "spill", "after": 0}))
+        .await;
+    for i in 2..=12 {
+        turn(i).await;
+    }
+    let snapshot = || async {
+        json_of(http().get(gw.url("/v1/threads/spill")).bearer_auth(&t)).await["messages"].clone()
+    };
+    let before = snapshot().await;
+    assert!(before.as_array().unwrap().len() >= 16, "{before}");
+    // Polled: the ceiling is looked at every second.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let m = loop {
+        let m = gw.metrics().await;
+        if series(&m, "agui_spilled_page_bytes") > 0.0 {
+            break m;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no page spilled:\n{m}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert!(
+        series(&m, "agui_evictions_total{reason=\"budget_spill\"}") >= 1.0,
+        "{m}"
+    );
+    assert!(
+        series(&m, "agui_spilled_page_bytes") <= (1 << 20) as f64,
+        "within spill_bytes:\n{m}"
+    );
+    assert_eq!(snapshot().await, before, "the same conversation, read back");
+    // A run on it reads every page for its input, and ends with all of it.
+    turn(13).await;
+    let after = snapshot().await;
+    let after = after.as_array().unwrap();
+    assert_eq!(
+        after[..before.as_array().unwrap().len()],
+        before.as_array().unwrap()[..]
+    );
+    assert!(after.len() > before.as_array().unwrap().len());
+    drop(live);
+}

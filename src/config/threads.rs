@@ -67,6 +67,17 @@ pub struct ThreadsConfig {
     #[serde(with = "byte_size")]
     #[schemars(with = "byte_size::Text")]
     pub sealed_page_bytes: u64,
+    /// Most bytes of sealed pages' packed text this node may move to its
+    /// spill file once it has shed everything else its budget allows (old
+    /// events of tails, idle threads): the oldest pages of watched threads'
+    /// conversations leave memory and are read back from the file
+    /// (`src/protocol/page_spill.rs`). `0`: pages never leave memory.
+    #[serde(with = "byte_size")]
+    #[schemars(with = "byte_size::Text")]
+    pub spill_bytes: u64,
+    /// Directory of the spill file (created unlinked: nothing is left in it
+    /// when the process ends). Unset: the system's temporary directory.
+    pub spill_dir: Option<std::path::PathBuf>,
     /// Who is watching a thread (the subscribe reply's `presence`, the
     /// `presence` frames, `GET /v1/threads/{id}/presence`); off: empty lists.
     pub presence: bool,
@@ -103,6 +114,8 @@ impl Default for ThreadsConfig {
             memory_budget: None,
             memory_overhead: 64 << 20,
             sealed_page_bytes: crate::protocol::sealed::PAGE_TEXT as u64,
+            spill_bytes: 1 << 30,
+            spill_dir: None,
             presence: true,
             presence_interval: Duration::from_secs(1),
             presence_hide_roles: Vec::new(),

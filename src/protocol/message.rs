@@ -130,6 +130,12 @@ impl Message {
         matches!(self.0, Form::Sealed(..))
     }
 
+    /// True when it is on a sealed page whose text left memory for the
+    /// spill file ([`super::page_spill`]).
+    pub fn is_spilled(&self) -> bool {
+        matches!(&self.0, Form::Sealed(page, _) if page.is_spilled())
+    }
+
     /// A finished message not on a page yet, short enough for one: what
     /// [`Message::seal`] takes.
     pub fn sealable(&self) -> bool {
@@ -155,6 +161,7 @@ impl Message {
         for (i, (m, _)) in messages.iter_mut().enumerate() {
             **m = Message(Form::Sealed(page.clone(), i as u32));
         }
+        super::page_spill::register(&page);
         page
     }
 

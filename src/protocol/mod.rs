@@ -28,6 +28,7 @@ pub mod json_patch_atomic;
 pub mod lineage;
 pub mod message;
 pub mod open;
+pub mod page_spill;
 pub mod run_list;
 pub mod sealed;
 pub mod sse;

@@ -25,6 +25,9 @@
 //! ([`unpacked`]): a walk unpacks each page once. What that holds is one
 //! page's text per thread, at most [`PAGE_TEXT`] plus one message (messages
 //! longer than [`MAX_SEALED_MESSAGE`] stay on their own).
+//!
+//! Past the node's budget, a page's packed text may leave memory for a
+//! node-local file ([`super::page_spill`]); it reads the same from there.
 
 use super::authorship::RunAgent;
 use serde_json::Value;
@@ -33,6 +36,7 @@ use std::hash::{Hash, Hasher};
 use std::ops::Range;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// Text a page is filled to before it is sealed, by default: large enough
 /// that LZ4 finds the repetitions between messages, small enough that a
@@ -88,9 +92,23 @@ struct Entry {
     has_tool_calls: bool,
 }
 
-enum Text {
-    Plain(Box<str>),
-    Lz4 { block: Box<[u8]>, len: usize },
+/// A page's text: `len` bytes of JSON, LZ4-packed when that saved an
+/// eighth or more (`packed`), as they were otherwise.
+struct Text {
+    block: Mutex<Block>,
+    len: usize,
+    packed: bool,
+}
+
+/// Where a page's text is. Behind a lock because it moves once, from
+/// memory to the spill file, while readers may be unpacking it.
+enum Block {
+    Held(Box<[u8]>),
+    /// In the spill file ([`super::page_spill`]) at `at`, `bytes` long.
+    Spilled {
+        at: u64,
+        bytes: usize,
+    },
 }
 
 /// A sealed page of finished messages (see the module's docs).
@@ -198,13 +216,16 @@ impl Page {
         tool_calls.sort_unstable();
         tool_calls.dedup();
         let block = lz4_flex::block::compress(text.as_bytes());
-        let text = if block.len() <= text.len() - text.len() / 8 {
-            Text::Lz4 {
-                block: block.into_boxed_slice(),
-                len: text.len(),
-            }
-        } else {
-            Text::Plain(text.into_boxed_str())
+        let len = text.len();
+        let packed = block.len() <= len - len / 8;
+        let held = match packed {
+            true => block.into_boxed_slice(),
+            false => text.into_bytes().into_boxed_slice(),
+        };
+        let text = Text {
+            block: Mutex::new(Block::Held(held)),
+            len,
+            packed,
         };
         Page {
             serial: SERIALS.fetch_add(1, Ordering::Relaxed),
@@ -214,6 +235,39 @@ impl Page {
             tool_calls: tool_calls.into_boxed_slice(),
             origins: origins.into_boxed_slice(),
         }
+    }
+
+    /// Its text, held or spilled.
+    fn block(&self) -> MutexGuard<'_, Block> {
+        self.text
+            .block
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether its text is LZ4-packed (text that does not pack is kept as
+    /// it is).
+    pub fn is_packed(&self) -> bool {
+        self.text.packed
+    }
+
+    /// Whether its text is in the spill file.
+    pub fn is_spilled(&self) -> bool {
+        matches!(*self.block(), Block::Spilled { .. })
+    }
+
+    /// Moves its text to the spill file; answers the bytes of memory that
+    /// frees (`Some(0)`: it was there already), or `None` when the file
+    /// has no room for it.
+    pub(super) fn spill(&self) -> Option<usize> {
+        let mut block = self.block();
+        let Block::Held(held) = &*block else {
+            return Some(0);
+        };
+        let bytes = held.len();
+        let at = super::page_spill::file()?.write(held)?;
+        *block = Block::Spilled { at, bytes };
+        Some(bytes)
     }
 
     /// Messages on the page.
@@ -285,20 +339,15 @@ impl Page {
     /// Message `i`'s JSON.
     pub fn json(&self, i: u32) -> SealedText<'_> {
         let range = self.range(i);
-        match &self.text {
-            Text::Plain(t) => SealedText::Plain(&t[range]),
-            Text::Lz4 { block, len } => {
-                SealedText::Unpacked(unpacked(self.serial, block, *len), range)
-            }
-        }
+        SealedText::Unpacked(unpacked(self.serial, &self.text), range)
     }
 
     /// What the page holds in memory, about (its allocations and their
     /// headers).
     pub fn heap_bytes(&self) -> usize {
-        let text = match &self.text {
-            Text::Plain(t) => t.len(),
-            Text::Lz4 { block, .. } => block.len(),
+        let text = match &*self.block() {
+            Block::Held(b) => b.len(),
+            Block::Spilled { .. } => 0,
         };
         std::mem::size_of::<Page>()
             + 16
@@ -308,6 +357,16 @@ impl Page {
             + self.tool_calls.len() * 8
             + self.origins.len() * std::mem::size_of::<RunAgent>()
             + 5 * 16
+    }
+}
+
+impl Drop for Page {
+    fn drop(&mut self) {
+        if let Block::Spilled { at, bytes } = *self.block()
+            && let Some(file) = super::page_spill::file()
+        {
+            file.free(at, bytes);
+        }
     }
 }
 
@@ -339,21 +398,35 @@ thread_local! {
     static LAST: RefCell<Option<(u64, Rc<str>)>> = const { RefCell::new(None) };
 }
 
-/// Page `serial`'s text, unpacked (once per page a walk reads in order).
-fn unpacked(serial: u64, block: &[u8], len: usize) -> Rc<str> {
+/// Page `serial`'s text, unpacked (once per page a walk reads in order),
+/// from memory or from the spill file.
+fn unpacked(serial: u64, text: &Text) -> Rc<str> {
     LAST.with(|last| {
-        if let Some((at, text)) = &*last.borrow()
+        if let Some((at, unpacked)) = &*last.borrow()
             && *at == serial
         {
-            return text.clone();
+            return unpacked.clone();
         }
-        let bytes = lz4_flex::block::decompress(block, len)
-            .expect("a sealed page unpacks (it was packed in this process)");
-        let text: Rc<str> = String::from_utf8(bytes)
+        let unpack = |bytes: &[u8]| match text.packed {
+            true => lz4_flex::block::decompress(bytes, text.len).map_err(|e| e.to_string()),
+            false => Ok(bytes.to_vec()),
+        };
+        let bytes = match &*text.block.lock().unwrap_or_else(PoisonError::into_inner) {
+            Block::Held(held) => {
+                unpack(held).expect("a sealed page unpacks (it was packed in this process)")
+            }
+            Block::Spilled { at, bytes } => {
+                let read = super::page_spill::read(*at, *bytes);
+                unpack(&read).unwrap_or_else(|e| {
+                    super::page_spill::fail(&format!("a page read back does not unpack: {e}"))
+                })
+            }
+        };
+        let unpacked: Rc<str> = String::from_utf8(bytes)
             .expect("a sealed page's text is the JSON it was given")
             .into();
-        *last.borrow_mut() = Some((serial, text.clone()));
-        text
+        *last.borrow_mut() = Some((serial, unpacked.clone()));
+        unpacked
     })
 }
 
@@ -421,7 +494,7 @@ mod tests {
         jsons.push(r#"{"role":"us\u00e9r","content":"no id"}"#.to_owned());
         let refs: Vec<&str> = jsons.iter().map(String::as_str).collect();
         let p = page(&refs);
-        assert!(matches!(p.text, Text::Lz4 { .. }), "repetitive text packs");
+        assert!(p.is_packed(), "repetitive text packs");
         assert_eq!(p.len(), jsons.len());
         for (i, json) in jsons.iter().enumerate() {
             let i = i as u32;
@@ -457,7 +530,7 @@ mod tests {
     #[test]
     fn text_that_does_not_pack_stays_plain_and_reads_the_same() {
         let p = page(&[r#"{"id":"a","role":"user","content":"x"}"#]);
-        assert!(matches!(p.text, Text::Plain(_)));
+        assert!(!p.is_packed());
         assert_eq!(&*p.json(0), r#"{"id":"a","role":"user","content":"x"}"#);
     }
 

@@ -72,6 +72,8 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     if let Some(rss) = crate::thread::memory_ceiling::process_rss() {
         m.process_resident_bytes.set(rss as i64);
     }
+    m.spilled_page_bytes
+        .set(crate::protocol::page_spill::held_bytes() as i64);
     // The biggest threads now (the family is emptied first: a thread that
     // left memory or shrank out of the top must not linger as a series).
     m.thread_resident_bytes.clear();

@@ -11,6 +11,7 @@ pub mod bus;
 pub mod counters;
 pub mod lease;
 pub mod memory;
+pub mod page_file;
 pub mod presence;
 pub mod redis;
 pub mod sqlite;

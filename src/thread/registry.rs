@@ -535,9 +535,14 @@ impl Threads {
                     last_sweep = tokio::time::Instant::now();
                     t.sweep_idle().await;
                 }
-                let (evicted, freed) = t.evict_within(limit);
+                let (evicted, mut freed) = t.evict_within(limit);
                 if evicted > 0 {
                     tracing::debug!(evicted, resident = t.resident(), "idle threads left memory");
+                }
+                if let Some(over) =
+                    still_over(t.total_bytes(), limit, rss, memory_budget, memory_overhead)
+                {
+                    freed |= spill_pages(over).await;
                 }
                 if rss_over && freed {
                     evicted_for("budget_rss");
@@ -641,6 +646,43 @@ fn release_freed_memory() {
 }
 
 /// Counts one eviction for `reason` ([`crate::metrics::EvictionLabel`]).
+/// Bytes the node is still over after shedding what it could (its count
+/// over the limit, or its resident set over the ceiling as read before the
+/// shedding), if it is.
+fn still_over(
+    counted: usize,
+    limit: usize,
+    rss: Option<usize>,
+    budget: usize,
+    overhead: usize,
+) -> Option<usize> {
+    let by_count = counted.saturating_sub(limit);
+    let by_rss = rss.map_or(0, |rss| rss.saturating_sub(budget.saturating_add(overhead)));
+    let over = by_count.max(by_rss);
+    (over > 0).then_some(over)
+}
+
+/// The last thing the budget sheds: the oldest sealed pages of the
+/// conversations still resident leave memory for the spill file
+/// ([`crate::protocol::page_spill`]), at most `over` bytes of them. On a
+/// blocking thread (file writes), off the live path. True when any left.
+async fn spill_pages(over: usize) -> bool {
+    let freed =
+        tokio::task::spawn_blocking(move || crate::protocol::page_spill::spill_oldest(over))
+            .await
+            .unwrap_or(0);
+    if freed > 0 {
+        crate::metrics::metrics()
+            .evictions
+            .get_or_create(&crate::metrics::EvictionLabel {
+                reason: "budget_spill",
+            })
+            .inc();
+        tracing::debug!(freed, "sealed pages left memory for the spill file");
+    }
+    freed > 0
+}
+
 fn evicted_for(reason: &'static str) {
     crate::metrics::metrics()
         .evictions

@@ -16,12 +16,16 @@
 //! that a fold restored from its JSON form halfway through (as a thread
 //! reloaded from a stored snapshot is) ends where the uninterrupted one ends,
 //! and that a fold packing its finished messages into sealed pages at every
-//! run's end reads the same as one that never packs them.
+//! run's end — their packed text moved to a spill file after every event,
+//! as a node over its ceiling does — reads the same as one that never packs
+//! them.
 
 #![no_main]
 
 use agui_gateway::protocol::Event;
 use agui_gateway::protocol::fold::Fold;
+use agui_gateway::protocol::page_spill;
+use agui_gateway::store::page_file::PageFile;
 use arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Map, Value, json};
@@ -34,7 +38,14 @@ const STATE_CAP: usize = 64 * 1024;
 /// the run finished (the gateway's pages hold 16 KiB).
 const SEALED_PAGE: usize = 32;
 
+/// The process's spill file, installed once.
+static SPILL: std::sync::Once = std::sync::Once::new();
+
 fuzz_target!(|data: &[u8]| {
+    SPILL.call_once(|| {
+        let file = PageFile::create(&std::env::temp_dir(), 1 << 30).expect("a spill file");
+        page_spill::install(Box::new(file));
+    });
     let events = if data.first() == Some(&b'{') {
         data.split(|&b| b == b'\n')
             .filter_map(|line| Event::parse(line.to_vec()).ok())
@@ -65,6 +76,7 @@ fuzz_target!(|data: &[u8]| {
         }
         fold.apply(i as u64 + 1, e);
         sealed.apply(i as u64 + 1, e);
+        page_spill::spill_oldest(usize::MAX);
         if let Some(r) = &mut restored {
             r.apply(i as u64 + 1, e);
         }
