@@ -47,11 +47,41 @@ pub(super) struct Renewed {
 /// streak ends when no command has failed for [`RENEW_AFTER`].
 struct Renewal {
     conn: ClusterConnection,
-    /// The first failure of the current streak.
+    streak: Streak,
+    renewing: bool,
+}
+
+/// How long commands have been failing to reach a node.
+#[derive(Default, Debug)]
+struct Streak {
+    /// When the current streak's first failing command was sent.
     failing_since: Option<Instant>,
     /// The streak's latest failure.
     last_failure: Option<Instant>,
-    renewing: bool,
+}
+
+impl Streak {
+    /// A command sent at `sent` failed to reach its node at `now`; true
+    /// when the streak has lasted [`RENEW_AFTER`].
+    ///
+    /// The streak counts from when the failing command was *sent*: a
+    /// command to a dead master's slots is not answered "refused" but
+    /// waits, the client reconnecting to the dead address until the
+    /// response timeout (5 s), so its failure alone says the node has been
+    /// unreachable for that long. Counted from its failure instead, the
+    /// renewal waited for a second failure a second later, about 6 s after
+    /// the master died; a run lease living 6.7 s (`lease_ttl = "10s"`) then
+    /// lapsed before the renewed connection could renew it, and another
+    /// node closed the run as `gateway_node_lost` (seen in CI,
+    /// `redis_cluster::a_run_survives_the_loss_of_its_master`).
+    fn failed(&mut self, sent: Instant, now: Instant) -> bool {
+        if self.last_failure.is_none_or(|l| now - l >= RENEW_AFTER) {
+            self.failing_since = Some(sent);
+        }
+        self.failing_since = self.failing_since.map(|f| f.min(sent));
+        self.last_failure = Some(now);
+        now - self.failing_since.unwrap_or(now) >= RENEW_AFTER
+    }
 }
 
 impl Renewed {
@@ -66,8 +96,7 @@ impl Renewed {
             client: Arc::new(client),
             state: Arc::new(Mutex::new(Renewal {
                 conn,
-                failing_since: None,
-                last_failure: None,
+                streak: Streak::default(),
                 renewing: false,
             })),
         })
@@ -86,19 +115,26 @@ impl Renewed {
     /// reach a node (a streak with no gap of that long between two of
     /// them), builds a new connection in the background (one at a time)
     /// and swaps it in.
-    fn observe<T>(&self, result: &RedisResult<T>) {
+    fn observe<T>(&self, result: &RedisResult<T>, sent: Instant) {
         let Err(e) = result else { return };
         if !unreachable(e) {
             return;
         }
-        let now = Instant::now();
         let mut state = self.lock();
-        if state.last_failure.is_none_or(|l| now - l >= RENEW_AFTER) {
-            state.failing_since = Some(now);
+        if !state.streak.failed(sent, Instant::now()) || state.renewing {
+            return;
         }
-        state.last_failure = Some(now);
-        let since = state.failing_since.unwrap_or(now);
-        if now - since < RENEW_AFTER || state.renewing {
+        state.renewing = true;
+        drop(state);
+        tokio::spawn(self.clone().renew());
+    }
+
+    /// A command sent at `sent` got no answer within its caller's own
+    /// deadline (the caller gave up on it): counted as a failure to reach
+    /// its node, as the client's own timeout would be.
+    fn unanswered(&self, sent: Instant) {
+        let mut state = self.lock();
+        if !state.streak.failed(sent, Instant::now()) || state.renewing {
             return;
         }
         state.renewing = true;
@@ -116,8 +152,7 @@ impl Renewed {
             Ok(conn) => {
                 tracing::warn!("redis cluster connection renewed: a node stayed unreachable");
                 state.conn = conn;
-                state.failing_since = None;
-                state.last_failure = None;
+                state.streak = Streak::default();
             }
             Err(e) => tracing::warn!("redis cluster connection not renewed: {e}"),
         }
@@ -137,8 +172,9 @@ fn unreachable(e: &RedisError) -> bool {
 impl ConnectionLike for Renewed {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
+            let sent = Instant::now();
             let result = self.current().req_packed_command(cmd).await;
-            self.observe(&result);
+            self.observe(&result, sent);
             result
         })
     }
@@ -150,9 +186,10 @@ impl ConnectionLike for Renewed {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
+            let sent = Instant::now();
             let mut conn = self.current();
             let result = conn.req_packed_commands(pipeline, offset, count).await;
-            self.observe(&result);
+            self.observe(&result, sent);
             result
         })
     }
@@ -160,6 +197,24 @@ impl ConnectionLike for Renewed {
     fn get_db(&self) -> i64 {
         0
     }
+}
+
+impl Conn {
+    /// A command sent at `sent` got no answer within its caller's deadline
+    /// (a lease renewal, which cannot wait out the client's 5 s response
+    /// timeout): on a cluster it counts toward building the connection
+    /// anew, as a failure to reach a node does.
+    pub(super) fn unanswered(&self, sent: Instant) {
+        if let Conn::Cluster(c) = self {
+            c.unanswered(sent);
+        }
+    }
+}
+
+/// Whether `e` says a node could not be reached (or did not answer), as
+/// opposed to a command's own error.
+pub(super) fn is_unreachable(e: &RedisError) -> bool {
+    unreachable(e)
 }
 
 impl ConnectionLike for Conn {
@@ -279,5 +334,34 @@ impl Subscriber {
             Subscriber::Single(s) => s.unsubscribe(channel).await,
             Subscriber::Cluster(c) => c.sunsubscribe(channel).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn a_command_that_waited_past_the_renewal_time_renews_at_once() {
+        // A command to a dead master's slots waits out the response
+        // timeout: its one failure is enough.
+        let t0 = Instant::now();
+        let mut streak = Streak::default();
+        assert!(streak.failed(t0, t0 + 5000 * MS));
+    }
+
+    #[test]
+    fn quick_failures_renew_once_they_have_lasted_the_renewal_time() {
+        let t0 = Instant::now();
+        let mut streak = Streak::default();
+        assert!(!streak.failed(t0, t0 + MS), "one refusal is not a streak");
+        assert!(!streak.failed(t0 + 500 * MS, t0 + 501 * MS));
+        assert!(streak.failed(t0 + 1000 * MS, t0 + 1001 * MS));
+        // A gap of the renewal time ends a streak; the next starts over.
+        let t1 = t0 + 3000 * MS;
+        assert!(!streak.failed(t1, t1 + MS));
+        assert!(streak.failed(t1 + 1000 * MS, t1 + 1000 * MS));
     }
 }

@@ -45,6 +45,7 @@ pub(super) async fn heartbeat(
         names,
         instance,
         ttl: timing.key_ttl,
+        call_timeout: timing.key_ttl / 3,
         held,
         healthy,
         in_flight: Arc::new(Mutex::new(std::collections::HashSet::new())),
@@ -108,6 +109,9 @@ async fn check_identity(
         .map(|before| (before, now))
 }
 
+/// How long after an unanswered or unreachable renewal it is sent again.
+const RENEWAL_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// What the heartbeat needs to renew the leases, shared by its calls.
 #[derive(Clone)]
 struct Renewer {
@@ -117,6 +121,15 @@ struct Renewer {
     instance: String,
     /// The lease keys' time to live.
     ttl: std::time::Duration,
+    /// How long a renewal call may go unanswered before it is sent again:
+    /// a third of the keys' life. Why not the client's response timeout
+    /// (5 s): a call to a master that died hangs that long (the client
+    /// reconnects to the dead address meanwhile), and with the default
+    /// `lease_ttl` the keys live 6.7 s, so a renewal waiting it out and
+    /// only then going to the promoted replica came too late, and another
+    /// node closed the run as `gateway_node_lost`
+    /// (`redis_cluster::a_run_survives_the_loss_of_its_master`, seen in CI).
+    call_timeout: std::time::Duration,
     held: Arc<DashMap<String, HeldLease>>,
     healthy: Arc<AtomicBool>,
     /// The calls under way, by name: a call not answered by the next tick
@@ -190,16 +203,46 @@ impl Renewer {
             invocation.key(key).arg(&value[..]);
         }
         let mut conn = self.conn.clone();
-        match invocation.invoke_async::<Vec<i64>>(&mut conn).await {
-            Ok(kept) => {
-                if group.is_empty() {
-                    self.healthy.store(true, Ordering::Release);
+        let mut sent = sent;
+        loop {
+            let answer = tokio::time::timeout(
+                self.call_timeout,
+                invocation.invoke_async::<Vec<i64>>(&mut conn),
+            )
+            .await;
+            match answer {
+                Ok(Ok(kept)) => {
+                    if group.is_empty() {
+                        self.healthy.store(true, Ordering::Release);
+                    }
+                    for ((key, value), kept) in leases.iter().zip(kept) {
+                        self.settle(key, value, kept == 1, sent);
+                    }
+                    return;
                 }
-                for ((key, value), kept) in leases.iter().zip(kept) {
-                    self.settle(key, value, kept == 1, sent);
+                Ok(Err(e)) if !super::conn::is_unreachable(&e) => {
+                    tracing::warn!(group, "renewing run leases failed (redis): {e}");
+                    return;
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(group, "renewing run leases failed (redis): {e}")
+                }
+                Err(_) => {
+                    conn.unanswered(sent);
+                    tracing::warn!(
+                        group,
+                        "renewing run leases failed (redis): no answer within {:?}",
+                        self.call_timeout
+                    );
                 }
             }
-            Err(e) => tracing::warn!(group, "renewing run leases failed (redis): {e}"),
+            // Tried again shortly (a failover's new master, or a renewed
+            // connection, may answer) while the leases can still be kept.
+            if sent.elapsed() + RENEWAL_RETRY_PAUSE >= self.ttl {
+                return;
+            }
+            tokio::time::sleep(RENEWAL_RETRY_PAUSE).await;
+            sent = std::time::Instant::now();
         }
     }
 
