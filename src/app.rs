@@ -119,7 +119,7 @@ pub async fn serve(config: Config, policy: Policy) -> Result<(), String> {
     crate::protocol::sealed::set_page_text(
         usize::try_from(config.threads.sealed_page_bytes).unwrap_or(usize::MAX),
     );
-    install_spill_file(&config.threads)?;
+    install_spill_file(&config)?;
     let threads = Threads::new(
         store,
         ThreadSettings {
@@ -302,14 +302,31 @@ async fn shutdown_signal() {
 }
 
 /// Opens the spill file of sealed pages (`threads.spill_bytes` in
-/// `threads.spill_dir`). A directory the operator named must work; the
-/// system's temporary directory failing only costs the spilling (said in
-/// the log).
-fn install_spill_file(threads: &crate::config::ThreadsConfig) -> Result<(), String> {
+/// `threads.spill_dir`). Unset, the directory is the SQLite journal's (a
+/// disk the operator gave the gateway; the system's temporary directory
+/// may be a tmpfs, which is memory again), or the temporary directory for
+/// the other stores. A directory the operator named must work; a default
+/// one failing only costs the spilling (said in the log).
+fn install_spill_file(config: &Config) -> Result<(), String> {
+    let threads = &config.threads;
     if threads.spill_bytes == 0 {
         return Ok(());
     }
-    let dir = threads.spill_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let journal_dir = match config.store.kind {
+        StoreKind::Sqlite => config
+            .store
+            .path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .map(std::path::Path::to_path_buf)
+            .or_else(|| Some(".".into())),
+        _ => None,
+    };
+    let dir = threads
+        .spill_dir
+        .clone()
+        .or(journal_dir)
+        .unwrap_or_else(std::env::temp_dir);
     match crate::store::page_file::PageFile::create(&dir, threads.spill_bytes) {
         Ok(file) => {
             crate::protocol::page_spill::install(Box::new(file));

@@ -76,7 +76,9 @@ pub struct ThreadsConfig {
     #[schemars(with = "byte_size::Text")]
     pub spill_bytes: u64,
     /// Directory of the spill file (created unlinked: nothing is left in it
-    /// when the process ends). Unset: the system's temporary directory.
+    /// when the process ends). Put it on a disk, not a tmpfs (which is
+    /// memory again). Unset: the SQLite journal's directory, or the
+    /// system's temporary directory with the other stores.
     pub spill_dir: Option<std::path::PathBuf>,
     /// Who is watching a thread (the subscribe reply's `presence`, the
     /// `presence` frames, `GET /v1/threads/{id}/presence`); off: empty lists.

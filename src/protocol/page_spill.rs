@@ -1,6 +1,7 @@
-//! Sealed pages leaving memory: the packed text of a conversation's oldest
-//! pages written to a node-local file when the node is over its budget,
-//! read back by the walks that unpack them already.
+//! Sealed pages leaving memory: the text of a conversation's oldest pages
+//! (LZ4-packed, or as it was when it did not pack) written to a node-local
+//! file when the node is over its budget, read back by the walks that
+//! unpack them already.
 //!
 //! Why: once a node has shed every idle thread and every tail's old events,
 //! what is left is in use — mostly the conversations of watched threads,
@@ -12,8 +13,10 @@
 //! it from the file instead of from memory — the same unpacking, plus one
 //! `pread` that the kernel's page cache usually answers. The text is most
 //! of a page for messages of real agents (hundreds of bytes to kilobytes
-//! each); for short ones the page's entries are (see docs/benchmarks.md,
-//! "Twelfth pass").
+//! each: about 340 of a 560-byte message's bytes leave); for short,
+//! repetitive ones the page's entries, ids and origins are most of it (12
+//! of the demo agent's 68 bytes a message leave): docs/benchmarks.md,
+//! "Twelfth pass".
 //!
 //! The order is the pages' age: the oldest sealed pages leave first. A
 //! conversation's pages are all read by each of its runs, so age says
