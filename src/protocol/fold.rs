@@ -948,7 +948,7 @@ fn without_null_subagent(mut m: Value) -> Value {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::protocol::authorship::GATEWAY_FIELD;
 
@@ -991,7 +991,10 @@ mod tests {
 
     /// One demo-like run `i`: a user message, an assistant message with a
     /// tool call, its result and an answer.
-    fn demo_run(i: usize) -> Vec<Value> {
+    /// Run `i` of a conversation: a question, an answer with a tool call,
+    /// its result and a second answer (also folded by the spill file's
+    /// tests, `crate::store::page_file`).
+    pub(crate) fn demo_run(i: usize) -> Vec<Value> {
         let r = format!("r{i}");
         let text = format!("run {i} answers the same question as the run before it did");
         vec![

@@ -156,28 +156,6 @@ mod tests {
         (dir, f)
     }
 
-    /// A run of a conversation: a question, an answer with a tool call, its
-    /// result and a second answer, in longer words than a demo's.
-    fn run(i: usize) -> Vec<serde_json::Value> {
-        use serde_json::json;
-        let r = format!("r{i}");
-        let text = format!(
-            "run {i} answers the question it was asked at some length, as agents do, \
-             restating what it found in the tool's result and what it means for run {i}"
-        );
-        vec![
-            json!({"type":"RUN_STARTED","threadId":"t","runId":r,"input":{"messages":[{"id":format!("u{i}"),"role":"user","content":format!("question {i}")}]}}),
-            json!({"type":"TEXT_MESSAGE_START","messageId":format!("a{i}"),"role":"assistant"}),
-            json!({"type":"TEXT_MESSAGE_CONTENT","messageId":format!("a{i}"),"delta":text}),
-            json!({"type":"TOOL_CALL_START","toolCallId":format!("c{i}"),"toolCallName":"lookup","parentMessageId":format!("a{i}")}),
-            json!({"type":"TOOL_CALL_ARGS","toolCallId":format!("c{i}"),"delta":"{\"q\":1}"}),
-            json!({"type":"TOOL_CALL_RESULT","messageId":format!("t{i}"),"toolCallId":format!("c{i}"),"content":"ok"}),
-            json!({"type":"TEXT_MESSAGE_START","messageId":format!("b{i}"),"role":"assistant"}),
-            json!({"type":"TEXT_MESSAGE_CONTENT","messageId":format!("b{i}"),"delta":text}),
-            json!({"type":"RUN_FINISHED","threadId":"t","runId":r}),
-        ]
-    }
-
     /// The whole way through, with this file installed as the process's
     /// spill file: a fold's pages leave memory, it reads and folds on as a
     /// fold that never sealed anything, and the room comes back when the
@@ -186,6 +164,7 @@ mod tests {
     #[test]
     fn a_conversation_whose_pages_left_memory_reads_and_folds_as_before() {
         use crate::protocol::fold::Fold;
+        use crate::protocol::fold::tests::demo_run;
         use crate::protocol::page_spill;
         use crate::protocol::{Event, message::Message};
         let dir = tempfile::tempdir().unwrap();
@@ -199,7 +178,7 @@ mod tests {
             serde_json::json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"b5","delta":"!"}),
             serde_json::json!({"type":"RUN_FINISHED","threadId":"t","runId":"late"}),
         ];
-        late.extend((300..310).flat_map(run));
+        late.extend((300..310).flat_map(demo_run));
         let mut spilled = Fold::new().with_page_text(4096);
         let mut plain = Fold::new().with_page_text(usize::MAX);
         let mut seq = 0;
@@ -210,7 +189,11 @@ mod tests {
                 assert_eq!(a.apply(seq, &e), b.apply(seq, &e));
             }
         };
-        apply((0..300).flat_map(run).collect(), &mut spilled, &mut plain);
+        apply(
+            (0..300).flat_map(demo_run).collect(),
+            &mut spilled,
+            &mut plain,
+        );
         let held = spilled.approx_bytes();
         let read_before = spilled.to_json();
         let freed = page_spill::spill_oldest(usize::MAX);
