@@ -26,7 +26,7 @@
 //! page's text per thread, at most [`PAGE_TEXT`] plus one message (messages
 //! longer than [`MAX_SEALED_MESSAGE`] stay on their own).
 //!
-//! Past the node's budget, a page's packed text may leave memory for a
+//! Past the node's budget, a page's text may leave memory for a
 //! node-local file ([`super::page_spill`]); it reads the same from there.
 
 use super::authorship::RunAgent;

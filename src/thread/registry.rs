@@ -645,7 +645,6 @@ fn release_freed_memory() {
     }
 }
 
-/// Counts one eviction for `reason` ([`crate::metrics::EvictionLabel`]).
 /// Bytes the node is still over after shedding what it could (its count
 /// over the limit, or its resident set over the ceiling as read before the
 /// shedding), if it is.
@@ -672,17 +671,13 @@ async fn spill_pages(over: usize) -> bool {
             .await
             .unwrap_or(0);
     if freed > 0 {
-        crate::metrics::metrics()
-            .evictions
-            .get_or_create(&crate::metrics::EvictionLabel {
-                reason: "budget_spill",
-            })
-            .inc();
+        evicted_for("budget_spill");
         tracing::debug!(freed, "sealed pages left memory for the spill file");
     }
     freed > 0
 }
 
+/// Counts one eviction for `reason` ([`crate::metrics::EvictionLabel`]).
 fn evicted_for(reason: &'static str) {
     crate::metrics::metrics()
         .evictions
