@@ -160,7 +160,7 @@ impl Renewed {
 }
 
 /// Errors that say a node could not be reached (not a command's own).
-fn unreachable(e: &RedisError) -> bool {
+pub(super) fn unreachable(e: &RedisError) -> bool {
     e.is_io_error()
         || e.is_timeout()
         || e.is_connection_dropped()
@@ -209,12 +209,6 @@ impl Conn {
             c.unanswered(sent);
         }
     }
-}
-
-/// Whether `e` says a node could not be reached (or did not answer), as
-/// opposed to a command's own error.
-pub(super) fn is_unreachable(e: &RedisError) -> bool {
-    unreachable(e)
 }
 
 impl ConnectionLike for Conn {

@@ -220,7 +220,7 @@ impl Renewer {
                     }
                     return;
                 }
-                Ok(Err(e)) if !super::conn::is_unreachable(&e) => {
+                Ok(Err(e)) if !super::conn::unreachable(&e) => {
                     tracing::warn!(group, "renewing run leases failed (redis): {e}");
                     return;
                 }
