@@ -12,9 +12,20 @@
 //! so its checkpoint keeps only what it appended and points at the base's
 //! list for the rest; the chain is cut (one flat copy) every
 //! [`MAX_CHAIN`] links, so reading one walks a bounded number of parts.
+//!
+//! Why a whole sealed page is one part: the fold seals its older messages
+//! into pages ([`super::sealed`]) at a run's end, and the next checkpoint
+//! no longer starts like the one before (its messages are the same, on a
+//! page now), so it is copied flat: every couple of dozen runs, a list as
+//! long as the conversation, 32 bytes a message — a fifth of what a long
+//! watched conversation held (docs/benchmarks.md, "Thirteenth pass"). A
+//! page's messages, in order and each by the run the page records for it,
+//! are kept as the page alone, so a flat copy costs a part per page plus
+//! one per message not on one.
 
 use super::authorship::{Authors, RunAgent};
 use super::message::Message;
+use super::sealed::Page;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,28 +34,109 @@ use std::sync::Arc;
 /// the copies a thread's 16 kept checkpoints hold (at most two).
 const MAX_CHAIN: usize = 32;
 
+/// Some messages of a conversation, each with the run that introduced it.
+#[derive(Debug)]
+enum Part {
+    One(Message, RunAgent),
+    /// Every message of the page, in order, each introduced by the run
+    /// the page records for it ([`page_origin`]).
+    Page(Arc<Page>),
+}
+
+impl Part {
+    fn len(&self) -> usize {
+        match self {
+            Part::One(..) => 1,
+            Part::Page(page) => page.len(),
+        }
+    }
+
+    /// Its messages with their origins.
+    fn entries(&self) -> impl Iterator<Item = (Message, RunAgent)> + '_ {
+        let (one, page) = match self {
+            Part::One(m, o) => (Some((m.clone(), o.clone())), None),
+            Part::Page(page) => (None, Some(page)),
+        };
+        let on_page = page.into_iter().flat_map(|page| {
+            (0..page.len() as u32).map(move |i| (Message::of_page(page, i), page_origin(page, i)))
+        });
+        one.into_iter().chain(on_page)
+    }
+
+    /// True when `messages` (as many as it holds) are its very messages,
+    /// introduced by the same runs.
+    fn is(&self, messages: &[Message], origin: &impl Fn(&Message) -> RunAgent) -> bool {
+        match self {
+            Part::One(m, o) => Message::ptr_eq(m, &messages[0]) && *o == origin(&messages[0]),
+            Part::Page(page) => messages.iter().zip(0..).all(|(m, i)| {
+                m.on_page()
+                    .is_some_and(|(p, j)| Arc::ptr_eq(p, page) && j == i)
+                    && origin(m) == page_origin(page, i)
+            }),
+        }
+    }
+}
+
+/// The run a page records for message `i` ([`RunAgent::Unknown`] when it
+/// records none, as [`Authors::of_message`] answers then).
+fn page_origin(page: &Page, i: u32) -> RunAgent {
+    page.origin(i).cloned().unwrap_or_default()
+}
+
+/// `entries` as parts: each run of a whole page's messages, in order and
+/// by the runs the page records, as the page; the rest one by one.
+fn parts_of(entries: Vec<(Message, RunAgent)>) -> Vec<Part> {
+    let mut parts = Vec::new();
+    let mut at = 0;
+    while at < entries.len() {
+        let whole_page = entries[at].0.on_page().and_then(|(page, first)| {
+            let run = entries.get(at..at + page.len())?;
+            let whole = first == 0
+                && run.iter().zip(0..).all(|((m, o), i)| {
+                    m.on_page()
+                        .is_some_and(|(p, j)| Arc::ptr_eq(p, page) && j == i)
+                        && page_origin(page, i) == *o
+                });
+            whole.then(|| page.clone())
+        });
+        match whole_page {
+            Some(page) => {
+                at += page.len();
+                parts.push(Part::Page(page));
+            }
+            None => {
+                let (m, o) = entries[at].clone();
+                parts.push(Part::One(m, o));
+                at += 1;
+            }
+        }
+    }
+    parts.shrink_to_fit();
+    parts
+}
+
 /// Messages and who introduced each, as a run's end saw them: the messages
 /// of `before` (another checkpoint's, shared), then `own`.
 #[derive(Debug)]
 struct Conversation {
     before: Option<Arc<Conversation>>,
-    own: Vec<(Message, RunAgent)>,
+    own: Vec<Part>,
     len: usize,
     links: usize,
 }
 
 impl Conversation {
-    fn flat(own: Vec<(Message, RunAgent)>) -> Conversation {
+    fn flat(entries: Vec<(Message, RunAgent)>) -> Conversation {
         Conversation {
             before: None,
-            len: own.len(),
-            own,
+            len: entries.len(),
+            own: parts_of(entries),
             links: 0,
         }
     }
 
     /// Its parts, oldest first.
-    fn parts(&self) -> Vec<&[(Message, RunAgent)]> {
+    fn parts(&self) -> Vec<&[Part]> {
         let mut parts = vec![self.own.as_slice()];
         let mut at = self.before.as_deref();
         while let Some(c) = at {
@@ -55,8 +147,22 @@ impl Conversation {
         parts
     }
 
-    fn iter(&self) -> impl Iterator<Item = &(Message, RunAgent)> {
-        self.parts().into_iter().flatten()
+    fn iter(&self) -> impl Iterator<Item = (Message, RunAgent)> + '_ {
+        self.parts().into_iter().flatten().flat_map(Part::entries)
+    }
+
+    /// True when `messages` start with its messages, by the same runs.
+    fn starts(&self, messages: &[Message], origin: &impl Fn(&Message) -> RunAgent) -> bool {
+        if self.len > messages.len() {
+            return false;
+        }
+        let mut at = 0;
+        self.parts().into_iter().flatten().all(|part| {
+            let n = part.len();
+            let is = part.is(&messages[at..at + n], origin);
+            at += n;
+            is
+        })
     }
 
     /// The conversation of `entries`, sharing `previous`'s when that is
@@ -70,13 +176,13 @@ impl Conversation {
                 && p.len <= entries.len()
                 && p.iter()
                     .zip(&entries)
-                    .all(|((m, o), (n, q))| Message::ptr_eq(m, n) && o == q)
+                    .all(|((m, o), (n, q))| Message::ptr_eq(&m, n) && o == *q)
         });
         match shared {
             Some(p) => Conversation {
                 before: Some(p.clone()),
                 len: entries.len(),
-                own: entries.into_iter().skip(p.len).collect(),
+                own: parts_of(entries.into_iter().skip(p.len).collect()),
                 links: p.links + 1,
             },
             None => Conversation::flat(entries),
@@ -90,22 +196,16 @@ impl Conversation {
         messages: &[Message],
         origin: impl Fn(&Message) -> RunAgent,
     ) -> Conversation {
-        let entry = |m: &Message| (m.clone(), origin(m));
-        let shared = previous.filter(|p| {
-            p.links < MAX_CHAIN
-                && p.len <= messages.len()
-                && p.iter()
-                    .zip(messages)
-                    .all(|((m, o), n)| Message::ptr_eq(m, n) && *o == origin(n))
-        });
+        let entries = |ms: &[Message]| ms.iter().map(|m| (m.clone(), origin(m))).collect();
+        let shared = previous.filter(|p| p.links < MAX_CHAIN && p.starts(messages, &origin));
         match shared {
             Some(p) => Conversation {
                 before: Some(p.clone()),
-                own: messages[p.len..].iter().map(entry).collect(),
+                own: parts_of(entries(&messages[p.len..])),
                 len: messages.len(),
                 links: p.links + 1,
             },
-            None => Conversation::flat(messages.iter().map(entry).collect()),
+            None => Conversation::flat(entries(messages)),
         }
     }
 }
@@ -186,17 +286,17 @@ impl Checkpoint {
 
     /// The messages, as shared with the fold they were taken from.
     pub fn shared_messages(&self) -> Vec<Message> {
-        self.conversation.iter().map(|(m, _)| m.clone()).collect()
+        self.conversation.iter().map(|(m, _)| m).collect()
     }
 
     /// The conversation at this run's end.
-    pub fn messages(&self) -> impl Iterator<Item = &Message> {
+    pub fn messages(&self) -> impl Iterator<Item = Message> + '_ {
         self.conversation.iter().map(|(m, _)| m)
     }
 
     /// The conversation, as owned values.
     pub fn message_values(&self) -> Vec<Value> {
-        self.messages().map(Message::to_value).collect()
+        self.messages().map(|m| m.to_value()).collect()
     }
 
     pub fn state(&self) -> &Value {
@@ -212,7 +312,7 @@ impl Checkpoint {
     pub fn message_authors(&self) -> impl Iterator<Item = (String, RunAgent)> + '_ {
         self.conversation
             .iter()
-            .filter_map(|(m, o)| Some((m.id()?.to_owned(), o.clone())))
+            .filter_map(|(m, o)| Some((m.id()?.to_owned(), o)))
     }
 
     /// Who introduced each message and wrote the state.
@@ -223,9 +323,8 @@ impl Checkpoint {
     /// Bytes it holds of its own (what it shares is counted where it is
     /// owned): its entries, its interrupts.
     pub fn own_bytes(&self, value_bytes: impl Fn(&Value) -> usize) -> usize {
-        const PER_MESSAGE: usize = std::mem::size_of::<(Message, RunAgent)>();
         std::mem::size_of::<Conversation>()
-            + self.conversation.own.capacity() * PER_MESSAGE
+            + self.conversation.own.capacity() * std::mem::size_of::<Part>()
             + self.interrupts.iter().map(value_bytes).sum::<usize>()
     }
 }
@@ -261,7 +360,7 @@ impl Pools {
         let messages: Vec<usize> = c
             .conversation
             .iter()
-            .map(|(m, _)| self.message(m))
+            .map(|(m, _)| self.message(&m))
             .collect();
         let origins: Vec<Value> = c.conversation.iter().map(|(_, o)| o.to_json()).collect();
         json!({
@@ -354,6 +453,47 @@ mod tests {
         let flat = checkpoint(&messages, None);
         assert_eq!(flat, second, "the same conversation, however shared");
         assert!(second.own_bytes(|_| 0) < first.own_bytes(|_| 0) / 10);
+    }
+
+    /// A flat copy of a conversation whose older messages are on sealed
+    /// pages holds each whole page as one part, and reads the very same
+    /// messages; a page one of whose messages changed since, or whose
+    /// message another run is now said to have introduced, is held
+    /// message by message. The next run's end shares it as before.
+    #[test]
+    fn a_whole_sealed_page_is_one_part_of_a_conversation() {
+        let mut messages: Vec<Message> = (0..400).map(|i| message(&format!("m{i}"))).collect();
+        for page in messages[..300].chunks_mut(100) {
+            Message::seal(page.iter_mut().map(|m| (m, None)).collect());
+        }
+        messages[150] = message("changed");
+        let other = RunAgent::Agent("other".into());
+        let authors = Authors::from_parts([("m250".to_owned(), other.clone())], vec![]);
+        let view = |messages: &[Message], previous| {
+            Checkpoint::new(1, (messages, &json!({}), &[]), &authors, previous)
+        };
+        let first = view(&messages, None);
+        // The first page whole; the second and third message by message;
+        // the last hundred were never sealed.
+        assert_eq!(first.conversation.own.len(), 1 + 100 + 100 + 100);
+        let read: Vec<(Message, RunAgent)> = first.conversation.iter().collect();
+        assert_eq!(read.len(), messages.len());
+        for ((m, o), n) in read.iter().zip(&messages) {
+            assert!(Message::ptr_eq(m, n), "the very same message");
+            let want = if n.id() == Some("m250") {
+                &other
+            } else {
+                &RunAgent::Unknown
+            };
+            assert_eq!(o, want);
+        }
+        let one_by_one = (messages.len() - 1) * std::mem::size_of::<Part>();
+        assert!(first.own_bytes(|_| 0) < one_by_one);
+
+        messages.push(message("m400"));
+        let second = view(&messages, Some(&first));
+        assert_eq!(second.conversation.own.len(), 1, "only the new one");
+        assert_eq!(second, view(&messages, None));
     }
 
     /// A conversation that does not start with the base's (a message

@@ -1618,7 +1618,7 @@ pub(crate) mod tests {
         let closed = f.messages()[1].clone();
         let checkpoint = f.runs().get("r1").unwrap().checkpoint().unwrap().clone();
         assert!(
-            checkpoint.messages().any(|m| Message::ptr_eq(m, &closed)),
+            checkpoint.messages().any(|m| Message::ptr_eq(&m, &closed)),
             "the run's end view shares the closed message"
         );
         f.apply(

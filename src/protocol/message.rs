@@ -183,6 +183,20 @@ impl Message {
         }
     }
 
+    /// The page it is on and its place there, when sealed.
+    pub fn on_page(&self) -> Option<(&Arc<Page>, u32)> {
+        match &self.0 {
+            Form::Sealed(page, i) => Some((page, *i)),
+            _ => None,
+        }
+    }
+
+    /// Message `i` of `page` (as sealing made it).
+    pub fn of_page(page: &Arc<Page>, i: u32) -> Message {
+        debug_assert!((i as usize) < page.len());
+        Message(Form::Sealed(page.clone(), i))
+    }
+
     /// Its JSON text, when finished (`None` while open).
     fn text(&self) -> Option<super::sealed::SealedText<'_>> {
         match &self.0 {
