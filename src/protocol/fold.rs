@@ -708,6 +708,7 @@ impl Fold {
                     filled += m.json_len();
                     room
                 })
+                .take(super::sealed::MAX_PAGE_MESSAGES)
                 .map(|m| {
                     let origin = authors.take_for_page(m.id());
                     (m, origin)
@@ -989,8 +990,6 @@ pub(crate) mod tests {
         assert_eq!(f.seq, 12);
     }
 
-    /// One demo-like run `i`: a user message, an assistant message with a
-    /// tool call, its result and an answer.
     /// Run `i` of a conversation: a question, an answer with a tool call,
     /// its result and a second answer (also folded by the spill file's
     /// tests, `crate::store::page_file`).
@@ -1008,6 +1007,45 @@ pub(crate) mod tests {
             json!({"type":"TEXT_MESSAGE_CONTENT","messageId":format!("b{i}"),"delta":text}),
             json!({"type":"RUN_FINISHED","threadId":"t","runId":r}),
         ]
+    }
+
+    /// A thread whose runs each write many messages remembers fewer runs,
+    /// by what their records weigh: the newest ones, together within
+    /// [`RUN_TABLE_BYTES`](super::super::lineage::RUN_TABLE_BYTES); and a
+    /// fold read back from its stored form remembers the very same runs
+    /// (every node drops the same ones). Before the byte bound all 120
+    /// stayed, 2.4 MB of ids.
+    #[test]
+    fn heavy_runs_are_remembered_by_what_they_weigh() {
+        use crate::protocol::lineage::{RUN_TABLE_BYTES, RunRecord};
+        let id = |i: usize, k: usize| format!("{}-{i}-{k}", "m".repeat(1000));
+        let mut events = Vec::new();
+        for i in 0..120 {
+            events.push(json!({"type":"RUN_STARTED","threadId":"t","runId":format!("r{i}")}));
+            for k in 0..20 {
+                let m = id(i, k);
+                events.push(json!({"type":"TEXT_MESSAGE_START","messageId":m,"role":"assistant"}));
+                events.push(json!({"type":"TEXT_MESSAGE_CONTENT","messageId":m,"delta":"x"}));
+                events.push(json!({"type":"TEXT_MESSAGE_END","messageId":m}));
+            }
+            events.push(json!({"type":"RUN_FINISHED","threadId":"t","runId":format!("r{i}")}));
+        }
+        let f = fold(&events);
+        let runs: Vec<&str> = f.runs().iter().map(|r| r.run_id.as_str()).collect();
+        let first: usize = runs[0][1..].parse().unwrap();
+        let newest: Vec<String> = (first..120).map(|i| format!("r{i}")).collect();
+        assert_eq!(runs, newest, "the newest runs, in order");
+        assert!((10..120).contains(&runs.len()), "{} runs kept", runs.len());
+        let weight: usize = f.runs().iter().map(RunRecord::weight).sum();
+        let each = f.runs().head().unwrap().weight();
+        assert!(weight <= RUN_TABLE_BYTES, "{weight} bytes kept");
+        assert!(
+            weight + each > RUN_TABLE_BYTES,
+            "no more dropped than needed"
+        );
+
+        let reloaded = Fold::from_json(&Value::Object(f.to_stored_json()), None);
+        assert_eq!(reloaded.runs(), f.runs());
     }
 
     #[test]

@@ -43,6 +43,12 @@ impl IdList {
         self.bytes.shrink_to_fit();
     }
 
+    /// Bytes of the list's content (each id and 4 for its length), the
+    /// same wherever it is held.
+    pub fn len_bytes(&self) -> usize {
+        self.bytes.len()
+    }
+
     /// Heap bytes held.
     pub fn heap_bytes(&self) -> usize {
         self.bytes.capacity()

@@ -243,6 +243,25 @@ impl RunRecord {
         }
     }
 
+    /// What it weighs against [`RUN_TABLE_BYTES`]: a fixed part and the
+    /// bytes of the ids and names it keeps, as the events said them (never
+    /// its allocations' sizes, which differ from node to node).
+    pub fn weight(&self) -> usize {
+        let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+        let agent = match &self.agent {
+            RunAgent::Agent(name) => name.len(),
+            RunAgent::Outside | RunAgent::Unknown => 0,
+        };
+        RECORD_WEIGHT
+            + self.run_id.len()
+            + text(&self.parent)
+            + text(&self.started_by)
+            + text(&self.outcome)
+            + agent
+            + self.input.len() * INPUT_MESSAGE_WEIGHT
+            + self.output_ids.len_bytes()
+    }
+
     pub fn input_ids(&self) -> impl Iterator<Item = &str> {
         self.input.iter().filter_map(Message::id)
     }
@@ -328,9 +347,32 @@ impl RunRecord {
     }
 }
 
-/// Runs a thread remembers by default (older ones leave the table: a branch
-/// from them is `not_found`).
+/// Runs a thread remembers at most (older ones leave the table: a branch
+/// from them is `not_found`), and fewer when they weigh more than
+/// [`RUN_TABLE_BYTES`].
 pub const RUNS_KEPT: usize = 1000;
+
+/// Most a thread's run records may weigh together ([`RunRecord::weight`]);
+/// the oldest leave first, never the head.
+///
+/// Why bytes beside the count: a record keeps the ids of the messages its
+/// run produced and of those its input brought, so a thousand runs of an
+/// agent that writes hundreds of messages a run (a tool loop, a batch of
+/// results) held tens of megabytes a thread — and no node budget can shed
+/// a run table, which is part of the fold every node computes alike from
+/// the journal. So the bound is on what the records *say* (the lengths of
+/// their ids and names, their message counts), never on what a node's
+/// allocations hold: every node drops the same runs at the same event. A
+/// typical record weighs 300–500 bytes, so the count binds first for
+/// them and this only for heavy runs.
+pub const RUN_TABLE_BYTES: usize = 1 << 20;
+
+/// What a record weighs beyond the bytes it names (its fields, its slot).
+const RECORD_WEIGHT: usize = 256;
+
+/// What one of a record's input messages weighs (its text is the
+/// conversation's, shared).
+const INPUT_MESSAGE_WEIGHT: usize = 16;
 
 /// Run ends a thread keeps checkpoints of by default (the newest ones; an
 /// older run's end is rebuilt from the journal while it holds its events).
@@ -450,7 +492,7 @@ impl RunTable {
             run_id: run_id.clone(),
             parent,
             kind,
-            agent: RunAgent::of_run_started(event),
+            agent: self.shared_agent(RunAgent::of_run_started(event)),
             started_by: field("by").and_then(Value::as_str).map(str::to_owned),
             status: RunStatus::Running,
             outcome: None,
@@ -478,6 +520,16 @@ impl RunTable {
         self.started += 1;
         self.runs.push_back(record);
         self.evict();
+    }
+
+    /// `agent`, as the head's very name when it is the same agent (a
+    /// thread's runs are mostly one agent's: one allocation for all of
+    /// them rather than one a record).
+    fn shared_agent(&self, agent: RunAgent) -> RunAgent {
+        match self.head() {
+            Some(head) if head.agent == agent => head.agent.clone(),
+            _ => agent,
+        }
     }
 
     /// The head run produced message `id`.
@@ -593,11 +645,17 @@ impl RunTable {
         }
     }
 
-    /// Drops the oldest runs past the run bound, then the oldest
-    /// checkpoints past theirs (never the head's).
+    /// Drops the oldest runs past the run bounds ([`RUNS_KEPT`],
+    /// [`RUN_TABLE_BYTES`]; never the head), then the oldest checkpoints
+    /// past theirs (never the head's). O(the table), at a run's start and
+    /// end only.
     fn evict(&mut self) {
-        while self.runs.len() > RUNS_KEPT {
-            self.runs.pop_front();
+        let mut weight: usize = self.runs.iter().map(RunRecord::weight).sum();
+        while self.runs.len() > RUNS_KEPT || (weight > RUN_TABLE_BYTES && self.runs.len() > 1) {
+            let Some(gone) = self.runs.pop_front() else {
+                break;
+            };
+            weight -= gone.weight();
         }
         self.keep_checkpoints(CHECKPOINTS_KEPT);
     }
@@ -663,7 +721,7 @@ impl RunTable {
             .into_iter()
             .flatten();
         for r in stored {
-            let Some(run) =
+            let Some(mut run) =
                 RunRecord::from_stored_json(r, &messages, &states, &read, previous.as_deref())
             else {
                 continue;
@@ -671,9 +729,14 @@ impl RunTable {
             if let Some(c) = &run.checkpoint {
                 previous = Some(c.clone());
             }
+            let agent = std::mem::take(&mut run.agent);
+            run.agent = table.shared_agent(agent);
             table.runs.push_back(run);
         }
         table.started = table.started.max(table.runs.len() as u64);
+        // A base stored under other bounds (an older version's) is held to
+        // these, as the live fold is.
+        table.evict();
         table
     }
 }

@@ -32,6 +32,7 @@
 use super::authorship::RunAgent;
 use serde_json::Value;
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::ops::Range;
 use std::rc::Rc;
@@ -80,17 +81,26 @@ const ABSENT: Str = Str {
     len: 0,
 };
 
-/// One message of a page.
+/// Most messages one page holds (its entries name their roles by a
+/// 16-bit place; the fold fills pages by text, far below it).
+pub const MAX_PAGE_MESSAGES: usize = u16::MAX as usize;
+
+/// One message of a page: 16 bytes, one per sealed message for as long as
+/// its conversation is watched (so every field is as small as it can be).
 struct Entry {
     /// Where its JSON ends in the page's text (it starts where the one
     /// before ends).
     end: u32,
     id: Str,
-    role: Str,
-    /// Its place in the page's `origins` ([`NO_ORIGIN`]: none recorded).
+    /// Its place in the page's `roles`.
+    role: u16,
+    /// Its place in the page's `origins` ([`NO_ORIGIN`]: none recorded),
+    /// and [`HAS_TOOL_CALLS`].
     origin: u16,
-    has_tool_calls: bool,
 }
+
+/// The bit of [`Entry::origin`] saying the message carries tool calls.
+const HAS_TOOL_CALLS: u16 = 1 << 15;
 
 /// A page's text: `len` bytes of JSON, LZ4-packed when that saved an
 /// eighth or more (`packed`), as they were otherwise.
@@ -118,6 +128,8 @@ pub struct Page {
     serial: u64,
     text: Text,
     entries: Box<[Entry]>,
+    /// Each distinct role once, in `strings`.
+    roles: Box<[Str]>,
     /// Ids and roles, unescaped, each role once.
     strings: Box<str>,
     /// Hashes of the tool call ids its messages' `toolCalls` name, sorted:
@@ -145,7 +157,7 @@ pub struct Sealing<'a> {
 }
 
 /// An entry's `origin` when none is recorded.
-const NO_ORIGIN: u16 = u16::MAX;
+const NO_ORIGIN: u16 = HAS_TOOL_CALLS - 1;
 
 /// Most distinct origins one page tells apart; a message of any further
 /// one is recorded as of an unknown run (every agent's rules apply to it:
@@ -161,7 +173,10 @@ impl Page {
     pub fn seal<'a>(messages: impl IntoIterator<Item = Sealing<'a>>) -> Page {
         let mut text = String::new();
         let mut strings = String::new();
-        let mut roles: Vec<(Str, &str)> = Vec::new();
+        // Each role's place, found by a map: a role is the client's string,
+        // so a page may have as many as it has messages.
+        let mut roles: HashMap<&str, usize> = HashMap::new();
+        let mut role_places: Vec<Str> = Vec::new();
         let mut entries = Vec::new();
         let mut tool_calls = Vec::new();
         let mut origins: Vec<RunAgent> = Vec::new();
@@ -176,14 +191,10 @@ impl Page {
         for m in messages {
             text.push_str(m.json);
             let id = m.id.map_or(ABSENT, |id| push(&mut strings, id));
-            let role = match roles.iter().find(|(_, r)| *r == m.role) {
-                Some((at, _)) => *at,
-                None => {
-                    let at = push(&mut strings, m.role);
-                    roles.push((at, m.role));
-                    at
-                }
-            };
+            let role = *roles.entry(m.role).or_insert_with(|| {
+                role_places.push(push(&mut strings, m.role));
+                role_places.len() - 1
+            });
             if m.has_tool_calls {
                 tool_calls.extend(tool_call_ids(m.json).map(|id| hash(&id)));
             }
@@ -205,12 +216,14 @@ impl Page {
                     },
                 },
             };
+            let role = u16::try_from(role)
+                .expect("at most MAX_PAGE_MESSAGES messages on a page, so as many roles");
+            let flag = if m.has_tool_calls { HAS_TOOL_CALLS } else { 0 };
             entries.push(Entry {
                 end: text.len() as u32,
                 id,
                 role,
-                origin: origin as u16,
-                has_tool_calls: m.has_tool_calls,
+                origin: origin as u16 | flag,
             });
         }
         tool_calls.sort_unstable();
@@ -231,6 +244,7 @@ impl Page {
             serial: SERIALS.fetch_add(1, Ordering::Relaxed),
             text,
             entries: entries.into_boxed_slice(),
+            roles: role_places.into_boxed_slice(),
             strings: strings.into_boxed_str(),
             tool_calls: tool_calls.into_boxed_slice(),
             origins: origins.into_boxed_slice(),
@@ -290,12 +304,14 @@ impl Page {
 
     /// Message `i`'s role.
     pub fn role(&self, i: u32) -> &str {
-        self.str(self.entries[i as usize].role).unwrap_or_default()
+        let role = self.roles[self.entries[i as usize].role as usize];
+        self.str(role).unwrap_or_default()
     }
 
     /// The run that introduced message `i`, if one was recorded.
     pub fn origin(&self, i: u32) -> Option<&RunAgent> {
-        self.origins.get(self.entries[i as usize].origin as usize)
+        let origin = self.entries[i as usize].origin & !HAS_TOOL_CALLS;
+        self.origins.get(origin as usize)
     }
 
     /// The newest message on the page with this id.
@@ -314,7 +330,7 @@ impl Page {
 
     /// Whether message `i` carries tool calls.
     pub fn has_tool_calls(&self, i: u32) -> bool {
-        self.entries[i as usize].has_tool_calls
+        self.entries[i as usize].origin & HAS_TOOL_CALLS != 0
     }
 
     /// False when no message on the page names tool call `id` in its
@@ -353,6 +369,7 @@ impl Page {
             + 16
             + text
             + self.entries.len() * std::mem::size_of::<Entry>()
+            + self.roles.len() * std::mem::size_of::<Str>()
             + self.strings.len()
             + self.tool_calls.len() * 8
             + self.origins.len() * std::mem::size_of::<RunAgent>()
@@ -525,6 +542,31 @@ mod tests {
             "{} bytes held for {text} of text",
             p.heap_bytes()
         );
+    }
+
+    /// An entry is 16 bytes, its role a place among the page's roles and
+    /// its tool-call flag a bit of its origin's place: many roles, and
+    /// every mix of flag and origin (recorded, absent), read back apart.
+    #[test]
+    fn each_message_keeps_its_own_role_origin_and_tool_call_flag() {
+        assert_eq!(std::mem::size_of::<Entry>(), 16);
+        let jsons: Vec<String> = (0..1_000)
+            .map(|i| match i % 4 {
+                0 | 1 => format!(
+                    r#"{{"id":"t{i}","role":"r{}","toolCalls":[{{"id":"c{i}"}}]}}"#,
+                    i % 300
+                ),
+                _ => format!(r#"{{"id":"m1{i}","role":"r{}"}}"#, i % 300),
+            })
+            .collect();
+        let refs: Vec<&str> = jsons.iter().map(String::as_str).collect();
+        let p = page(&refs);
+        for i in 0..1_000u32 {
+            assert_eq!(p.role(i), format!("r{}", i % 300));
+            assert_eq!(p.has_tool_calls(i), i % 4 < 2, "message {i}");
+            let origin = (i % 4 < 2).then(|| RunAgent::Agent("tools".into()));
+            assert_eq!(p.origin(i), origin.as_ref(), "message {i}");
+        }
     }
 
     #[test]
