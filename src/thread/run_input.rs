@@ -30,6 +30,7 @@ use crate::protocol::message::Message;
 use crate::protocol::{Event, PROTOCOL_VERSION};
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
+use std::collections::HashSet;
 
 /// What a run sends upstream and what its journal says about its input.
 pub(super) struct PreparedInput {
@@ -496,7 +497,13 @@ fn fork_input(
 ) -> PreparedInput {
     let view = base.view.as_ref().expect("a fork has a view");
     let runs = inner.fold.runs();
-    let in_view = |id: &str| view.messages().any(|m| m.id() == Some(id));
+    // The view's ids once (a stock client sends its whole list, so asking
+    // the view message by message was O(sent × view)).
+    let view_ids: HashSet<String> = view
+        .messages()
+        .filter_map(|m| m.id().map(str::to_owned))
+        .collect();
+    let in_view = |id: &str| view_ids.contains(id);
     // Messages the thread has seen anywhere (this branch or another) are
     // not new input: a stock client sends its whole list, which holds the
     // branch it was on.
