@@ -68,13 +68,20 @@ impl Part {
     fn is(&self, messages: &[Message], origin: &impl Fn(&Message) -> RunAgent) -> bool {
         match self {
             Part::One(m, o) => Message::ptr_eq(m, &messages[0]) && *o == origin(&messages[0]),
-            Part::Page(page) => messages.iter().zip(0..).all(|(m, i)| {
-                m.on_page()
-                    .is_some_and(|(p, j)| Arc::ptr_eq(p, page) && j == i)
-                    && origin(m) == page_origin(page, i)
-            }),
+            Part::Page(page) => messages
+                .iter()
+                .zip(0..)
+                .all(|(m, i)| page_message(m, page, i, &origin(m))),
         }
     }
+}
+
+/// True when `m` is message `i` of `page`, introduced by the run the page
+/// records for it.
+fn page_message(m: &Message, page: &Arc<Page>, i: u32, origin: &RunAgent) -> bool {
+    m.on_page()
+        .is_some_and(|(p, j)| Arc::ptr_eq(p, page) && j == i)
+        && page_origin(page, i) == *origin
 }
 
 /// The run a page records for message `i` ([`RunAgent::Unknown`] when it
@@ -92,11 +99,10 @@ fn parts_of(entries: Vec<(Message, RunAgent)>) -> Vec<Part> {
         let whole_page = entries[at].0.on_page().and_then(|(page, first)| {
             let run = entries.get(at..at + page.len())?;
             let whole = first == 0
-                && run.iter().zip(0..).all(|((m, o), i)| {
-                    m.on_page()
-                        .is_some_and(|(p, j)| Arc::ptr_eq(p, page) && j == i)
-                        && page_origin(page, i) == *o
-                });
+                && run
+                    .iter()
+                    .zip(0..)
+                    .all(|((m, o), i)| page_message(m, page, i, o));
             whole.then(|| page.clone())
         });
         match whole_page {
