@@ -25,8 +25,10 @@
 
 use super::authorship::{Authors, RunAgent};
 use super::message::Message;
+use super::message_list::MessageList;
 use super::sealed::Page;
 use serde_json::{Value, json};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -44,13 +46,6 @@ enum Part {
 }
 
 impl Part {
-    fn len(&self) -> usize {
-        match self {
-            Part::One(..) => 1,
-            Part::Page(page) => page.len(),
-        }
-    }
-
     /// Its messages with their origins.
     fn entries(&self) -> impl Iterator<Item = (Message, RunAgent)> + '_ {
         let (one, page) = match self {
@@ -63,15 +58,22 @@ impl Part {
         one.into_iter().chain(on_page)
     }
 
-    /// True when `messages` (as many as it holds) are its very messages,
-    /// introduced by the same runs.
-    fn is(&self, messages: &[Message], origin: &impl Fn(&Message) -> RunAgent) -> bool {
+    /// True when the next of `messages` (as many as it holds) are its very
+    /// messages, introduced by the same runs.
+    fn is<'m>(
+        &self,
+        messages: &mut impl Iterator<Item = Cow<'m, Message>>,
+        origin: &impl Fn(&Message) -> RunAgent,
+    ) -> bool {
         match self {
-            Part::One(m, o) => Message::ptr_eq(m, &messages[0]) && *o == origin(&messages[0]),
-            Part::Page(page) => messages
-                .iter()
-                .zip(0..)
-                .all(|(m, i)| page_message(m, page, i, &origin(m))),
+            Part::One(m, o) => messages
+                .next()
+                .is_some_and(|n| Message::ptr_eq(m, &n) && *o == origin(&n)),
+            Part::Page(page) => (0..page.len() as u32).all(|i| {
+                messages
+                    .next()
+                    .is_some_and(|m| page_message(&m, page, i, &origin(&m)))
+            }),
         }
     }
 }
@@ -158,17 +160,15 @@ impl Conversation {
     }
 
     /// True when `messages` start with its messages, by the same runs.
-    fn starts(&self, messages: &[Message], origin: &impl Fn(&Message) -> RunAgent) -> bool {
+    fn starts(&self, messages: &MessageList, origin: &impl Fn(&Message) -> RunAgent) -> bool {
         if self.len > messages.len() {
             return false;
         }
-        let mut at = 0;
-        self.parts().into_iter().flatten().all(|part| {
-            let n = part.len();
-            let is = part.is(&messages[at..at + n], origin);
-            at += n;
-            is
-        })
+        let mut messages = messages.iter();
+        self.parts()
+            .into_iter()
+            .flatten()
+            .all(|part| part.is(&mut messages, origin))
     }
 
     /// The conversation of `entries`, sharing `previous`'s when that is
@@ -199,19 +199,26 @@ impl Conversation {
     /// where it starts (the very same message values, by the same runs).
     fn after(
         previous: Option<&Arc<Conversation>>,
-        messages: &[Message],
+        messages: &MessageList,
         origin: impl Fn(&Message) -> RunAgent,
     ) -> Conversation {
-        let entries = |ms: &[Message]| ms.iter().map(|m| (m.clone(), origin(m))).collect();
+        let entries = |skip: usize| {
+            (messages.iter().skip(skip))
+                .map(|m| {
+                    let o = origin(&m);
+                    (m.into_owned(), o)
+                })
+                .collect()
+        };
         let shared = previous.filter(|p| p.links < MAX_CHAIN && p.starts(messages, &origin));
         match shared {
             Some(p) => Conversation {
                 before: Some(p.clone()),
-                own: parts_of(entries(&messages[p.len..])),
+                own: parts_of(entries(p.len)),
                 len: messages.len(),
                 links: p.links + 1,
             },
-            None => Conversation::flat(entries(messages)),
+            None => Conversation::flat(entries(0)),
         }
     }
 }
@@ -255,7 +262,7 @@ impl Checkpoint {
     /// docs) and `state` (shared with `previous` when unchanged).
     pub fn new(
         seq: u64,
-        (messages, state, interrupts): (&[Message], &Value, &[Value]),
+        (messages, state, interrupts): (&MessageList, &Value, &[Value]),
         authors: &Authors,
         previous: Option<&Checkpoint>,
     ) -> Checkpoint {
@@ -438,7 +445,7 @@ mod tests {
     fn checkpoint(messages: &[Message], previous: Option<&Checkpoint>) -> Checkpoint {
         Checkpoint::new(
             messages.len() as u64,
-            (messages, &json!({}), &[]),
+            (&MessageList::from(messages.to_vec()), &json!({}), &[]),
             &Authors::default(),
             previous,
         )
@@ -476,7 +483,12 @@ mod tests {
         let other = RunAgent::Agent("other".into());
         let authors = Authors::from_parts([("m250".to_owned(), other.clone())], vec![]);
         let view = |messages: &[Message], previous| {
-            Checkpoint::new(1, (messages, &json!({}), &[]), &authors, previous)
+            Checkpoint::new(
+                1,
+                (&MessageList::from(messages.to_vec()), &json!({}), &[]),
+                &authors,
+                previous,
+            )
         };
         let first = view(&messages, None);
         // The first page whole; the second and third message by message;

@@ -18,7 +18,10 @@ use super::event::{Event, EventType};
 use super::handoff::ActiveAgent;
 use super::lineage::{Checkpoint, RunTable};
 use super::message::Message;
+use super::message_list::MessageList;
+use super::sealed::Page;
 use serde_json::{Map, Value, json};
+use std::borrow::Cow;
 
 pub use super::lineage::RunStatus;
 
@@ -50,7 +53,7 @@ pub struct Fold {
     pub seq: u64,
     /// Shared with the checkpoints of the runs that ended with them
     /// ([`super::lineage`]): changing one copies it first.
-    messages: Vec<Message>,
+    messages: MessageList,
     state: Value,
     interrupts: Vec<Value>,
     run: Option<RunInfo>,
@@ -124,7 +127,7 @@ impl Fold {
     }
 
     /// Messages, in conversation order (AG-UI `Message` objects).
-    pub fn messages(&self) -> &[Message] {
+    pub fn messages(&self) -> &MessageList {
         &self.messages
     }
 
@@ -149,8 +152,8 @@ impl Fold {
     }
 
     /// The message with this id, if the conversation holds one.
-    pub fn message(&self, id: &str) -> Option<&Message> {
-        self.find(id).map(|i| &self.messages[i])
+    pub fn message(&self, id: &str) -> Option<Cow<'_, Message>> {
+        self.find(id).and_then(|i| self.messages.get(i))
     }
 
     /// True when a message with this id is already in the conversation.
@@ -174,12 +177,7 @@ impl Fold {
     /// and checkpoints. O(the conversation): taken once per run's end.
     pub fn approx_bytes(&self) -> usize {
         let value = |v: &Value| json_len(v) * VALUE_BYTES_PER_JSON_BYTE;
-        let messages: usize = self
-            .messages
-            .iter()
-            .map(|m| m.approx_bytes(VALUE_BYTES_PER_JSON_BYTE))
-            .sum();
-        messages
+        self.messages.approx_bytes(VALUE_BYTES_PER_JSON_BYTE)
             + self.state_bytes.bytes * VALUE_BYTES_PER_JSON_BYTE
             + self.authors.approx_bytes()
             + self.runs.approx_bytes(value)
@@ -206,7 +204,11 @@ impl Fold {
     pub fn at_checkpoint(checkpoint: &Checkpoint) -> Fold {
         Fold {
             seq: checkpoint.seq,
-            messages: checkpoint.shared_messages(),
+            messages: {
+                let mut messages = MessageList::from(checkpoint.shared_messages());
+                messages.freeze();
+                messages
+            },
             state_bytes: SizeEstimate {
                 bytes: json_len(checkpoint.state()),
                 cap: MAX_STATE_BYTES,
@@ -256,7 +258,7 @@ impl Fold {
         self.note_authors(event, before, &origin);
         self.note_run(seq, event, before);
         if let Some(known) = known_ids.filter(|_| !restating) {
-            for m in &self.messages {
+            for m in self.messages.iter() {
                 if let Some(id) = m.id()
                     && !known.contains(id)
                     && m.role() != "user"
@@ -279,7 +281,7 @@ impl Fold {
             RunFinished | RunError => {
                 // What the run wrote is finished: kept as text from here
                 // (before the checkpoint, which shares these very messages).
-                for m in &mut self.messages {
+                for m in self.messages.loose_mut() {
                     m.close();
                 }
                 self.seal_pages();
@@ -330,7 +332,7 @@ impl Fold {
         use EventType::*;
         match event.kind() {
             RunStarted | MessagesSnapshot => {
-                let ids = || self.messages.iter().filter_map(Message::id);
+                let ids = || self.messages.ids().flatten();
                 self.authors.keep_only(ids(), self.messages.len());
                 self.authors.note_messages(ids(), origin);
             }
@@ -342,7 +344,7 @@ impl Fold {
                     if let Some(id) = event.str_field(key)
                         && let Some(i) = self.find(id)
                     {
-                        self.authors.note_messages(self.messages[i].id(), origin);
+                        self.authors.note_messages(self.messages.id_at(i), origin);
                     }
                 }
             }
@@ -359,8 +361,9 @@ impl Fold {
                 if let (Some(id), Some(delta)) =
                     (event.str_field("messageId"), event.str_field("delta"))
                     && let Some(i) = self.find(id)
+                    && let Some(m) = self.messages.get_mut(i)
                 {
-                    append_str(self.messages[i].make_mut(), "content", delta);
+                    append_str(m.make_mut(), "content", delta);
                 }
                 return;
             }
@@ -469,7 +472,7 @@ impl Fold {
                 }
                 let target = s("parentMessageId").unwrap_or(call_id);
                 let mi = match self.find(target) {
-                    Some(i) if self.messages[i].role() == "assistant" => i,
+                    Some(i) if self.messages.role_at(i) == "assistant" => i,
                     _ => {
                         let mut m = Map::new();
                         m.insert("id".into(), target.into());
@@ -480,7 +483,8 @@ impl Fold {
                     }
                 };
                 let call = json!({"id": call_id, "type": "function", "function": {"name": name, "arguments": ""}});
-                match field_mut(self.messages[mi].make_mut(), "toolCalls") {
+                let calls = self.messages.get_mut(mi).map(Message::make_mut);
+                match calls.and_then(|m| field_mut(m, "toolCalls")) {
                     Some(Value::Array(calls)) => calls.push(call),
                     Some(other) => *other = json!([call]),
                     None => {}
@@ -502,7 +506,7 @@ impl Fold {
                 match self.find_tool_call(call_id) {
                     Some((owner, _)) => {
                         let mut at = owner + 1;
-                        while at < self.messages.len() && self.messages[at].role() == "tool" {
+                        while at < self.messages.len() && self.messages.role_at(at) == "tool" {
                             at += 1;
                         }
                         self.messages.insert(at, Message::open(Value::Object(m)));
@@ -542,8 +546,12 @@ impl Fold {
                 );
                 copy(b, &mut m, "subagentRunId");
                 match self.find(id) {
-                    Some(i) if self.messages[i].role() != "activity" => {}
-                    Some(i) if replace => self.messages[i] = Message::open(Value::Object(m)),
+                    Some(i) if self.messages.role_at(i) != "activity" => {}
+                    Some(i) if replace => {
+                        if let Some(slot) = self.messages.get_mut(i) {
+                            *slot = Message::open(Value::Object(m));
+                        }
+                    }
                     Some(_) => {}
                     None => self.messages.push(Message::open(Value::Object(m))),
                 }
@@ -551,12 +559,13 @@ impl Fold {
             ActivityDelta => {
                 if let Some(id) = s("messageId")
                     && let Some(i) = self.find(id)
-                    && self.messages[i].role() == "activity"
+                    && self.messages.role_at(i) == "activity"
                     && let Some(ops) = b
                         .get("patch")
                         .cloned()
                         .and_then(|p| serde_json::from_value::<json_patch::Patch>(p).ok())
-                    && let Some(content) = field_mut(self.messages[i].make_mut(), "content")
+                    && let Some(message) = self.messages.get_mut(i)
+                    && let Some(content) = field_mut(message.make_mut(), "content")
                 {
                     super::json_patch_atomic::apply(content, &ops);
                 }
@@ -570,7 +579,9 @@ impl Fold {
                     self.find_tool_call(entity)
                         .and_then(|(mi, ci)| self.tool_call_mut(mi, ci))
                 } else {
-                    self.find(entity).map(|i| self.messages[i].make_mut())
+                    self.find(entity)
+                        .and_then(|i| self.messages.get_mut(i))
+                        .map(Message::make_mut)
                 };
                 if let Some(Value::Object(target)) = target {
                     store_encrypted(target, value, kind);
@@ -684,23 +695,24 @@ impl Fold {
     fn seal_pages(&mut self) {
         let PageSize(page_text) = self.pages;
         let page_cap = page_text.min(super::sealed::MAX_PAGE_TEXT);
-        let from = self
-            .messages
+        let loose = self.messages.loose_mut();
+        let from = loose
             .iter()
             .position(|m| !m.is_sealed())
-            .unwrap_or(self.messages.len());
+            .unwrap_or(loose.len());
         loop {
-            let waiting: usize = self.messages[from..]
+            let loose = self.messages.loose_mut();
+            let waiting: usize = loose[from..]
                 .iter()
                 .filter(|m| m.sealable())
                 .map(Message::json_len)
                 .sum();
             if waiting < page_text.saturating_mul(2) {
-                return;
+                break;
             }
             let mut filled = 0;
             let authors = &mut self.authors;
-            let page: Vec<(&mut Message, Option<RunAgent>)> = self.messages[from..]
+            let page: Vec<(&mut Message, Option<RunAgent>)> = loose[from..]
                 .iter_mut()
                 .filter(|m| m.sealable())
                 .take_while(|m| {
@@ -718,14 +730,16 @@ impl Fold {
             self.runs.share_inputs(&page);
             self.authors.seal(page);
         }
+        self.messages.freeze();
     }
 
     fn find(&self, id: &str) -> Option<usize> {
-        self.messages.iter().rposition(|m| m.id() == Some(id))
+        self.messages.rfind_id(id)
     }
 
     fn find_tool_call(&self, call_id: &str) -> Option<(usize, usize)> {
-        self.messages.iter().enumerate().rev().find_map(|(mi, m)| {
+        let on_page = |page: &Page| page.may_name_tool_call(call_id);
+        self.messages.rev_where(on_page).find_map(|(mi, m)| {
             // A closed message is parsed only if its text names the call.
             if !m.may_name_tool_call(call_id) {
                 return None;
@@ -748,7 +762,9 @@ impl Fold {
             .collect();
         let has_role = |role: &str| snap.iter().any(|m| m["role"] == role);
         let (snap_activity, snap_reasoning) = (has_role("activity"), has_role("reasoning"));
-        let kept: Vec<Message> = std::mem::take(&mut self.messages)
+        let kept: Vec<Message> = self
+            .messages
+            .take_all()
             .into_iter()
             .filter_map(|m| {
                 let id = m.id()?.to_owned();
@@ -768,7 +784,7 @@ impl Fold {
             .iter()
             .filter_map(|m| m.id().map(str::to_owned))
             .collect();
-        self.messages = kept;
+        self.messages = kept.into();
         for m in snap {
             if id_of(&m).is_some_and(|id| !present.contains(&id)) {
                 self.messages.push(Message::open(m));
@@ -782,7 +798,7 @@ impl Fold {
         m.insert("seq".into(), self.seq.into());
         m.insert(
             "messages".into(),
-            Value::Array(self.messages.iter().map(Message::to_value).collect()),
+            Value::Array(self.messages.iter().map(|m| m.to_value()).collect()),
         );
         m.insert("state".into(), self.state.clone());
         m.insert("interrupts".into(), Value::Array(self.interrupts.clone()));
@@ -1094,7 +1110,7 @@ pub(crate) mod tests {
                 .ends_with(' ')
         );
         // Packed, the conversation holds well under its text.
-        let text: usize = sealed.messages().iter().map(Message::json_len).sum();
+        let text: usize = sealed.messages().iter().map(|m| m.json_len()).sum();
         let held: usize = sealed
             .messages()
             .iter()
@@ -1106,7 +1122,7 @@ pub(crate) mod tests {
         let plain_end =
             Fold::at_checkpoint(plain.runs().get("r399").unwrap().checkpoint().unwrap());
         assert_eq!(at_end.messages(), plain_end.messages());
-        assert!(at_end.messages().iter().any(Message::is_sealed));
+        assert!(at_end.messages().iter().any(|m| m.is_sealed()));
     }
 
     #[test]
@@ -1125,7 +1141,7 @@ pub(crate) mod tests {
             .messages()
             .iter()
             .filter(|m| m.id() != Some("u7"))
-            .map(Message::to_value)
+            .map(|m| m.to_value())
             .collect();
         events.push(json!({"type":"RUN_STARTED","threadId":"t","runId":"s","agui-gateway":{"agent":"full"}}));
         events.push(json!({"type":"MESSAGES_SNAPSHOT","messages":snapshot}));
@@ -1156,7 +1172,7 @@ pub(crate) mod tests {
                 .count()
                 > 1000
         );
-        for m in sealed.messages() {
+        for m in sealed.messages().iter() {
             let id = m.id();
             assert_eq!(
                 sealed.authors().of_message(id),
@@ -1222,7 +1238,7 @@ pub(crate) mod tests {
             sealed.apply(i as u64 + 1, &e);
             plain.apply(i as u64 + 1, &e);
         }
-        assert!(sealed.messages().iter().any(Message::is_sealed));
+        assert!(sealed.messages().iter().any(|m| m.is_sealed()));
         assert_eq!(
             plain.authors().of_message(Some("x")),
             &RunAgent::Agent("a".into())
@@ -1301,9 +1317,9 @@ pub(crate) mod tests {
     #[test]
     fn tool_call_without_parent_creates_assistant_message() {
         let f = fold(&[json!({"type":"TOOL_CALL_START","toolCallId":"c","toolCallName":"g"})]);
-        assert_eq!(f.messages()[0].value()["id"], "c");
+        assert_eq!(f.messages().get(0).unwrap().value()["id"], "c");
         assert_eq!(
-            f.messages()[0].value()["toolCalls"][0]["function"]["name"],
+            f.messages().get(0).unwrap().value()["toolCalls"][0]["function"]["name"],
             "g"
         );
     }
@@ -1377,7 +1393,7 @@ pub(crate) mod tests {
             json!({"type":"ACTIVITY_SNAPSHOT","messageId":"p","activityType":"plan","content":{"steps":[]},"replace":false}),
         ]);
         assert_eq!(
-            f.messages()[0].value()["content"],
+            f.messages().get(0).unwrap().value()["content"],
             json!({"steps":["a","b"]})
         );
     }
@@ -1489,7 +1505,7 @@ pub(crate) mod tests {
             json!({"type":"ACTIVITY_SNAPSHOT","messageId":"p","activityType":"plan","content":3}),
             json!({"type":"ACTIVITY_DELTA","messageId":"p","patch":[{"op":"add","path":"/x","value":1}]}),
         ]);
-        let a = f.messages()[0].to_value();
+        let a = f.messages().get(0).unwrap().to_value();
         assert_eq!(
             a["toolCalls"][0]["function"],
             json!({"name":"n","arguments":"{}"})
@@ -1497,7 +1513,10 @@ pub(crate) mod tests {
         assert_eq!(a["toolCalls"][1]["function"], json!({"arguments":"{"}));
         assert_eq!(a["toolCalls"][1]["encryptedValue"], "x");
         assert_eq!(a["content"], "hi");
-        assert_eq!(f.messages()[1].value()["toolCalls"][0]["id"], "c3");
+        assert_eq!(
+            f.messages().get(1).unwrap().value()["toolCalls"][0]["id"],
+            "c3"
+        );
     }
 
     #[test]
@@ -1516,12 +1535,16 @@ pub(crate) mod tests {
             value("tool-call", "c", "enc", Some("openai.encrypted_content")),
         ];
         let f = fold(&events);
-        assert_eq!(f.messages()[0].value()["encryptedValue"], "sig");
         assert_eq!(
-            f.messages()[0].value()["encryptedValueType"],
+            f.messages().get(0).unwrap().value()["encryptedValue"],
+            "sig"
+        );
+        assert_eq!(
+            f.messages().get(0).unwrap().value()["encryptedValueType"],
             "anthropic.signature"
         );
-        let call = &f.messages()[1].value()["toolCalls"][0];
+        let second = f.messages().get(1).unwrap().to_value();
+        let call = &second["toolCalls"][0];
         assert_eq!(call["encryptedValue"], "enc");
         assert_eq!(call["encryptedValueType"], "openai.encrypted_content");
         // New bytes of another kind replace both; new bytes without a type
@@ -1534,12 +1557,15 @@ pub(crate) mod tests {
         ));
         events.push(value("tool-call", "c", "enc2", None));
         let f = fold(&events);
-        assert_eq!(f.messages()[0].value()["encryptedValue"], "redacted");
         assert_eq!(
-            f.messages()[0].value()["encryptedValueType"],
+            f.messages().get(0).unwrap().value()["encryptedValue"],
+            "redacted"
+        );
+        assert_eq!(
+            f.messages().get(0).unwrap().value()["encryptedValueType"],
             "anthropic.redacted_thinking"
         );
-        let message = f.messages()[1].to_value();
+        let message = f.messages().get(1).unwrap().to_value();
         let call = message["toolCalls"][0].as_object().unwrap();
         assert_eq!(call["encryptedValue"], "enc2");
         assert!(!call.contains_key("encryptedValueType"), "{call:?}");
@@ -1645,7 +1671,7 @@ pub(crate) mod tests {
         let mut events = run("r1");
         let open = fold(&events);
         assert!(
-            open.messages().iter().all(Message::is_open),
+            open.messages().iter().all(|m| m.is_open()),
             "open while the run writes"
         );
         events.push(json!({"type":"RUN_FINISHED","threadId":"t","runId":"r1"}));
@@ -1653,7 +1679,7 @@ pub(crate) mod tests {
         assert!(f.messages().iter().all(|m| !m.is_open()));
         assert_eq!(f.to_json()["messages"], open.to_json()["messages"]);
         assert_eq!(f.message("a-r1").unwrap().value()["content"], "hello");
-        let closed = f.messages()[1].clone();
+        let closed = f.messages().get(1).unwrap().clone();
         let checkpoint = f.runs().get("r1").unwrap().checkpoint().unwrap().clone();
         assert!(
             checkpoint.messages().any(|m| Message::ptr_eq(&m, &closed)),
@@ -1663,8 +1689,8 @@ pub(crate) mod tests {
             99,
             &Event::build(json!({"type":"REASONING_ENCRYPTED_VALUE","subtype":"message","entityId":"a-r1","encryptedValue":"e"})),
         );
-        assert!(f.messages()[1].is_open());
-        assert_eq!(f.messages()[1].value()["encryptedValue"], "e");
+        assert!(f.messages().get(1).unwrap().is_open());
+        assert_eq!(f.messages().get(1).unwrap().value()["encryptedValue"], "e");
         assert!(
             checkpoint
                 .messages()

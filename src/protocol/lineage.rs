@@ -30,6 +30,7 @@ use super::checkpoint::{Pools, checkpoint_from_json};
 use super::event::{Event, EventType};
 use super::id_list::IdList;
 use super::message::Message;
+use super::message_list::MessageList;
 use super::run_list::RunList;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -684,7 +685,7 @@ impl RunTable {
 
     /// Reads [`RunTable::to_json`]'s form (an older base has none: empty).
     pub fn from_json(v: &Value) -> RunTable {
-        RunTable::from_json_sharing(v, &[])
+        RunTable::from_json_sharing(v, &MessageList::default())
     }
 
     /// [`RunTable::from_json`], its messages (the checkpoints' and the
@@ -692,10 +693,11 @@ impl RunTable {
     /// where it holds the same message: read back apart, each checkpoint's
     /// message was a second copy of the conversation's, and a reloaded
     /// thread held about twice what it held live (`tests/fold_memory.rs`).
-    pub fn from_json_sharing(v: &Value, conversation: &[Message]) -> RunTable {
-        let by_id: HashMap<&str, &Message> = conversation
-            .iter()
-            .filter_map(|m| Some((m.id()?, m)))
+    pub fn from_json_sharing(v: &Value, conversation: &MessageList) -> RunTable {
+        let by_id: HashMap<&str, Message> = conversation
+            .ids()
+            .zip(conversation.iter())
+            .filter_map(|(id, m)| Some((id?, m.into_owned())))
             .collect();
         let read = |v: &Value| -> Message {
             match v
@@ -703,7 +705,7 @@ impl RunTable {
                 .and_then(Value::as_str)
                 .and_then(|id| by_id.get(id))
             {
-                Some(m) if **m == *v => (*m).clone(),
+                Some(m) if *m == *v => m.clone(),
                 _ => Message::closed(v),
             }
         };

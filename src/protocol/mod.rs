@@ -27,6 +27,7 @@ pub mod join;
 pub mod json_patch_atomic;
 pub mod lineage;
 pub mod message;
+pub mod message_list;
 pub mod open;
 pub mod page_spill;
 pub mod run_list;

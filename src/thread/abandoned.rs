@@ -31,7 +31,7 @@ use crate::protocol::event::{now_millis, run_error};
 use crate::protocol::fold::RunStatus;
 use crate::protocol::handoff::{HANDOFF_EVENT, target_of, transfer_not_made};
 use crate::protocol::lineage::{RunKind, Stamp};
-use crate::protocol::message::Message;
+use crate::protocol::message_list::MessageList;
 use crate::protocol::open::OpenEntities;
 use crate::protocol::{Event, PROTOCOL_VERSION};
 use crate::store::StoreError;
@@ -177,7 +177,7 @@ impl Thread {
 
 /// The transfer calls of the latest assistant turn that no tool result
 /// answers, with their targets, in call order.
-fn unanswered_transfers(messages: &[Message]) -> Vec<(String, String)> {
+fn unanswered_transfers(messages: &MessageList) -> Vec<(String, String)> {
     let answered: std::collections::HashSet<String> = messages
         .iter()
         .filter(|m| m.role() == "tool")

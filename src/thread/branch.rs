@@ -167,16 +167,10 @@ pub(super) fn resolve(
                 .or_else(|| {
                     // An answer no run is known to have produced (restated
                     // under another id): the run that asked its question.
-                    let at = inner
-                        .fold
-                        .messages()
-                        .iter()
-                        .position(|m| m.id() == Some(&message))?;
-                    inner.fold.messages()[..at]
-                        .iter()
-                        .rev()
-                        .find(|m| m.role() == "user")
-                        .and_then(|q| runs.introducer_of(q.id()?))
+                    let messages = inner.fold.messages();
+                    let at = messages.ids().position(|id| id == Some(&message))?;
+                    let asked = (0..at).rev().find(|&i| messages.role_at(i) == "user")?;
+                    runs.introducer_of(messages.id_at(asked)?)
                 })
                 .ok_or_else(|| {
                     RunRefused::NotFound(format!(
@@ -366,7 +360,7 @@ fn detect(inner: &Inner, sent: &[Value], resumes: bool) -> Option<BaseRequest> {
     }
     let (sent_ids, head_ids) = (
         turns(sent.iter().map(|m| (role(m), message_id(m)))),
-        turns(fold.messages().iter().map(|m| (m.role(), m.id()))),
+        turns(fold.messages().roles().zip(fold.messages().ids())),
     );
     if sent_ids.len() >= head_ids.len() || !head_ids.starts_with(&sent_ids) {
         return None;
@@ -596,7 +590,7 @@ mod tests {
                 }
             }
             assert_eq!(
-                fold.messages(),
+                *fold.messages(),
                 checkpoint.shared_messages(),
                 "run {}",
                 run.run_id

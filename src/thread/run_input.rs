@@ -209,7 +209,7 @@ pub(super) fn for_upstream(
 /// (five times its text each) before the body was written, O(the
 /// conversation) of memory a long thread's run start took for nothing.
 pub(super) enum Sent<'a> {
-    Kept(&'a Message),
+    Kept(std::borrow::Cow<'a, Message>),
     Value(Value),
 }
 
@@ -244,7 +244,7 @@ fn fold_for_upstream<'a>(
     let own =
         |id: Option<&str>| matches!(authors.of_message(id), RunAgent::Agent(a) if &**a == agent);
     let mut out = Vec::with_capacity(fold.messages().len() + new.len());
-    for m in fold.messages() {
+    for m in fold.messages().iter() {
         let id = m.id();
         if let Some(edit) = edits.iter().find(|s| id.is_some() && message_id(s) == id) {
             out.extend(for_upstream(std::slice::from_ref(edit), authors, agent));

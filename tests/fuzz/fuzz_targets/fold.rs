@@ -80,7 +80,7 @@ fuzz_target!(|data: &[u8]| {
         if let Some(r) = &mut restored {
             r.apply(i as u64 + 1, e);
         }
-        for m in fold.messages() {
+        for m in fold.messages().iter() {
             assert!(
                 m.id().is_some(),
                 "message without a string id after {e:?}: {m:?}"
