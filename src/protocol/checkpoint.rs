@@ -81,9 +81,7 @@ impl Part {
 /// True when `m` is message `i` of `page`, introduced by the run the page
 /// records for it.
 fn page_message(m: &Message, page: &Arc<Page>, i: u32, origin: &RunAgent) -> bool {
-    m.on_page()
-        .is_some_and(|(p, j)| Arc::ptr_eq(p, page) && j == i)
-        && page_origin(page, i) == *origin
+    m.is_of_page(page, i) && page_origin(page, i) == *origin
 }
 
 /// The run a page records for message `i` ([`RunAgent::Unknown`] when it

@@ -191,6 +191,11 @@ impl Message {
         }
     }
 
+    /// True when it is message `i` of `page` itself (not a copy of it).
+    pub fn is_of_page(&self, page: &Arc<Page>, i: u32) -> bool {
+        matches!(&self.0, Form::Sealed(p, j) if Arc::ptr_eq(p, page) && *j == i)
+    }
+
     /// Message `i` of `page` (as sealing made it).
     pub fn of_page(page: &Arc<Page>, i: u32) -> Message {
         debug_assert!((i as usize) < page.len());

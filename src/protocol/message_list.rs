@@ -60,10 +60,15 @@ impl MessageList {
     /// The messages in order (those of frozen pages as new handles to
     /// their place on the page, the rest borrowed).
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = Cow<'_, Message>> + '_ {
-        let frozen = self.frozen.iter().flat_map(|(page, _)| {
-            (0..page.len() as u32).map(move |i| Cow::Owned(Message::of_page(page, i)))
-        });
+        let frozen = self
+            .on_frozen()
+            .map(|(page, i)| Cow::Owned(Message::of_page(page, i)));
         frozen.chain(self.loose.iter().map(Cow::Borrowed))
+    }
+
+    /// Each frozen message's page and place on it, in order.
+    fn on_frozen(&self) -> impl DoubleEndedIterator<Item = (&Arc<Page>, u32)> + '_ {
+        (self.frozen.iter()).flat_map(|(page, _)| (0..page.len() as u32).map(move |i| (page, i)))
     }
 
     /// The place of the last message with this id. Scans without copying
@@ -85,19 +90,13 @@ impl MessageList {
     /// Each message's id, in order, read where it is (a frozen page's from
     /// the page).
     pub fn ids(&self) -> impl Iterator<Item = Option<&str>> + '_ {
-        let frozen = self
-            .frozen
-            .iter()
-            .flat_map(|(page, _)| (0..page.len() as u32).map(move |i| page.id(i)));
+        let frozen = self.on_frozen().map(|(page, i)| page.id(i));
         frozen.chain(self.loose.iter().map(Message::id))
     }
 
     /// Each message's role, in order (empty when it has none).
     pub fn roles(&self) -> impl Iterator<Item = &str> + '_ {
-        let frozen = self
-            .frozen
-            .iter()
-            .flat_map(|(page, _)| (0..page.len() as u32).map(move |i| page.role(i)));
+        let frozen = self.on_frozen().map(|(page, i)| page.role(i));
         frozen.chain(self.loose.iter().map(Message::role))
     }
 
@@ -196,10 +195,9 @@ impl MessageList {
             return;
         }
         let mut all = Vec::with_capacity(self.len());
-        for (page, _) in self.frozen.drain(..) {
-            all.extend((0..page.len() as u32).map(|i| Message::of_page(&page, i)));
-        }
+        all.extend(self.on_frozen().map(|(page, i)| Message::of_page(page, i)));
         all.append(&mut self.loose);
+        self.frozen.clear();
         self.loose = all;
     }
 
@@ -210,12 +208,8 @@ impl MessageList {
         let mut end = self.frozen_len();
         while let Some((page, 0)) = self.loose.get(at).and_then(Message::on_page) {
             let n = page.len();
-            let whole = self.loose.get(at..at + n).is_some_and(|run| {
-                run.iter().zip(0..).all(|(m, i)| {
-                    m.on_page()
-                        .is_some_and(|(p, j)| Arc::ptr_eq(p, page) && j == i)
-                })
-            });
+            let whole = (self.loose.get(at..at + n))
+                .is_some_and(|run| run.iter().zip(0..).all(|(m, i)| m.is_of_page(page, i)));
             if !whole {
                 break;
             }
