@@ -14,7 +14,7 @@
 //! from the events alone, with no side table to keep in step.
 
 use super::Event;
-use super::sealed::Page;
+use super::sealed::{IdStr, Page};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -142,13 +142,7 @@ impl Authors {
         let hint = self.hint.load(Ordering::Relaxed);
         let (p, i) = ((hint >> 32) as usize, hint as u32);
         let found = match self.pages.get(p) {
-            Some(page)
-                if (i as usize) < page.len()
-                    && page.id(i) == Some(id)
-                    && page.origin(i).is_some() =>
-            {
-                Some((p, i))
-            }
+            Some(page) if (i as usize) < page.len() && page.is_attributed_as(i, id) => Some((p, i)),
             _ => self
                 .pages
                 .iter()
@@ -167,7 +161,7 @@ impl Authors {
     }
 
     /// Every attributed id and its origin (pages first, the map over them).
-    fn all(&self) -> HashMap<&str, &RunAgent> {
+    fn all(&self) -> HashMap<IdStr<'_>, &RunAgent> {
         let mut all = HashMap::new();
         for page in &self.pages {
             for i in 0..page.len() as u32 {
@@ -176,7 +170,7 @@ impl Authors {
                 }
             }
         }
-        all.extend(self.messages.iter().map(|(id, o)| (id.as_str(), o)));
+        all.extend((self.messages.iter()).map(|(id, o)| (IdStr::from(id.as_str()), o)));
         all
     }
 
@@ -201,15 +195,24 @@ impl Authors {
         self.messages.contains_key(id) || self.on_pages(id).is_some()
     }
 
+    /// The pages every message of which it attributes (by their address):
+    /// a walk noting origins passes over them.
+    pub(super) fn whole_pages(&self) -> std::collections::HashSet<*const Page> {
+        (self.pages.iter())
+            .filter(|p| p.all_attributed())
+            .map(Arc::as_ptr)
+            .collect()
+    }
+
     /// Records `origin` for every message in `messages` not attributed yet.
     pub(super) fn note_messages<'a>(
         &mut self,
-        ids: impl IntoIterator<Item = &'a str>,
+        ids: impl IntoIterator<Item = IdStr<'a>>,
         origin: &RunAgent,
     ) {
         for id in ids {
-            if !self.attributed(id) {
-                self.messages.insert(id.to_owned(), origin.clone());
+            if !self.attributed(&id) {
+                self.messages.insert(id.to_string(), origin.clone());
             }
         }
     }
@@ -247,28 +250,28 @@ impl Authors {
     /// as large as the conversation. A page with a message gone is let go,
     /// the origins of those of its messages still present moved back to
     /// the map.
-    pub(super) fn keep_only<'a>(&mut self, ids: impl IntoIterator<Item = &'a str>, len: usize) {
+    pub(super) fn keep_only<'a>(&mut self, ids: impl IntoIterator<Item = IdStr<'a>>, len: usize) {
         if self.messages.len() + self.on_pages <= len {
             return;
         }
-        let present: std::collections::HashSet<&str> = ids.into_iter().collect();
+        let present: std::collections::HashSet<IdStr> = ids.into_iter().collect();
         self.messages.retain(|id, _| present.contains(id.as_str()));
         let (kept, gone): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pages)
             .into_iter()
-            .partition(|p| attributed(p).all(|id| present.contains(id)));
+            .partition(|p| attributed(p).all(|id| present.contains(&*id)));
         self.pages = kept;
         self.hint.store(0, Ordering::Relaxed);
         for page in gone {
             for i in 0..page.len() as u32 {
                 if let (Some(id), Some(origin)) = (page.id(i), page.origin(i))
-                    && present.contains(id)
-                    && !self.attributed(id)
+                    && present.contains(&*id)
+                    && !self.attributed(&id)
                 {
-                    self.messages.insert(id.to_owned(), origin.clone());
+                    self.messages.insert(id.to_string(), origin.clone());
                 }
             }
         }
-        let on_pages: std::collections::HashSet<&str> =
+        let on_pages: std::collections::HashSet<IdStr> =
             self.pages.iter().flat_map(|p| attributed(p)).collect();
         self.on_pages = on_pages.len();
         self.page_entries = self.pages.iter().map(|p| attributed(p).count()).sum();
@@ -312,7 +315,7 @@ impl Authors {
         let messages: Map<String, Value> = self
             .all()
             .into_iter()
-            .map(|(id, a)| (id.to_owned(), a.to_json()))
+            .map(|(id, a)| (id.to_string(), a.to_json()))
             .collect();
         let state: Vec<Value> = self.state.iter().map(RunAgent::to_json).collect();
         json!({ "messages": messages, "state": state })
@@ -343,7 +346,7 @@ impl Authors {
 }
 
 /// The ids of `page`'s messages with a recorded origin.
-fn attributed(page: &Page) -> impl Iterator<Item = &str> {
+fn attributed(page: &Page) -> impl Iterator<Item = IdStr<'static>> + '_ {
     (0..page.len() as u32).filter_map(move |i| page.id(i).filter(|_| page.origin(i).is_some()))
 }
 
@@ -360,11 +363,11 @@ mod tests {
         let mut a = Authors::default();
         let msgs = [json!({"id": "m1"}), json!({"id": "m2"})];
         a.note_messages(
-            msgs[..1].iter().filter_map(message_id),
+            msgs[..1].iter().filter_map(message_id).map(IdStr::from),
             &RunAgent::Agent("echo".into()),
         );
         a.note_messages(
-            msgs.iter().filter_map(message_id),
+            msgs.iter().filter_map(message_id).map(IdStr::from),
             &RunAgent::Agent("full".into()),
         );
         a.note_state(&RunAgent::Agent("full".into()));
@@ -373,7 +376,10 @@ mod tests {
         assert_eq!(back.of_message(Some("m1")), &RunAgent::Agent("echo".into()));
         assert_eq!(back.of_message(Some("m2")), &RunAgent::Agent("full".into()));
         assert_eq!(back.of_message(Some("nope")), &RunAgent::Unknown);
-        a.keep_only(msgs[1..].iter().filter_map(message_id), msgs.len() - 1);
+        a.keep_only(
+            msgs[1..].iter().filter_map(message_id).map(IdStr::from),
+            msgs.len() - 1,
+        );
         assert_eq!(a.of_message(Some("m1")), &RunAgent::Unknown);
     }
 }

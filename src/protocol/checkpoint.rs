@@ -265,7 +265,7 @@ impl Checkpoint {
         previous: Option<&Checkpoint>,
     ) -> Checkpoint {
         let conversation = Conversation::after(previous.map(|p| &p.conversation), messages, |m| {
-            authors.of_message(m.id()).clone()
+            authors.of_message(m.id().as_deref()).clone()
         });
         let state = match previous {
             Some(p) if *p.state == *state => p.state.clone(),
@@ -323,7 +323,7 @@ impl Checkpoint {
     pub fn message_authors(&self) -> impl Iterator<Item = (String, RunAgent)> + '_ {
         self.conversation
             .iter()
-            .filter_map(|(m, o)| Some((m.id()?.to_owned(), o)))
+            .filter_map(|(m, o)| Some((m.id()?.to_string(), o)))
     }
 
     /// Who introduced each message and wrote the state.
@@ -496,7 +496,7 @@ mod tests {
         assert_eq!(read.len(), messages.len());
         for ((m, o), n) in read.iter().zip(&messages) {
             assert!(Message::ptr_eq(m, n), "the very same message");
-            let want = if n.id() == Some("m250") {
+            let want = if n.id().as_deref() == Some("m250") {
                 &other
             } else {
                 &RunAgent::Unknown

@@ -238,7 +238,7 @@ impl Fold {
             (*kind == EventType::MessagesSnapshot && in_run).then(|| {
                 self.messages
                     .iter()
-                    .filter_map(|m| m.id().map(str::to_owned))
+                    .filter_map(|m| Some(m.id()?.to_string()))
                     .collect()
             });
         let restating = std::mem::take(&mut self.restating) && *kind == EventType::MessagesSnapshot;
@@ -260,10 +260,10 @@ impl Fold {
         if let Some(known) = known_ids.filter(|_| !restating) {
             for m in self.messages.iter() {
                 if let Some(id) = m.id()
-                    && !known.contains(id)
+                    && !known.contains(&*id)
                     && m.role() != "user"
                 {
-                    self.runs.produced(id);
+                    self.runs.produced(&id);
                 }
             }
         }
@@ -332,9 +332,16 @@ impl Fold {
         use EventType::*;
         match event.kind() {
             RunStarted | MessagesSnapshot => {
-                let ids = || self.messages.ids().flatten();
-                self.authors.keep_only(ids(), self.messages.len());
-                self.authors.note_messages(ids(), origin);
+                let ids = self.messages.ids().flatten();
+                self.authors.keep_only(ids, self.messages.len());
+                // Pages whose every message it attributes already hold
+                // nothing to note: passed over, their bodies unread (they
+                // may be in the spill file).
+                let whole = self.authors.whole_pages();
+                let ids = (self.messages)
+                    .ids_but(|page| whole.contains(&std::sync::Arc::as_ptr(page)))
+                    .flatten();
+                self.authors.note_messages(ids, origin);
             }
             StateSnapshot | StateDelta => self.authors.note_state(origin),
             _ if self.messages.len() != before => {
@@ -722,7 +729,7 @@ impl Fold {
                 })
                 .take(super::sealed::MAX_PAGE_MESSAGES)
                 .map(|m| {
-                    let origin = authors.take_for_page(m.id());
+                    let origin = authors.take_for_page(m.id().as_deref());
                     (m, origin)
                 })
                 .collect();
@@ -767,7 +774,7 @@ impl Fold {
             .take_all()
             .into_iter()
             .filter_map(|m| {
-                let id = m.id()?.to_owned();
+                let id = m.id()?.to_string();
                 if let Some(replacement) = by_id.get(&id) {
                     // Unchanged: still shared with the checkpoints holding it.
                     if m == **replacement {
@@ -782,7 +789,7 @@ impl Fold {
             .collect();
         let present: std::collections::HashSet<String> = kept
             .iter()
-            .filter_map(|m| m.id().map(str::to_owned))
+            .filter_map(|m| Some(m.id()?.to_string()))
             .collect();
         self.messages = kept.into();
         for m in snap {
@@ -1093,7 +1100,11 @@ pub(crate) mod tests {
         assert_eq!(sealed, plain);
         assert_eq!(sealed.to_json(), plain.to_json());
         // The late events landed where they would have.
-        let at = |f: &Fold, id: &str| f.messages().iter().position(|m| m.id() == Some(id));
+        let at = |f: &Fold, id: &str| {
+            f.messages()
+                .iter()
+                .position(|m| m.id().as_deref() == Some(id))
+        };
         assert_eq!(at(&sealed, "t3b"), Some(at(&sealed, "t3").unwrap() + 1));
         assert_eq!(
             sealed.message("b5").unwrap().value()["content"]
@@ -1140,7 +1151,7 @@ pub(crate) mod tests {
         let snapshot: Vec<Value> = fold(&events)
             .messages()
             .iter()
-            .filter(|m| m.id() != Some("u7"))
+            .filter(|m| m.id().as_deref() != Some("u7"))
             .map(|m| m.to_value())
             .collect();
         events.push(json!({"type":"RUN_STARTED","threadId":"t","runId":"s","agui-gateway":{"agent":"full"}}));
@@ -1175,8 +1186,8 @@ pub(crate) mod tests {
         for m in sealed.messages().iter() {
             let id = m.id();
             assert_eq!(
-                sealed.authors().of_message(id),
-                plain.authors().of_message(id),
+                sealed.authors().of_message(id.as_deref()),
+                plain.authors().of_message(id.as_deref()),
                 "{id:?}"
             );
         }

@@ -32,6 +32,7 @@ use super::id_list::IdList;
 use super::message::Message;
 use super::message_list::MessageList;
 use super::run_list::RunList;
+use super::sealed::IdStr;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
@@ -263,7 +264,7 @@ impl RunRecord {
             + self.output_ids.len_bytes()
     }
 
-    pub fn input_ids(&self) -> impl Iterator<Item = &str> {
+    pub fn input_ids(&self) -> impl Iterator<Item = IdStr<'_>> {
         self.input.iter().filter_map(Message::id)
     }
 
@@ -694,7 +695,7 @@ impl RunTable {
     /// message was a second copy of the conversation's, and a reloaded
     /// thread held about twice what it held live (`tests/fold_memory.rs`).
     pub fn from_json_sharing(v: &Value, conversation: &MessageList) -> RunTable {
-        let by_id: HashMap<&str, Message> = conversation
+        let by_id: HashMap<IdStr, Message> = conversation
             .ids()
             .zip(conversation.iter())
             .filter_map(|(id, m)| Some((id?, m.into_owned())))

@@ -24,7 +24,7 @@
 //! for, are kept as ranges of the text so finding a message parses nothing.
 
 use super::authorship::RunAgent;
-use super::sealed::{Page, Sealing};
+use super::sealed::{IdStr, Page, Sealing};
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -211,11 +211,12 @@ impl Message {
         }
     }
 
-    /// Its `id`.
-    pub fn id(&self) -> Option<&str> {
+    /// Its `id` (a sealed one's read from its page, which may read it back
+    /// from the spill file).
+    pub fn id(&self) -> Option<IdStr<'_>> {
         match &self.0 {
-            Form::Open(v) => v.get("id").and_then(Value::as_str),
-            Form::Closed(c) => c.id.get(c.json.get()),
+            Form::Open(v) => v.get("id").and_then(Value::as_str).map(IdStr::from),
+            Form::Closed(c) => c.id.get(c.json.get()).map(IdStr::from),
             Form::Sealed(p, i) => p.id(*i),
         }
     }
@@ -394,7 +395,7 @@ mod tests {
         let mut m = Message::open(v.clone());
         m.close();
         assert!(!m.is_open());
-        assert_eq!(m.id(), Some("m1"));
+        assert_eq!(m.id().as_deref(), Some("m1"));
         assert_eq!(m.role(), "assistant");
         assert!(m.may_have_tool_calls());
         assert_eq!(*m.value(), v);
@@ -407,7 +408,7 @@ mod tests {
         // The id appears first inside the content; the range still reads it.
         let v = json!({"content": "see \"x\" and x", "id": "x", "role": "user"});
         let m = Message::closed(&v);
-        assert_eq!(m.id(), Some("x"));
+        assert_eq!(m.id().as_deref(), Some("x"));
         assert!(m.json_mentions("see") && !m.json_mentions("absent"));
         assert!(
             m.json_mentions("q\"uote"),
@@ -415,7 +416,7 @@ mod tests {
         );
         let v = json!({"id": "a\"b\\c\n", "role": "us\u{e9}r"});
         let m = Message::closed(&v);
-        assert_eq!(m.id(), Some("a\"b\\c\n"));
+        assert_eq!(m.id().as_deref(), Some("a\"b\\c\n"));
         assert_eq!(m.role(), "us\u{e9}r");
         let m = Message::closed(&json!({"id": 7, "role": null}));
         assert_eq!(m.id(), None);

@@ -20,7 +20,7 @@
 //! without a slot or a copy.
 
 use super::message::Message;
-use super::sealed::Page;
+use super::sealed::{IdStr, Page};
 use serde::{Serialize, Serializer};
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -75,22 +75,32 @@ impl MessageList {
     /// anything: the slots, then each frozen page's ids, newest first.
     pub fn rfind_id(&self, id: &str) -> Option<usize> {
         let frozen = self.frozen_len();
-        if let Some(i) = self.loose.iter().rposition(|m| m.id() == Some(id)) {
+        if let Some(i) = self
+            .loose
+            .iter()
+            .rposition(|m| m.id().is_some_and(|at| at == id))
+        {
             return Some(frozen + i);
         }
-        self.frozen.iter().rev().find_map(|(page, end)| {
-            let n = page.len() as u32;
-            (0..n)
-                .rev()
-                .find(|&i| page.id(i) == Some(id))
-                .map(|i| end - page.len() + i as usize)
-        })
+        (self.frozen.iter().rev())
+            .find_map(|(page, end)| Some(end - page.len() + page.position(id)? as usize))
     }
 
     /// Each message's id, in order, read where it is (a frozen page's from
     /// the page).
-    pub fn ids(&self) -> impl Iterator<Item = Option<&str>> + '_ {
-        let frozen = self.on_frozen().map(|(page, i)| page.id(i));
+    pub fn ids(&self) -> impl Iterator<Item = Option<IdStr<'_>>> + '_ {
+        self.ids_but(|_| false)
+    }
+
+    /// Each message's id, in order, but those of the frozen pages `pass`
+    /// says to pass over (none of their bodies is read).
+    pub fn ids_but<'a>(
+        &'a self,
+        pass: impl Fn(&Arc<Page>) -> bool + 'a,
+    ) -> impl Iterator<Item = Option<IdStr<'a>>> + 'a {
+        let frozen = (self.frozen.iter())
+            .filter(move |(page, _)| !pass(page))
+            .flat_map(|(page, _)| page.ids());
         frozen.chain(self.loose.iter().map(Message::id))
     }
 
@@ -101,7 +111,7 @@ impl MessageList {
     }
 
     /// The id of message `i`.
-    pub fn id_at(&self, i: usize) -> Option<&str> {
+    pub fn id_at(&self, i: usize) -> Option<IdStr<'_>> {
         match self.place(i)? {
             Place::Frozen(page, j) => page.id(j),
             Place::Loose(m) => m.id(),
@@ -325,15 +335,19 @@ mod tests {
         assert_eq!(l, flat);
         for (i, m) in flat.iter().enumerate() {
             assert_eq!(*l.get(i).unwrap(), *m, "message {i}");
-            assert_eq!(l.rfind_id(m.id().unwrap()), Some(i));
+            assert_eq!(l.rfind_id(&m.id().unwrap()), Some(i));
         }
         assert_eq!(l.rfind_id("nowhere"), None);
         assert!(l.get(9).is_none());
-        let back: Vec<String> = l.iter().rev().map(|m| m.id().unwrap().to_owned()).collect();
+        let back: Vec<String> = l
+            .iter()
+            .rev()
+            .map(|m| m.id().unwrap().to_string())
+            .collect();
         let want: Vec<String> = flat
             .iter()
             .rev()
-            .map(|m| m.id().unwrap().to_owned())
+            .map(|m| m.id().unwrap().to_string())
             .collect();
         assert_eq!(back, want);
         assert_eq!(
@@ -370,7 +384,7 @@ mod tests {
         // Within a page: it thaws, and the change lands where it was asked.
         l.insert(4, closed("inside"));
         assert!(l.frozen.is_empty());
-        let ids: Vec<String> = l.iter().map(|m| m.id().unwrap().to_owned()).collect();
+        let ids: Vec<String> = l.iter().map(|m| m.id().unwrap().to_string()).collect();
         assert_eq!(
             ids,
             [
@@ -392,7 +406,7 @@ mod tests {
         assert_eq!(l.frozen.len(), 1);
         *l.get_mut(1).unwrap() = closed("edited");
         assert!(l.frozen.is_empty());
-        assert_eq!(l.get(1).unwrap().id(), Some("edited"));
+        assert_eq!(l.get(1).unwrap().id().as_deref(), Some("edited"));
         assert_eq!(l.take_all().len(), 10);
         assert!(l.is_empty());
     }

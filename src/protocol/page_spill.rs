@@ -1,22 +1,23 @@
-//! Sealed pages leaving memory: the text of a conversation's oldest pages
-//! (LZ4-packed, or as it was when it did not pack) written to a node-local
-//! file when the node is over its budget, read back by the walks that
-//! unpack them already.
+//! Sealed pages leaving memory: a conversation's oldest pages (their text,
+//! LZ4-packed or as it was when it did not pack, and their bodies) written
+//! to a node-local file when the node is over its budget, read back by the
+//! walks that unpack them already.
 //!
 //! Why: once a node has shed every idle thread and every tail's old events,
 //! what is left is in use — mostly the conversations of watched threads,
 //! which grow with every run and which a snapshot and every run's input
 //! read in full. Their finished messages are already packed into sealed
-//! pages ([`super::sealed`]), and a page never changes, so its packed text
-//! can sit in a file as well as in memory: the page keeps its ids, roles
-//! and origins (lookups scan those), and a reader that needs its text reads
-//! it from the file instead of from memory — the same unpacking, plus one
-//! `pread` that the kernel's page cache usually answers. The text is most
-//! of a page for messages of real agents (hundreds of bytes to kilobytes
-//! each: about 340 of a 560-byte message's bytes leave); for short,
-//! repetitive ones the page's entries, ids and origins are most of it (12
-//! of the demo agent's 68 bytes a message leave): docs/benchmarks.md,
-//! "Twelfth pass".
+//! pages ([`super::sealed`]), and a page never changes, so it can sit in a
+//! file as well as in memory: its packed text and its body (each message's
+//! entry and id) leave, its role names, origins and tool-call hashes stay,
+//! with 16 bits of each id's hash so that a lookup by id passes the pages
+//! that cannot hold it. A reader that needs a page reads it from the file
+//! instead of from memory — the same unpacking, plus one `pread` that the
+//! kernel's page cache usually answers. For messages of real agents the
+//! text is most of it (about 340 of a 560-byte message's bytes leave); for
+//! short, repetitive ones the body is (37 of the demo agent's 45 bytes a
+//! message leave, 25 of them its body): docs/benchmarks.md, "Twelfth pass"
+//! and "Fifteenth pass".
 //!
 //! The order is the pages' age: the oldest sealed pages leave first. A
 //! conversation's pages are all read by each of its runs, so age says
@@ -32,8 +33,8 @@ use super::sealed::Page;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
-/// Where spilled pages' packed text goes: a node-local file, private to
-/// the process (nothing in it outlives it).
+/// Where spilled pages go (their packed text and their bodies): a
+/// node-local file, private to the process (nothing in it outlives it).
 pub trait SpillFile: Send + Sync {
     /// Stores `bytes`; answers where, or `None` when it has no room (or the
     /// write failed: the page stays in memory).
@@ -48,7 +49,7 @@ pub trait SpillFile: Send + Sync {
 
 static FILE: OnceLock<Box<dyn SpillFile>> = OnceLock::new();
 
-/// Pages sealed since start-up that still hold their text in memory,
+/// Pages sealed since start-up that may still be in memory,
 /// oldest first, as weak references (a page's life is its messages').
 /// Dead ones are pruned as the queue doubles, so it stays within about
 /// twice the live pages.
@@ -74,7 +75,7 @@ pub(super) fn file() -> Option<&'static dyn SpillFile> {
     FILE.get().map(|f| &**f)
 }
 
-/// Bytes of packed text the spill file holds now (0 without one).
+/// Bytes the spill file holds now (0 without one).
 pub fn held_bytes() -> u64 {
     file().map_or(0, SpillFile::held_bytes)
 }
@@ -96,8 +97,8 @@ pub(super) fn register(page: &Arc<Page>) {
     }
 }
 
-/// Writes the packed text of the oldest pages still in memory to the spill
-/// file until `want` bytes of memory are freed, the file is full or no page
+/// Writes the oldest pages still in memory (their packed text and their
+/// bodies) to the spill file until `want` bytes of memory are freed, the file is full or no page
 /// is left. Answers the bytes freed. Blocking (file writes): call it off
 /// the runtime's threads.
 pub fn spill_oldest(want: usize) -> usize {
@@ -125,12 +126,12 @@ pub fn spill_oldest(want: usize) -> usize {
     freed
 }
 
-/// Reads a spilled page's packed text back. A spill file that cannot give
-/// back what it was given is a failed local disk: the conversation it
-/// held cannot be served correctly from memory any more, so the process
-/// stops rather than serve a wrong one — the journal, not this file, is
-/// the record, and a restarted (or another) node reloads the thread from
-/// it.
+/// Reads a spilled page's packed text or body back. A spill file that
+/// cannot give back what it was given is a failed local disk: the
+/// conversation it held cannot be served correctly from memory any more,
+/// so the process stops rather than serve a wrong one — the journal, not
+/// this file, is the record, and a restarted (or another) node reloads the
+/// thread from it.
 pub(super) fn read(at: u64, len: usize) -> Vec<u8> {
     let file = file().expect("a page is spilled only with a spill file installed");
     match file.read(at, len) {

@@ -26,8 +26,10 @@
 //! page's text per thread, at most [`PAGE_TEXT`] plus one message (messages
 //! longer than [`MAX_SEALED_MESSAGE`] stay on their own).
 //!
-//! Past the node's budget, a page's text may leave memory for a
-//! node-local file ([`super::page_spill`]); it reads the same from there.
+//! Past the node's budget, a page's text and body (each message's entry
+//! and id) may leave memory for a node-local file ([`super::page_spill`]);
+//! it reads the same from there, an id read back holding what was read
+//! ([`IdStr`]) rather than borrowing from the page.
 
 use super::authorship::RunAgent;
 use serde_json::Value;
@@ -37,7 +39,7 @@ use std::hash::{Hash, Hasher};
 use std::ops::Range;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Text a page is filled to before it is sealed, by default: large enough
 /// that LZ4 finds the repetitions between messages, small enough that a
@@ -69,8 +71,8 @@ pub const MAX_PAGE_TEXT: usize = 64 << 20;
 /// text alone is what a reader would unpack).
 pub const MAX_SEALED_MESSAGE: usize = 8 << 10;
 
-/// A string of the page's `strings`: `start..start+len`, or absent.
-#[derive(Clone, Copy)]
+/// A string of a page's ids or role names: `start..start+len`, or absent.
+#[derive(Clone, Copy, PartialEq, Eq)]
 struct Str {
     start: u32,
     len: u32,
@@ -123,15 +125,22 @@ enum Block {
 
 /// A sealed page of finished messages (see the module's docs).
 pub struct Page {
-    /// Tells pages apart in the per-thread cache of unpacked text (an
-    /// address could be reused by a later page).
+    /// Tells pages apart in the per-thread caches of unpacked text and
+    /// read-back bodies (an address could be reused by a later page).
     serial: u64,
+    /// Messages on it.
+    len: u32,
+    /// Whether every message on it has a recorded origin (a walk noting
+    /// who introduced what passes over such a page without reading it).
+    all_attributed: bool,
     text: Text,
-    entries: Box<[Entry]>,
-    /// Each distinct role once, in `strings`.
+    /// Each message's entry and id: held, or in the spill file with its
+    /// text (then only a filter of its ids stays).
+    body: Mutex<BodyAt>,
+    /// Each distinct role once, in `role_names` (a handful a page, so they
+    /// stay when the body leaves: a role is read without reading it back).
     roles: Box<[Str]>,
-    /// Ids and roles, unescaped, each role once.
-    strings: Box<str>,
+    role_names: Box<str>,
     /// Hashes of the tool call ids its messages' `toolCalls` name, sorted:
     /// a tool call's lookup passes a page that does not name it without
     /// unpacking it.
@@ -142,6 +151,32 @@ pub struct Page {
     /// keyed by id ([`super::authorship::Authors`]) costs two bytes a
     /// message instead of about ninety.
     origins: Box<[RunAgent]>,
+}
+
+/// What a page keeps of each message besides its text: its 16-byte entry
+/// and its id. For short messages (the demo agent's 138 bytes pack
+/// eleven to one) this, not the text, was most of a spilled page: about 32
+/// bytes a message that no budget could shed while the conversation was watched
+/// (docs/benchmarks.md, "Fifteenth pass"). So it leaves memory with the
+/// text, and a reader that needs it reads it back as it reads the text.
+struct Body {
+    entries: Box<[Entry]>,
+    /// The messages' ids, back to back.
+    ids: Box<str>,
+}
+
+/// Where a page's body is.
+enum BodyAt {
+    Held(Arc<Body>),
+    /// In the spill file at `at`, `bytes` long. `filter` holds 16 bits of
+    /// each id's hash, sorted: a lookup by id passes a spilled page that
+    /// does not hold it (all but about one in 550 of them, for a page of
+    /// 120 messages) without reading anything back.
+    Spilled {
+        at: u64,
+        bytes: usize,
+        filter: Box<[u16]>,
+    },
 }
 
 /// What a sealed message needs of the message it was: its compact JSON,
@@ -172,7 +207,8 @@ impl Page {
     /// of text; the fold seals far less at a time).
     pub fn seal<'a>(messages: impl IntoIterator<Item = Sealing<'a>>) -> Page {
         let mut text = String::new();
-        let mut strings = String::new();
+        let mut ids = String::new();
+        let mut role_names = String::new();
         // Each role's place, found by a map: a role is the client's string,
         // so a page may have as many as it has messages.
         let mut roles: HashMap<&str, usize> = HashMap::new();
@@ -190,9 +226,9 @@ impl Page {
         };
         for m in messages {
             text.push_str(m.json);
-            let id = m.id.map_or(ABSENT, |id| push(&mut strings, id));
+            let id = m.id.map_or(ABSENT, |id| push(&mut ids, id));
             let role = *roles.entry(m.role).or_insert_with(|| {
-                role_places.push(push(&mut strings, m.role));
+                role_places.push(push(&mut role_names, m.role));
                 role_places.len() - 1
             });
             if m.has_tool_calls {
@@ -240,12 +276,22 @@ impl Page {
             len,
             packed,
         };
+        let len = u32::try_from(entries.len()).expect("a page's offsets are 32-bit, so its count");
+        let all_attributed = entries
+            .iter()
+            .all(|e| e.origin & !HAS_TOOL_CALLS != NO_ORIGIN);
+        let body = Body {
+            entries: entries.into_boxed_slice(),
+            ids: ids.into_boxed_str(),
+        };
         Page {
             serial: SERIALS.fetch_add(1, Ordering::Relaxed),
+            len,
+            all_attributed,
             text,
-            entries: entries.into_boxed_slice(),
+            body: Mutex::new(BodyAt::Held(Arc::new(body))),
             roles: role_places.into_boxed_slice(),
-            strings: strings.into_boxed_str(),
+            role_names: role_names.into_boxed_str(),
             tool_calls: tool_calls.into_boxed_slice(),
             origins: origins.into_boxed_slice(),
         }
@@ -270,10 +316,37 @@ impl Page {
         matches!(*self.block(), Block::Spilled { .. })
     }
 
-    /// Moves its text to the spill file; answers the bytes of memory that
-    /// frees (`Some(0)`: it was there already), or `None` when the file
-    /// has no room for it.
+    /// Whether its body (entries and ids) is in the spill file.
+    pub fn is_body_spilled(&self) -> bool {
+        matches!(*self.body_at(), BodyAt::Spilled { .. })
+    }
+
+    fn body_at(&self) -> MutexGuard<'_, BodyAt> {
+        self.body.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Its body: held, or read back from the spill file (once per page a
+    /// walk reads in order, as its text is).
+    fn body(&self) -> Arc<Body> {
+        let (at, bytes) = match &*self.body_at() {
+            BodyAt::Held(body) => return body.clone(),
+            BodyAt::Spilled { at, bytes, .. } => (*at, *bytes),
+        };
+        // A spilled body never comes back: read it without the lock.
+        read_back(self.serial, at, bytes, self.len as usize)
+    }
+
+    /// Moves its text and its body to the spill file; answers the bytes of
+    /// memory that frees (`Some(0)`: they were there already), or `None`
+    /// when the file has room for neither.
     pub(super) fn spill(&self) -> Option<usize> {
+        match (self.spill_text(), self.spill_body()) {
+            (None, None) => None,
+            (text, body) => Some(text.unwrap_or(0) + body.unwrap_or(0)),
+        }
+    }
+
+    fn spill_text(&self) -> Option<usize> {
         let mut block = self.block();
         let Block::Held(held) = &*block else {
             return Some(0);
@@ -284,53 +357,117 @@ impl Page {
         Some(bytes)
     }
 
+    fn spill_body(&self) -> Option<usize> {
+        let mut body_at = self.body_at();
+        let BodyAt::Held(body) = &*body_at else {
+            return Some(0);
+        };
+        let encoded = body.encode();
+        let at = super::page_spill::file()?.write(&encoded)?;
+        let mut filter: Vec<u16> = (0..self.len)
+            .filter_map(|i| body.id(i))
+            .map(short_hash)
+            .collect();
+        filter.sort_unstable();
+        filter.dedup();
+        let held = body.heap_bytes();
+        let filter = filter.into_boxed_slice();
+        let left = filter.len() * 2;
+        *body_at = BodyAt::Spilled {
+            at,
+            bytes: encoded.len(),
+            filter,
+        };
+        Some(held.saturating_sub(left))
+    }
+
     /// Messages on the page.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.len as usize
     }
 
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    fn str(&self, s: Str) -> Option<&str> {
-        (s.start != u32::MAX).then(|| &self.strings[s.start as usize..(s.start + s.len) as usize])
+        self.len == 0
     }
 
     /// Message `i`'s id.
-    pub fn id(&self, i: u32) -> Option<&str> {
-        self.str(self.entries[i as usize].id)
+    pub fn id(&self, i: u32) -> Option<IdStr<'static>> {
+        let body = self.body();
+        let at = body.entries[i as usize].id;
+        (at != ABSENT).then_some(IdStr(Held::OnPage(body, at)))
+    }
+
+    /// Each message's id, in order (the body read once for all of them).
+    pub fn ids<'a>(&self) -> impl DoubleEndedIterator<Item = Option<IdStr<'a>>> + use<'a> {
+        let body = self.body();
+        (0..self.len as usize).map(move |i| {
+            let at = body.entries[i].id;
+            (at != ABSENT).then(|| IdStr(Held::OnPage(body.clone(), at)))
+        })
+    }
+
+    /// Whether every message on it has a recorded origin.
+    pub fn all_attributed(&self) -> bool {
+        self.all_attributed
+    }
+
+    /// Whether message `i` has this id and a recorded origin.
+    pub fn is_attributed_as(&self, i: u32, id: &str) -> bool {
+        let body = self.body();
+        body.id(i) == Some(id)
+            && (self.origins)
+                .get((body.entries[i as usize].origin & !HAS_TOOL_CALLS) as usize)
+                .is_some()
     }
 
     /// Message `i`'s role.
     pub fn role(&self, i: u32) -> &str {
-        let role = self.roles[self.entries[i as usize].role as usize];
-        self.str(role).unwrap_or_default()
+        let role = self.roles[self.body().entries[i as usize].role as usize];
+        &self.role_names[role.start as usize..(role.start + role.len) as usize]
     }
 
     /// The run that introduced message `i`, if one was recorded.
     pub fn origin(&self, i: u32) -> Option<&RunAgent> {
-        let origin = self.entries[i as usize].origin & !HAS_TOOL_CALLS;
+        let origin = self.body().entries[i as usize].origin & !HAS_TOOL_CALLS;
         self.origins.get(origin as usize)
+    }
+
+    /// False when no message on the page has this id (true: one may). Only
+    /// a spilled body is asked: a held one is scanned as cheaply.
+    fn may_hold(&self, id: &str) -> bool {
+        match &*self.body_at() {
+            BodyAt::Held(_) => true,
+            BodyAt::Spilled { filter, .. } => filter.binary_search(&short_hash(id)).is_ok(),
+        }
     }
 
     /// The newest message on the page with this id.
     pub fn position(&self, id: &str) -> Option<u32> {
-        (0..self.entries.len() as u32)
-            .rev()
-            .find(|i| self.id(*i) == Some(id))
+        if !self.may_hold(id) {
+            return None;
+        }
+        let body = self.body();
+        (0..self.len).rev().find(|&i| body.id(i) == Some(id))
     }
 
     /// The newest message on the page with this id and a recorded origin.
     pub fn attributed_position(&self, id: &str) -> Option<u32> {
-        (0..self.entries.len() as u32)
-            .rev()
-            .find(|i| self.id(*i) == Some(id) && self.origin(*i).is_some())
+        if !self.may_hold(id) {
+            return None;
+        }
+        let body = self.body();
+        (0..self.len).rev().find(|&i| {
+            body.id(i) == Some(id)
+                && self
+                    .origins
+                    .get((body.entries[i as usize].origin & !HAS_TOOL_CALLS) as usize)
+                    .is_some()
+        })
     }
 
     /// Whether message `i` carries tool calls.
     pub fn has_tool_calls(&self, i: u32) -> bool {
-        self.entries[i as usize].origin & HAS_TOOL_CALLS != 0
+        self.body().entries[i as usize].origin & HAS_TOOL_CALLS != 0
     }
 
     /// False when no message on the page names tool call `id` in its
@@ -340,11 +477,7 @@ impl Page {
     }
 
     fn range(&self, i: u32) -> Range<usize> {
-        let start = match i {
-            0 => 0,
-            _ => self.entries[i as usize - 1].end as usize,
-        };
-        start..self.entries[i as usize].end as usize
+        self.body().range(i)
     }
 
     /// Bytes of message `i`'s JSON.
@@ -365,25 +498,177 @@ impl Page {
             Block::Held(b) => b.len(),
             Block::Spilled { .. } => 0,
         };
+        let body = match &*self.body_at() {
+            BodyAt::Held(body) => body.heap_bytes(),
+            BodyAt::Spilled { filter, .. } => filter.len() * 2 + 16,
+        };
         std::mem::size_of::<Page>()
             + 16
             + text
-            + self.entries.len() * std::mem::size_of::<Entry>()
+            + body
             + self.roles.len() * std::mem::size_of::<Str>()
-            + self.strings.len()
+            + self.role_names.len()
             + self.tool_calls.len() * 8
             + self.origins.len() * std::mem::size_of::<RunAgent>()
-            + 5 * 16
+            + 4 * 16
     }
 }
 
 impl Drop for Page {
     fn drop(&mut self) {
-        if let Block::Spilled { at, bytes } = *self.block()
-            && let Some(file) = super::page_spill::file()
-        {
+        let Some(file) = super::page_spill::file() else {
+            return;
+        };
+        if let Block::Spilled { at, bytes } = *self.block() {
             file.free(at, bytes);
         }
+        if let BodyAt::Spilled { at, bytes, .. } = *self.body_at() {
+            file.free(at, bytes);
+        }
+    }
+}
+
+impl Body {
+    fn id(&self, i: u32) -> Option<&str> {
+        let at = self.entries[i as usize].id;
+        (at != ABSENT).then(|| &self.ids[at.start as usize..(at.start + at.len) as usize])
+    }
+
+    fn range(&self, i: u32) -> Range<usize> {
+        let start = match i {
+            0 => 0,
+            _ => self.entries[i as usize - 1].end as usize,
+        };
+        start..self.entries[i as usize].end as usize
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.entries.len() * std::mem::size_of::<Entry>() + self.ids.len() + 3 * 16
+    }
+
+    /// Its bytes for the spill file: each entry's four fields
+    /// little-endian, then the ids, LZ4-packed (entries of one page differ
+    /// in few bytes).
+    fn encode(&self) -> Vec<u8> {
+        let mut raw = Vec::with_capacity(self.entries.len() * ENTRY_BYTES + self.ids.len());
+        for e in &self.entries {
+            raw.extend_from_slice(&e.end.to_le_bytes());
+            raw.extend_from_slice(&e.id.start.to_le_bytes());
+            raw.extend_from_slice(&e.id.len.to_le_bytes());
+            raw.extend_from_slice(&e.role.to_le_bytes());
+            raw.extend_from_slice(&e.origin.to_le_bytes());
+        }
+        raw.extend_from_slice(self.ids.as_bytes());
+        lz4_flex::block::compress_prepend_size(&raw)
+    }
+
+    /// Reads [`Body::encode`]'s bytes for a page of `len` messages.
+    fn decode(bytes: &[u8], len: usize) -> Result<Body, String> {
+        let raw = lz4_flex::block::decompress_size_prepended(bytes).map_err(|e| e.to_string())?;
+        let (entries, ids) = raw
+            .split_at_checked(len * ENTRY_BYTES)
+            .ok_or("shorter than its entries")?;
+        let u32_at =
+            |c: &[u8], at: usize| u32::from_le_bytes([c[at], c[at + 1], c[at + 2], c[at + 3]]);
+        let u16_at = |c: &[u8], at: usize| u16::from_le_bytes([c[at], c[at + 1]]);
+        let entries = entries
+            .chunks_exact(ENTRY_BYTES)
+            .map(|c| Entry {
+                end: u32_at(c, 0),
+                id: Str {
+                    start: u32_at(c, 4),
+                    len: u32_at(c, 8),
+                },
+                role: u16_at(c, 12),
+                origin: u16_at(c, 14),
+            })
+            .collect();
+        let ids = std::str::from_utf8(ids).map_err(|e| e.to_string())?;
+        Ok(Body {
+            entries,
+            ids: ids.into(),
+        })
+    }
+}
+
+/// An entry's bytes in the spill file.
+const ENTRY_BYTES: usize = 16;
+
+/// An id read from a message: borrowed from the message it is in, or from
+/// its page's body, which it keeps alive (the body may leave memory while
+/// it is read: the reader holds what it read, not the page).
+#[derive(Clone)]
+pub struct IdStr<'a>(Held<'a>);
+
+#[derive(Clone)]
+enum Held<'a> {
+    Here(&'a str),
+    OnPage(Arc<Body>, Str),
+}
+
+impl<'a> From<&'a str> for IdStr<'a> {
+    fn from(s: &'a str) -> IdStr<'a> {
+        IdStr(Held::Here(s))
+    }
+}
+
+impl std::ops::Deref for IdStr<'_> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        match &self.0 {
+            Held::Here(s) => s,
+            Held::OnPage(body, at) => &body.ids[at.start as usize..(at.start + at.len) as usize],
+        }
+    }
+}
+
+impl std::borrow::Borrow<str> for IdStr<'_> {
+    fn borrow(&self) -> &str {
+        self
+    }
+}
+
+impl PartialEq for IdStr<'_> {
+    fn eq(&self, o: &IdStr<'_>) -> bool {
+        **self == **o
+    }
+}
+
+impl Eq for IdStr<'_> {}
+
+impl PartialEq<str> for IdStr<'_> {
+    fn eq(&self, o: &str) -> bool {
+        &**self == o
+    }
+}
+
+impl PartialEq<&str> for IdStr<'_> {
+    fn eq(&self, o: &&str) -> bool {
+        &**self == *o
+    }
+}
+
+impl Hash for IdStr<'_> {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        (**self).hash(h)
+    }
+}
+
+impl std::fmt::Debug for IdStr<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+impl serde::Serialize for IdStr<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self)
+    }
+}
+
+impl std::fmt::Display for IdStr<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
     }
 }
 
@@ -413,6 +698,27 @@ impl std::ops::Deref for SealedText<'_> {
 thread_local! {
     /// The page last unpacked on this thread, by serial.
     static LAST: RefCell<Option<(u64, Rc<str>)>> = const { RefCell::new(None) };
+    /// The spilled body last read back on this thread, by its page's serial.
+    static LAST_BODY: RefCell<Option<(u64, Arc<Body>)>> = const { RefCell::new(None) };
+}
+
+/// Page `serial`'s spilled body (`len` messages, `bytes` at `at`), read
+/// back once per page a walk reads in order.
+fn read_back(serial: u64, at: u64, bytes: usize, len: usize) -> Arc<Body> {
+    LAST_BODY.with(|last| {
+        if let Some((s, body)) = &*last.borrow()
+            && *s == serial
+        {
+            return body.clone();
+        }
+        let read = super::page_spill::read(at, bytes);
+        let body = Body::decode(&read, len).unwrap_or_else(|e| {
+            super::page_spill::fail(&format!("a page's body read back does not decode: {e}"))
+        });
+        let body = Arc::new(body);
+        *last.borrow_mut() = Some((serial, body.clone()));
+        body
+    })
 }
 
 /// Page `serial`'s text, unpacked (once per page a walk reads in order),
@@ -445,6 +751,11 @@ fn unpacked(serial: u64, text: &Text) -> Rc<str> {
         *last.borrow_mut() = Some((serial, unpacked.clone()));
         unpacked
     })
+}
+
+/// 16 bits of an id's hash: a spilled page's filter.
+fn short_hash(id: &str) -> u16 {
+    hash(id) as u16
 }
 
 fn hash(s: &str) -> u64 {
@@ -518,13 +829,13 @@ mod tests {
             assert_eq!(&*p.json(i), json.as_str());
             assert_eq!(p.json_len(i), json.len());
         }
-        assert_eq!(p.id(0), Some("m0"));
+        assert_eq!(p.id(0).as_deref(), Some("m0"));
         assert_eq!(p.role(0), "assistant");
-        assert_eq!(p.id(3), Some("t1"));
+        assert_eq!(p.id(3).as_deref(), Some("t1"));
         assert_eq!(p.role(3), "tool");
         assert!(p.has_tool_calls(0) && !p.has_tool_calls(1));
         let last = jsons.len() as u32 - 1;
-        assert_eq!(p.id(last), None);
+        assert!(p.id(last).is_none());
         assert_eq!(p.role(last), "us\u{e9}r");
         assert_eq!(p.origin(0), Some(&RunAgent::Unknown));
         assert_eq!(p.origin(3), Some(&RunAgent::Agent("tools".into())));
@@ -567,6 +878,40 @@ mod tests {
             let origin = (i % 4 < 2).then(|| RunAgent::Agent("tools".into()));
             assert_eq!(p.origin(i), origin.as_ref(), "message {i}");
         }
+    }
+
+    /// A body leaves memory as bytes and comes back as it was (every
+    /// field of every entry, the ids, an absent id); bytes that are not a
+    /// body are refused, not misread.
+    #[test]
+    fn a_body_reads_back_from_its_bytes_as_it_was() {
+        let jsons: Vec<String> = (0..300)
+            .map(|i| match i % 3 {
+                0 => format!(
+                    r#"{{"id":"t{i}-ünï","role":"r{}","toolCalls":[{{"id":"c{i}"}}]}}"#,
+                    i % 7
+                ),
+                1 => format!(
+                    r#"{{"id":"m1{i}","role":"user","content":"{}"}}"#,
+                    "x".repeat(i)
+                ),
+                _ => r#"{"role":"assistant"}"#.to_owned(),
+            })
+            .collect();
+        let refs: Vec<&str> = jsons.iter().map(String::as_str).collect();
+        let p = page(&refs);
+        let body = p.body();
+        let bytes = body.encode();
+        let back = Body::decode(&bytes, p.len()).unwrap();
+        assert_eq!(&*back.ids, &*body.ids);
+        for (a, b) in back.entries.iter().zip(&*body.entries) {
+            assert!(a.end == b.end && a.id == b.id && a.role == b.role && a.origin == b.origin);
+        }
+        assert_eq!(back.entries.len(), p.len());
+        assert_eq!(back.id(0), Some("t0-ünï"));
+        assert_eq!(back.id(2), None);
+        assert!(Body::decode(&bytes[..bytes.len() / 2], p.len()).is_err());
+        assert!(Body::decode(&bytes, p.len() * 100).is_err());
     }
 
     #[test]

@@ -203,7 +203,25 @@ mod tests {
             "{on_file} of {} spilled",
             spilled.messages().len()
         );
+        let bodies = (spilled.messages().iter())
+            .filter(|m| m.on_page().is_some_and(|(page, _)| page.is_body_spilled()))
+            .count();
+        assert_eq!(bodies, on_file, "each page's body leaves with its text");
         assert!(freed > 0 && page_spill::held_bytes() > 0);
+        // Ids and roles read back from the bodies, and lookups by id pass
+        // pages by their filters: as the fold that never sealed.
+        let ids = |f: &Fold| -> Vec<Option<String>> {
+            (f.messages().ids())
+                .map(|id| id.map(|id| id.to_string()))
+                .collect()
+        };
+        assert_eq!(ids(&spilled), ids(&plain));
+        assert!(spilled.messages().roles().eq(plain.messages().roles()));
+        for (i, id) in ids(&plain).iter().enumerate().step_by(97) {
+            let id = id.as_deref().unwrap();
+            assert_eq!(spilled.messages().rfind_id(id), Some(i), "{id}");
+        }
+        assert_eq!(spilled.messages().rfind_id("never-seen"), None);
         assert!(
             spilled.approx_bytes() + freed / 2 <= held,
             "{held} → {} bytes counted, {freed} freed",

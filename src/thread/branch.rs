@@ -168,9 +168,11 @@ pub(super) fn resolve(
                     // An answer no run is known to have produced (restated
                     // under another id): the run that asked its question.
                     let messages = inner.fold.messages();
-                    let at = messages.ids().position(|id| id == Some(&message))?;
+                    let at = messages
+                        .ids()
+                        .position(|id| id.is_some_and(|id| id == *message))?;
                     let asked = (0..at).rev().find(|&i| messages.role_at(i) == "user")?;
-                    runs.introducer_of(messages.id_at(asked)?)
+                    runs.introducer_of(&messages.id_at(asked)?)
                 })
                 .ok_or_else(|| {
                     RunRefused::NotFound(format!(
@@ -238,7 +240,7 @@ fn sibling_of(
 fn edited_input(input: &[Message], id: &str, message: &Value, after: &[Value]) -> Vec<Value> {
     let mut edited: Vec<Value> = Vec::new();
     for m in input {
-        if m.id() == Some(id) {
+        if m.id().is_some_and(|at| at == id) {
             let mut m = message.clone();
             if let Some(obj) = m.as_object_mut() {
                 obj.insert("id".into(), id.into());
@@ -325,7 +327,7 @@ fn last_assistant(fold: &Fold) -> Option<String> {
         .iter()
         .rev()
         .find(|m| m.role() == "assistant")
-        .and_then(|m| m.id().map(str::to_owned))
+        .and_then(|m| Some(m.id()?.to_string()))
 }
 
 /// What a complete input that names no base means, if it is a
@@ -353,9 +355,11 @@ fn detect(inner: &Inner, sent: &[Value], resumes: bool) -> Option<BaseRequest> {
     }
     // A regenerate: the conversation as sent is the head's, cut after a
     // user message.
-    fn turns<'a>(msgs: impl Iterator<Item = (&'a str, Option<&'a str>)>) -> Vec<String> {
+    fn turns<'a, Id: std::ops::Deref<Target = str>>(
+        msgs: impl Iterator<Item = (&'a str, Option<Id>)>,
+    ) -> Vec<String> {
         msgs.filter(|(role, _)| !matches!(*role, "tool" | "activity" | "reasoning"))
-            .filter_map(|(_, id)| id.map(str::to_owned))
+            .filter_map(|(_, id)| Some(id?.to_string()))
             .collect()
     }
     let (sent_ids, head_ids) = (
@@ -534,7 +538,7 @@ mod tests {
                         .messages()
                         .iter()
                         .filter(|m| m.role() == "user")
-                        .filter_map(|m| m.id().map(str::to_owned))
+                        .filter_map(|m| m.id().map(|id| id.to_string()))
                         .collect();
                     let Some(id) = users.get(i % users.len().max(1)).cloned() else {
                         continue;

@@ -246,6 +246,7 @@ fn fold_for_upstream<'a>(
     let mut out = Vec::with_capacity(fold.messages().len() + new.len());
     for m in fold.messages().iter() {
         let id = m.id();
+        let id = id.as_deref();
         if let Some(edit) = edits.iter().find(|s| id.is_some() && message_id(s) == id) {
             out.extend(for_upstream(std::slice::from_ref(edit), authors, agent));
             continue;
@@ -400,6 +401,7 @@ fn linear_input(thread_id: &str, inner: &Inner, req: &RunRequest, stamp: Stamp) 
                     .iter()
                     .map(|m| {
                         let id = m.id();
+                        let id = id.as_deref();
                         messages
                             .iter()
                             .find(|s| id.is_some() && message_id(s) == id)
@@ -501,7 +503,7 @@ fn fork_input(
     // the view message by message was O(sent × view)).
     let view_ids: HashSet<String> = view
         .messages()
-        .filter_map(|m| m.id().map(str::to_owned))
+        .filter_map(|m| Some(m.id()?.to_string()))
         .collect();
     let in_view = |id: &str| view_ids.contains(id);
     // Messages the thread has seen anywhere (this branch or another) are

@@ -592,7 +592,7 @@ mod tests {
                         .messages()
                         .iter()
                         .filter(|m| m.role() == "user")
-                        .filter_map(|m| m.id().map(str::to_owned))
+                        .filter_map(|m| m.id().map(|id| id.to_string()))
                         .collect();
                     let Some(id) = users.get(i % users.len().max(1)).cloned() else {
                         continue;
