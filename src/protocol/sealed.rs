@@ -155,10 +155,11 @@ pub struct Page {
 
 /// What a page keeps of each message besides its text: its 16-byte entry
 /// and its id. For short messages (the demo agent's 138 bytes pack
-/// eleven to one) this, not the text, was most of a spilled page: about 32
-/// bytes a message that no budget could shed while the conversation was watched
-/// (docs/benchmarks.md, "Fifteenth pass"). So it leaves memory with the
-/// text, and a reader that needs it reads it back as it reads the text.
+/// eleven to one) this, not the text, was most of a spilled page: about
+/// 32 bytes a message that no budget could shed while the conversation
+/// was watched (docs/benchmarks.md, "Fifteenth pass"). So it leaves memory
+/// with the text, and a reader that needs it reads it back as it reads
+/// the text.
 struct Body {
     entries: Box<[Entry]>,
     /// The messages' ids, back to back.
@@ -414,10 +415,7 @@ impl Page {
     /// Whether message `i` has this id and a recorded origin.
     pub fn is_attributed_as(&self, i: u32, id: &str) -> bool {
         let body = self.body();
-        body.id(i) == Some(id)
-            && (self.origins)
-                .get((body.entries[i as usize].origin & !HAS_TOOL_CALLS) as usize)
-                .is_some()
+        body.id(i) == Some(id) && self.origin_on(&body, i).is_some()
     }
 
     /// Message `i`'s role.
@@ -428,7 +426,12 @@ impl Page {
 
     /// The run that introduced message `i`, if one was recorded.
     pub fn origin(&self, i: u32) -> Option<&RunAgent> {
-        let origin = self.body().entries[i as usize].origin & !HAS_TOOL_CALLS;
+        self.origin_on(&self.body(), i)
+    }
+
+    /// The origin of message `i`, its entry read from `body` (its own).
+    fn origin_on(&self, body: &Body, i: u32) -> Option<&RunAgent> {
+        let origin = body.entries[i as usize].origin & !HAS_TOOL_CALLS;
         self.origins.get(origin as usize)
     }
 
@@ -456,13 +459,9 @@ impl Page {
             return None;
         }
         let body = self.body();
-        (0..self.len).rev().find(|&i| {
-            body.id(i) == Some(id)
-                && self
-                    .origins
-                    .get((body.entries[i as usize].origin & !HAS_TOOL_CALLS) as usize)
-                    .is_some()
-        })
+        (0..self.len)
+            .rev()
+            .find(|&i| body.id(i) == Some(id) && self.origin_on(&body, i).is_some())
     }
 
     /// Whether message `i` carries tool calls.
