@@ -67,11 +67,12 @@ pub struct ThreadsConfig {
     #[serde(with = "byte_size")]
     #[schemars(with = "byte_size::Text")]
     pub sealed_page_bytes: u64,
-    /// Most bytes of sealed pages' packed text this node may move to its
-    /// spill file once it has shed everything else its budget allows (old
-    /// events of tails, idle threads): the oldest pages of watched threads'
-    /// conversations leave memory and are read back from the file
-    /// (`src/protocol/page_spill.rs`). `0`: pages never leave memory.
+    /// Most bytes of sealed pages (their packed text, and each message's
+    /// entry and id) this node may move to its spill file once it has shed
+    /// everything else its budget allows (old events of tails, idle
+    /// threads): the oldest pages of watched threads' conversations leave
+    /// memory and are read back from the file (`src/protocol/page_spill.rs`).
+    /// `0`: pages never leave memory.
     #[serde(with = "byte_size")]
     #[schemars(with = "byte_size::Text")]
     pub spill_bytes: u64,
