@@ -393,18 +393,13 @@ impl Page {
 
     /// Message `i`'s id.
     pub fn id(&self, i: u32) -> Option<IdStr<'static>> {
-        let body = self.body();
-        let at = body.entries[i as usize].id;
-        (at != ABSENT).then_some(IdStr(Held::OnPage(body, at)))
+        Body::id_str(&self.body(), i)
     }
 
     /// Each message's id, in order (the body read once for all of them).
     pub fn ids<'a>(&self) -> impl DoubleEndedIterator<Item = Option<IdStr<'a>>> + use<'a> {
         let body = self.body();
-        (0..self.len as usize).map(move |i| {
-            let at = body.entries[i].id;
-            (at != ABSENT).then(|| IdStr(Held::OnPage(body.clone(), at)))
-        })
+        (0..self.len).map(move |i| Body::id_str(&body, i))
     }
 
     /// Whether every message on it has a recorded origin.
@@ -446,22 +441,24 @@ impl Page {
 
     /// The newest message on the page with this id.
     pub fn position(&self, id: &str) -> Option<u32> {
-        if !self.may_hold(id) {
-            return None;
-        }
-        let body = self.body();
-        (0..self.len).rev().find(|&i| body.id(i) == Some(id))
+        self.newest(id, false)
     }
 
     /// The newest message on the page with this id and a recorded origin.
     pub fn attributed_position(&self, id: &str) -> Option<u32> {
+        self.newest(id, true)
+    }
+
+    /// The newest message with this id (and a recorded origin, when
+    /// `attributed`), its filter asked first when the body has left.
+    fn newest(&self, id: &str, attributed: bool) -> Option<u32> {
         if !self.may_hold(id) {
             return None;
         }
         let body = self.body();
-        (0..self.len)
-            .rev()
-            .find(|&i| body.id(i) == Some(id) && self.origin_on(&body, i).is_some())
+        (0..self.len).rev().find(|&i| {
+            body.id(i) == Some(id) && (!attributed || self.origin_on(&body, i).is_some())
+        })
     }
 
     /// Whether message `i` carries tool calls.
@@ -528,6 +525,12 @@ impl Drop for Page {
 }
 
 impl Body {
+    /// Message `i`'s id, holding the body it is read from.
+    fn id_str(body: &Arc<Body>, i: u32) -> Option<IdStr<'static>> {
+        let at = body.entries[i as usize].id;
+        (at != ABSENT).then(|| IdStr(Held::OnPage(body.clone(), at)))
+    }
+
     fn id(&self, i: u32) -> Option<&str> {
         let at = self.entries[i as usize].id;
         (at != ABSENT).then(|| &self.ids[at.start as usize..(at.start + at.len) as usize])
